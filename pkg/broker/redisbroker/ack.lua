@@ -1,0 +1,17 @@
+-- ack: fenced XACK of many ids of one partition lane.
+-- KEYS[1] lease, KEYS[2] stream
+-- ARGV[1] token, ARGV[2] group, ARGV[3..] ids
+-- Returns how many of the ids were pending.
+key_type(1, 'string')
+local st = key_type(2, 'stream')
+fence(1, ARGV[1])
+if st == 'none' or #ARGV < 3 then
+  return 0
+end
+-- unpack is bounded by the Lua C stack, so acknowledge in chunks.
+local n = 0
+for i = 3, #ARGV, 1000 do
+  local j = math.min(i + 999, #ARGV)
+  n = n + redis.call('XACK', KEYS[2], ARGV[2], unpack(ARGV, i, j))
+end
+return n

@@ -1,0 +1,13 @@
+-- acquire: take a free partition lease and bump the fence generation.
+-- KEYS[1] lease, KEYS[2] generation
+-- ARGV[1] owner, ARGV[2] ttl in ms
+-- Returns the new generation, or 0 when the lease is held (by anyone).
+local lt = key_type(1, 'string')
+key_type(2, 'string')
+if lt ~= 'none' then
+  return 0
+end
+-- INCR refuses a non-integer value before changing anything.
+local g = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. g, 'PX', ARGV[2])
+return g

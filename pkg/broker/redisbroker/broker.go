@@ -1,0 +1,247 @@
+package redisbroker
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+// Broker is the Redis Streams adapter of broker.PartitionedBroker and
+// broker.PartitionWatcher. It is safe for concurrent use; it holds no
+// state of its own beyond its configuration, so several Brokers (in one
+// process or many) can share a server.
+type Broker struct {
+	client redis.UniversalClient
+	cfg    config
+}
+
+var (
+	_ broker.PartitionedBroker = (*Broker)(nil)
+	_ broker.PartitionWatcher  = (*Broker)(nil)
+)
+
+type config struct {
+	layout         broker.Layout
+	backfillSuffix string
+	watchBuffer    int
+}
+
+// Option configures New.
+type Option func(*config)
+
+// WithLayout selects the key layout. Default: broker.ProteanLayout, the
+// layout a Protean deployment writes.
+//
+// The cluster layout's hash-tagged key names are produced, but the
+// single-slot ordering of publish and reap it needs is not implemented
+// yet: use it only against a single node.
+func WithLayout(l broker.Layout) Option { return func(c *config) { c.layout = l } }
+
+// WithBackfillSuffix names the backfill lane that partition keys are
+// checked against on publish and record (a key must not equal it).
+// Default: broker.DefaultBackfillSuffix; an empty suffix means the default.
+func WithBackfillSuffix(suffix string) Option {
+	return func(c *config) { c.backfillSuffix = suffix }
+}
+
+// WithWatchBuffer sets how many wake-up signals WatchPartitions buffers
+// per watcher before it drops new ones (signals are hints). Default: 1024;
+// a non-positive n means the default.
+func WithWatchBuffer(n int) Option { return func(c *config) { c.watchBuffer = n } }
+
+func (c *config) validate() {
+	if c.backfillSuffix == "" {
+		c.backfillSuffix = broker.DefaultBackfillSuffix
+	}
+	if c.watchBuffer <= 0 {
+		c.watchBuffer = 1024
+	}
+}
+
+// New returns a Broker over client. It does no I/O: the first call that
+// needs the server dials it, and the scripts are loaded on first use.
+func New(client redis.UniversalClient, opts ...Option) *Broker {
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	cfg.validate()
+	return &Broker{client: client, cfg: cfg}
+}
+
+// Capabilities returns broker.PartitionedStreaming: Redis Streams offer
+// every capability the contract names.
+func (b *Broker) Capabilities() broker.Capabilities { return broker.PartitionedStreaming }
+
+// Layout returns the key layout the broker uses.
+func (b *Broker) Layout() broker.Layout { return b.cfg.layout }
+
+// Append adds data as the data field of a new entry of stream (XADD *).
+func (b *Broker) Append(ctx context.Context, stream string, data []byte) (string, error) {
+	const op = "append"
+	if err := nonEmpty(op, "stream", stream); err != nil {
+		return "", err
+	}
+	id, err := b.client.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "*", Values: []any{broker.DataField, data}}).Result()
+	if err != nil {
+		return "", mapErr(call{op: op, key: stream, want: "stream"}, err)
+	}
+	return id, nil
+}
+
+// RecordPartition adds key to category's index (SADD). A single SADD is
+// atomic and refuses a non-set key without changing it, so no script is
+// needed.
+func (b *Broker) RecordPartition(ctx context.Context, category, key string) error {
+	const op = "record partition"
+	if err := b.validCategory(op, category); err != nil {
+		return err
+	}
+	if err := b.validKey(op, key, b.cfg.backfillSuffix); err != nil {
+		return err
+	}
+	index := b.cfg.layout.IndexKey(category)
+	if err := b.client.SAdd(ctx, index, key).Err(); err != nil {
+		return mapErr(call{op: op, key: index, want: "set"}, err)
+	}
+	return nil
+}
+
+// PartitionKeys returns the members of category's index in one SMEMBERS,
+// whatever the index's size. Use ScanPartitionKeys for very large indexes.
+func (b *Broker) PartitionKeys(ctx context.Context, category string) ([]string, error) {
+	const op = "partition keys"
+	if err := b.validCategory(op, category); err != nil {
+		return nil, err
+	}
+	return b.members(ctx, op, b.cfg.layout.IndexKey(category))
+}
+
+// ScanPartitionKeys pages through category's index with SSCAN.
+func (b *Broker) ScanPartitionKeys(ctx context.Context, category string, cursor uint64, count int64) ([]string, uint64, error) {
+	const op = "scan partition keys"
+	if err := b.validCategory(op, category); err != nil {
+		return nil, 0, err
+	}
+	if err := positive(op, "count", count); err != nil {
+		return nil, 0, err
+	}
+	index := b.cfg.layout.IndexKey(category)
+	keys, next, err := b.client.SScan(ctx, index, cursor, "", count).Result()
+	if err != nil {
+		return nil, 0, mapErr(call{op: op, key: index, want: "set"}, err)
+	}
+	if len(keys) == 0 {
+		keys = nil
+	}
+	return keys, next, nil
+}
+
+// RegisterGroup adds group to category's group registry (SADD), which
+// ReapPartition consults.
+func (b *Broker) RegisterGroup(ctx context.Context, category, group string) error {
+	const op = "register group"
+	if err := b.validCategory(op, category); err != nil {
+		return err
+	}
+	if err := b.cfg.layout.ValidateName(op, "group", group); err != nil {
+		return err
+	}
+	key := b.cfg.layout.GroupsKey(category)
+	if err := b.client.SAdd(ctx, key, group).Err(); err != nil {
+		return mapErr(call{op: op, key: key, want: "set"}, err)
+	}
+	return nil
+}
+
+// RegisteredGroups returns category's group registry (SMEMBERS).
+func (b *Broker) RegisteredGroups(ctx context.Context, category string) ([]string, error) {
+	const op = "registered groups"
+	if err := b.validCategory(op, category); err != nil {
+		return nil, err
+	}
+	return b.members(ctx, op, b.cfg.layout.GroupsKey(category))
+}
+
+func (b *Broker) members(ctx context.Context, op, key string) ([]string, error) {
+	m, err := b.client.SMembers(ctx, key).Result()
+	if err != nil {
+		return nil, mapErr(call{op: op, key: key, want: "set"}, err)
+	}
+	if len(m) == 0 {
+		return nil, nil
+	}
+	return m, nil
+}
+
+// Argument checks. They run before any I/O, so bad input never reaches
+// the server.
+
+func (b *Broker) validCategory(op, category string) error {
+	return b.cfg.layout.ValidateName(op, "category", category)
+}
+
+// validKey checks a partition key as Protean does on publish, naming op
+// (the layout names its own operation otherwise).
+func (b *Broker) validKey(op, key, backfillSuffix string) error {
+	err := b.cfg.layout.ValidateKey(key, backfillSuffix)
+	var ia *broker.InvalidArgumentError
+	if errors.As(err, &ia) {
+		cp := *ia
+		cp.Op = op
+		return &cp
+	}
+	return err
+}
+
+func nonEmpty(op, arg, v string) error {
+	if v == "" {
+		return &broker.InvalidArgumentError{Op: op, Arg: arg, Value: `""`, Reason: "must not be empty"}
+	}
+	return nil
+}
+
+func positive(op, arg string, v int64) error {
+	if v <= 0 {
+		return &broker.InvalidArgumentError{Op: op, Arg: arg, Value: strconv.FormatInt(v, 10), Reason: "must be positive"}
+	}
+	return nil
+}
+
+func validFence(op string, f broker.Fence) error {
+	if err := nonEmpty(op, "lease key", f.LeaseKey); err != nil {
+		return err
+	}
+	return nonEmpty(op, "fence token", f.Token)
+}
+
+// ttlMillis converts a lease TTL to the whole milliseconds PX and PEXPIRE
+// take, rounding up so that a positive TTL never becomes 0.
+func ttlMillis(op string, ttl time.Duration) (int64, error) {
+	if ttl <= 0 {
+		return 0, &broker.InvalidArgumentError{Op: op, Arg: "ttl", Value: ttl.String(), Reason: "must be positive"}
+	}
+	return (int64(ttl) + int64(time.Millisecond) - 1) / int64(time.Millisecond), nil
+}
+
+// idleMillis converts a minimum idle time to milliseconds; zero is
+// allowed. It rounds up: waiting a fraction of a millisecond longer is the
+// conservative side for both reclaim and reap.
+func idleMillis(op string, d time.Duration) (int64, error) {
+	if d < 0 {
+		return 0, &broker.InvalidArgumentError{Op: op, Arg: "minIdle", Value: d.String(), Reason: "must not be negative"}
+	}
+	return (int64(d) + int64(time.Millisecond) - 1) / int64(time.Millisecond), nil
+}
+
+func validID(op, id string) error {
+	if _, err := broker.ParseStreamID(id); err != nil {
+		return &broker.InvalidArgumentError{Op: op, Arg: "id", Value: strconv.Quote(id), Reason: `want "<ms>-<seq>"`}
+	}
+	return nil
+}

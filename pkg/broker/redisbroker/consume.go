@@ -1,0 +1,223 @@
+package redisbroker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+var readModes = map[broker.ReadMode]string{
+	broker.ReadPendingThenNew: "both",
+	broker.ReadPending:        "pending",
+	broker.ReadNew:            "new",
+}
+
+// ReadPartitionFenced reads up to count entries of stream for group as the
+// consumer f.Token, in one script that first proves the lease. In
+// ReadPendingThenNew mode the script reads the consumer's pending entries
+// and, only when there are none, new ones: one round trip either way.
+//
+// A missing group (or stream) is created from id 0 with MKSTREAM and the
+// read retried once inside the same script, which is also how a group
+// deleted under a running owner is recovered.
+func (b *Broker) ReadPartitionFenced(ctx context.Context, f broker.Fence, stream, group string, count int64, mode broker.ReadMode) ([]broker.Message, error) {
+	const op = "read"
+	if err := validFence(op, f); err != nil {
+		return nil, err
+	}
+	if err := nonEmpty(op, "stream", stream); err != nil {
+		return nil, err
+	}
+	if err := b.cfg.layout.ValidateName(op, "group", group); err != nil {
+		return nil, err
+	}
+	if err := positive(op, "count", count); err != nil {
+		return nil, err
+	}
+	m, ok := readModes[mode]
+	if !ok {
+		return nil, &broker.InvalidArgumentError{Op: op, Arg: "mode", Value: strconv.Itoa(int(mode)), Reason: "unknown read mode"}
+	}
+	keys := []string{f.LeaseKey, stream}
+	res, err := readScript.Run(ctx, b.client, keys, f.Token, group, count, m).Slice()
+	if err != nil {
+		return nil, mapErr(call{op: op, keys: keys, fence: &f, stream: stream}, err)
+	}
+	msgs := make([]broker.Message, 0, len(res))
+	for _, e := range res {
+		msg, err := parseEntry(stream, e)
+		if err != nil {
+			return nil, fmt.Errorf("redisbroker: %s: %w", op, err)
+		}
+		msgs = append(msgs, msg)
+	}
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	return msgs, nil
+}
+
+// parseEntry decodes one XREADGROUP entry, {id, {field, value, ...}}, or
+// {id, nil} for a pending entry whose body was deleted.
+func parseEntry(stream string, e any) (broker.Message, error) {
+	pair, ok := e.([]any)
+	if !ok || len(pair) != 2 {
+		return broker.Message{}, fmt.Errorf("unexpected entry %v", e)
+	}
+	id, ok := pair[0].(string)
+	if !ok {
+		return broker.Message{}, fmt.Errorf("unexpected entry id %v", pair[0])
+	}
+	msg := broker.Message{Stream: stream, ID: id}
+	if pair[1] == nil {
+		msg.Missing = true
+		return msg, nil
+	}
+	flat, ok := pair[1].([]any)
+	if !ok {
+		return broker.Message{}, fmt.Errorf("unexpected fields of entry %s", id)
+	}
+	fields := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		k, _ := flat[i].(string)
+		v, _ := flat[i+1].(string)
+		if k == broker.DataField {
+			msg.Data = []byte(v)
+			return msg, nil
+		}
+		fields[k] = v
+	}
+	// An entry written by another tool, without a data field: hand its
+	// fields over as a JSON object rather than dropping them.
+	data, err := json.Marshal(fields)
+	if err != nil {
+		return broker.Message{}, err
+	}
+	msg.Data = data
+	return msg, nil
+}
+
+// AckPartitionFenced acknowledges ids in one script that first proves the
+// lease, so that a stale owner cannot acknowledge what a newer generation
+// is processing. It returns how many ids were pending.
+func (b *Broker) AckPartitionFenced(ctx context.Context, f broker.Fence, stream, group string, ids ...string) (int64, error) {
+	const op = "ack"
+	if err := validFence(op, f); err != nil {
+		return 0, err
+	}
+	if err := nonEmpty(op, "stream", stream); err != nil {
+		return 0, err
+	}
+	if err := b.cfg.layout.ValidateName(op, "group", group); err != nil {
+		return 0, err
+	}
+	args := make([]any, 0, 2+len(ids))
+	args = append(args, f.Token, group)
+	for _, id := range ids {
+		if err := validID(op, id); err != nil {
+			return 0, err
+		}
+		args = append(args, id)
+	}
+	keys := []string{f.LeaseKey, stream}
+	n, err := ackScript.Run(ctx, b.client, keys, args...).Int64()
+	if err != nil {
+		return 0, mapErr(call{op: op, keys: keys, fence: &f, stream: stream}, err)
+	}
+	return n, nil
+}
+
+// ReclaimPartitionPending moves group's pending entries idle for at least
+// minIdle to the consumer f.Token with XAUTOCLAIM ... JUSTID, count at a
+// time. Each batch is its own fenced script, so that a large pending list
+// never blocks the server in one long script; the loop ends when the
+// cursor comes back as 0-0. A lease lost between batches stops the loop
+// with a *broker.LeaseLostError (entries already moved stay with the
+// caller's consumer, where the next owner reclaims them again).
+//
+// XAUTOCLAIM drops pending entries whose bodies were deleted and reports
+// their ids; they are returned in Missing so that the caller records them.
+func (b *Broker) ReclaimPartitionPending(ctx context.Context, f broker.Fence, stream, group string, minIdle time.Duration, count int64) (broker.ReclaimResult, error) {
+	const op = "reclaim"
+	var res broker.ReclaimResult
+	if err := validFence(op, f); err != nil {
+		return res, err
+	}
+	if err := nonEmpty(op, "stream", stream); err != nil {
+		return res, err
+	}
+	if err := b.cfg.layout.ValidateName(op, "group", group); err != nil {
+		return res, err
+	}
+	idle, err := idleMillis(op, minIdle)
+	if err != nil {
+		return res, err
+	}
+	if err := positive(op, "count", count); err != nil {
+		return res, err
+	}
+	keys := []string{f.LeaseKey, stream}
+	cursor := "0-0"
+	for {
+		if err := ctx.Err(); err != nil {
+			return res, mapErr(call{op: op}, err)
+		}
+		reply, err := reclaimScript.Run(ctx, b.client, keys, f.Token, group, idle, cursor, count).Slice()
+		if err != nil {
+			return res, mapErr(call{op: op, keys: keys, fence: &f, stream: stream}, err)
+		}
+		if len(reply) != 3 {
+			return res, fmt.Errorf("redisbroker: %s: unexpected reply %v", op, reply)
+		}
+		next, _ := reply[0].(string)
+		claimed, _ := reply[1].(int64)
+		res.Claimed += claimed
+		deleted, _ := reply[2].([]any)
+		for _, d := range deleted {
+			if id, ok := d.(string); ok {
+				res.Missing = append(res.Missing, id)
+			}
+		}
+		if next == "0-0" || next == "" {
+			return res, nil
+		}
+		cursor = next
+	}
+}
+
+// DeadLetterPartitionFenced copies entry id of stream to dlqStream and
+// acknowledges it, in one fenced script. The dead-letter entry has the
+// fields data (the original data, or "" with missing=1 when the body is
+// gone), origin_stream, origin_id, group and reason. In the Protean
+// layout a partition's dead-letter stream is Layout.DLQStream (C:K:dlq).
+func (b *Broker) DeadLetterPartitionFenced(ctx context.Context, f broker.Fence, stream, group, id, dlqStream, reason string) (string, error) {
+	const op = "dead-letter"
+	if err := validFence(op, f); err != nil {
+		return "", err
+	}
+	if err := nonEmpty(op, "stream", stream); err != nil {
+		return "", err
+	}
+	if err := b.cfg.layout.ValidateName(op, "group", group); err != nil {
+		return "", err
+	}
+	if err := validID(op, id); err != nil {
+		return "", err
+	}
+	if err := nonEmpty(op, "dlqStream", dlqStream); err != nil {
+		return "", err
+	}
+	if dlqStream == stream {
+		return "", &broker.InvalidArgumentError{Op: op, Arg: "dlqStream", Value: strconv.Quote(dlqStream), Reason: "must differ from the stream"}
+	}
+	keys := []string{f.LeaseKey, stream, dlqStream}
+	dlqID, err := deadLetterScript.Run(ctx, b.client, keys, f.Token, group, id, reason).Text()
+	if err != nil {
+		return "", mapErr(call{op: op, keys: keys, fence: &f, stream: stream}, err)
+	}
+	return dlqID, nil
+}

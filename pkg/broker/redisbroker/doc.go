@@ -1,0 +1,67 @@
+// Package redisbroker implements broker.PartitionedBroker and
+// broker.PartitionWatcher on Redis Streams, over any
+// redis.UniversalClient, in the key layout of broker.Layout (Protean's by
+// default, so protctl reads and repairs what Protean wrote).
+//
+// # Scripts and atomicity
+//
+// Every operation that must check something and then write does both in
+// one Lua script, because Redis runs a script without interleaving any
+// other command: nothing can change between the check and the write.
+// The scripts live in *.lua files beside this one, are embedded with
+// go:embed and run with redis.Script.Run (EVALSHA, with EVAL when the
+// server does not have the script cached). Each gets every key it touches
+// in KEYS, never builds a key name itself.
+//
+//	acquire.lua     lease free? INCR generation, SET lease owner:g PX ttl
+//	renew.lua       lease == token? PEXPIRE
+//	release.lua     lease == token? DEL (the generation stays)
+//	read.lua        lease == token? XREADGROUP (pending "0", then new ">"),
+//	                creating the group from 0 (MKSTREAM) on NOGROUP, once
+//	ack.lua         lease == token? XACK of all ids
+//	reclaim.lua     lease == token? one XAUTOCLAIM ... JUSTID batch
+//	deadletter.lua  lease == token? XRANGE id, XADD to the DLQ, XACK
+//	trim.lua        safe floor over groups, cutoff at maxLen, XTRIM MINID
+//	reap.lua        every lane drained and cold? SREM index, DEL lanes
+//	publish.lua     XADD, SADD index, PUBLISH wake channel
+//
+// Redis does not roll a script back when a command in it fails, so every
+// script checks the TYPE of each key it will touch before its first
+// write: a key of the wrong type (a string where a stream should be)
+// fails the call with a *broker.WrongTypeError and changes nothing. The
+// scripts report failures with their own reply prefixes
+// (PROTCTL_WRONGTYPE, PROTCTL_LEASELOST; see lib.lua, which is prepended
+// to every script), which the Go side maps to the contract's typed
+// errors; transport failures unwrap to broker.ErrUnavailable and to their
+// cause.
+//
+// # Fencing
+//
+// The consumer name in a group is the fence token (owner:generation), so
+// each generation has its own pending list. Reads, acks, reclaims and
+// dead-letters prove the lease in the same script as their write, so a
+// stale owner (paused, partitioned, or slow) is refused with
+// broker.ErrLeaseLost even if its lease expired a microsecond earlier.
+// ReclaimPartitionPending is a loop of fenced batches rather than one
+// script, so that a long pending list never blocks the server; every
+// batch proves the lease again.
+//
+// # What is kept
+//
+// Trim keeps the newest maxLen entries and everything any group still
+// needs: nothing at or after the smallest, over groups, of the
+// last-delivered id and the oldest pending id. ReapPartition deletes a
+// partition's lanes only when every group on them, and every group
+// registered with RegisterGroup, has been delivered everything and has
+// nothing pending, and the newest entry is at least minIdle old by the
+// server's clock. Neither ever deletes lease or generation keys.
+//
+// # Layouts
+//
+// The Protean layout is complete. The cluster layout's key names exist
+// in broker.Layout, but the publish and reap scripts touch the category
+// index together with the partition's streams, which live in different
+// cluster slots; the cross-slot ordering the cluster layout needs is not
+// implemented yet. The per-partition scripts (leases, read, ack, reclaim,
+// trim) touch only one partition's keys.
+package redisbroker

@@ -1,0 +1,114 @@
+package redisbroker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+// ReapPartition retires a cold partition in one script: it checks every
+// lane and group, then removes key from category's index and deletes the
+// main and backfill lanes, or changes nothing and says why. Lease and
+// generation keys are never touched, so a later owner still gets a
+// greater generation. Time is the server's (TIME), so clock skew between
+// nodes cannot make a reap early.
+//
+// Because the checks and the delete are one atomic step and the Protean
+// layout's PublishPartitioned appends and records in one atomic step too,
+// a publish racing a reap either blocks it (its entry is newer than
+// minIdle, or not delivered) or lands after it and recreates both the
+// stream and the index entry.
+func (b *Broker) ReapPartition(ctx context.Context, category, key string, minIdle time.Duration, backfillSuffix string) (broker.ReapResult, error) {
+	const op = "reap"
+	if err := b.validCategory(op, category); err != nil {
+		return broker.ReapResult{}, err
+	}
+	if backfillSuffix == "" {
+		backfillSuffix = broker.DefaultBackfillSuffix
+	}
+	if backfillSuffix == broker.DLQSuffix || strings.Contains(backfillSuffix, ":") {
+		// A "dlq" suffix would make the reap delete the dead letters.
+		return broker.ReapResult{}, &broker.InvalidArgumentError{Op: op, Arg: "backfillSuffix", Value: strconv.Quote(backfillSuffix), Reason: `must not be "dlq" or contain ":"`}
+	}
+	if err := b.validKey(op, key, backfillSuffix); err != nil {
+		return broker.ReapResult{}, err
+	}
+	idle, err := idleMillis(op, minIdle)
+	if err != nil {
+		return broker.ReapResult{}, err
+	}
+	l := b.cfg.layout
+	keys := []string{
+		l.IndexKey(category),
+		l.GroupsKey(category),
+		l.Stream(category, key),
+		l.LaneStream(category, key, backfillSuffix),
+	}
+	reply, err := reapScript.Run(ctx, b.client, keys, key, idle).Slice()
+	if err != nil {
+		return broker.ReapResult{}, mapErr(call{op: op, keys: keys}, err)
+	}
+	return reapVerdict(reply)
+}
+
+// reapVerdict turns the script's {1} or {0, lane, group, reason, detail}
+// into a ReapResult with a sentence an operator can act on.
+func reapVerdict(reply []any) (broker.ReapResult, error) {
+	if len(reply) == 0 {
+		return broker.ReapResult{}, fmt.Errorf("redisbroker: reap: empty reply")
+	}
+	if n, _ := reply[0].(int64); n == 1 {
+		return broker.ReapResult{Reaped: true}, nil
+	}
+	if len(reply) != 5 {
+		return broker.ReapResult{}, fmt.Errorf("redisbroker: reap: unexpected reply %v", reply)
+	}
+	lane, _ := reply[1].(string)
+	group, _ := reply[2].(string)
+	code, _ := reply[3].(string)
+	detail, _ := reply[4].(string)
+	r := broker.ReapResult{Stream: lane, Group: group}
+	switch code {
+	case "nogroup":
+		r.Reason = fmt.Sprintf("%q has entries but no consumer group", lane)
+	case "pending":
+		r.Reason = fmt.Sprintf("group %q has %s pending entries on %q", group, detail, lane)
+	case "behind":
+		delivered, last, _ := strings.Cut(detail, " ")
+		r.Reason = fmt.Sprintf("group %q has been delivered up to %s of %q, whose last entry is %s", group, delivered, lane, last)
+	case "unregistered":
+		r.Reason = fmt.Sprintf("registered group %q has not read %q yet", group, lane)
+	case "young":
+		ms, _ := strconv.ParseInt(detail, 10, 64)
+		r.Reason = fmt.Sprintf("the newest entry of %q is %s old, younger than minIdle", lane, time.Duration(ms)*time.Millisecond)
+	default:
+		r.Reason = code
+	}
+	return r, nil
+}
+
+// Trim removes the oldest entries of stream beyond the newest maxLen but
+// never an entry at or after the safe floor (the smallest, over groups,
+// of the last-delivered id and the oldest pending id), in one script. It
+// trims exactly (not with ~), so the result does not depend on the
+// stream's internal node sizes. Its cost is O(entries read to find the
+// cutoff), bounded by the smaller of maxLen and the excess.
+func (b *Broker) Trim(ctx context.Context, stream string, maxLen int64) (int64, error) {
+	const op = "trim"
+	if err := nonEmpty(op, "stream", stream); err != nil {
+		return 0, err
+	}
+	if err := positive(op, "maxLen", maxLen); err != nil {
+		return 0, err
+	}
+	keys := []string{stream}
+	n, err := trimScript.Run(ctx, b.client, keys, maxLen).Int64()
+	if err != nil {
+		return 0, mapErr(call{op: op, keys: keys}, err)
+	}
+	return n, nil
+}
