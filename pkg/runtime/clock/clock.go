@@ -1,0 +1,143 @@
+// Package clock abstracts time for lease and ownership code, so tests move
+// time forward instead of sleeping to wait for a TTL.
+package clock
+
+import (
+	"sort"
+	"sync"
+	"time"
+)
+
+// Clock tells the time and makes timers. Implementations are safe for
+// concurrent use.
+type Clock interface {
+	Now() time.Time
+	// NewTimer fires once, d from now.
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is a stoppable one-shot timer, like *time.Timer.
+type Timer interface {
+	C() <-chan time.Time
+	// Stop prevents the timer from firing; it reports whether it did.
+	Stop() bool
+	// Reset re-arms the timer to fire d from now.
+	Reset(d time.Duration)
+}
+
+// System is the real clock.
+func System() Clock { return systemClock{} }
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) NewTimer(d time.Duration) Timer { return sysTimer{time.NewTimer(d)} }
+
+type sysTimer struct{ t *time.Timer }
+
+func (s sysTimer) C() <-chan time.Time   { return s.t.C }
+func (s sysTimer) Stop() bool            { return s.t.Stop() }
+func (s sysTimer) Reset(d time.Duration) { s.t.Reset(d) }
+
+// Fake is a manual clock for tests: time moves only with Advance, and
+// timers due by then fire (in deadline order) during Advance.
+type Fake struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+// NewFake returns a fake clock standing at start.
+func NewFake(start time.Time) *Fake { return &Fake{now: start} }
+
+// Now returns the fake time.
+func (f *Fake) Now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+// NewTimer makes a timer that fires when Advance passes its deadline.
+func (f *Fake) NewTimer(d time.Duration) Timer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := &fakeTimer{clock: f, c: make(chan time.Time, 1), at: f.now.Add(d), armed: true}
+	f.timers = append(f.timers, t)
+	if d <= 0 {
+		f.fireLocked()
+	}
+	return t
+}
+
+// Advance moves the clock forward by d and fires the timers now due.
+func (f *Fake) Advance(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now = f.now.Add(d)
+	f.fireLocked()
+}
+
+// Timers returns how many timers are armed: tests wait for a goroutine to
+// arm its timer before advancing past it.
+func (f *Fake) Timers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, t := range f.timers {
+		if t.armed {
+			n++
+		}
+	}
+	return n
+}
+
+func (f *Fake) fireLocked() {
+	sort.SliceStable(f.timers, func(i, j int) bool { return f.timers[i].at.Before(f.timers[j].at) })
+	kept := f.timers[:0]
+	for _, t := range f.timers {
+		if t.armed && !t.at.After(f.now) {
+			t.armed = false
+			select {
+			case t.c <- f.now:
+			default:
+			}
+			continue
+		}
+		if t.armed {
+			kept = append(kept, t)
+		}
+	}
+	f.timers = kept
+}
+
+type fakeTimer struct {
+	clock *Fake
+	c     chan time.Time
+	at    time.Time
+	armed bool
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.c }
+
+func (t *fakeTimer) Stop() bool {
+	t.clock.mu.Lock()
+	defer t.clock.mu.Unlock()
+	was := t.armed
+	t.armed = false
+	return was
+}
+
+func (t *fakeTimer) Reset(d time.Duration) {
+	f := t.clock
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t.at = f.now.Add(d)
+	if !t.armed {
+		t.armed = true
+		f.timers = append(f.timers, t)
+	}
+	if d <= 0 {
+		f.fireLocked()
+	}
+}

@@ -1,0 +1,28 @@
+// Package runtime is protctl's node runtime: ordered, per-key event
+// processing with exactly one owner per partition, fenced by generations.
+//
+// A node runs subscriptions of two kinds over one service:
+//
+//   - partitioned subscriptions over Redis per-key streams (one lease per
+//     partition key and group, see pkg/broker), and
+//   - topic subscriptions over Kafka (the topic's partitions leased in the
+//     lease group (service, "topic:<topic>") and read by manual assignment).
+//
+// Both share the pieces in this package: the Handler contract and failure
+// classification, the failure ledger's records (Parked), node status
+// records, Observer hooks and the injected clock (pkg/runtime/clock).
+// Ownership is decided by rendezvous hashing (pkg/runtime/hrw) over the
+// live members of a service.
+//
+// Failure classes decide what happens to a message whose handler fails:
+//
+//	aggregate (default)  retry with backoff up to the subscription's
+//	                     attempts, then park the aggregate (or partition)
+//	                     in the ledger and move on with the others
+//	systemic             the dependency is down, not the message: pause
+//	                     the partition and retry with backoff, never park
+//	fatal                stop the subscription and report to the node
+//
+// This file's package is named runtime and shadows the standard library's;
+// files that need both import the standard one as goruntime.
+package runtime

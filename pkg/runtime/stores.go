@@ -1,0 +1,196 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+// Errors returned by the stores.
+var (
+	// ErrNotParked is returned by GetParked, RequestRetry and RequestSkip
+	// when no ledger entry exists for the subscription and aggregate.
+	ErrNotParked = errors.New("runtime: not parked")
+	// ErrUnrecoverable is returned by RequestRetry for an entry whose
+	// records the source no longer retains: it can only be skipped.
+	ErrUnrecoverable = errors.New("runtime: parked entry is unrecoverable")
+)
+
+// MaxErrorLen bounds a parked entry's error text, in bytes.
+const MaxErrorLen = 1024
+
+// TruncateError cuts s to MaxErrorLen bytes (on a UTF-8 boundary) and
+// marks the cut.
+func TruncateError(s string) string {
+	if len(s) <= MaxErrorLen {
+		return s
+	}
+	const mark = "…"
+	cut := MaxErrorLen - len(mark)
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + mark
+}
+
+// ParkStatus is a ledger entry's state.
+type ParkStatus string
+
+const (
+	// StatusParked: handling failed N times; the aggregate waits for an
+	// operator.
+	StatusParked ParkStatus = "parked"
+	// StatusRetrying: an operator asked for a retry; the owner is on it.
+	StatusRetrying ParkStatus = "retrying"
+	// StatusUnrecoverable: the source no longer has the parked records;
+	// only a skip resolves the entry.
+	StatusUnrecoverable ParkStatus = "unrecoverable"
+)
+
+// Action is an operator's request on a parked entry.
+type Action string
+
+const (
+	ActionRetry Action = "retry"
+	ActionSkip  Action = "skip"
+)
+
+// Request is an operator's pending request, stored in the entry itself so
+// that it survives restarts and reaches whichever node owns the partition
+// (now or later).
+type Request struct {
+	Action      Action    `json:"action"`
+	Reason      string    `json:"reason,omitempty"`
+	By          string    `json:"by,omitempty"`
+	RequestedAt time.Time `json:"requestedAt"`
+}
+
+// Parked is one failure ledger entry: an aggregate (Kafka) or a partition
+// key (Redis) whose head message kept failing. JSON names are the CLI's
+// stable fields.
+type Parked struct {
+	Subscription string     `json:"subscription"`
+	Source       SourceKind `json:"source"`
+	// Aggregate is the parked unit: the Kafka aggregate, or for Redis the
+	// partition key.
+	Aggregate string `json:"aggregate"`
+	Category  string `json:"category,omitempty"` // Redis
+	Topic     string `json:"topic,omitempty"`    // Kafka
+	// Partition is the Redis partition key or the Kafka partition number.
+	Partition string `json:"partition"`
+	// Position is the failing entry id (Redis) or offset (Kafka).
+	Position      string     `json:"position"`
+	Stream        string     `json:"stream,omitempty"` // Redis lane of the head
+	Error         string     `json:"error"`
+	Attempts      int        `json:"attempts"`
+	ParkedAt      time.Time  `json:"parkedAt"`
+	LastAttemptAt time.Time  `json:"lastAttemptAt"`
+	Status        ParkStatus `json:"status"`
+	Owner         string     `json:"owner,omitempty"`      // node that parked it
+	Generation    int64      `json:"generation,omitempty"` // lease generation it was parked under
+	Request       *Request   `json:"request,omitempty"`
+}
+
+// LedgerReader is what operators' tools read.
+type LedgerReader interface {
+	// ListParked returns the entries of subscription ("" for all), oldest
+	// first.
+	ListParked(ctx context.Context, subscription string) ([]Parked, error)
+	// GetParked returns one entry, or ErrNotParked.
+	GetParked(ctx context.Context, subscription, aggregate string) (Parked, error)
+}
+
+// LedgerRequester records operators' requests and signals the owner.
+// Neither call needs the partition's lease: the owner acts on the request
+// under its own fence.
+type LedgerRequester interface {
+	// RequestRetry asks the owner to handle the aggregate again from its
+	// parked position. ErrNotParked, ErrUnrecoverable.
+	RequestRetry(ctx context.Context, subscription, aggregate, by string) error
+	// RequestSkip asks the owner to resolve the entry without handling its
+	// head (Redis: dead-letter the head; Kafka: drop the parked records).
+	RequestSkip(ctx context.Context, subscription, aggregate, reason, by string) error
+}
+
+// Ledger is the failure ledger. Writes by owners are fenced: f is the
+// lease the owner holds on the entry's partition, and a stale f is refused
+// with broker.ErrLeaseLost without changing anything.
+type Ledger interface {
+	LedgerReader
+	LedgerRequester
+	// Park creates or replaces the entry for (p.Subscription,
+	// p.Aggregate).
+	Park(ctx context.Context, f broker.Fence, p Parked) error
+	// SetStatus changes an entry's status and clears its request (the
+	// owner has taken it up). ErrNotParked when missing.
+	SetStatus(ctx context.Context, f broker.Fence, subscription, aggregate string, status ParkStatus) error
+	// Resolve deletes the entry after a successful retry or a skip.
+	Resolve(ctx context.Context, f broker.Fence, subscription, aggregate string) error
+	// WatchRequests signals the aggregates of subscription that received an
+	// operator request, until ctx ends (then the channel closes). Signals
+	// are hints and may be lost: owners also re-read their entries'
+	// requests periodically.
+	WatchRequests(ctx context.Context, subscription string) (<-chan string, error)
+}
+
+// HeldPartition is one partition a node holds, in its status record.
+type HeldPartition struct {
+	Subscription string     `json:"subscription"`
+	Source       SourceKind `json:"source"`
+	Category     string     `json:"category,omitempty"`
+	Topic        string     `json:"topic,omitempty"`
+	Partition    string     `json:"partition"` // Redis key or Kafka partition number
+	Generation   int64      `json:"generation"`
+}
+
+// JoinState is where a node (or a topic subscription) is in its life.
+type JoinState string
+
+const (
+	JoinJoining JoinState = "joining"
+	JoinJoined  JoinState = "joined"
+	JoinLeaving JoinState = "leaving"
+	JoinLeft    JoinState = "left"
+	JoinFailed  JoinState = "failed"
+)
+
+// NodeStatus is the record a node heartbeats, read by `protctl nodes ls`
+// and the dashboard. Membership (who is live) is derived from it.
+type NodeStatus struct {
+	Service   string           `json:"service"`
+	Node      string           `json:"node"`
+	AdminAddr string           `json:"adminAddr,omitempty"`
+	JoinState JoinState        `json:"joinState"`
+	StartedAt time.Time        `json:"startedAt"`
+	LastSeen  time.Time        `json:"lastSeen"`
+	Held      []HeldPartition  `json:"held"`
+	Paused    []string         `json:"paused"`
+	Throttled []string         `json:"throttled"`
+	Parked    int              `json:"parked"`
+	Counters  map[string]int64 `json:"counters,omitempty"` // processed, failed, parked, ...
+}
+
+// Membership tracks a service's live nodes.
+type Membership interface {
+	// Heartbeat records st as live for ttl (it is also the status record).
+	Heartbeat(ctx context.Context, st NodeStatus, ttl time.Duration) error
+	// Members returns the live nodes of service, sorted by node id.
+	Members(ctx context.Context, service string) ([]NodeStatus, error)
+	// Leave removes node at once (graceful stop), so others need not wait
+	// for its heartbeat to expire.
+	Leave(ctx context.Context, service, node string) error
+}
+
+// Checkpoints stores, per (lease group, subscription, partition), the next
+// offset to read. Saves are fenced by the partition's lease.
+type Checkpoints interface {
+	// Save stores next, refusing a stale fence with broker.ErrLeaseLost.
+	// A checkpoint never moves backwards: a lower next is ignored.
+	Save(ctx context.Context, f broker.Fence, leaseGroup, subscription string, partition int32, next int64) error
+	// Load returns the checkpoint, ok=false when none was saved.
+	Load(ctx context.Context, leaseGroup, subscription string, partition int32) (next int64, ok bool, err error)
+	// LoadAll returns every partition's checkpoint of a subscription.
+	LoadAll(ctx context.Context, leaseGroup, subscription string) (map[int32]int64, error)
+}
