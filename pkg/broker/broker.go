@@ -201,3 +201,17 @@ type PartitionWatcher interface {
 	// is published to, until ctx ends; then the channel is closed.
 	WatchPartitions(ctx context.Context, category string) (<-chan string, error)
 }
+
+// EntryWaiter is an optional capability (found by type assertion, and
+// advertised as BlockingRead): one call waits on many streams at once, so
+// a node watching thousands of idle partitions spends no commands while
+// nothing happens. Unlike PartitionWatcher it sees entries appended by any
+// publisher, including ones that send no wake-up signal (Protean).
+type EntryWaiter interface {
+	// WaitForEntries blocks until at least one stream of after has an
+	// entry with an id greater than the id after maps it to (a missing
+	// stream counts as empty), or timeout passes (0 waits until ctx
+	// ends). It returns the streams that have such entries, nil on
+	// timeout. It reads nothing on behalf of any group.
+	WaitForEntries(ctx context.Context, after map[string]string, timeout time.Duration) ([]string, error)
+}
