@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
 )
@@ -77,6 +78,7 @@ func testPublishersRacingMaintenance(t *testing.T, s *Suite, maintain func(k str
 		lanes = append(lanes, lane{k, s.stream(k)}, lane{k, s.backfill(k)})
 	}
 
+	var maintained atomic.Int64
 	var mu sync.Mutex
 	published := map[string][]string{} // stream -> ids in publish order
 	var pubWG sync.WaitGroup
@@ -85,6 +87,11 @@ func testPublishersRacingMaintenance(t *testing.T, s *Suite, maintain func(k str
 		go func() {
 			defer pubWG.Done()
 			for i := 0; i < perPub; i++ {
+				if i%10 == 0 {
+					// Let the maintainer run between bursts: an in-memory
+					// broker is fast enough to finish before it starts.
+					waitForProgress(&maintained)
+				}
 				k := keys[(p+i)%len(keys)]
 				ln, st := "", s.stream(k)
 				if i%3 == 0 {
@@ -148,7 +155,6 @@ func testPublishersRacingMaintenance(t *testing.T, s *Suite, maintain func(k str
 
 	done := make(chan struct{})
 	var bgWG sync.WaitGroup
-	var maintained atomic.Int64
 	bgWG.Add(1)
 	go func() { // maintainer
 		defer bgWG.Done()
@@ -216,5 +222,14 @@ func testPublishersRacingMaintenance(t *testing.T, s *Suite, maintain func(k str
 	}
 	if maintained.Load() == 0 {
 		t.Fatal("maintenance never ran")
+	}
+}
+
+// waitForProgress waits, for a bounded time, until counter moves.
+func waitForProgress(counter *atomic.Int64) {
+	start := counter.Load()
+	deadline := time.Now().Add(2 * time.Second)
+	for counter.Load() == start && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Microsecond)
 	}
 }
