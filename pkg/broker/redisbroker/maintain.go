@@ -97,6 +97,13 @@ func reapVerdict(reply []any) (broker.ReapResult, error) {
 // trims exactly (not with ~), so the result does not depend on the
 // stream's internal node sizes. Its cost is O(entries read to find the
 // cutoff), bounded by the smaller of maxLen and the excess.
+//
+// Groups registered with RegisterGroup count too: one that has not
+// created itself on stream yet will read it from id 0, so Trim removes
+// nothing while such a group exists. The contract gives Trim only the
+// stream's name, so the registries it consults are those of every
+// category the name can belong to in the layout (see registriesOf);
+// consulting one too many only keeps more.
 func (b *Broker) Trim(ctx context.Context, stream string, maxLen int64) (int64, error) {
 	const op = "trim"
 	if err := nonEmpty(op, "stream", stream); err != nil {
@@ -105,10 +112,28 @@ func (b *Broker) Trim(ctx context.Context, stream string, maxLen int64) (int64, 
 	if err := positive(op, "maxLen", maxLen); err != nil {
 		return 0, err
 	}
-	keys := []string{stream}
+	keys := append([]string{stream}, b.registriesOf(stream)...)
 	n, err := trimScript.Run(ctx, b.client, keys, maxLen).Int64()
 	if err != nil {
 		return 0, mapErr(call{op: op, keys: keys}, err)
 	}
 	return n, nil
+}
+
+// registriesOf returns the group registries (Layout.GroupsKey) of the
+// categories stream may belong to: C for a main lane C:K, and C for a
+// lane C:K:<suffix>. Categories may contain ':' themselves, so both
+// readings are taken.
+func (b *Broker) registriesOf(stream string) []string {
+	var out []string
+	rest := stream
+	for n := 0; n < 2; n++ {
+		i := strings.LastIndexByte(rest, ':')
+		if i <= 0 {
+			break
+		}
+		rest = rest[:i]
+		out = append(out, b.cfg.layout.GroupsKey(rest))
+	}
+	return out
 }

@@ -1,16 +1,21 @@
 -- trim: cap a stream at its newest maxLen entries without removing
 -- anything a consumer group still needs.
--- KEYS[1] stream
+-- KEYS[1] stream, KEYS[2..] group registries (SETs) the stream may belong to
 -- ARGV[1] maxLen (positive)
 -- Returns the number of entries removed.
 --
 -- The safe floor is the smallest, over all groups, of the group's
 -- last-delivered id and its oldest pending id: entries at or after it are
--- either not delivered yet or delivered and not acknowledged. The script
--- removes only entries older than both the floor and the maxLen cutoff
--- (the oldest of the newest maxLen entries), so it keeps the newest maxLen
--- entries and everything any group still needs.
+-- either not delivered yet or delivered and not acknowledged. A registered
+-- group that has not created itself on the stream yet will read it from
+-- id 0, so its floor is 0-0 and nothing is removed. The script removes
+-- only entries older than both the floor and the maxLen cutoff (the oldest
+-- of the newest maxLen entries): it keeps the newest maxLen entries and
+-- everything any group still needs.
 local st = key_type(1, 'stream')
+for i = 2, #KEYS do
+  key_type(i, 'set')
+end
 if st == 'none' then
   return 0
 end
@@ -21,6 +26,17 @@ if len <= maxlen then
 end
 
 local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
+local present = {}
+for _, flat in ipairs(groups) do
+  present[fields(flat)['name']] = true
+end
+for i = 2, #KEYS do
+  for _, name in ipairs(redis.call('SMEMBERS', KEYS[i])) do
+    if not present[name] then
+      return 0
+    end
+  end
+end
 if #groups == 0 then
   return redis.call('XTRIM', KEYS[1], 'MAXLEN', '=', maxlen)
 end

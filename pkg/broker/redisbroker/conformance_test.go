@@ -1,0 +1,72 @@
+package redisbroker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/pkg/broker/brokertest"
+)
+
+func TestConformance(t *testing.T) {
+	brokertest.Run(t, func(t *testing.T) brokertest.Target {
+		b, c := newBroker(t)
+		return brokertest.Target{Broker: b, Advance: time.Sleep, Faults: faults{c}}
+	})
+}
+
+// faults corrupts the server the way outside tools do, with plain
+// commands.
+type faults struct{ c *redis.Client }
+
+func (f faults) DeleteEntry(ctx context.Context, stream, id string) error {
+	return f.c.XDel(ctx, stream, id).Err()
+}
+
+func (f faults) PutString(ctx context.Context, key, value string) error {
+	ok, err := f.c.SetNX(ctx, key, value, 0).Result()
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("faults: %s already exists", key)
+	}
+	return nil
+}
+
+func (f faults) Exists(ctx context.Context, key string) (bool, error) {
+	n, err := f.c.Exists(ctx, key).Result()
+	return n > 0, err
+}
+
+func (f faults) GetString(ctx context.Context, key string) (string, bool, error) {
+	v, err := f.c.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", false, nil
+	}
+	return v, err == nil, err
+}
+
+func (f faults) CreateGroup(ctx context.Context, stream, group, id string) error {
+	return f.c.XGroupCreateMkStream(ctx, stream, group, id).Err()
+}
+
+func (f faults) StreamLen(ctx context.Context, stream string) (int64, error) {
+	return f.c.XLen(ctx, stream).Result()
+}
+
+func (f faults) StreamIDs(ctx context.Context, stream string) ([]string, error) {
+	msgs, err := f.c.XRange(ctx, stream, "-", "+").Result()
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	return ids, nil
+}
