@@ -65,6 +65,12 @@ func (c *config) validate() {
 
 // New returns a Broker over client. It does no I/O: the first call that
 // needs the server dials it, and the scripts are loaded on first use.
+//
+// Every call is bounded by its context only when the client was built
+// with ContextTimeoutEnabled; otherwise go-redis bounds each command by
+// the client's ReadTimeout and WriteTimeout instead. A transport failure
+// or timeout returns an error for which errors.Is(err,
+// broker.ErrUnavailable) holds, with the cause still wrapped.
 func New(client redis.UniversalClient, opts ...Option) *Broker {
 	var cfg config
 	for _, o := range opts {

@@ -1,0 +1,160 @@
+package redisbroker_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+func TestAcquireSetsTokenTTLAndGeneration(t *testing.T) {
+	b, c := newBroker(t)
+	l := acquire(t, b, key, owner, 10*time.Second)
+	if l.Generation != 1 || l.Token != "node-a:1" || l.Owner != owner || l.LeaseKey != layout.LeaseKey(group, key) {
+		t.Fatalf("lease = %+v", l)
+	}
+	pttl := c.PTTL(t.Context(), l.LeaseKey).Val()
+	if pttl <= 9*time.Second || pttl > 10*time.Second {
+		t.Fatalf("lease PTTL = %s, want about 10s", pttl)
+	}
+	if g := c.Get(t.Context(), layout.GenerationKey(group, key)).Val(); g != "1" {
+		t.Fatalf("generation = %q", g)
+	}
+}
+
+func TestAcquireRoundsSubMillisecondTTLUp(t *testing.T) {
+	b, c := newBroker(t)
+	l := acquire(t, b, key, owner, 300*time.Microsecond)
+	// PX 0 would be refused by the server; the TTL becomes 1ms instead.
+	if pttl := c.PTTL(t.Context(), l.LeaseKey).Val(); pttl > time.Millisecond {
+		t.Fatalf("PTTL = %s, want at most 1ms", pttl)
+	}
+}
+
+func TestAcquireContinuesAnExistingGeneration(t *testing.T) {
+	b, c := newBroker(t)
+	// A Protean deployment has run for a while: the counter is at 41.
+	c.Set(t.Context(), layout.GenerationKey(group, key), "41", 0)
+	if l := acquire(t, b, key, owner, time.Second); l.Generation != 42 || l.Token != "node-a:42" {
+		t.Fatalf("lease = %+v, want generation 42", l)
+	}
+}
+
+func TestRenewResetsTTL(t *testing.T) {
+	b, c := newBroker(t)
+	l := acquire(t, b, key, owner, time.Second)
+	ok, err := b.RenewPartitionLease(t.Context(), l.Fence, time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("renew = %v, %v", ok, err)
+	}
+	if pttl := c.PTTL(t.Context(), l.LeaseKey).Val(); pttl <= 59*time.Second {
+		t.Fatalf("PTTL after renew = %s, want about 1m", pttl)
+	}
+	// A superseded token does not touch the TTL.
+	ok, err = b.RenewPartitionLease(t.Context(), broker.Fence{LeaseKey: l.LeaseKey, Token: "node-b:1"}, time.Hour)
+	if err != nil || ok {
+		t.Fatalf("renew with another token = %v, %v", ok, err)
+	}
+	if pttl := c.PTTL(t.Context(), l.LeaseKey).Val(); pttl > time.Minute {
+		t.Fatalf("a refused renew changed the PTTL to %s", pttl)
+	}
+}
+
+func TestReleaseKeepsGeneration(t *testing.T) {
+	b, c := newBroker(t)
+	l := acquire(t, b, key, owner, time.Minute)
+	if ok, err := b.ReleasePartitionLease(t.Context(), l.Fence); err != nil || !ok {
+		t.Fatalf("release = %v, %v", ok, err)
+	}
+	if n := c.Exists(t.Context(), l.LeaseKey).Val(); n != 0 {
+		t.Fatal("lease survived release")
+	}
+	if g := c.Get(t.Context(), layout.GenerationKey(group, key)).Val(); g != "1" {
+		t.Fatalf("generation after release = %q, want 1", g)
+	}
+	if ok, err := b.ReleasePartitionLease(t.Context(), l.Fence); err != nil || ok {
+		t.Fatalf("second release = %v, %v; want false", ok, err)
+	}
+}
+
+func TestLeaseCallsOnWrongTypesChangeNothing(t *testing.T) {
+	lk, gk := layout.LeaseKey(group, key), layout.GenerationKey(group, key)
+	f := broker.Fence{LeaseKey: lk, Token: "node-a:1"}
+	tests := []struct {
+		name      string
+		call      func(t *testing.T, b broker.PartitionedBroker) error
+		key, want string
+	}{
+		{
+			name: "acquire with a set as lease",
+			call: func(t *testing.T, b broker.PartitionedBroker) error {
+				_, _, err := b.AcquirePartitionLease(t.Context(), lk, gk, owner, time.Second)
+				return err
+			},
+			key: lk, want: "string",
+		},
+		{
+			name: "renew of a set",
+			call: func(t *testing.T, b broker.PartitionedBroker) error {
+				_, err := b.RenewPartitionLease(t.Context(), f, time.Second)
+				return err
+			},
+			key: lk, want: "string",
+		},
+		{
+			name: "release of a set",
+			call: func(t *testing.T, b broker.PartitionedBroker) error {
+				_, err := b.ReleasePartitionLease(t.Context(), f)
+				return err
+			},
+			key: lk, want: "string",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, c := newBroker(t)
+			c.SAdd(t.Context(), lk, "x")
+			c.Set(t.Context(), gk, "7", 0)
+			before := snapshot(t, c)
+			wantWrongType(t, tt.name, tt.call(t, b), tt.key, tt.want)
+			wantUnchanged(t, c, before)
+		})
+	}
+
+	t.Run("acquire with a set as generation", func(t *testing.T) {
+		b, c := newBroker(t)
+		c.SAdd(t.Context(), gk, "x")
+		before := snapshot(t, c)
+		_, _, err := b.AcquirePartitionLease(t.Context(), lk, gk, owner, time.Second)
+		wantWrongType(t, "acquire", err, gk, "string")
+		wantUnchanged(t, c, before)
+	})
+	t.Run("acquire with a non-integer generation", func(t *testing.T) {
+		b, c := newBroker(t)
+		c.Set(t.Context(), gk, "seven", 0)
+		before := snapshot(t, c)
+		_, _, err := b.AcquirePartitionLease(t.Context(), lk, gk, owner, time.Second)
+		wantWrongType(t, "acquire", err, gk, "integer")
+		wantUnchanged(t, c, before)
+	})
+}
+
+func TestLeaseArgumentsAreCheckedBeforeIO(t *testing.T) {
+	b := unreachableBroker(t) // any I/O would fail with ErrUnavailable instead
+	lk, gk := layout.LeaseKey(group, key), layout.GenerationKey(group, key)
+	ctx := t.Context()
+	_, _, err := b.AcquirePartitionLease(ctx, "", gk, owner, time.Second)
+	wantInvalid(t, "acquire without lease key", err, "lease key")
+	_, _, err = b.AcquirePartitionLease(ctx, lk, "", owner, time.Second)
+	wantInvalid(t, "acquire without generation key", err, "generation key")
+	_, _, err = b.AcquirePartitionLease(ctx, lk, gk, "", time.Second)
+	wantInvalid(t, "acquire without owner", err, "owner")
+	_, _, err = b.AcquirePartitionLease(ctx, lk, gk, owner, 0)
+	wantInvalid(t, "acquire with ttl 0", err, "ttl")
+	_, err = b.RenewPartitionLease(ctx, broker.Fence{LeaseKey: lk}, time.Second)
+	wantInvalid(t, "renew without token", err, "fence token")
+	_, err = b.RenewPartitionLease(ctx, broker.Fence{LeaseKey: lk, Token: "a:1"}, -time.Second)
+	wantInvalid(t, "renew with negative ttl", err, "ttl")
+	_, err = b.ReleasePartitionLease(ctx, broker.Fence{Token: "a:1"})
+	wantInvalid(t, "release without lease key", err, "lease key")
+}
