@@ -154,9 +154,13 @@ func (h *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return n
 
 func (h *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.mu.Lock()
-		h.cmds = append(h.cmds, cmd.Name())
-		h.mu.Unlock()
+		// A new connection's handshake (HELLO, CLIENT SETINFO) passes
+		// through the hook too; it is not part of the call.
+		if name := cmd.Name(); name != "hello" && name != "client" {
+			h.mu.Lock()
+			h.cmds = append(h.cmds, name)
+			h.mu.Unlock()
+		}
 		return next(ctx, cmd)
 	}
 }
@@ -165,7 +169,9 @@ func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.mu.Lock()
 		for _, c := range cmds {
-			h.cmds = append(h.cmds, c.Name())
+			if name := c.Name(); name != "hello" && name != "client" {
+				h.cmds = append(h.cmds, name)
+			}
 		}
 		h.mu.Unlock()
 		return next(ctx, cmds)
@@ -181,3 +187,5 @@ func (h *commandCounter) reset() []string {
 }
 
 func newRedisBroker(c redis.UniversalClient) *redisbroker.Broker { return redisbroker.New(c) }
+
+func errorsAs(err error, target any) bool { return errors.As(err, target) }
