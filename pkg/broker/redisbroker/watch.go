@@ -43,14 +43,20 @@ func (b *Broker) WatchPartitions(ctx context.Context, category string) (<-chan s
 // (and with it the health checks of the subscription).
 func forwardWakeups(ctx context.Context, ps *redis.PubSub, out chan<- string, size int) {
 	defer close(out)
-	defer ps.Close()
 	msgs := ps.Channel(redis.WithChannelSize(size))
 	for {
 		select {
 		case <-ctx.Done():
+			// go-redis's reader may be blocked handing us a message (it
+			// waits up to a minute on a full channel before it checks
+			// for Close): drain until it sees the close and closes msgs.
+			_ = ps.Close()
+			for range msgs {
+			}
 			return
 		case m, ok := <-msgs:
 			if !ok {
+				_ = ps.Close()
 				return
 			}
 			select {

@@ -1,0 +1,124 @@
+package redisbroker_test
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/protctl/protctl/pkg/broker/redisbroker"
+)
+
+// watchGoroutine returns the stack of a running watch goroutine (the
+// broker's forwarder or go-redis's Pub/Sub reader), "" when there is none.
+func watchGoroutine() string {
+	buf := make([]byte, 1<<20)
+	stacks := string(buf[:runtime.Stack(buf, true)])
+	for _, g := range strings.Split(stacks, "\n\n") {
+		if strings.Contains(g, "redisbroker.forwardWakeups") || strings.Contains(g, "go-redis/v9.(*channel)") {
+			return g
+		}
+	}
+	return ""
+}
+
+// wantNoWatchGoroutines waits until no watch goroutine is left running.
+func wantNoWatchGoroutines(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		leaked := watchGoroutine()
+		if leaked == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("watch goroutine still running:\n%s", leaked)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func recvKey(t *testing.T, ch <-chan string) string {
+	t.Helper()
+	select {
+	case k, ok := <-ch:
+		if !ok {
+			t.Fatal("watch channel closed")
+		}
+		return k
+	case <-time.After(5 * time.Second):
+		t.Fatal("no wake-up within 5s")
+	}
+	return ""
+}
+
+func waitClosed(t *testing.T, ch <-chan string) {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatal("watch channel not closed 5s after the context ended")
+		}
+	}
+}
+
+func TestWatchPartitionsSignalsPublishedKeys(t *testing.T) {
+	b, _ := newBroker(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	ch, err := b.WatchPartitions(ctx, cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Subscribed before the return: this publish, right after, is seen.
+	publish(t, b, "a", "", 1)
+	if _, err := b.PublishPartitioned(t.Context(), "other::cat", "x", "", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, b, "b", "backfill", 1)
+	if k := recvKey(t, ch); k != "a" {
+		t.Fatalf("first wake-up = %q, want a", k)
+	}
+	if k := recvKey(t, ch); k != "b" {
+		t.Fatalf("second wake-up = %q, want b (another category's key leaked in?)", k)
+	}
+	if watchGoroutine() == "" {
+		t.Fatal("the leak check sees no watch goroutine while watching; it cannot detect a leak")
+	}
+	cancel()
+	waitClosed(t, ch)
+	wantNoWatchGoroutines(t)
+}
+
+func TestWatchPartitionsDropsWhenFullAndStillStops(t *testing.T) {
+	b, _ := newBroker(t, redisbroker.WithWatchBuffer(1))
+	ctx, cancel := context.WithCancel(t.Context())
+	ch, err := b.WatchPartitions(ctx, cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nobody reads: the forwarder must drop, not block, so that it still
+	// sees the context end.
+	publish(t, b, "a", "", 50)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(ch) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no wake-up buffered")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	waitClosed(t, ch)
+	wantNoWatchGoroutines(t)
+}
+
+func TestWatchPartitionsRefusesBadCategory(t *testing.T) {
+	b, _ := newBroker(t)
+	_, err := b.WatchPartitions(t.Context(), "")
+	wantInvalid(t, "watch of no category", err, "category")
+}
