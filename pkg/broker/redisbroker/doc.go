@@ -21,7 +21,8 @@
 //	ack.lua         lease == token? XACK of all ids
 //	reclaim.lua     lease == token? one XAUTOCLAIM ... JUSTID batch
 //	deadletter.lua  lease == token? XRANGE id, XADD to the DLQ, XACK
-//	trim.lua        safe floor over groups, cutoff at maxLen, XTRIM MINID
+//	trim.lua        safe floor over groups (and registered groups not on
+//	                the stream yet), cutoff at maxLen, XTRIM MINID
 //	reap.lua        every lane drained and cold? SREM index, DEL lanes
 //	publish.lua     XADD, SADD index, PUBLISH wake channel
 //
@@ -50,7 +51,9 @@
 //
 // Trim keeps the newest maxLen entries and everything any group still
 // needs: nothing at or after the smallest, over groups, of the
-// last-delivered id and the oldest pending id. ReapPartition deletes a
+// last-delivered id and the oldest pending id; and nothing at all while a
+// group registered for the stream's category has not created itself on
+// the stream (it will read from id 0). ReapPartition deletes a
 // partition's lanes only when every group on them, and every group
 // registered with RegisterGroup, has been delivered everything and has
 // nothing pending, and the newest entry is at least minIdle old by the
@@ -59,9 +62,11 @@
 // # Layouts
 //
 // The Protean layout is complete. The cluster layout's key names exist
-// in broker.Layout, but the publish and reap scripts touch the category
-// index together with the partition's streams, which live in different
-// cluster slots; the cross-slot ordering the cluster layout needs is not
-// implemented yet. The per-partition scripts (leases, read, ack, reclaim,
-// trim) touch only one partition's keys.
+// in broker.Layout, but the publish, reap and trim scripts touch
+// category-wide keys (the index, the group registry) together with the
+// partition's streams, which live in different cluster slots; the
+// cross-slot ordering the cluster layout needs is not implemented yet.
+// The per-partition scripts (leases, read, ack, reclaim, dead-letter)
+// touch only one partition's keys, which share a slot in the cluster
+// layout.
 package redisbroker

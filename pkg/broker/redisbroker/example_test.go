@@ -11,8 +11,8 @@ import (
 
 // New does no I/O, so a broker can be built (and its layout and
 // capabilities inspected) before the server is reachable. The fenced
-// consume loop itself needs a server; see memorybroker's examples for
-// one that runs anywhere.
+// consume loop needs a server, so it is shown in the package's tests
+// rather than as an example.
 func ExampleNew() {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
