@@ -2,13 +2,10 @@ package memorybroker_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/protctl/protctl/pkg/broker/brokertest"
 	"github.com/protctl/protctl/pkg/broker/memorybroker"
 )
-
-var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 func TestConformance(t *testing.T) {
 	brokertest.Run(t, func(t *testing.T) brokertest.Target {

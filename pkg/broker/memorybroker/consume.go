@@ -50,11 +50,11 @@ func (b *Broker) ReadPartitionFenced(ctx context.Context, f broker.Fence, stream
 
 	now := b.lock()
 	defer b.mu.Unlock()
-	if err := b.checkFence(op, streamKey, f, now); err != nil {
-		return nil, err
-	}
 	s, err := b.streamAt(op, streamKey, now)
 	if err != nil {
+		return nil, err
+	}
+	if err := b.checkFence(op, streamKey, f, now); err != nil {
 		return nil, err
 	}
 	s = b.ensureStream(streamKey, s)
@@ -134,11 +134,11 @@ func (b *Broker) AckPartitionFenced(ctx context.Context, f broker.Fence, streamK
 
 	now := b.lock()
 	defer b.mu.Unlock()
-	if err := b.checkFence(op, streamKey, f, now); err != nil {
+	s, err := b.streamAt(op, streamKey, now)
+	if err != nil {
 		return 0, err
 	}
-	s, err := b.streamAt(op, streamKey, now)
-	if err != nil || s == nil {
+	if err := b.checkFence(op, streamKey, f, now); err != nil || s == nil {
 		return 0, err
 	}
 	g := s.groups[groupName]
@@ -181,11 +181,11 @@ func (b *Broker) ReclaimPartitionPending(ctx context.Context, f broker.Fence, st
 
 	now := b.lock()
 	defer b.mu.Unlock()
-	if err := b.checkFence(op, streamKey, f, now); err != nil {
+	s, err := b.streamAt(op, streamKey, now)
+	if err != nil {
 		return broker.ReclaimResult{}, err
 	}
-	s, err := b.streamAt(op, streamKey, now)
-	if err != nil || s == nil {
+	if err := b.checkFence(op, streamKey, f, now); err != nil || s == nil {
 		return broker.ReclaimResult{}, err
 	}
 	g := s.groups[groupName]
@@ -251,15 +251,15 @@ func (b *Broker) DeadLetterPartitionFenced(ctx context.Context, f broker.Fence, 
 
 	now := b.lock()
 	defer b.mu.Unlock()
-	if err := b.checkFence(op, streamKey, f, now); err != nil {
-		return "", err
-	}
 	src, err := b.streamAt(op, streamKey, now)
 	if err != nil {
 		return "", err
 	}
 	dst, err := b.streamAt(op, dlqStream, now)
 	if err != nil {
+		return "", err
+	}
+	if err := b.checkFence(op, streamKey, f, now); err != nil {
 		return "", err
 	}
 
@@ -280,6 +280,7 @@ func (b *Broker) DeadLetterPartitionFenced(ctx context.Context, f broker.Fence, 
 		Field{FieldReason, reason},
 	)
 	dlqID := b.ensureStream(dlqStream, dst).add(msOf(now), data, fields)
+	b.appended(dlqStream)
 	if src != nil {
 		if g := src.groups[groupName]; g != nil {
 			g.ack(eid)

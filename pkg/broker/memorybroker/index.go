@@ -158,6 +158,7 @@ func (b *Broker) PublishPartitioned(ctx context.Context, category, key, lane str
 	}
 	id := b.ensureStream(streamKey, s).add(msOf(now), data, nil)
 	b.ensureSet(idxKey, idx).add(key)
+	b.appended(streamKey)
 	b.wake(category, key)
 	return id.String(), nil
 }
@@ -189,7 +190,9 @@ func (b *Broker) Append(ctx context.Context, stream string, data []byte) (string
 	if err != nil {
 		return "", err
 	}
-	return b.ensureStream(stream, s).add(msOf(now), data, nil).String(), nil
+	id := b.ensureStream(stream, s).add(msOf(now), data, nil)
+	b.appended(stream)
+	return id.String(), nil
 }
 
 // WatchPartitions returns a channel that receives the key of every

@@ -113,7 +113,9 @@ func (b *Broker) ReleasePartitionLease(ctx context.Context, f broker.Fence) (boo
 }
 
 // checkFence is the fencing rule, run with mu held in the same step as the
-// operation it guards: the lease key must hold exactly f.Token.
+// operation it guards: the lease key must hold exactly f.Token. Callers
+// look up (and type-check) their other keys first, as the Redis scripts
+// do, so a wrong type is reported whatever the lease holds.
 func (b *Broker) checkFence(op, stream string, f broker.Fence, now time.Time) error {
 	lease, err := b.stringAt(op, f.LeaseKey, now)
 	if err != nil {

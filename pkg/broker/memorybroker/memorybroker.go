@@ -12,18 +12,19 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 )
 
-// Broker is the in-memory broker. It implements broker.PartitionedBroker
-// and broker.PartitionWatcher. All its methods are safe for concurrent use;
-// each runs as one atomic step under a single lock, which is what makes a
-// fenced call's lease check and its read or write one step, as a Lua
-// script is on Redis.
+// Broker is the in-memory broker. It implements broker.PartitionedBroker,
+// broker.PartitionWatcher and broker.EntryWaiter. All its methods are safe
+// for concurrent use; each runs as one atomic step under a single lock,
+// which is what makes a fenced call's lease check and its read or write
+// one step, as a Lua script is on Redis.
 type Broker struct {
 	cfg    config
 	inline bool
 
-	mu       sync.Mutex
-	keys     map[string]*object
-	watchers map[string]map[*watcher]struct{} // by category
+	mu           sync.Mutex
+	keys         map[string]*object
+	watchers     map[string]map[*watcher]struct{}     // by category
+	entryWaiters map[string]map[*entryWaiter]struct{} // by stream
 }
 
 var (
@@ -78,9 +79,10 @@ func New(opts ...Option) *Broker {
 	}
 	cfg.validate()
 	return &Broker{
-		cfg:      cfg,
-		keys:     make(map[string]*object),
-		watchers: make(map[string]map[*watcher]struct{}),
+		cfg:          cfg,
+		keys:         make(map[string]*object),
+		watchers:     make(map[string]map[*watcher]struct{}),
+		entryWaiters: make(map[string]map[*entryWaiter]struct{}),
 	}
 }
 
