@@ -83,7 +83,7 @@ type PartitionIndex interface {
 
 	// ScanPartitionKeys pages through the index: start with cursor 0, stop
 	// when the returned cursor is 0. A key may be returned more than once
-	// (as with SSCAN); count is a hint.
+	// (as with SSCAN); count, a hint of the page size, must be positive.
 	ScanPartitionKeys(ctx context.Context, category string, cursor uint64, count int64) (keys []string, next uint64, err error)
 
 	// RegisterGroup records that group reads category, so that a reap keeps
@@ -214,4 +214,14 @@ type EntryWaiter interface {
 	// ends). It returns the streams that have such entries, nil on
 	// timeout. It reads nothing on behalf of any group.
 	WaitForEntries(ctx context.Context, after map[string]string, timeout time.Duration) ([]string, error)
+}
+
+// AckReader is an optional capability (found by type assertion): it acks
+// the batch an owner just handled and reads the next one in one atomic,
+// fenced step, so an owner's steady loop costs one round trip per batch
+// instead of two. Semantics are exactly AckPartitionFenced(ack...)
+// followed by ReadPartitionFenced, under one lease check: a stale fence
+// changes nothing, neither the ack nor the read.
+type AckReader interface {
+	AckAndReadPartitionFenced(ctx context.Context, f Fence, stream, group string, ack []string, count int64, mode ReadMode) ([]Message, error)
 }

@@ -8,9 +8,9 @@ import (
 // Sentinel errors. Test for them with errors.Is; the typed errors below
 // carry the details and unwrap to these.
 var (
-	// ErrLeaseLost is returned by RenewPartitionLease's callers, and by
-	// ReadPartitionFenced, AckPartitionFenced and ReclaimPartitionPending
-	// when the lease key does not hold exactly the caller's fence token: the
+	// ErrLeaseLost is returned by ReadPartitionFenced, AckPartitionFenced,
+	// AckAndReadPartitionFenced, ReclaimPartitionPending and
+	// DeadLetterPartitionFenced (and by the runtime's fenced stores) when the lease key does not hold exactly the caller's fence token: the
 	// lease expired, was released, or was acquired by a newer generation.
 	// The caller must stop processing the partition at once.
 	ErrLeaseLost = errors.New("broker: lease lost")
