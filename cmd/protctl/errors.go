@@ -1,0 +1,75 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/protctl/protctl/internal/clierr"
+	"github.com/protctl/protctl/internal/output"
+)
+
+// printError reports err on stderr: one JSON object in -o json and jsonl
+// mode ({"error":{"code":"CONFLICT","message":"...","exitCode":5}}),
+// otherwise "protctl: message", with a pointer to --help after an error in
+// the command line.
+func printError(ios *output.IOStreams, cmd *cobra.Command, format string, kind clierr.Kind, err error) {
+	msg := output.Escape(err.Error())
+	if format == string(output.FormatJSON) || format == string(output.FormatJSONL) {
+		enc := json.NewEncoder(ios.ErrOut)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(map[string]errorBody{"error": {
+			Code:     string(kind),
+			Message:  err.Error(),
+			ExitCode: kind.ExitCode(),
+		}})
+		return
+	}
+	fmt.Fprintf(ios.ErrOut, "protctl: %s\n", msg)
+	var cle commandLineError
+	if errors.As(err, &cle) && cmd != nil {
+		fmt.Fprintf(ios.ErrOut, "Run '%s --help' for usage.\n", cmd.CommandPath())
+	}
+}
+
+type errorBody struct {
+	Code     string `json:"code"`
+	Message  string `json:"message"`
+	ExitCode int    `json:"exitCode"`
+}
+
+// errorFormat is the -o value in force: the parsed one, or when flag
+// parsing failed before reaching -o, the one found in the raw arguments,
+// so that a usage error of a JSON consumer is JSON too.
+func (f *Factory) errorFormat(args []string) string {
+	if f.changed("output") {
+		return f.flags.output
+	}
+	return scanOutputFlag(args)
+}
+
+func scanOutputFlag(args []string) string {
+	found := ""
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			i = len(args)
+		case a == "-o" || a == "--output":
+			if i+1 < len(args) {
+				found = args[i+1]
+				i++
+			}
+		case strings.HasPrefix(a, "--output="):
+			found = strings.TrimPrefix(a, "--output=")
+		case strings.HasPrefix(a, "-o="):
+			found = strings.TrimPrefix(a, "-o=")
+		case strings.HasPrefix(a, "-o") && !strings.HasPrefix(a, "--"):
+			found = strings.TrimPrefix(a, "-o")
+		}
+	}
+	return found
+}

@@ -1,0 +1,369 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/pflag"
+
+	"github.com/protctl/protctl/internal/clierr"
+	"github.com/protctl/protctl/internal/config"
+	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+// go-redis logs pool and dial trouble on its own (to stderr, in its own
+// format); route it to the invocation's logger at debug level instead (-vv).
+var goRedisLog atomic.Pointer[slog.Logger]
+
+type goRedisLogger struct{}
+
+func (goRedisLogger) Printf(_ context.Context, format string, v ...any) {
+	if l := goRedisLog.Load(); l != nil {
+		l.Debug("go-redis: " + fmt.Sprintf(format, v...))
+	}
+}
+
+func init() { redis.SetLogger(goRedisLogger{}) }
+
+// Factory hands commands what they need, lazily: nothing is resolved,
+// read or dialled until a command's run function asks for it, so --help,
+// completion and usage errors never touch the config file or the network.
+//
+// A command's constructor takes the factory; its RunE copies what it needs
+// (f.IOStreams, f.Printer(), f.RedisClient, ...) into its options struct
+// and calls its run function. Providers are safe to call more than once
+// and return the same value each time. One Factory serves one invocation.
+type Factory struct {
+	// IOStreams are the process's streams (or test buffers).
+	IOStreams *output.IOStreams
+	// Getenv reads the environment; tests replace it so that the host's
+	// PROTCTL_* variables never leak in.
+	Getenv func(string) string
+	// Now is the clock for relative times.
+	Now func() time.Time
+
+	flags   globalFlags
+	flagSet *pflag.FlagSet // the root's persistent flags, to ask what was given
+
+	settingsOnce sync.Once
+	settings     *config.Settings
+	settingsErr  error
+
+	printerOnce sync.Once
+	printer     *output.Printer
+
+	redisMu     sync.Mutex
+	redisClient redis.UniversalClient
+}
+
+// globalFlags hold the root command's persistent flags.
+type globalFlags struct {
+	configPath string
+	context    string
+	redis      string
+	kafka      string
+	layout     string
+	tlsCA      string
+	tlsCert    string
+	tlsKey     string
+
+	output    string
+	noHeaders bool
+	color     string
+	timeout   time.Duration
+	readOnly  bool
+	yes       bool
+	dryRun    bool
+	verbose   int
+}
+
+// DefaultTimeout bounds each request to a backend (connect, read, write).
+const DefaultTimeout = 10 * time.Second
+
+func newFactory(ios *output.IOStreams) *Factory {
+	return &Factory{IOStreams: ios, Getenv: os.Getenv, Now: time.Now}
+}
+
+// Settings resolves the endpoints and guard rails (flag > env > context >
+// default). Errors are USAGE errors (exit 2): a bad config file, an unknown
+// context, an unreadable password file.
+func (f *Factory) Settings() (*config.Settings, error) {
+	f.settingsOnce.Do(func() {
+		fl := config.Flags{
+			ConfigPath:   f.stringFlag("config", f.flags.configPath),
+			Context:      f.stringFlag("context", f.flags.context),
+			Redis:        f.stringFlag("redis", f.flags.redis),
+			Kafka:        f.stringFlag("kafka", f.flags.kafka),
+			Layout:       f.stringFlag("layout", f.flags.layout),
+			RedisTLSCA:   f.stringFlag("redis-tls-ca", f.flags.tlsCA),
+			RedisTLSCert: f.stringFlag("redis-tls-cert", f.flags.tlsCert),
+			RedisTLSKey:  f.stringFlag("redis-tls-key", f.flags.tlsKey),
+		}
+		if f.changed("read-only") {
+			v := f.flags.readOnly
+			fl.ReadOnly = &v
+		}
+		f.settings, f.settingsErr = config.Resolve(fl, f.Getenv)
+		if f.settingsErr != nil {
+			f.settingsErr = clierr.Usage.Wrap(f.settingsErr)
+		}
+	})
+	return f.settings, f.settingsErr
+}
+
+func (f *Factory) changed(name string) bool {
+	if f.flagSet == nil {
+		return false
+	}
+	fl := f.flagSet.Lookup(name)
+	return fl != nil && fl.Changed
+}
+
+func (f *Factory) stringFlag(name, value string) *string {
+	if !f.changed(name) {
+		return nil
+	}
+	return &value
+}
+
+// Layout is the Redis key layout in force (--layout, PROTCTL_LAYOUT, the
+// context's redis.layout, else protean).
+func (f *Factory) Layout() (broker.Layout, error) {
+	s, err := f.Settings()
+	if err != nil {
+		return broker.Layout{}, err
+	}
+	return s.Layout, nil
+}
+
+// RedisClient returns the Redis client, creating it on the first call.
+// Creating it does not dial: the first command does, and its failure
+// (classified as UNAVAILABLE, exit 3) is the command's to return. With the
+// cluster layout the client is a cluster client seeded with the URL's host
+// and any addr= query parameters. The factory closes the client when the
+// invocation ends; commands must not close it.
+func (f *Factory) RedisClient() (redis.UniversalClient, error) {
+	f.redisMu.Lock()
+	defer f.redisMu.Unlock()
+	if f.redisClient != nil {
+		return f.redisClient, nil
+	}
+	s, err := f.Settings()
+	if err != nil {
+		return nil, err
+	}
+	c, err := newRedisClient(s, f.Timeout())
+	if err != nil {
+		return nil, clierr.Usage.Wrap(err)
+	}
+	goRedisLog.Store(f.Logger())
+	f.Logger().Debug("redis client", "url", config.RedactURL(s.Redis.URL), "layout", s.Layout.String(), "context", s.Context)
+	f.redisClient = c
+	return c, nil
+}
+
+// Printer prints results in the -o format (validated before any command
+// runs).
+func (f *Factory) Printer() *output.Printer {
+	f.printerOnce.Do(func() {
+		format, _ := output.ParseFormat(f.flags.output)
+		f.printer = output.NewPrinter(f.IOStreams, output.PrinterOptions{
+			Format:    format,
+			NoHeaders: f.flags.noHeaders,
+			Now:       f.Now,
+		})
+	})
+	return f.printer
+}
+
+// Timeout bounds each backend request (connect, read, write); 0 means no
+// bound.
+func (f *Factory) Timeout() time.Duration { return f.flags.timeout }
+
+// DryRun reports --dry-run: mutators print their plan and change nothing.
+func (f *Factory) DryRun() bool { return f.flags.dryRun }
+
+// Verbosity is the number of -v flags.
+func (f *Factory) Verbosity() int { return f.flags.verbose }
+
+// Logger logs to stderr: warnings by default, info with -v, debug with -vv.
+func (f *Factory) Logger() *slog.Logger {
+	level := slog.LevelWarn
+	switch {
+	case f.flags.verbose >= 2:
+		level = slog.LevelDebug
+	case f.flags.verbose == 1:
+		level = slog.LevelInfo
+	}
+	var w io.Writer = f.IOStreams.ErrOut
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// confirmOptions are the guard rails of the resolved settings.
+func (f *Factory) confirmOptions() (output.ConfirmOptions, error) {
+	s, err := f.Settings()
+	if err != nil {
+		return output.ConfirmOptions{}, err
+	}
+	return output.ConfirmOptions{
+		Yes:       f.flags.yes,
+		ReadOnly:  s.ReadOnly,
+		Protected: s.Protected,
+		Context:   s.Context,
+	}, nil
+}
+
+// CheckWritable refuses (exit 6) in read-only mode. Mutators call it first,
+// before building a plan that is to be applied; a --dry-run needs no call.
+func (f *Factory) CheckWritable() error {
+	o, err := f.confirmOptions()
+	if err != nil {
+		return err
+	}
+	return output.CheckWritable(o)
+}
+
+// Confirm asks before a change (see output.IOStreams.Confirm): nil to go
+// ahead, a REFUSED error (exit 6) in read-only mode, without --yes when
+// stdin is not a terminal, or when the user declines.
+func (f *Factory) Confirm(ctx context.Context, question string) error {
+	o, err := f.confirmOptions()
+	if err != nil {
+		return err
+	}
+	return f.IOStreams.Confirm(ctx, question, o)
+}
+
+// close releases what the providers created.
+func (f *Factory) close() {
+	f.redisMu.Lock()
+	defer f.redisMu.Unlock()
+	if f.redisClient != nil {
+		_ = f.redisClient.Close()
+		f.redisClient = nil
+	}
+}
+
+func newRedisClient(s *config.Settings, timeout time.Duration) (redis.UniversalClient, error) {
+	u, err := url.Parse(s.Redis.URL)
+	if err != nil {
+		return nil, fmt.Errorf("invalid Redis URL %s", config.RedactURL(s.Redis.URL))
+	}
+	tlsConf, err := redisTLS(s.Redis.TLS, u.Hostname())
+	if err != nil {
+		return nil, err
+	}
+	rt := timeout
+	if rt <= 0 {
+		rt = -1 // go-redis: no deadline
+	}
+	if s.Layout.IsCluster() || u.Query().Has("addr") {
+		o, err := redis.ParseClusterURL(s.Redis.URL)
+		if err != nil {
+			return nil, fmt.Errorf("invalid Redis cluster URL %s: %w", config.RedactURL(s.Redis.URL), redactErr(err, s.Redis.URL))
+		}
+		if s.Redis.Username != "" {
+			o.Username = s.Redis.Username
+		}
+		if s.Redis.Password != "" {
+			o.Password = s.Redis.Password
+		}
+		if tlsConf != nil {
+			o.TLSConfig = tlsConf
+		}
+		if o.ClientName == "" {
+			o.ClientName = "protctl"
+		}
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = dialTimeout(timeout), rt, rt
+		return redis.NewClusterClient(o), nil
+	}
+	o, err := redis.ParseURL(s.Redis.URL)
+	if err != nil {
+		return nil, fmt.Errorf("invalid Redis URL %s: %w", config.RedactURL(s.Redis.URL), redactErr(err, s.Redis.URL))
+	}
+	if s.Redis.Username != "" {
+		o.Username = s.Redis.Username
+	}
+	if s.Redis.Password != "" {
+		o.Password = s.Redis.Password
+	}
+	if tlsConf != nil {
+		o.TLSConfig = tlsConf
+	}
+	if o.ClientName == "" {
+		o.ClientName = "protctl"
+	}
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = dialTimeout(timeout), rt, rt
+	return redis.NewClient(o), nil
+}
+
+func dialTimeout(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0 // go-redis default
+	}
+	return d
+}
+
+// redisTLS builds the TLS config of --redis-tls-ca/-cert/-key; nil when
+// none is given (rediss:// alone uses the system roots).
+func redisTLS(t config.TLS, host string) (*tls.Config, error) {
+	if t.CA == "" && t.Cert == "" && t.Key == "" {
+		return nil, nil
+	}
+	conf := &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
+	if t.CA != "" {
+		pem, err := os.ReadFile(t.CA)
+		if err != nil {
+			return nil, fmt.Errorf("reading the Redis TLS CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("the Redis TLS CA %s holds no PEM certificate", t.CA)
+		}
+		conf.RootCAs = pool
+	}
+	if t.Cert != "" {
+		cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
+		if err != nil {
+			return nil, fmt.Errorf("loading the Redis TLS client certificate: %w", err)
+		}
+		conf.Certificates = []tls.Certificate{cert}
+	}
+	return conf, nil
+}
+
+// redactErr keeps a URL's password out of a parse error's text.
+func redactErr(err error, rawURL string) error {
+	u, perr := url.Parse(rawURL)
+	if perr != nil || u.User == nil {
+		return err
+	}
+	pw, ok := u.User.Password()
+	if !ok || pw == "" {
+		return err
+	}
+	return redactedError{err: err, secret: pw}
+}
+
+type redactedError struct {
+	err    error
+	secret string
+}
+
+func (e redactedError) Error() string {
+	return strings.ReplaceAll(e.err.Error(), e.secret, "xxxxx")
+}
+
+func (e redactedError) Unwrap() error { return e.err }
