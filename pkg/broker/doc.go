@@ -9,13 +9,13 @@
 // key, a counter that is never deleted or reset. The lease moves through
 // these states:
 //
-//	            Acquire (INCR generation, SET lease owner:g PX ttl)
-//	   free ───────────────────────────────────────────────▶ held(g)
-//	    ▲  ▲                                                │  │  │
-//	    │  │  Release(owner:g)                              │  │  │ Renew(owner:g)
-//	    │  └────────────────────────────────────────────────┘  │  └──▶ held(g), TTL reset
-//	    │               TTL runs out                           │
-//	    └──────────────────────────────────────────────────────┘
+//	         Acquire (INCR generation, SET lease owner:g PX ttl)
+//	free ───────────────────────────────────────────────▶ held(g)
+//	 ▲  ▲                                                │  │  │
+//	 │  │  Release(owner:g)                              │  │  │ Renew(owner:g)
+//	 │  └────────────────────────────────────────────────┘  │  └──▶ held(g), TTL reset
+//	 │               TTL runs out                           │
+//	 └──────────────────────────────────────────────────────┘
 //
 // Acquire succeeds only from free and always yields a generation greater
 // than every earlier one, across expiry, release and reap. Renew and
