@@ -1,8 +1,9 @@
 // Package memorybroker is the in-memory adapter of the partitioning
-// contract (broker.PartitionedBroker and broker.PartitionWatcher). It is
-// the embedded default: `protctl demo` runs on it with no server, and fast
-// tests of the runtime and the CLI run on it. It passes the same
-// conformance suite (brokertest.Run) as the Redis adapter.
+// contract (broker.PartitionedBroker, with the optional
+// broker.PartitionWatcher and broker.EntryWaiter). It is the embedded
+// default: `protctl demo` runs on it with no server, and fast tests of the
+// runtime and the CLI run on it. It passes the same conformance suite
+// (brokertest.Run) as the Redis adapter.
 //
 // # It is Redis, in memory
 //
@@ -22,9 +23,11 @@
 //   - Consumer groups have a last-delivered id, consumers and a pending
 //     entries list (PEL) recording, for each delivered but unacknowledged
 //     entry, its consumer, delivery count and last delivery time. Reads,
-//     acks, claims, trims and reaps follow XREADGROUP, XACK, XAUTOCLAIM,
-//     XTRIM and the Redis adapter's scripts, including pending entries
-//     whose bodies were deleted (reported as Missing, never skipped).
+//     acks, claims, trims and reaps follow XREADGROUP, XACK, XAUTOCLAIM
+//     JUSTID, XTRIM and the Redis adapter's scripts, including pending
+//     entries whose bodies were deleted (reported as Missing, never
+//     skipped). Times are compared in whole milliseconds, as on Redis:
+//     TTLs and minimum idle times round up to the next millisecond.
 //
 // The consumer name of every fenced read is the fence token, so each
 // lease generation has its own pending list:
