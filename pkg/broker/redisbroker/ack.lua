@@ -8,10 +8,4 @@ fence(1, ARGV[1])
 if st == 'none' or #ARGV < 3 then
   return 0
 end
--- unpack is bounded by the Lua C stack, so acknowledge in chunks.
-local n = 0
-for i = 3, #ARGV, 1000 do
-  local j = math.min(i + 999, #ARGV)
-  n = n + redis.call('XACK', KEYS[2], ARGV[2], unpack(ARGV, i, j))
-end
-return n
+return ack_ids(2, ARGV[2], 3)

@@ -1,5 +1,5 @@
-// Package redisbroker implements broker.PartitionedBroker and
-// broker.PartitionWatcher on Redis Streams, over any
+// Package redisbroker implements broker.PartitionedBroker,
+// broker.PartitionWatcher and broker.AckReader on Redis Streams, over any
 // redis.UniversalClient, in the key layout of broker.Layout (Protean's by
 // default, so protctl reads and repairs what Protean wrote).
 //
@@ -19,6 +19,8 @@
 //	read.lua        lease == token? XREADGROUP (pending "0", then new ">"),
 //	                creating the group from 0 (MKSTREAM) on NOGROUP, once
 //	ack.lua         lease == token? XACK of all ids
+//	ackread.lua     lease == token? XACK of the handled batch, then read.lua's
+//	                read (both compose readlib.lua)
 //	reclaim.lua     lease == token? one XAUTOCLAIM ... JUSTID batch
 //	deadletter.lua  lease == token? XRANGE id, XADD to the DLQ, XACK
 //	trim.lua        safe floor over groups (and registered groups not on

@@ -13,7 +13,9 @@ import (
 //
 // lib.lua is prepended to each script: Redis has no shared Lua functions
 // for EVAL scripts, and repeating the type checks by hand would let them
-// drift apart.
+// drift apart. readlib.lua (the lane read and the chunked XACK) is
+// prepended too to the scripts that read or acknowledge, so that read.lua
+// and ackread.lua read exactly the same way.
 var (
 	//go:embed lib.lua
 	libLua string
@@ -23,10 +25,14 @@ var (
 	renewLua string
 	//go:embed release.lua
 	releaseLua string
+	//go:embed readlib.lua
+	readLibLua string
 	//go:embed read.lua
 	readLua string
 	//go:embed ack.lua
 	ackLua string
+	//go:embed ackread.lua
+	ackReadLua string
 	//go:embed reclaim.lua
 	reclaimLua string
 	//go:embed deadletter.lua
@@ -43,8 +49,9 @@ var (
 	acquireScript    = newScript(acquireLua)
 	renewScript      = newScript(renewLua)
 	releaseScript    = newScript(releaseLua)
-	readScript       = newScript(readLua)
-	ackScript        = newScript(ackLua)
+	readScript       = newScript(readLibLua, readLua)
+	ackScript        = newScript(readLibLua, ackLua)
+	ackReadScript    = newScript(readLibLua, ackReadLua)
 	reclaimScript    = newScript(reclaimLua)
 	deadLetterScript = newScript(deadLetterLua)
 	trimScript       = newScript(trimLua)
@@ -52,4 +59,11 @@ var (
 	publishScript    = newScript(publishLua)
 )
 
-func newScript(body string) *redis.Script { return redis.NewScript(libLua + body) }
+// newScript composes lib.lua and parts into one script.
+func newScript(parts ...string) *redis.Script {
+	body := libLua
+	for _, p := range parts {
+		body += p
+	}
+	return redis.NewScript(body)
+}
