@@ -123,6 +123,19 @@ func (f *Factory) Settings() (*config.Settings, error) {
 	return f.settings, f.settingsErr
 }
 
+// ConfigFile reads the contexts file (--config, PROTCTL_CONFIG, or the
+// default path) for commands that show or edit it. path is where it is or
+// would be written; a missing default file is an empty File. Errors are
+// USAGE errors.
+func (f *Factory) ConfigFile() (file *config.File, path string, err error) {
+	path, explicit := config.Locate(f.stringFlag("config", f.flags.configPath), f.Getenv)
+	file, err = config.Load(path, explicit)
+	if err != nil {
+		return nil, path, clierr.Usage.Wrap(err)
+	}
+	return file, path, nil
+}
+
 func (f *Factory) changed(name string) bool {
 	if f.flagSet == nil {
 		return false
@@ -265,10 +278,6 @@ func newRedisClient(s *config.Settings, timeout time.Duration) (redis.UniversalC
 	if err != nil {
 		return nil, err
 	}
-	rt := timeout
-	if rt <= 0 {
-		rt = -1 // go-redis: no deadline
-	}
 	if s.Layout.IsCluster() || u.Query().Has("addr") {
 		o, err := redis.ParseClusterURL(s.Redis.URL)
 		if err != nil {
@@ -286,7 +295,7 @@ func newRedisClient(s *config.Settings, timeout time.Duration) (redis.UniversalC
 		if o.ClientName == "" {
 			o.ClientName = "protctl"
 		}
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = dialTimeout(timeout), rt, rt
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = timeouts(o.DialTimeout, o.ReadTimeout, o.WriteTimeout, timeout)
 		return redis.NewClusterClient(o), nil
 	}
 	o, err := redis.ParseURL(s.Redis.URL)
@@ -305,15 +314,29 @@ func newRedisClient(s *config.Settings, timeout time.Duration) (redis.UniversalC
 	if o.ClientName == "" {
 		o.ClientName = "protctl"
 	}
-	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = dialTimeout(timeout), rt, rt
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = timeouts(o.DialTimeout, o.ReadTimeout, o.WriteTimeout, timeout)
 	return redis.NewClient(o), nil
 }
 
-func dialTimeout(d time.Duration) time.Duration {
+// timeouts applies --timeout to the dial, read and write timeouts the URL
+// did not set (dial_timeout=, read_timeout=, write_timeout=). 0 means no
+// bound: go-redis spells that -1 for reads and writes, and dials with its
+// default then.
+func timeouts(dial, read, write, d time.Duration) (time.Duration, time.Duration, time.Duration) {
+	rw := d
 	if d <= 0 {
-		return 0 // go-redis default
+		rw = -1
 	}
-	return d
+	if dial == 0 && d > 0 {
+		dial = d
+	}
+	if read == 0 {
+		read = rw
+	}
+	if write == 0 {
+		write = rw
+	}
+	return dial, read, write
 }
 
 // redisTLS builds the TLS config of --redis-tls-ca/-cert/-key; nil when

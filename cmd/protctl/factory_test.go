@@ -142,6 +142,14 @@ func TestRedisClientSettings(t *testing.T) {
 			t.Fatalf("timeouts %v %v, name %q", o.DialTimeout, o.ReadTimeout, o.ClientName)
 		}
 	})
+	t.Run("URL timeouts win over --timeout", func(t *testing.T) {
+		c, r := redisClientOf(t, newCLI(t), "--redis", "redis://127.0.0.1:6390/0?read_timeout=7s", "--timeout", "2s")
+		r.wantCode(t, 0)
+		o := c.(*redis.Client).Options()
+		if o.ReadTimeout.Seconds() != 7 || o.WriteTimeout.Seconds() != 2 || o.DialTimeout.Seconds() != 2 {
+			t.Fatalf("dial %v read %v write %v", o.DialTimeout, o.ReadTimeout, o.WriteTimeout)
+		}
+	})
 	t.Run("rediss is TLS", func(t *testing.T) {
 		c, r := redisClientOf(t, newCLI(t), "--redis", "rediss://cache.example:6380/0")
 		r.wantCode(t, 0)

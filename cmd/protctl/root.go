@@ -54,6 +54,8 @@ needs --yes.`,
 	addGlobalFlags(root, f)
 
 	root.AddCommand(
+		newContextCmd(f),
+		newConfigCmd(f),
 		newVersionCmd(f),
 		newCompletionCmd(f),
 		newDocsCmd(f),
@@ -128,14 +130,7 @@ func (f *Factory) validateGlobalFlags() error {
 
 // contextNames lists the contexts for shell completion; errors list none.
 func (f *Factory) contextNames() []string {
-	path := f.flags.configPath
-	explicit := path != ""
-	if !explicit {
-		if path = f.Getenv(config.EnvConfig); path == "" {
-			path = config.DefaultPath(f.Getenv)
-		}
-	}
-	file, err := config.Load(path, explicit)
+	file, _, err := f.ConfigFile()
 	if err != nil {
 		return nil
 	}

@@ -96,13 +96,7 @@ func Resolve(fl Flags, getenv func(string) string) (*Settings, error) {
 	}
 	s := &Settings{Sources: map[string]Source{}}
 
-	path, explicit := DefaultPath(getenv), false
-	if v := getenv(EnvConfig); v != "" {
-		path, explicit = v, true
-	}
-	if fl.ConfigPath != nil && *fl.ConfigPath != "" {
-		path, explicit = *fl.ConfigPath, true
-	}
+	path, explicit := Locate(fl.ConfigPath, getenv)
 	file, err := Load(path, explicit)
 	if err != nil {
 		return nil, err
@@ -190,6 +184,19 @@ func Resolve(fl Flags, getenv func(string) string) (*Settings, error) {
 	s.Protected = ctx.Protected
 	s.Categories = append([]string(nil), ctx.Categories...)
 	return s, nil
+}
+
+// Locate says which contexts file to use: --config, else PROTCTL_CONFIG,
+// else DefaultPath. explicit is true when the file was named (and so must
+// exist).
+func Locate(flag *string, getenv func(string) string) (path string, explicit bool) {
+	if flag != nil && *flag != "" {
+		return *flag, true
+	}
+	if v := getenv(EnvConfig); v != "" {
+		return v, true
+	}
+	return DefaultPath(getenv), false
 }
 
 // pick applies the precedence: a given flag, then a non-empty env value,

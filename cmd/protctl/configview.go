@@ -1,0 +1,135 @@
+package main
+
+import (
+	"io"
+	"net/url"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/protctl/protctl/internal/config"
+	"github.com/protctl/protctl/internal/output"
+)
+
+func newConfigCmd(f *Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "config",
+		Short: "Show the settings protctl resolves",
+		Example: `  protctl config view
+  protctl --context prod config view -o yaml`,
+	}
+	cmd.AddCommand(newConfigViewCmd(f))
+	return cmd
+}
+
+// configView is what a command would run with. Secrets are never shown:
+// the URL is redacted and the password is only said to be set.
+type configView struct {
+	ConfigPath *string           `json:"configPath"`
+	Context    *string           `json:"context"`
+	Redis      configViewRedis   `json:"redis"`
+	Kafka      contextKafka      `json:"kafka"`
+	Layout     string            `json:"layout"`
+	Categories []string          `json:"categories"`
+	ReadOnly   bool              `json:"readOnly"`
+	Protected  bool              `json:"protected"`
+	Sources    map[string]string `json:"sources"`
+}
+
+type configViewRedis struct {
+	URL         string     `json:"url"`
+	Username    *string    `json:"username"`
+	PasswordSet bool       `json:"passwordSet"`
+	TLS         config.TLS `json:"tls"`
+}
+
+type configViewOptions struct {
+	Printer  *output.Printer
+	Settings func() (*config.Settings, error)
+}
+
+func newConfigViewCmd(f *Factory) *cobra.Command {
+	opts := &configViewOptions{Settings: f.Settings}
+	return &cobra.Command{
+		Use:   "view",
+		Short: "Show the resolved settings and where each came from",
+		Long: `Show the settings a command would use after applying flag > environment >
+context > default, and where each came from. Passwords are never shown, only
+whether one is set; a password in the Redis URL is masked.`,
+		Example: `  protctl config view
+  PROTCTL_REDIS=redis://127.0.0.1:6380/0 protctl config view -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Printer = f.Printer()
+			return runConfigView(opts)
+		},
+	}
+}
+
+func runConfigView(opts *configViewOptions) error {
+	s, err := opts.Settings()
+	if err != nil {
+		return err
+	}
+	v := configView{
+		ConfigPath: nonEmpty(s.ConfigPath),
+		Context:    nonEmpty(s.Context),
+		Redis: configViewRedis{
+			URL:         config.RedactURL(s.Redis.URL),
+			Username:    nonEmpty(s.Redis.Username),
+			PasswordSet: s.Redis.Password != "" || urlHasPassword(s.Redis.URL),
+			TLS:         s.Redis.TLS,
+		},
+		Kafka:      contextKafka{Brokers: append([]string{}, s.Kafka...)},
+		Layout:     s.Layout.String(),
+		Categories: append([]string{}, s.Categories...),
+		ReadOnly:   s.ReadOnly,
+		Protected:  s.Protected,
+		Sources:    map[string]string{},
+	}
+	for k, src := range s.Sources {
+		v.Sources[k] = string(src)
+	}
+	src := func(k string) string {
+		if s, ok := v.Sources[k]; ok {
+			return " (" + s + ")"
+		}
+		return ""
+	}
+	yes := func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "no"
+	}
+	return opts.Printer.PrintObject("Config", v, func(w io.Writer, st output.Styles) error {
+		return output.WriteFields(w, st,
+			output.Field{Label: "Config file", Value: orDash(v.ConfigPath)},
+			output.Field{Label: "Context", Value: orDash(v.Context) + src("context")},
+			output.Field{Label: "Redis", Value: v.Redis.URL + src("redis")},
+			output.Field{Label: "Redis user", Value: orDash(v.Redis.Username)},
+			output.Field{Label: "Redis password", Value: map[bool]string{true: "set", false: "not set"}[v.Redis.PasswordSet]},
+			output.Field{Label: "Layout", Value: v.Layout + src("layout")},
+			output.Field{Label: "Kafka", Value: dashIfEmpty(strings.Join(v.Kafka.Brokers, ",")) + src("kafka")},
+			output.Field{Label: "Categories", Value: dashIfEmpty(strings.Join(v.Categories, ","))},
+			output.Field{Label: "Read-only", Value: yes(v.ReadOnly) + src("readOnly")},
+			output.Field{Label: "Protected", Value: yes(v.Protected)},
+		)
+	})
+}
+
+func urlHasPassword(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return false
+	}
+	_, ok := u.User.Password()
+	return ok
+}
+
+func dashIfEmpty(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
