@@ -1,0 +1,276 @@
+package memstore
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/runtime"
+)
+
+// Park creates or replaces the entry of (p.Subscription, p.Aggregate)
+// under f's lease. A stale f fails with a *broker.LeaseLostError (Op
+// "park") and changes nothing. p.Error is cut to runtime.MaxErrorLen
+// bytes; an empty p.Status means runtime.StatusParked and a zero
+// p.ParkedAt the clock's now.
+func (s *Store) Park(ctx context.Context, f broker.Fence, p runtime.Parked) error {
+	const op = "park"
+	if err := validEntry(op, f, p.Subscription, p.Aggregate); err != nil {
+		return err
+	}
+	if p.Status == "" {
+		p.Status = runtime.StatusParked
+	}
+	if err := validStatus(op, p.Status); err != nil {
+		return err
+	}
+	if err := ctxErr(ctx, op); err != nil {
+		return err
+	}
+	p.Error = runtime.TruncateError(p.Error)
+	if p.ParkedAt.IsZero() {
+		p.ParkedAt = s.cfg.clock.Now()
+	}
+	data, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("memstore: %s: %w", op, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.fence(ctx, op, f); err != nil {
+		return err
+	}
+	aggs := s.parked[p.Subscription]
+	if aggs == nil {
+		aggs = make(map[string]entry)
+		s.parked[p.Subscription] = aggs
+	}
+	aggs[p.Aggregate] = entry{leaseKey: f.LeaseKey, data: data}
+	return nil
+}
+
+// SetStatus sets the status of the entry parked under f's lease and
+// clears its request. A stale f fails with a *broker.LeaseLostError (Op
+// "set status"); a missing entry with runtime.ErrNotParked.
+func (s *Store) SetStatus(ctx context.Context, f broker.Fence, subscription, aggregate string, status runtime.ParkStatus) error {
+	const op = "set status"
+	if err := validEntry(op, f, subscription, aggregate); err != nil {
+		return err
+	}
+	if err := validStatus(op, status); err != nil {
+		return err
+	}
+	if err := ctxErr(ctx, op); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.fence(ctx, op, f); err != nil {
+		return err
+	}
+	e, ok := s.parked[subscription][aggregate]
+	if !ok || e.leaseKey != f.LeaseKey {
+		return notParked(op, subscription, aggregate)
+	}
+	return s.edit(op, subscription, aggregate, e, func(p *runtime.Parked) error {
+		p.Status = status
+		p.Request = nil
+		return nil
+	})
+}
+
+// Resolve deletes the entry parked under f's lease. A stale f fails with a
+// *broker.LeaseLostError (Op "resolve") and deletes nothing. Resolving a
+// missing entry is not an error.
+func (s *Store) Resolve(ctx context.Context, f broker.Fence, subscription, aggregate string) error {
+	const op = "resolve"
+	if err := validEntry(op, f, subscription, aggregate); err != nil {
+		return err
+	}
+	if err := ctxErr(ctx, op); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.fence(ctx, op, f); err != nil {
+		return err
+	}
+	if e, ok := s.parked[subscription][aggregate]; ok && e.leaseKey == f.LeaseKey {
+		delete(s.parked[subscription], aggregate)
+	}
+	return nil
+}
+
+// ListParked returns subscription's entries ("" for all), oldest ParkedAt
+// first (then by subscription and aggregate).
+func (s *Store) ListParked(ctx context.Context, subscription string) ([]runtime.Parked, error) {
+	const op = "list parked"
+	if subscription != "" {
+		if err := validSubscription(op, subscription); err != nil {
+			return nil, err
+		}
+	}
+	if err := ctxErr(ctx, op); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []runtime.Parked
+	for sub, aggs := range s.parked {
+		if subscription != "" && sub != subscription {
+			continue
+		}
+		for _, e := range aggs {
+			var p runtime.Parked
+			if err := json.Unmarshal(e.data, &p); err != nil {
+				return nil, fmt.Errorf("memstore: %s: %w", op, err)
+			}
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b runtime.Parked) int {
+		return cmp.Or(a.ParkedAt.Compare(b.ParkedAt),
+			cmp.Compare(a.Subscription, b.Subscription),
+			cmp.Compare(a.Aggregate, b.Aggregate))
+	})
+	return out, nil
+}
+
+// GetParked returns the entry of (subscription, aggregate), or
+// runtime.ErrNotParked.
+func (s *Store) GetParked(ctx context.Context, subscription, aggregate string) (runtime.Parked, error) {
+	const op = "get parked"
+	if err := validSubscription(op, subscription); err != nil {
+		return runtime.Parked{}, err
+	}
+	if err := nonEmpty(op, "aggregate", aggregate); err != nil {
+		return runtime.Parked{}, err
+	}
+	if err := ctxErr(ctx, op); err != nil {
+		return runtime.Parked{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.parked[subscription][aggregate]
+	if !ok {
+		return runtime.Parked{}, notParked(op, subscription, aggregate)
+	}
+	var p runtime.Parked
+	if err := json.Unmarshal(e.data, &p); err != nil {
+		return runtime.Parked{}, fmt.Errorf("memstore: %s: %w", op, err)
+	}
+	return p, nil
+}
+
+// RequestRetry records an operator's retry request and sets the entry's
+// status to retrying, then signals the subscription's watchers.
+// runtime.ErrNotParked, runtime.ErrUnrecoverable.
+func (s *Store) RequestRetry(ctx context.Context, subscription, aggregate, by string) error {
+	return s.request(ctx, "request retry", runtime.ActionRetry, subscription, aggregate, "", by)
+}
+
+// RequestSkip records an operator's skip request (the status stays), then
+// signals the subscription's watchers. runtime.ErrNotParked.
+func (s *Store) RequestSkip(ctx context.Context, subscription, aggregate, reason, by string) error {
+	return s.request(ctx, "request skip", runtime.ActionSkip, subscription, aggregate, reason, by)
+}
+
+func (s *Store) request(ctx context.Context, op string, action runtime.Action, subscription, aggregate, reason, by string) error {
+	if err := validSubscription(op, subscription); err != nil {
+		return err
+	}
+	if err := nonEmpty(op, "aggregate", aggregate); err != nil {
+		return err
+	}
+	if err := ctxErr(ctx, op); err != nil {
+		return err
+	}
+	// Redis stamps requests with the server's TIME, in microseconds.
+	now := s.cfg.clock.Now().UTC().Truncate(time.Microsecond)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.parked[subscription][aggregate]
+	if !ok {
+		return notParked(op, subscription, aggregate)
+	}
+	err := s.edit(op, subscription, aggregate, e, func(p *runtime.Parked) error {
+		if action == runtime.ActionRetry {
+			if p.Status == runtime.StatusUnrecoverable {
+				return fmt.Errorf("memstore: %s: %q of subscription %q: %w", op, aggregate, subscription, runtime.ErrUnrecoverable)
+			}
+			p.Status = runtime.StatusRetrying
+		}
+		p.Request = &runtime.Request{Action: action, Reason: reason, By: by, RequestedAt: now}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for w := range s.watchers[subscription] {
+		select {
+		case w.ch <- aggregate:
+		default:
+		}
+	}
+	return nil
+}
+
+// edit decodes e, applies change and stores the result; s.mu is held.
+func (s *Store) edit(op, subscription, aggregate string, e entry, change func(*runtime.Parked) error) error {
+	var p runtime.Parked
+	if err := json.Unmarshal(e.data, &p); err != nil {
+		return fmt.Errorf("memstore: %s: %w", op, err)
+	}
+	if err := change(&p); err != nil {
+		return err
+	}
+	data, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("memstore: %s: %w", op, err)
+	}
+	e.data = data
+	s.parked[subscription][aggregate] = e
+	return nil
+}
+
+// WatchRequests sends the aggregate of every request recorded for
+// subscription after it returns, until ctx ends; then it closes the
+// channel. A full buffer (WithWatchBuffer) drops signals: they are hints.
+// It starts no goroutine.
+func (s *Store) WatchRequests(ctx context.Context, subscription string) (<-chan string, error) {
+	const op = "watch requests"
+	if err := validSubscription(op, subscription); err != nil {
+		return nil, err
+	}
+	if err := ctxErr(ctx, op); err != nil {
+		return nil, err
+	}
+	w := &watcher{ch: make(chan string, s.cfg.watchBuffer)}
+	s.mu.Lock()
+	ws := s.watchers[subscription]
+	if ws == nil {
+		ws = make(map[*watcher]struct{})
+		s.watchers[subscription] = ws
+	}
+	ws[w] = struct{}{}
+	s.mu.Unlock()
+	// Sends happen under s.mu, so closing under it never races a send.
+	context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.watchers[subscription], w)
+		if len(s.watchers[subscription]) == 0 {
+			delete(s.watchers, subscription)
+		}
+		close(w.ch)
+	})
+	return w.ch, nil
+}
+
+func notParked(op, subscription, aggregate string) error {
+	return fmt.Errorf("memstore: %s: %q of subscription %q: %w", op, aggregate, subscription, runtime.ErrNotParked)
+}

@@ -1,0 +1,96 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+// Save stores next as subscription's checkpoint of partition in
+// leaseGroup (LeaseGroup.String), in one script that first proves f: a
+// lease that does not hold exactly f.Token (expired, released, taken by a
+// newer generation) fails with a *broker.LeaseLostError (Op "checkpoint",
+// errors.Is broker.ErrLeaseLost) and writes nothing. A next at or below
+// the stored checkpoint is ignored: checkpoints never move backwards.
+//
+// f.LeaseKey should be LeaseGroup.LeaseKey(partition): on Redis Cluster
+// it must share the checkpoints' hash tag.
+func (s *Store) Save(ctx context.Context, f broker.Fence, leaseGroup, subscription string, partition int32, next int64) error {
+	const op = "checkpoint"
+	if err := validFence(op, f); err != nil {
+		return err
+	}
+	if err := validCheckpoint(op, leaseGroup, subscription, partition); err != nil {
+		return err
+	}
+	if next < 0 {
+		return invalid(op, "next offset", strconv.FormatInt(next, 10), "must not be negative")
+	}
+	keys := []string{f.LeaseKey, checkpointsKey(leaseGroup, subscription)}
+	err := checkpointScript.Run(ctx, s.client, keys, f.Token, partition, strconv.FormatInt(next, 10)).Err()
+	if err != nil {
+		return mapErr(call{op: op, keys: keys, fence: &f}, err)
+	}
+	return nil
+}
+
+// Load returns subscription's checkpoint of partition, ok=false when none
+// was saved.
+func (s *Store) Load(ctx context.Context, leaseGroup, subscription string, partition int32) (int64, bool, error) {
+	const op = "load checkpoint"
+	if err := validCheckpoint(op, leaseGroup, subscription, partition); err != nil {
+		return 0, false, err
+	}
+	key := checkpointsKey(leaseGroup, subscription)
+	v, err := s.client.HGet(ctx, key, strconv.FormatInt(int64(partition), 10)).Result()
+	if isNil(err) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, mapErr(call{op: op, key: key, want: "hash"}, err)
+	}
+	next, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("redisstore: %s: partition %d of %q holds %q, not an offset", op, partition, key, v)
+	}
+	return next, true, nil
+}
+
+// LoadAll returns every saved checkpoint of subscription in leaseGroup by
+// partition (an empty map when none was saved), in one HGETALL.
+func (s *Store) LoadAll(ctx context.Context, leaseGroup, subscription string) (map[int32]int64, error) {
+	const op = "load checkpoints"
+	if err := validCheckpoint(op, leaseGroup, subscription, 0); err != nil {
+		return nil, err
+	}
+	key := checkpointsKey(leaseGroup, subscription)
+	all, err := s.client.HGetAll(ctx, key).Result()
+	if err != nil {
+		return nil, mapErr(call{op: op, key: key, want: "hash"}, err)
+	}
+	out := make(map[int32]int64, len(all))
+	for field, v := range all {
+		p, perr := strconv.ParseInt(field, 10, 32)
+		next, nerr := strconv.ParseInt(v, 10, 64)
+		if perr != nil || nerr != nil {
+			return nil, fmt.Errorf("redisstore: %s: %q holds %q -> %q, not partition -> offset", op, key, field, v)
+		}
+		out[int32(p)] = next
+	}
+	return out, nil
+}
+
+func validCheckpoint(op, leaseGroup, subscription string, partition int32) error {
+	if err := validTagged(op, "lease group", leaseGroup); err != nil {
+		return err
+	}
+	if err := nonEmpty(op, "subscription", subscription); err != nil {
+		return err
+	}
+	if partition < 0 {
+		return invalid(op, "partition", strconv.FormatInt(int64(partition), 10), "must not be negative")
+	}
+	return nil
+}

@@ -1,0 +1,129 @@
+package redisstore
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+// Key names. Every key a script touches shares a hash tag with the others
+// of the same call, so the stores run unchanged on Redis Cluster:
+//
+//	protctl:{S}:members                   ZSET node -> expiry (ms, server clock)
+//	protctl:{S}:node:<node>               STRING JSON runtime.NodeStatus, PX ttl
+//	protctl:{S|N}:lease:<p>               STRING owner:generation, PX ttl (broker.LeaseManager)
+//	protctl:{S|N}:generation:<p>          STRING integer fence counter (broker.LeaseManager)
+//	protctl:{S|N}:checkpoints:<sub>       HASH partition -> next offset
+//	<lease key>:parked:<len>:<sub>:<agg>  STRING JSON runtime.Parked (RecordKey)
+//	protctl:parked:<sub>                  HASH aggregate -> record key (own slot)
+//	protctl:parked:__subscriptions__      SET subscriptions that have had entries
+//	protctl:parked:<sub>:requests         Pub/Sub channel: aggregates with a new request
+//
+// docs/decisions/0003-runtime-store-layout.md explains the choices.
+const (
+	prefix = "protctl:"
+	// ParkedSubscriptionsKey is the SET of subscriptions that have had
+	// parked entries, read by ListParked("").
+	ParkedSubscriptionsKey = prefix + "parked:__subscriptions__"
+)
+
+// MembersKey is the ZSET of service's nodes, scored by the expiry of
+// their last heartbeat in milliseconds since the epoch (server clock).
+func MembersKey(service string) string { return prefix + "{" + service + "}:members" }
+
+// NodeKey holds node's status record (JSON runtime.NodeStatus) with the
+// heartbeat's TTL.
+func NodeKey(service, node string) string { return prefix + "{" + service + "}:node:" + node }
+
+// ParkedIndexKey is the HASH aggregate -> record key of subscription's
+// parked entries. It lives in its own slot.
+func ParkedIndexKey(subscription string) string { return prefix + "parked:" + subscription }
+
+// RequestsChannel is the Pub/Sub channel on which RequestRetry and
+// RequestSkip announce the aggregate of subscription they recorded a
+// request for.
+func RequestsChannel(subscription string) string {
+	return prefix + "parked:" + subscription + ":requests"
+}
+
+// RecordKey holds the parked entry of (subscription, aggregate) that is
+// fenced by leaseKey. It extends the lease key, so it shares the lease's
+// slot whenever the lease key carries a hash tag (both cluster layouts
+// do), and the fenced scripts can check the lease and write the record
+// in one step. The subscription is part of the name because a Kafka lease
+// is shared by every subscription of the topic; its length is too, so
+// that no (subscription, aggregate) pair can spell another's key when
+// either contains ':'.
+func RecordKey(leaseKey, subscription, aggregate string) string {
+	return leaseKey + ":parked:" + strconv.Itoa(len(subscription)) + ":" + subscription + ":" + aggregate
+}
+
+// LeaseGroup names the keys of a set of leased partitions of one service:
+// a Kafka topic's partitions are the lease group
+// {Service, "topic:" + topic}. Its String form is the leaseGroup argument
+// of the Checkpoints methods.
+//
+// Every key of a lease group carries the hash tag {Service|Name}, so a
+// partition's lease and the subscriptions' checkpoints live in one slot
+// and a checkpoint can be fenced by the lease in one script.
+type LeaseGroup struct {
+	Service string
+	Name    string
+}
+
+// TopicLeaseGroup is the lease group of a Kafka topic's partitions in
+// service.
+func TopicLeaseGroup(service, topic string) LeaseGroup {
+	return LeaseGroup{Service: service, Name: "topic:" + topic}
+}
+
+// String returns "Service|Name", the hash tag of the group's keys and the
+// leaseGroup argument of Checkpoints.
+func (g LeaseGroup) String() string { return g.Service + "|" + g.Name }
+
+// ParseLeaseGroup splits "Service|Name" at its first '|'.
+func ParseLeaseGroup(s string) (LeaseGroup, error) {
+	service, name, ok := strings.Cut(s, "|")
+	if !ok {
+		return LeaseGroup{}, &broker.InvalidArgumentError{Op: "parse lease group", Arg: "lease group", Value: strconv.Quote(s), Reason: `want "service|name"`}
+	}
+	g := LeaseGroup{Service: service, Name: name}
+	return g, g.Validate()
+}
+
+// Validate checks that the group's names are usable in key names: Service
+// not empty and without '|', '{' or '}', Name not empty and without '{'
+// or '}'.
+func (g LeaseGroup) Validate() error {
+	const op = "lease group"
+	if err := validService(op, g.Service); err != nil {
+		return err
+	}
+	if strings.Contains(g.Service, "|") {
+		return invalid(op, "service", strconv.Quote(g.Service), `must not contain "|" in a lease group`)
+	}
+	return validTagged(op, "lease group name", g.Name)
+}
+
+func (g LeaseGroup) key(kind string) string { return prefix + "{" + g.String() + "}:" + kind }
+
+// LeaseKey is the lease of partition p, for broker.LeaseManager.
+func (g LeaseGroup) LeaseKey(p int32) string {
+	return g.key("lease:" + strconv.FormatInt(int64(p), 10))
+}
+
+// GenerationKey is the fence counter of partition p, for
+// broker.LeaseManager.
+func (g LeaseGroup) GenerationKey(p int32) string {
+	return g.key("generation:" + strconv.FormatInt(int64(p), 10))
+}
+
+// CheckpointsKey is the HASH partition -> next offset of subscription.
+func (g LeaseGroup) CheckpointsKey(subscription string) string {
+	return checkpointsKey(g.String(), subscription)
+}
+
+func checkpointsKey(leaseGroup, subscription string) string {
+	return prefix + "{" + leaseGroup + "}:checkpoints:" + subscription
+}

@@ -1,0 +1,119 @@
+-- lib.lua is prepended to every script of the package (see scripts.go), so
+-- that type checks, fencing and time read the same everywhere.
+--
+-- Errors are raised as tables ({err = ...}) so that Redis replies with our
+-- own code as the prefix; the Go side matches only that prefix and the
+-- space-separated words after it:
+--   PROTCTL_WRONGTYPE <want> <got> <index of the key in KEYS>
+--   PROTCTL_LEASELOST
+--   PROTCTL_NOTPARKED
+--   PROTCTL_UNRECOVERABLE
+--   PROTCTL_BADRECORD <index of the key in KEYS>
+-- Redis appends " script: <sha>, on @user_script:<line>." to raised
+-- errors, which the Go side ignores.
+
+-- key_type returns the type of KEYS[i] and raises PROTCTL_WRONGTYPE unless
+-- it is want or none. Scripts call it for every key before their first
+-- write, because a Lua script is not rolled back when it fails half way.
+local function key_type(i, want)
+  local t = redis.call('TYPE', KEYS[i]).ok
+  if t ~= 'none' and t ~= want then
+    error({err = 'PROTCTL_WRONGTYPE ' .. want .. ' ' .. t .. ' ' .. i})
+  end
+  return t
+end
+
+-- fence raises PROTCTL_LEASELOST unless KEYS[i] (a lease, type checked
+-- already) holds exactly token. A missing (expired, released) lease holds
+-- nothing and fails too.
+local function fence(i, token)
+  if redis.call('GET', KEYS[i]) ~= token then
+    error({err = 'PROTCTL_LEASELOST'})
+  end
+end
+
+-- now_ms is the server's time in milliseconds since the epoch. Membership
+-- expiry is measured on it, so the nodes' clocks never matter. (Redis 7
+-- replicates a script's effects, not the script, so reading TIME before a
+-- write is allowed.) Milliseconds since the epoch fit a double exactly.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- iso_time formats secs.micros since the epoch as RFC 3339 in UTC with
+-- microseconds, the form Go's time.Time reads from JSON. Lua in Redis has
+-- no os.date, so the civil date is computed from the day number (Howard
+-- Hinnant's days-to-civil algorithm; all values are small integers held
+-- exactly in doubles).
+local function iso_time(secs, micros)
+  local days = math.floor(secs / 86400)
+  local rem = secs - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m
+  if mp < 10 then m = mp + 3 else m = mp - 9 end
+  if m <= 2 then y = y + 1 end
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%06dZ', y, m, d,
+    math.floor(rem / 3600), math.floor((rem % 3600) / 60), rem % 60, micros)
+end
+
+local function iso_now()
+  local t = redis.call('TIME')
+  return iso_time(tonumber(t[1]), tonumber(t[2]))
+end
+
+-- decimal strips leading zeros from a string of digits, or returns nil
+-- when s is not one.
+local function decimal(s)
+  if not string.match(s, '^%d+$') then
+    return nil
+  end
+  local stripped = string.gsub(s, '^0+', '')
+  if stripped == '' then
+    return '0'
+  end
+  return stripped
+end
+
+-- numcmp compares two decimal strings without leading zeros. Lua numbers
+-- are doubles and cannot hold every int64 exactly, so offsets are never
+-- converted to numbers for comparison.
+local function numcmp(a, b)
+  if #a ~= #b then
+    if #a < #b then return -1 end
+    return 1
+  end
+  if a == b then return 0 end
+  if a < b then return -1 end
+  return 1
+end
+
+-- load_record returns the parked entry at KEYS[i] decoded, or raises
+-- PROTCTL_NOTPARKED when the key is missing and PROTCTL_BADRECORD when it
+-- is not a JSON object.
+--
+-- The entry is edited in Lua (cjson) rather than read, changed in Go and
+-- compared-and-set, so that an edit is one round trip and keeps fields a
+-- newer protctl added. This is safe for runtime.Parked because it has no
+-- array fields (cjson writes an empty array back as {}) and its integers
+-- (attempts, generation) stay far below the 14 significant digits cjson
+-- writes numbers with.
+local function load_record(i)
+  local raw = redis.call('GET', KEYS[i])
+  if not raw then
+    error({err = 'PROTCTL_NOTPARKED'})
+  end
+  local ok, p = pcall(cjson.decode, raw)
+  if not ok or type(p) ~= 'table' then
+    error({err = 'PROTCTL_BADRECORD ' .. i})
+  end
+  return p
+end
+

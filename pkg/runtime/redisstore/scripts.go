@@ -1,0 +1,48 @@
+package redisstore
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The scripts are immutable, so they are package-level values shared by
+// every Store. Script.Run sends EVALSHA and falls back to EVAL when the
+// server does not know the script yet (after a restart or SCRIPT FLUSH).
+// lib.lua is prepended to each: EVAL scripts cannot share Lua functions.
+var (
+	//go:embed lib.lua
+	libLua string
+	//go:embed heartbeat.lua
+	heartbeatLua string
+	//go:embed members.lua
+	membersLua string
+	//go:embed leave.lua
+	leaveLua string
+	//go:embed checkpoint.lua
+	checkpointLua string
+	//go:embed park.lua
+	parkLua string
+	//go:embed setstatus.lua
+	setStatusLua string
+	//go:embed resolve.lua
+	resolveLua string
+	//go:embed request.lua
+	requestLua string
+	//go:embed unindex.lua
+	unindexLua string
+)
+
+var (
+	heartbeatScript  = newScript(heartbeatLua)
+	membersScript    = newScript(membersLua)
+	leaveScript      = newScript(leaveLua)
+	checkpointScript = newScript(checkpointLua)
+	parkScript       = newScript(parkLua)
+	setStatusScript  = newScript(setStatusLua)
+	resolveScript    = newScript(resolveLua)
+	requestScript    = newScript(requestLua)
+	unindexScript    = newScript(unindexLua)
+)
+
+func newScript(body string) *redis.Script { return redis.NewScript(libLua + body) }

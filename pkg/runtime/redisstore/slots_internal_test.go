@@ -1,0 +1,239 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/internal/testenv"
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/runtime"
+)
+
+// crc16 is CRC-16/XMODEM, the checksum Redis Cluster hashes keys with.
+func crc16(b []byte) uint16 {
+	var crc uint16
+	for _, c := range b {
+		crc ^= uint16(c) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// slot is the cluster slot of key: the CRC16 of its hash tag (the part
+// between the first '{' and the next '}', when not empty) or else of the
+// whole key, modulo 16384.
+func slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return int(crc16([]byte(key)) % 16384)
+}
+
+func TestSlotHelperMatchesRedisCluster(t *testing.T) {
+	if got := crc16([]byte("123456789")); got != 0x31C3 {
+		t.Fatalf("crc16 check value %#x, want 0x31c3", got)
+	}
+	// Values from CLUSTER KEYSLOT.
+	for key, want := range map[string]int{"foo": 12182, "bar": 5061, "{foo}.x": 12182, "foo{}{bar}": slot("foo{}{bar}"), "{user1000}.following": 3443} {
+		if got := slot(key); got != want {
+			t.Errorf("slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+	if slot("foo{}{bar}") == slot("bar") {
+		t.Error("an empty tag must hash the whole key")
+	}
+}
+
+// keyRecorder is a go-redis hook that records the keys of every script
+// call and multi-key command the store sends.
+type keyRecorder struct {
+	mu    sync.Mutex
+	calls []recorded
+}
+
+type recorded struct {
+	sha  string // script hash, "" for a plain command
+	name string
+	keys []string
+}
+
+func (r *keyRecorder) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *keyRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.record(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (r *keyRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			r.record(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (r *keyRecorder) record(cmd redis.Cmder) {
+	args := cmd.Args()
+	name := strings.ToLower(cmd.Name())
+	var rec recorded
+	switch name {
+	case "evalsha", "eval":
+		n, _ := strconv.Atoi(fmt.Sprint(args[2]))
+		rec = recorded{name: name, sha: argString(args[1])}
+		if name == "eval" {
+			rec.sha = redis.NewScript(argString(args[1])).Hash()
+		}
+		for _, k := range args[3 : 3+n] {
+			rec.keys = append(rec.keys, argString(k))
+		}
+	case "mget":
+		rec = recorded{name: name}
+		for _, k := range args[1:] {
+			rec.keys = append(rec.keys, argString(k))
+		}
+	default:
+		return
+	}
+	r.mu.Lock()
+	r.calls = append(r.calls, rec)
+	r.mu.Unlock()
+}
+
+func argString(a any) string {
+	switch v := a.(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	}
+	return ""
+}
+
+// TestEveryScriptsKeysShareASlot runs every operation with the keys the
+// cluster layouts produce (a Kafka lease group's lease, and a Redis
+// partition lease in broker.ClusterLayout) and checks that the keys of
+// each script call, and of each multi-key command, hash to one slot. It
+// also checks that the scenario ran every script of the package, so a new
+// script cannot escape the check.
+func TestEveryScriptsKeysShareASlot(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := srv.Client(t)
+	rec := &keyRecorder{}
+	c.AddHook(rec)
+	s := New(c)
+	ctx := context.Background()
+
+	kafka := broker.Fence{LeaseKey: TopicLeaseGroup("shop", "orders").LeaseKey(3), Token: "node-a:1"}
+	redisKey := broker.Fence{LeaseKey: broker.ClusterLayout.LeaseKey("app.Projector", "o-1"), Token: "node-a:2"}
+	for _, f := range []broker.Fence{kafka, redisKey} {
+		if err := c.Set(ctx, f.LeaseKey, f.Token, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	must("heartbeat", s.Heartbeat(ctx, runtime.NodeStatus{Service: "shop", Node: "node-a"}, time.Minute))
+	must("heartbeat", s.Heartbeat(ctx, runtime.NodeStatus{Service: "shop", Node: "node-b"}, time.Minute))
+	_, err := s.Members(ctx, "shop")
+	must("members", err)
+	must("leave", s.Leave(ctx, "shop", "node-b"))
+	must("save", s.Save(ctx, kafka, TopicLeaseGroup("shop", "orders").String(), "sync", 3, 10))
+	for _, f := range []broker.Fence{kafka, redisKey} {
+		p := runtime.Parked{Subscription: "sync", Aggregate: "o-1"}
+		must("park", s.Park(ctx, f, p))
+		must("retry", s.RequestRetry(ctx, "sync", "o-1", "alice"))
+		must("set status", s.SetStatus(ctx, f, "sync", "o-1", runtime.StatusParked))
+		must("skip", s.RequestSkip(ctx, "sync", "o-1", "r", "alice"))
+		must("resolve", s.Resolve(ctx, f, "sync", "o-1"))
+	}
+
+	scripts := map[string]string{}
+	for name, sc := range map[string]*redis.Script{
+		"heartbeat": heartbeatScript, "members": membersScript, "leave": leaveScript,
+		"checkpoint": checkpointScript, "park": parkScript, "setstatus": setStatusScript,
+		"resolve": resolveScript, "request": requestScript, "unindex": unindexScript,
+	} {
+		scripts[sc.Hash()] = name
+	}
+	ran := map[string]bool{}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, call := range rec.calls {
+		what := call.name
+		if call.sha != "" {
+			name, ok := scripts[call.sha]
+			if !ok {
+				t.Fatalf("a script not listed in this test ran (sha %s): add it", call.sha)
+			}
+			what, ran[name] = name, true
+		}
+		if len(call.keys) == 0 {
+			t.Fatalf("%s ran without KEYS", what)
+		}
+		for _, k := range call.keys[1:] {
+			if slot(k) != slot(call.keys[0]) {
+				t.Fatalf("%s: key %q (slot %d) and %q (slot %d) are in different slots", what, call.keys[0], slot(call.keys[0]), k, slot(k))
+			}
+		}
+	}
+	for _, name := range scripts {
+		if !ran[name] {
+			t.Errorf("the scenario never ran %s.lua", name)
+		}
+	}
+}
+
+// TestISOTimeMatchesGo checks lib.lua's date formatting against Go's for
+// days around leap years, century rules and the epoch.
+func TestISOTimeMatchesGo(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	sc := redis.NewScript(libLua + "return iso_time(tonumber(ARGV[1]), tonumber(ARGV[2]))")
+	times := []time.Time{
+		time.Unix(0, 0),
+		time.Date(1999, 12, 31, 23, 59, 59, 999999000, time.UTC),
+		time.Date(2000, 2, 29, 12, 0, 0, 1000, time.UTC),
+		time.Date(2000, 3, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2024, 2, 29, 1, 2, 3, 456789000, time.UTC),
+		time.Date(2025, 12, 31, 23, 59, 59, 0, time.UTC),
+		time.Date(2100, 2, 28, 23, 59, 59, 0, time.UTC),
+		time.Date(2100, 3, 1, 0, 0, 0, 0, time.UTC),
+		time.Now().UTC().Truncate(time.Microsecond),
+	}
+	for d := time.Date(2023, 1, 1, 13, 14, 15, 0, time.UTC); d.Year() < 2029; d = d.Add(97 * time.Hour) {
+		times = append(times, d)
+	}
+	for _, want := range times {
+		got, err := sc.Run(ctx, c, nil, want.Unix(), want.Nanosecond()/1000).Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed, err := time.Parse(time.RFC3339Nano, got)
+		if err != nil || !parsed.Equal(want) {
+			t.Fatalf("iso_time(%d, %d) = %q, want %s", want.Unix(), want.Nanosecond()/1000, got, want.Format(time.RFC3339Nano))
+		}
+	}
+}
