@@ -1,0 +1,387 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/runtime/clock"
+)
+
+// Partitioned is a Redis partitioned subscription: the consumer side of
+// Protean's sequential_by. Each partition key (with its streams in every
+// category of the subscription) is processed by exactly one node at a
+// time, in order, under a fenced lease; keys are spread over the live
+// nodes of the service by rendezvous hashing. See NewPartitioned for the
+// life of a partition and docs/decisions/0004-idle-partitions.md for why
+// idle partitions hold no lease.
+type Partitioned struct {
+	cfg    PartitionedConfig
+	layout broker.Layout
+
+	// Optional broker capabilities, found by type assertion.
+	waiter       broker.EntryWaiter // nil unless the broker also tails streams
+	tailer       StreamTailer
+	pwatch       broker.PartitionWatcher
+	batchRenewer BatchRenewer
+	ackReader    broker.AckReader
+
+	// Set by Start.
+	host Host
+	clk  clock.Clock
+	log  *slog.Logger
+	obs  *Observer
+	node string
+
+	mu        sync.Mutex
+	state     SubscriptionState
+	fatalErr  error
+	stopOnce  sync.Once
+	stopping  chan struct{} // closed when a graceful stop begins
+	coordDone chan struct{} // closed when the coordinator (and so every worker) is done
+
+	runCtx    context.Context // parent of the workers' contexts; cancelled by a hard stop
+	runCancel context.CancelFunc
+	bgCtx     context.Context // background loops; cancelled when the coordinator exits
+	bgCancel  context.CancelFunc
+	wg        sync.WaitGroup
+
+	events chan event
+	sem    chan struct{} // the worker limit
+
+	leases   leaseTable
+	assigned assignedSet
+	watch    *watchSet
+	paused pausedSet
+	c      partCounters
+
+	// renewGate, when set (tests only, see export_test.go), is called by
+	// the renewer before every renewal round; blocking in it stalls
+	// renewals.
+	renewGate func(ctx context.Context)
+}
+
+var _ Subscription = (*Partitioned)(nil)
+
+// NewPartitioned returns a partitioned subscription. It does no I/O.
+//
+// The life of a partition key K on a node, once HRW gives K to the node:
+//
+//	         acquire lease (new generation), check the ledger,
+//	watched ─────reclaim earlier generations' pending────────▶ active
+//	(no lease)◀──────── idle for IdleAfter: release ───────── (leased)
+//	   ▲  │                                                    │  │
+//	   │  │ operator retry/skip                       N failed │  │ HRW gives K
+//	   │  ▼                                          attempts  │  │ to another node
+//	 parked ◀────────────── park (fenced), release ────────────┘  ▼
+//	(no lease)                                         finish in flight, ack,
+//	                                                   release, forget K
+//
+// While active, the worker reads pending entries before new ones and the
+// main lanes before the backfill lanes, in batches of BatchSize, calls
+// the handler one message at a time, and acks each batch once, all fenced.
+// A watched partition costs nothing: the node waits on all watched
+// streams at once (broker.EntryWaiter) and on publish signals
+// (broker.PartitionWatcher).
+func NewPartitioned(cfg PartitionedConfig) (*Partitioned, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	p := &Partitioned{
+		cfg:       cfg,
+		layout:    cfg.Broker.Layout(),
+		state:     StateNew,
+		stopping:  make(chan struct{}),
+		coordDone: make(chan struct{}),
+		events:    make(chan event, 64),
+		sem:       make(chan struct{}, cfg.Workers),
+		watch:     newWatchSet(),
+	}
+	w, wok := cfg.Broker.(broker.EntryWaiter)
+	t, tok := cfg.Broker.(StreamTailer)
+	if wok && tok {
+		p.waiter, p.tailer = w, t
+	}
+	if pw, ok := cfg.Broker.(broker.PartitionWatcher); ok {
+		p.pwatch = pw
+	}
+	if br, ok := cfg.Broker.(BatchRenewer); ok {
+		p.batchRenewer = br
+	}
+	if ar, ok := cfg.Broker.(broker.AckReader); ok {
+		p.ackReader = ar
+	}
+	return p, nil
+}
+
+// Name returns the subscription's name (the consumer group).
+func (p *Partitioned) Name() string { return p.cfg.Name }
+
+// Config returns the validated configuration, defaults filled in.
+func (p *Partitioned) Config() PartitionedConfig { return p.cfg }
+
+// Start registers the group on every category (so that reaps keep what it
+// has not read yet) and starts the subscription's goroutines. It returns
+// once they run; partitions are taken in the background as the host
+// reports the membership.
+func (p *Partitioned) Start(ctx context.Context, host Host) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state != StateNew {
+		return errors.New("runtime: partitioned subscription already started")
+	}
+	for _, cat := range p.cfg.Categories {
+		if err := p.cfg.Broker.RegisterGroup(ctx, cat, p.cfg.Name); err != nil {
+			return err
+		}
+	}
+	p.host = host
+	p.clk = host.Clock()
+	p.log = host.Logger()
+	p.obs = host.Observer()
+	p.node = host.NodeID()
+	base := context.WithoutCancel(ctx)
+	p.runCtx, p.runCancel = context.WithCancel(base)
+	p.bgCtx, p.bgCancel = context.WithCancel(base)
+	p.state = StateRunning
+
+	c := newCoordinator(p)
+	p.wg.Add(1)
+	go c.run()
+	p.wg.Add(1)
+	go p.renewLoop(p.bgCtx)
+	p.wg.Add(1)
+	go p.discoverLoop(p.bgCtx)
+	p.wg.Add(1)
+	go p.ledgerLoop(p.bgCtx)
+	if p.waiter != nil {
+		p.wg.Add(1)
+		go p.waitLoop(p.bgCtx)
+	}
+	if p.pwatch != nil {
+		for _, cat := range p.cfg.Categories {
+			p.wg.Add(1)
+			go p.signalLoop(p.bgCtx, cat)
+		}
+	}
+	p.log.Info("subscription started", "subscription", p.cfg.Name, "categories", p.cfg.Categories,
+		"entryWaiter", p.waiter != nil, "partitionWatcher", p.pwatch != nil, "batchRenewer", p.batchRenewer != nil)
+	return nil
+}
+
+// Stop stops the subscription gracefully: no new message is started,
+// in-flight handlers finish, their batches are acked and every lease is
+// released. When ctx ends first, the handlers' contexts are cancelled
+// (their messages stay pending for the next owner) and Stop returns
+// ctx's error once the goroutines have returned. It is idempotent and a
+// no-op before Start.
+func (p *Partitioned) Stop(ctx context.Context) error {
+	p.mu.Lock()
+	if p.state == StateNew {
+		p.mu.Unlock()
+		return nil
+	}
+	if p.state == StateRunning {
+		p.state = StateStopping
+	}
+	p.mu.Unlock()
+	p.beginStop()
+
+	var err error
+	select {
+	case <-p.coordDone:
+	case <-ctx.Done():
+		err = ctx.Err()
+		p.runCancel()
+		<-p.coordDone
+	}
+	p.bgCancel()
+	p.wg.Wait()
+	p.runCancel()
+
+	p.mu.Lock()
+	if p.state == StateStopping {
+		p.state = StateStopped
+	}
+	p.mu.Unlock()
+	return err
+}
+
+func (p *Partitioned) beginStop() {
+	p.stopOnce.Do(func() { close(p.stopping) })
+}
+
+// fail stops the subscription after a fatal handler error.
+func (p *Partitioned) fail(err error) {
+	p.mu.Lock()
+	first := p.fatalErr == nil
+	if first {
+		p.fatalErr = err
+		p.state = StateFailed
+	}
+	p.mu.Unlock()
+	if first {
+		p.host.Fail(p.cfg.Name, err)
+	}
+	p.beginStop()
+}
+
+// Err returns the fatal error that stopped the subscription, or nil.
+func (p *Partitioned) Err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fatalErr
+}
+
+// Status is a snapshot of the subscription (no I/O).
+func (p *Partitioned) Status() SubscriptionStatus {
+	p.mu.Lock()
+	st := SubscriptionStatus{Name: p.cfg.Name, Source: SourceRedis, State: p.state, Err: p.fatalErr}
+	p.mu.Unlock()
+	st.Held = p.leases.held(p.cfg.Name, p.cfg.Categories)
+	st.Paused = p.paused.list()
+	st.Throttled = []string{}
+	st.Parked = int(p.c.parkedNow.Load())
+	st.Counters = p.c.snapshot()
+	return st
+}
+
+// Assigned returns the partition keys rendezvous hashing currently gives
+// this node, sorted: the leased ones and the idle ones it watches.
+func (p *Partitioned) Assigned() []string { return p.assigned.list() }
+
+// assignedSet mirrors the coordinator's assigned keys for readers on
+// other goroutines.
+type assignedSet struct {
+	mu sync.Mutex
+	m  map[string]struct{}
+}
+
+func (s *assignedSet) set(key string, mine bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !mine {
+		delete(s.m, key)
+		return
+	}
+	if s.m == nil {
+		s.m = make(map[string]struct{})
+	}
+	s.m[key] = struct{}{}
+}
+
+func (s *assignedSet) list() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return keysOf(s.m)
+}
+
+// partCounters are a subscription's counters (see the Counter* names).
+type partCounters struct {
+	processed, failed, parked, resolved, deadLetters, missing   counter
+	acquired, released, leaseLost, untrusted, contested, reaped counter
+	reads, acks, renewals                                       counter
+	assigned, watched, active, parkedNow                        counter
+}
+
+func (c *partCounters) snapshot() map[string]int64 {
+	return map[string]int64{
+		CounterProcessed:   c.processed.Load(),
+		CounterFailed:      c.failed.Load(),
+		CounterParked:      c.parked.Load(),
+		CounterResolved:    c.resolved.Load(),
+		CounterDeadLetters: c.deadLetters.Load(),
+		CounterMissing:     c.missing.Load(),
+		CounterAcquired:    c.acquired.Load(),
+		CounterReleased:    c.released.Load(),
+		CounterLeaseLost:   c.leaseLost.Load(),
+		CounterUntrusted:   c.untrusted.Load(),
+		CounterContested:   c.contested.Load(),
+		CounterReaped:      c.reaped.Load(),
+		CounterReads:       c.reads.Load(),
+		CounterAcks:        c.acks.Load(),
+		CounterRenewals:    c.renewals.Load(),
+		CounterAssigned:    c.assigned.Load(),
+		CounterWatched:     c.watched.Load(),
+		CounterActive:      c.active.Load(),
+	}
+}
+
+// pausedSet holds the keys paused by a systemic failure.
+type pausedSet struct {
+	mu sync.Mutex
+	m  map[string]struct{}
+}
+
+func (s *pausedSet) set(key string, paused bool) (changed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, was := s.m[key]
+	if paused == was {
+		return false
+	}
+	if paused {
+		if s.m == nil {
+			s.m = make(map[string]struct{})
+		}
+		s.m[key] = struct{}{}
+	} else {
+		delete(s.m, key)
+	}
+	return true
+}
+
+func (s *pausedSet) list() []string {
+	s.mu.Lock()
+	out := make([]string, 0, len(s.m))
+	for k := range s.m {
+		out = append(out, k)
+	}
+	s.mu.Unlock()
+	sort.Strings(out)
+	return out
+}
+
+// lane is one stream of a partition unit.
+type lane struct {
+	category string
+	stream   string
+	backfill bool
+}
+
+// lanesOf returns key's streams: the main lanes of every category in
+// configuration order, then the backfill lanes.
+func (p *Partitioned) lanesOf(key string) []lane {
+	out := make([]lane, 0, 2*len(p.cfg.Categories))
+	for _, c := range p.cfg.Categories {
+		out = append(out, lane{category: c, stream: p.layout.Stream(c, key)})
+	}
+	for _, c := range p.cfg.Categories {
+		out = append(out, lane{category: c, stream: p.layout.LaneStream(c, key, p.cfg.BackfillSuffix), backfill: true})
+	}
+	return out
+}
+
+// send delivers an event to the coordinator, or drops it when the
+// background loops are stopping (the coordinator is gone then).
+func (p *Partitioned) send(ev event) bool {
+	select {
+	case p.events <- ev:
+		return true
+	case <-p.bgCtx.Done():
+		return false
+	}
+}
+
+func keysOf[M ~map[string]V, V any](m M) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,221 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+// Causes a partition worker's context is cancelled with when its lease
+// can no longer be trusted. They never reach callers: the worker turns
+// them into lease events.
+var (
+	errLeaseLost = errors.New("runtime: lease lost")
+	errUntrusted = errors.New("runtime: lease not renewed within the trust window")
+)
+
+// heldLease is one lease a worker holds. The renewer and the worker share
+// it: the renewer extends trustedUntil after each successful renewal and
+// cancels the worker (lose) when a renewal is refused or the trust window
+// passes; the worker checks trusted before every handler call and ack.
+type heldLease struct {
+	key   string
+	fence broker.Fence
+	gen   int64
+
+	// trustedUntil is a Unix nanosecond time on the subscription's clock:
+	// the start of the last successful renewal (or of the acquire) plus
+	// the trust window. Measuring from the start of the call is the
+	// conservative side: the server may have applied the renewal at any
+	// moment of the round trip.
+	trustedUntil atomic.Int64
+	lost         atomic.Bool
+	cancel       context.CancelCauseFunc
+}
+
+func (l *heldLease) trusted(now time.Time) bool {
+	return !l.lost.Load() && now.UnixNano() < l.trustedUntil.Load()
+}
+
+func (l *heldLease) extend(from time.Time, window time.Duration) {
+	until := from.Add(window).UnixNano()
+	for {
+		cur := l.trustedUntil.Load()
+		if until <= cur || l.trustedUntil.CompareAndSwap(cur, until) {
+			return
+		}
+	}
+}
+
+// lose cancels the worker with cause; only the first cause counts.
+func (l *heldLease) lose(cause error) {
+	if l.lost.CompareAndSwap(false, true) {
+		l.cancel(cause)
+	}
+}
+
+// leaseTable is the set of leases a subscription holds, shared by the
+// workers (add, remove), the renewer (snapshot) and Status.
+type leaseTable struct {
+	mu sync.Mutex
+	m  map[string]*heldLease
+}
+
+func (t *leaseTable) add(l *heldLease) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = make(map[string]*heldLease)
+	}
+	t.m[l.key] = l
+}
+
+func (t *leaseTable) remove(l *heldLease) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m[l.key] == l {
+		delete(t.m, l.key)
+	}
+}
+
+func (t *leaseTable) snapshot() []*heldLease {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*heldLease, 0, len(t.m))
+	for _, l := range t.m {
+		out = append(out, l)
+	}
+	return out
+}
+
+// held returns the held partitions sorted by key, for status records.
+func (t *leaseTable) held(sub string, categories []string) []HeldPartition {
+	t.mu.Lock()
+	out := make([]HeldPartition, 0, len(t.m))
+	for _, l := range t.m {
+		if l.lost.Load() {
+			continue
+		}
+		for _, c := range categories {
+			out = append(out, HeldPartition{Subscription: sub, Source: SourceRedis, Category: c, Partition: l.key, Generation: l.gen})
+		}
+	}
+	t.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Partition != out[j].Partition {
+			return out[i].Partition < out[j].Partition
+		}
+		return out[i].Category < out[j].Category
+	})
+	return out
+}
+
+// renewLoop renews every held lease once per RenewEvery, in one batched
+// call, until ctx ends. It runs on its own goroutine so that a slow
+// handler never delays a renewal.
+func (p *Partitioned) renewLoop(ctx context.Context) {
+	defer p.wg.Done()
+	t := p.clk.NewTimer(p.cfg.RenewEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		if gate := p.renewGate; gate != nil {
+			gate(ctx)
+		}
+		p.renewOnce(ctx)
+		t.Reset(p.cfg.RenewEvery)
+	}
+}
+
+// renewOnce renews the held leases and drops those refused or past their
+// trust window.
+func (p *Partitioned) renewOnce(ctx context.Context) {
+	leases := p.leases.snapshot()
+	if len(leases) == 0 {
+		return
+	}
+	start := p.clk.Now()
+	rctx, cancel := context.WithTimeout(ctx, p.cfg.RenewEvery)
+	res, err := p.renewAll(rctx, leases)
+	cancel()
+	p.c.renewals.Add(1)
+	if err != nil && ctx.Err() == nil {
+		p.log.Warn("lease renewal failed", "subscription", p.cfg.Name, "leases", len(leases), "err", err)
+		p.obs.error(ErrorEvent{Subscription: p.cfg.Name, Op: "renew", Err: err})
+	}
+	for i, l := range leases {
+		switch res[i] {
+		case renewed:
+			l.extend(start, p.cfg.TrustWindow)
+		case refused:
+			l.lose(errLeaseLost)
+		}
+	}
+	// A lease whose renewals keep failing (Redis unreachable, or this
+	// goroutine stalled) is dropped when its trust window passes, before
+	// the server can expire it and hand it to another node.
+	now := p.clk.Now()
+	for _, l := range leases {
+		if !l.lost.Load() && !l.trusted(now) {
+			l.lose(errUntrusted)
+		}
+	}
+}
+
+type renewResult int8
+
+const (
+	renewUnknown renewResult = iota // the call failed: nothing is known
+	renewed
+	refused // the lease no longer holds the token
+)
+
+// renewAll renews leases in one call when the broker batches, else one
+// call per lease.
+func (p *Partitioned) renewAll(ctx context.Context, leases []*heldLease) ([]renewResult, error) {
+	res := make([]renewResult, len(leases))
+	if p.batchRenewer != nil {
+		fences := make([]broker.Fence, len(leases))
+		for i, l := range leases {
+			fences[i] = l.fence
+		}
+		oks, err := p.batchRenewer.RenewPartitionLeases(ctx, fences, p.cfg.LeaseTTL)
+		if err != nil {
+			return res, err
+		}
+		if len(oks) != len(leases) {
+			return res, errors.New("runtime: batch renewal answered for the wrong number of leases")
+		}
+		for i, ok := range oks {
+			res[i] = refused
+			if ok {
+				res[i] = renewed
+			}
+		}
+		return res, nil
+	}
+	var firstErr error
+	for i, l := range leases {
+		ok, err := p.cfg.Broker.RenewPartitionLease(ctx, l.fence, p.cfg.LeaseTTL)
+		switch {
+		case err != nil:
+			if firstErr == nil {
+				firstErr = err
+			}
+		case ok:
+			res[i] = renewed
+		default:
+			res[i] = refused
+		}
+	}
+	return res, firstErr
+}

@@ -1,0 +1,918 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+// resultKind is how a worker ended.
+type resultKind int
+
+const (
+	resIdle      resultKind = iota // drained for IdleAfter; lease released
+	resHandedOff                   // HRW gave the key away; lease released
+	resStopped                     // the subscription stops; lease released
+	resContested                   // the lease was held by someone else
+	resLost                        // the lease was lost or not renewed in time
+	resParked                      // the head was parked; lease released
+	resError                       // a transient I/O failure; lease released
+	resFatal                       // a fatal handler error; lease released
+)
+
+// result is what a worker reports to the coordinator.
+type result struct {
+	kind   resultKind
+	gen    int64
+	after  map[string]string // per lane, the newest id known delivered
+	parked *Parked
+	// resolved says the worker resolved the key's parked entry.
+	resolved bool
+	err      error
+}
+
+// worker processes one partition key under one lease generation, from
+// acquire to release. It runs on its own goroutine; the coordinator talks
+// to it only through poke and handOver.
+type worker struct {
+	p     *Partitioned
+	key   string
+	lanes []lane
+
+	// after is per lane the newest id known delivered to the group
+	// (missing: unknown), inherited from the previous generation.
+	after       map[string]string
+	cleanGen    int64
+	checkLedger bool
+
+	wake       chan struct{}
+	fromWaiter atomic.Bool // the last wake came from the EntryWaiter
+	handover   chan struct{}
+	handOnce   sync.Once
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	lease  *heldLease
+	slot   bool
+
+	acks      map[string][]string // per stream, ids handled and not yet acked
+	readSince bool                // a message was read since the last wake
+	retrying  *Parked             // an operator's retry being carried out
+	skipping  *Parked             // an operator's skip being carried out
+	resolved  bool
+}
+
+func newWorker(p *Partitioned, pt *part) *worker {
+	ctx, cancel := context.WithCancelCause(p.runCtx)
+	w := &worker{
+		p:           p,
+		key:         pt.key,
+		lanes:       p.lanesOf(pt.key),
+		after:       make(map[string]string),
+		cleanGen:    pt.cleanGen,
+		checkLedger: pt.checkLedger || pt.parked != nil,
+		wake:        make(chan struct{}, 1),
+		handover:    make(chan struct{}),
+		ctx:         ctx,
+		cancel:      cancel,
+		acks:        make(map[string][]string),
+	}
+	maps.Copy(w.after, pt.after)
+	return w
+}
+
+// poke tells the worker that its partition may have news.
+func (w *worker) poke(fromWaiter bool) {
+	if fromWaiter {
+		w.fromWaiter.Store(true)
+	}
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// handOver asks the worker to finish its in-flight message, ack and
+// release the lease.
+func (w *worker) handOver() { w.handOnce.Do(func() { close(w.handover) }) }
+
+func (w *worker) run() (res result) {
+	p := w.p
+	defer w.cancel(nil)
+	defer w.releaseSlot()
+	if r, stop := w.takeSlot(); stop {
+		return r
+	}
+	start := p.clk.Now()
+	leaseKey := p.layout.LeaseKey(p.cfg.Name, w.key)
+	lease, ok, err := p.cfg.Broker.AcquirePartitionLease(w.ctx, leaseKey, p.layout.GenerationKey(p.cfg.Name, w.key), p.node, p.cfg.LeaseTTL)
+	if err != nil {
+		if w.ctx.Err() != nil {
+			return result{kind: resStopped}
+		}
+		p.log.Warn("acquiring a lease failed", "subscription", p.cfg.Name, "key", w.key, "err", err)
+		p.obs.error(ErrorEvent{Subscription: p.cfg.Name, Op: "acquire", Err: err})
+		return result{kind: resError, err: err}
+	}
+	if !ok {
+		p.c.contested.Add(1)
+		p.obs.lease(LeaseEvent{Subscription: p.cfg.Name, Source: SourceRedis, Partition: w.key, Kind: LeaseContested})
+		return result{kind: resContested}
+	}
+	w.lease = &heldLease{key: w.key, fence: lease.Fence, gen: lease.Generation, cancel: w.cancel}
+	w.lease.extend(start, p.cfg.TrustWindow)
+	p.leases.add(w.lease)
+	defer p.leases.remove(w.lease)
+	p.c.acquired.Add(1)
+	p.obs.lease(LeaseEvent{Subscription: p.cfg.Name, Source: SourceRedis, Partition: w.key, Kind: LeaseAcquired, Generation: lease.Generation})
+	p.log.Debug("lease acquired", "subscription", p.cfg.Name, "key", w.key, "generation", lease.Generation)
+
+	res = w.process()
+	res.gen = lease.Generation
+	res.resolved = res.resolved || w.resolved
+	if res.after == nil {
+		res.after = maps.Clone(w.after)
+	}
+	p.paused.set(w.key, false)
+	return res
+}
+
+// process runs the partition from a fresh lease to its end.
+func (w *worker) process() result {
+	p := w.p
+	// A generation right after one this node released clean proves that
+	// nobody held the key in between: nothing can be pending for earlier
+	// generations and nobody can have parked it.
+	fresh := !w.checkLedger && w.cleanGen > 0 && w.lease.gen == w.cleanGen+1
+	if !fresh {
+		if r, done := w.checkParked(); done {
+			return r
+		}
+		if r, done := w.reclaim(); done {
+			return r
+		}
+	}
+	if w.retrying != nil {
+		err := p.cfg.Ledger.SetStatus(w.ctx, w.lease.fence, p.cfg.Name, w.key, StatusRetrying)
+		switch {
+		case errors.Is(err, ErrNotParked):
+			w.retrying = nil
+		case err != nil:
+			return w.ioFail("set parked status", err)
+		default:
+			p.log.Info("retrying parked partition", "subscription", p.cfg.Name, "key", w.key, "position", w.retrying.Position)
+		}
+	}
+	if w.skipping != nil {
+		if r, done := w.skip(); done {
+			return r
+		}
+	}
+	for {
+		if r, stop := w.interrupted(); stop {
+			return r
+		}
+		select { // a wake for what the next round reads anyway
+		case <-w.wake:
+		default:
+		}
+		got, r, done := w.round()
+		if done {
+			return r
+		}
+		if got {
+			continue
+		}
+		if r, done := w.drained(); done {
+			return r
+		}
+	}
+}
+
+// checkParked reads the key's ledger entry. done means the worker ends
+// (the key stays parked, or the read failed).
+func (w *worker) checkParked() (result, bool) {
+	p := w.p
+	e, err := p.cfg.Ledger.GetParked(w.ctx, p.cfg.Name, w.key)
+	if errors.Is(err, ErrNotParked) {
+		return result{}, false
+	}
+	if err != nil {
+		return w.ioFail("get parked", err), true
+	}
+	var action Action
+	switch {
+	case e.Request != nil:
+		action = e.Request.Action
+	case e.Status == StatusRetrying:
+		// The owner that took the request up died before finishing it.
+		action = ActionRetry
+	}
+	switch action {
+	case ActionRetry:
+		w.retrying = &e
+		return result{}, false
+	case ActionSkip:
+		w.skipping = &e
+		return result{}, false
+	}
+	return w.release(result{kind: resParked, parked: &e}, "parked"), true
+}
+
+// reclaim moves the earlier generations' pending entries of every lane to
+// this generation's consumer, so that they are handled first and in order.
+func (w *worker) reclaim() (result, bool) {
+	p := w.p
+	for _, ln := range w.lanes {
+		res, err := p.cfg.Broker.ReclaimPartitionPending(w.ctx, w.lease.fence, ln.stream, p.cfg.Name, 0, int64(p.cfg.BatchSize))
+		if err != nil {
+			return w.ioFail("reclaim", err), true
+		}
+		for _, id := range res.Missing {
+			// XAUTOCLAIM already dropped it from the pending list:
+			// nothing to ack, but it must not vanish unnoticed.
+			w.reportMissing(ln, id, "reclaim")
+		}
+	}
+	return result{}, false
+}
+
+func (w *worker) reportMissing(ln lane, id, during string) {
+	p := w.p
+	p.c.missing.Add(1)
+	p.log.Warn("pending entry without a body: acknowledged", "subscription", p.cfg.Name, "key", w.key,
+		"stream", ln.stream, "id", id, "during", during)
+	p.obs.missing(MissingEvent{Subscription: p.cfg.Name, Partition: w.key, Stream: ln.stream, ID: id, During: during})
+}
+
+// skip carries out an operator's skip: the parked head is dead-lettered
+// (copied to C:K:dlq and acked in one fenced step) and the entry
+// resolved; the partition then goes on with the next message.
+func (w *worker) skip() (result, bool) {
+	p := w.p
+	e := w.skipping
+	w.skipping = nil
+	ln, ok := w.laneOf(e)
+	if !ok {
+		p.log.Warn("parked entry names a stream outside the subscription; resolving it without dead-lettering",
+			"subscription", p.cfg.Name, "key", w.key, "stream", e.Stream)
+	}
+	var dlqID string
+	if ok && e.Position != "" {
+		pending, err := p.cfg.Broker.ReadPartitionFenced(w.ctx, w.lease.fence, ln.stream, p.cfg.Name, int64(p.cfg.BatchSize), broker.ReadPending)
+		if err != nil {
+			return w.ioFail("read pending", err), true
+		}
+		p.c.reads.Add(1)
+		for _, m := range pending {
+			if m.ID != e.Position {
+				continue
+			}
+			reason := "skipped by operator"
+			if e.Request != nil {
+				if e.Request.By != "" {
+					reason += " " + e.Request.By
+				}
+				if e.Request.Reason != "" {
+					reason += ": " + e.Request.Reason
+				}
+			}
+			dlqID, err = p.cfg.Broker.DeadLetterPartitionFenced(w.ctx, w.lease.fence, ln.stream, p.cfg.Name, e.Position,
+				p.layout.DLQStream(ln.category, w.key), reason)
+			if err != nil {
+				return w.ioFail("dead-letter", err), true
+			}
+			p.c.deadLetters.Add(1)
+			break
+		}
+	}
+	if err := p.cfg.Ledger.Resolve(w.ctx, w.lease.fence, p.cfg.Name, w.key); err != nil && !errors.Is(err, ErrNotParked) {
+		return w.ioFail("resolve parked", err), true
+	}
+	w.resolved = true
+	p.c.resolved.Add(1)
+	p.log.Info("parked partition skipped", "subscription", p.cfg.Name, "key", w.key, "position", e.Position, "deadLetter", dlqID)
+	p.obs.resolved(ResolvedEvent{Subscription: p.cfg.Name, Aggregate: w.key, Position: e.Position, Action: ActionSkip, DeadLetterID: dlqID})
+	return result{}, false
+}
+
+// laneOf finds the lane a parked entry's head is on.
+func (w *worker) laneOf(e *Parked) (lane, bool) {
+	for _, ln := range w.lanes {
+		if e.Stream != "" && ln.stream == e.Stream {
+			return ln, true
+		}
+	}
+	if e.Stream == "" {
+		for _, ln := range w.lanes {
+			if !ln.backfill && (e.Category == "" || ln.category == e.Category) {
+				return ln, true
+			}
+		}
+	}
+	return lane{}, false
+}
+
+// resolveRetry closes an operator's retry once its head was handled (or
+// turned out to be gone).
+func (w *worker) resolveRetry() (result, bool) {
+	p := w.p
+	e := w.retrying
+	w.retrying = nil
+	if err := p.cfg.Ledger.Resolve(w.ctx, w.lease.fence, p.cfg.Name, w.key); err != nil && !errors.Is(err, ErrNotParked) {
+		return w.ioFail("resolve parked", err), true
+	}
+	w.resolved = true
+	p.c.resolved.Add(1)
+	p.log.Info("parked partition retried", "subscription", p.cfg.Name, "key", w.key, "position", e.Position)
+	p.obs.resolved(ResolvedEvent{Subscription: p.cfg.Name, Aggregate: w.key, Position: e.Position, Action: ActionRetry})
+	return result{}, false
+}
+
+// round reads each main lane once and handles what it got; only when
+// every main lane is empty does it read the backfill lanes. got says
+// something was read.
+func (w *worker) round() (got bool, r result, done bool) {
+	for _, backfill := range []bool{false, true} {
+		progressed := false
+		for _, ln := range w.lanes {
+			if ln.backfill != backfill {
+				continue
+			}
+			msgs, r, done := w.read(ln)
+			if done {
+				return progressed, r, true
+			}
+			if len(msgs) == 0 {
+				continue
+			}
+			progressed = true
+			if r, done := w.handleBatch(ln, msgs); done {
+				return true, r, true
+			}
+		}
+		if progressed {
+			return true, result{}, false
+		}
+	}
+	return false, result{}, false
+}
+
+// read is one fenced read of a lane: this generation's pending entries
+// first, new entries when none is pending.
+func (w *worker) read(ln lane) ([]broker.Message, result, bool) {
+	p := w.p
+	if !w.lease.trusted(p.clk.Now()) {
+		w.lease.lose(errUntrusted)
+		return nil, w.lostResult(), true
+	}
+	var (
+		msgs []broker.Message
+		err  error
+	)
+	if ack := w.acks[ln.stream]; len(ack) > 0 && p.ackReader != nil {
+		// The last batch's ack rides on this read: one round trip per
+		// batch, under one lease check.
+		msgs, err = p.ackReader.AckAndReadPartitionFenced(w.ctx, w.lease.fence, ln.stream, p.cfg.Name, ack, int64(p.cfg.BatchSize), broker.ReadPendingThenNew)
+		if err == nil {
+			p.c.acks.Add(1)
+			delete(w.acks, ln.stream)
+		}
+	} else {
+		msgs, err = p.cfg.Broker.ReadPartitionFenced(w.ctx, w.lease.fence, ln.stream, p.cfg.Name, int64(p.cfg.BatchSize), broker.ReadPendingThenNew)
+	}
+	if err != nil {
+		return nil, w.ioFail("read", err), true
+	}
+	p.c.reads.Add(1)
+	if len(msgs) > 0 {
+		w.readSince = true
+		last := msgs[len(msgs)-1].ID
+		if newer(last, w.after[ln.stream]) {
+			w.after[ln.stream] = last
+		}
+	}
+	return msgs, result{}, false
+}
+
+// newer reports whether stream id a sorts after b ("" sorts first).
+func newer(a, b string) bool {
+	if b == "" {
+		return true
+	}
+	ia, err1 := broker.ParseStreamID(a)
+	ib, err2 := broker.ParseStreamID(b)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ib.Less(ia)
+}
+
+// handleBatch calls the handler on each message in order, then acks the
+// batch in one fenced call. An interruption (hand-over, stop) between two
+// messages acks what was handled and leaves the rest pending for the next
+// owner.
+func (w *worker) handleBatch(ln lane, msgs []broker.Message) (result, bool) {
+	for i, m := range msgs {
+		if i > 0 {
+			if r, stop := w.interrupted(); stop {
+				return r, true
+			}
+		}
+		isHead := w.retrying != nil && m.ID == w.retrying.Position && (w.retrying.Stream == "" || w.retrying.Stream == ln.stream)
+		if m.Missing {
+			w.reportMissing(ln, m.ID, "read")
+			w.acks[ln.stream] = append(w.acks[ln.stream], m.ID)
+		} else {
+			if r, done := w.handle(ln, m); done {
+				return r, true
+			}
+			w.acks[ln.stream] = append(w.acks[ln.stream], m.ID)
+		}
+		if isHead {
+			if r, done := w.flushAcks(); done {
+				return r, true
+			}
+			if r, done := w.resolveRetry(); done {
+				return r, true
+			}
+		}
+	}
+	if w.p.ackReader != nil {
+		// Acked by the lane's next read (AckAndReadPartitionFenced), which
+		// follows at once; every way out of the loop flushes first.
+		return result{}, false
+	}
+	return w.flushAcks()
+}
+
+// handle delivers one message until it succeeds, its partition is parked
+// (aggregate failures), or the worker must end. done with a result means
+// the worker ends.
+func (w *worker) handle(ln lane, m broker.Message) (result, bool) {
+	p := w.p
+	retry := newBackoff(p.cfg.Retry.Backoff, p.cfg.Retry.MaxBackoff)
+	pause := newBackoff(p.cfg.SystemicBackoff, p.cfg.SystemicMaxBackoff)
+	for attempt := 1; ; attempt++ {
+		if !w.lease.trusted(p.clk.Now()) {
+			w.lease.lose(errUntrusted)
+			return w.lostResult(), true
+		}
+		if w.ctx.Err() != nil {
+			return w.ctxResult(), true
+		}
+		err := w.call(ln, m, attempt)
+		if err == nil {
+			p.c.processed.Add(1)
+			if p.paused.set(w.key, false) {
+				p.obs.pause(PauseEvent{Subscription: p.cfg.Name, Partition: w.key, Paused: false})
+				p.log.Info("partition resumed", "subscription", p.cfg.Name, "key", w.key)
+			}
+			return result{}, false
+		}
+		p.c.failed.Add(1)
+		if w.ctx.Err() != nil {
+			// The lease went (or the node stops hard) while the handler
+			// ran: its failure says nothing about the message.
+			return w.ctxResult(), true
+		}
+		var wait time.Duration
+		switch Classify(err) {
+		case FailFatal:
+			if r, done := w.flushAcks(); done {
+				return r, true
+			}
+			p.log.Error("fatal handler failure: stopping the subscription", "subscription", p.cfg.Name, "key", w.key, "id", m.ID, "err", err)
+			return w.release(result{kind: resFatal, err: fmt.Errorf("runtime: %s: key %q entry %s: %w", p.cfg.Name, w.key, m.ID, err)}, "fatal"), true
+		case FailSystemic:
+			wait = pause.next()
+			if p.paused.set(w.key, true) {
+				p.log.Warn("partition paused by a systemic failure", "subscription", p.cfg.Name, "key", w.key, "id", m.ID, "err", err)
+			}
+			p.obs.pause(PauseEvent{Subscription: p.cfg.Name, Partition: w.key, Paused: true, Err: err, RetryIn: wait})
+		default:
+			if attempt >= p.cfg.Retry.Attempts {
+				return w.park(ln, m, err, attempt)
+			}
+			wait = retry.next()
+			p.log.Debug("handler failed; retrying", "subscription", p.cfg.Name, "key", w.key, "id", m.ID, "attempt", attempt, "err", err)
+		}
+		// Ack what the batch handled so far before waiting, so that a
+		// lease lost meanwhile costs no redelivery of it.
+		if r, done := w.flushAcks(); done {
+			return r, true
+		}
+		if r, stop := w.waitOut(wait); stop {
+			return r, true
+		}
+	}
+}
+
+// call runs the handler once, turning a panic into an aggregate failure.
+func (w *worker) call(ln lane, m broker.Message, attempt int) (err error) {
+	p := w.p
+	msg := Message{
+		Subscription: p.cfg.Name,
+		Source:       SourceRedis,
+		Category:     ln.category,
+		Key:          w.key,
+		Stream:       ln.stream,
+		Aggregate:    w.key,
+		Position:     m.ID,
+		Data:         m.Data,
+		Generation:   w.lease.gen,
+		Attempt:      attempt,
+	}
+	start := p.clk.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("runtime: handler panicked: %v", r)
+		}
+		var class FailureClass
+		if err != nil {
+			class = Classify(err)
+		}
+		p.obs.handled(HandledEvent{
+			Subscription: p.cfg.Name, Source: SourceRedis, Partition: w.key, Aggregate: w.key,
+			Position: m.ID, Attempt: attempt, Duration: p.clk.Now().Sub(start), Err: err, Class: class,
+		})
+	}()
+	return p.cfg.Handler.Handle(w.ctx, msg)
+}
+
+// park records the failing head in the ledger (fenced) and releases the
+// partition; the head stays pending for whoever retries or skips it.
+func (w *worker) park(ln lane, m broker.Message, herr error, attempts int) (result, bool) {
+	p := w.p
+	if r, done := w.flushAcks(); done {
+		return r, true
+	}
+	now := p.clk.Now()
+	e := Parked{
+		Subscription:  p.cfg.Name,
+		Source:        SourceRedis,
+		Aggregate:     w.key,
+		Category:      ln.category,
+		Partition:     w.key,
+		Position:      m.ID,
+		Stream:        ln.stream,
+		Error:         TruncateError(herr.Error()),
+		Attempts:      attempts,
+		ParkedAt:      now,
+		LastAttemptAt: now,
+		Status:        StatusParked,
+		Owner:         p.node,
+		Generation:    w.lease.gen,
+	}
+	wait := newBackoff(100*time.Millisecond, p.cfg.RenewEvery)
+	for {
+		err := p.cfg.Ledger.Park(w.ctx, w.lease.fence, e)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, broker.ErrLeaseLost) || w.ctx.Err() != nil {
+			return w.ioFail("park", err), true
+		}
+		p.log.Warn("parking failed; retrying", "subscription", p.cfg.Name, "key", w.key, "err", err)
+		p.obs.error(ErrorEvent{Subscription: p.cfg.Name, Op: "park", Err: err})
+		if r, stop := w.waitOut(wait.next()); stop {
+			return r, true
+		}
+	}
+	w.retrying = nil
+	p.c.parked.Add(1)
+	p.log.Warn("partition parked", "subscription", p.cfg.Name, "key", w.key, "stream", ln.stream, "id", m.ID,
+		"attempts", attempts, "err", e.Error)
+	p.obs.parked(e)
+	return w.release(result{kind: resParked, parked: &e}, "parked"), true
+}
+
+// flushAcks acknowledges what was handled, one fenced call per lane. A
+// transport failure is retried while the lease is trusted.
+func (w *worker) flushAcks() (result, bool) {
+	p := w.p
+	for stream, ids := range w.acks {
+		if len(ids) == 0 {
+			delete(w.acks, stream)
+			continue
+		}
+		wait := newBackoff(50*time.Millisecond, p.cfg.RenewEvery)
+		for {
+			if !w.lease.trusted(p.clk.Now()) {
+				w.lease.lose(errUntrusted)
+				return w.lostResult(), true
+			}
+			_, err := p.cfg.Broker.AckPartitionFenced(w.ctx, w.lease.fence, stream, p.cfg.Name, ids...)
+			if err == nil {
+				p.c.acks.Add(1)
+				break
+			}
+			if errors.Is(err, broker.ErrLeaseLost) || w.ctx.Err() != nil {
+				return w.ioFail("ack", err), true
+			}
+			p.log.Warn("ack failed; retrying", "subscription", p.cfg.Name, "key", w.key, "err", err)
+			p.obs.error(ErrorEvent{Subscription: p.cfg.Name, Op: "ack", Err: err})
+			if !w.sleepTrusted(wait.next()) {
+				break
+			}
+		}
+		delete(w.acks, stream)
+	}
+	return result{}, false
+}
+
+// sleepTrusted sleeps d unless the worker's context ends; false then.
+func (w *worker) sleepTrusted(d time.Duration) bool {
+	t := w.p.clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return true
+	case <-w.ctx.Done():
+		return false
+	}
+}
+
+// drained handles a partition with nothing to read: it makes sure the
+// node knows where to wait from, then waits for news with the lease for
+// IdleAfter and releases it. done false means news came: read again.
+func (w *worker) drained() (result, bool) {
+	p := w.p
+	if r, done := w.flushAcks(); done {
+		return r, true
+	}
+	if w.retrying != nil {
+		// The head was handled (or acked by someone else) before this
+		// generation read it: the retry is over.
+		if r, done := w.resolveRetry(); done {
+			return r, true
+		}
+	}
+	if p.waiter != nil {
+		var unknown []lane
+		spurious := w.fromWaiter.Load() && !w.readSince
+		for _, ln := range w.lanes {
+			if _, ok := w.after[ln.stream]; !ok || spurious {
+				unknown = append(unknown, ln)
+			}
+		}
+		if len(unknown) > 0 {
+			got, r, done := w.learnTails(unknown)
+			if done {
+				return r, true
+			}
+			if got {
+				return result{}, false
+			}
+		}
+		w.p.watch.add(w.key, maps.Clone(w.after))
+	}
+	w.readSince = false
+	w.fromWaiter.Store(false)
+	w.releaseSlot()
+
+	idleAt := p.clk.Now().Add(p.cfg.IdleAfter)
+	for {
+		now := p.clk.Now()
+		if !w.lease.trusted(now) {
+			w.lease.lose(errUntrusted)
+			p.watch.remove(w.key)
+			return w.lostResult(), true
+		}
+		if !now.Before(idleAt) {
+			return w.release(result{kind: resIdle, after: maps.Clone(w.after)}, "idle"), true
+		}
+		d := min(idleAt.Sub(now), time.Duration(w.lease.trustedUntil.Load()-now.UnixNano()))
+		t := p.clk.NewTimer(d)
+		select {
+		case <-t.C():
+			continue
+		case <-w.wake:
+			t.Stop()
+			p.watch.remove(w.key)
+			if r, stop := w.takeSlot(); stop {
+				return r, true
+			}
+			return result{}, false
+		case <-w.handover:
+			t.Stop()
+			return w.release(result{kind: resHandedOff}, "handover"), true
+		case <-w.p.stopping:
+			t.Stop()
+			return w.release(result{kind: resStopped}, "stop"), true
+		case <-w.ctx.Done():
+			t.Stop()
+			return w.ctxResult(), true
+		}
+	}
+}
+
+// learnTails finds where to wait from on lanes this generation knows
+// nothing about: it takes the lanes' newest ids, then reads them once
+// more. An empty read after the tails were taken proves that everything
+// up to them was delivered, and everything appended later has a greater
+// id; taking the tails after the read could miss an entry appended in
+// between. got says the read found entries (they were handled).
+func (w *worker) learnTails(lanes []lane) (got bool, r result, done bool) {
+	p := w.p
+	streams := make([]string, len(lanes))
+	for i, ln := range lanes {
+		streams[i] = ln.stream
+	}
+	tails, err := p.tailer.LastEntryIDs(w.ctx, streams)
+	if err != nil {
+		return false, w.ioFail("last entry ids", err), true
+	}
+	for _, ln := range lanes {
+		msgs, r, done := w.read(ln)
+		if done {
+			return got, r, true
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		got = true
+		if r, done := w.handleBatch(ln, msgs); done {
+			return true, r, true
+		}
+	}
+	if got {
+		return true, result{}, false
+	}
+	for _, ln := range lanes {
+		id := tails[ln.stream]
+		if id == "" {
+			id = "0-0"
+		}
+		w.after[ln.stream] = id
+	}
+	return false, result{}, false
+}
+
+// waitOut waits d (a retry or pause) without holding a worker slot. stop
+// means the worker must end (handover, stop, lost lease).
+func (w *worker) waitOut(d time.Duration) (result, bool) {
+	p := w.p
+	w.releaseSlot()
+	t := p.clk.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C():
+			return w.takeSlot()
+		case <-w.wake:
+			continue
+		case <-w.handover:
+			return w.release(result{kind: resHandedOff}, "handover"), true
+		case <-p.stopping:
+			return w.release(result{kind: resStopped}, "stop"), true
+		case <-w.ctx.Done():
+			return w.ctxResult(), true
+		}
+	}
+}
+
+// interrupted reports whether the worker must stop between two messages:
+// it then releases its lease.
+func (w *worker) interrupted() (result, bool) {
+	select {
+	case <-w.ctx.Done():
+		return w.ctxResult(), true
+	default:
+	}
+	select {
+	case <-w.handover:
+		if r, done := w.flushAcks(); done {
+			return r, true
+		}
+		return w.release(result{kind: resHandedOff}, "handover"), true
+	case <-w.p.stopping:
+		if r, done := w.flushAcks(); done {
+			return r, true
+		}
+		return w.release(result{kind: resStopped}, "stop"), true
+	default:
+		return result{}, false
+	}
+}
+
+// takeSlot waits for a worker slot. stop means the worker must end
+// instead (its lease, if any, released).
+func (w *worker) takeSlot() (result, bool) {
+	if w.slot {
+		return result{}, false
+	}
+	p := w.p
+	select {
+	case p.sem <- struct{}{}:
+		w.slot = true
+		return result{}, false
+	case <-w.handover:
+		return w.release(result{kind: resHandedOff}, "handover"), true
+	case <-p.stopping:
+		return w.release(result{kind: resStopped}, "stop"), true
+	case <-w.ctx.Done():
+		return w.ctxResult(), true
+	}
+}
+
+func (w *worker) releaseSlot() {
+	if w.slot {
+		w.slot = false
+		<-w.p.sem
+	}
+}
+
+// release gives the lease back (fenced) and returns res. Without a lease
+// it only returns res.
+func (w *worker) release(res result, reason string) result {
+	p := w.p
+	if w.lease == nil || w.lease.lost.Load() {
+		return res
+	}
+	ctx := w.ctx
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RenewEvery)
+		defer cancel()
+	}
+	ok, err := p.cfg.Broker.ReleasePartitionLease(ctx, w.lease.fence)
+	w.lease.lost.Store(true) // no longer ours either way: the renewer skips it
+	switch {
+	case err != nil:
+		// The lease expires on its own within its TTL.
+		p.log.Warn("releasing a lease failed", "subscription", p.cfg.Name, "key", w.key, "err", err)
+		p.obs.error(ErrorEvent{Subscription: p.cfg.Name, Op: "release", Err: err})
+	case ok:
+		p.c.released.Add(1)
+		p.obs.lease(LeaseEvent{Subscription: p.cfg.Name, Source: SourceRedis, Partition: w.key, Kind: LeaseReleased, Generation: w.lease.gen, Reason: reason})
+	default:
+		p.c.leaseLost.Add(1)
+		p.obs.lease(LeaseEvent{Subscription: p.cfg.Name, Source: SourceRedis, Partition: w.key, Kind: LeaseLost, Generation: w.lease.gen, Reason: "release refused"})
+		if res.kind == resIdle {
+			res.kind = resLost
+		}
+	}
+	if res.kind == resIdle && res.after == nil {
+		res.after = maps.Clone(w.after)
+	}
+	return res
+}
+
+// ioFail turns an error of a fenced or ledger call into the worker's end:
+// a lost lease, a stop, or a transient failure (lease released, retried
+// later by the coordinator).
+func (w *worker) ioFail(op string, err error) result {
+	p := w.p
+	if errors.Is(err, broker.ErrLeaseLost) {
+		w.lease.lose(errLeaseLost)
+		return w.lostResult()
+	}
+	if w.ctx.Err() != nil {
+		return w.ctxResult()
+	}
+	p.log.Warn("partition I/O failed; retrying later", "subscription", p.cfg.Name, "key", w.key, "op", op, "err", err)
+	p.obs.error(ErrorEvent{Subscription: p.cfg.Name, Op: op, Err: err})
+	return w.release(result{kind: resError, err: err}, "error")
+}
+
+// ctxResult is the worker's end after its context was cancelled: the
+// lease was lost or not renewed in time, or the subscription stops hard.
+func (w *worker) ctxResult() result {
+	switch context.Cause(w.ctx) {
+	case errLeaseLost, errUntrusted:
+		return w.lostResult()
+	}
+	return w.release(result{kind: resStopped}, "stop")
+}
+
+// lostResult reports a lost lease. The partition stops at once: nothing
+// more is handled or acked under it.
+func (w *worker) lostResult() result {
+	p := w.p
+	cause := context.Cause(w.ctx)
+	kind, c := LeaseLost, &p.c.leaseLost
+	if errors.Is(cause, errUntrusted) {
+		kind, c = LeaseUntrusted, &p.c.untrusted
+	}
+	c.Add(1)
+	p.log.Warn("lease lost: partition dropped", "subscription", p.cfg.Name, "key", w.key,
+		"generation", w.lease.gen, "cause", strings.TrimPrefix(fmt.Sprint(cause), "runtime: "))
+	p.obs.lease(LeaseEvent{Subscription: p.cfg.Name, Source: SourceRedis, Partition: w.key, Kind: kind, Generation: w.lease.gen})
+	if kind == LeaseUntrusted {
+		// The lease may still be ours (only renewals failed): give it
+		// back if the server answers, so that the next owner need not
+		// wait for the TTL.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), p.cfg.RenewEvery)
+		defer cancel()
+		_, _ = p.cfg.Broker.ReleasePartitionLease(ctx, w.lease.fence)
+	}
+	return result{kind: resLost}
+}
