@@ -56,8 +56,8 @@ type Partitioned struct {
 	leases   leaseTable
 	assigned assignedSet
 	watch    *watchSet
-	paused pausedSet
-	c      partCounters
+	paused   pausedSet
+	c        partCounters
 
 	// renewGate, when set (tests only, see export_test.go), is called by
 	// the renewer before every renewal round; blocking in it stalls
