@@ -12,7 +12,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/clock"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
-	"github.com/protctl/protctl/pkg/runtime/memstore/storetest"
+	"github.com/protctl/protctl/pkg/runtime/storetest"
 )
 
 var start = time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC)

@@ -15,7 +15,7 @@ import (
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
-	"github.com/protctl/protctl/pkg/runtime/memstore/storetest"
+	"github.com/protctl/protctl/pkg/runtime/storetest"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
