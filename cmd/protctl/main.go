@@ -1,5 +1,3 @@
-// Command protctl inspects, repairs and runs ordered per-key event
-// processing on Redis Streams and Kafka. See docs/cli.md.
 package main
 
 import (

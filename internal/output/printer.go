@@ -167,7 +167,7 @@ func (p *Printer) PrintList(kind string, items any, spec TableSpec) error {
 		if list == nil {
 			list = []any{}
 		}
-		raw, err := json.Marshal(struct {
+		raw, err := marshal(struct {
 			APIVersion string `json:"apiVersion"`
 			Kind       string `json:"kind"`
 			Items      []any  `json:"items"`
@@ -205,7 +205,7 @@ func (p *Printer) PrintList(kind string, items any, spec TableSpec) error {
 func (p *Printer) PrintObject(kind string, obj any, view View) error {
 	if !p.format.Structured() {
 		if view == nil {
-			raw, err := json.Marshal(obj)
+			raw, err := marshal(obj)
 			if err != nil {
 				return fmt.Errorf("output: encoding %s: %w", kind, err)
 			}
@@ -213,7 +213,7 @@ func (p *Printer) PrintObject(kind string, obj any, view View) error {
 		}
 		return view(p.ios.Out, p.styles)
 	}
-	raw, err := json.Marshal(obj)
+	raw, err := marshal(obj)
 	if err != nil {
 		return fmt.Errorf("output: encoding %s: %w", kind, err)
 	}
@@ -225,7 +225,7 @@ func (p *Printer) PrintObject(kind string, obj any, view View) error {
 	b.WriteString(`{"apiVersion":`)
 	b.WriteString(strconv.Quote(APIVersion))
 	b.WriteString(`,"kind":`)
-	kindJSON, _ := json.Marshal(kind)
+	kindJSON, _ := marshal(kind)
 	b.Write(kindJSON)
 	if rest := bytes.TrimSpace(raw[1:]); len(rest) > 0 && rest[0] != '}' {
 		b.WriteByte(',')
@@ -263,6 +263,18 @@ func (p *Printer) writeDocumentAs(f Format, raw []byte) error {
 	}
 	_, err := p.ios.Out.Write(out)
 	return err
+}
+
+// marshal is json.Marshal without HTML escaping: "<nil>" in an error
+// text stays readable in a terminal and means the same to a JSON parser.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // sliceItems turns a slice or array into its elements; nil for nil.

@@ -45,7 +45,7 @@ var spec = TableSpec{Columns: []Column{
 
 func formatInt(n int64) string { return strconv.FormatInt(n, 10) }
 
-var ansi = regexp.MustCompile("\x1b\\[")
+var ansiEscape = regexp.MustCompile("\x1b\\[")
 
 func newTestPrinter(t *testing.T, f Format, tty bool) (*Printer, *bytes.Buffer, *bytes.Buffer) {
 	t.Helper()
@@ -222,7 +222,7 @@ func TestColourOnlyOnTTYWithoutNoColor(t *testing.T) {
 			if err := p.PrintList("Partition", items, spec); err != nil {
 				t.Fatal(err)
 			}
-			if got := ansi.MatchString(out.String()); got != c.want {
+			if got := ansiEscape.MatchString(out.String()); got != c.want {
 				t.Fatalf("ANSI escapes present = %v, want %v:\n%q", got, c.want, out)
 			}
 		})
@@ -347,5 +347,17 @@ func TestParseFormat(t *testing.T) {
 	}
 	if _, err := ParseFormat("xml"); err == nil {
 		t.Fatal("xml is not a format")
+	}
+}
+
+func TestJSONDoesNotEscapeHTML(t *testing.T) {
+	for _, f := range []Format{FormatJSON, FormatJSONL} {
+		p, out, _ := newTestPrinter(t, f, false)
+		if err := p.PrintList("Parked", []map[string]string{{"error": "handler said <nil> & quit"}}, spec); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), "handler said <nil> & quit") {
+			t.Fatalf("%s: %s", f, out)
+		}
 	}
 }
