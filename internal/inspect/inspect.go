@@ -1,0 +1,252 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/runtime"
+)
+
+// ErrNotFound is returned by Partition when the key is neither in the
+// category's index nor has a lane, and by GetParked's callers through the
+// ledger's own sentinel (runtime.ErrNotParked). Test with errors.Is.
+var ErrNotFound = errors.New("inspect: not found")
+
+// Ledger is the part of the failure ledger the Inspector reads
+// (runtime.LedgerReader; redisstore.Store and memstore implement it).
+type Ledger interface {
+	// ListParked returns the entries of subscription ("" for all).
+	ListParked(ctx context.Context, subscription string) ([]runtime.Parked, error)
+	// GetParked returns one entry or runtime.ErrNotParked.
+	GetParked(ctx context.Context, subscription, aggregate string) (runtime.Parked, error)
+}
+
+// Members lists a service's live nodes (runtime.Membership's reader).
+type Members interface {
+	// Members returns the live nodes of service, sorted by node id.
+	Members(ctx context.Context, service string) ([]runtime.NodeStatus, error)
+}
+
+// Inspector reads snapshots. It is safe for concurrent use and holds no
+// state beyond its configuration.
+type Inspector struct {
+	client redis.UniversalClient
+	layout broker.Layout
+	cfg    config
+}
+
+type config struct {
+	backfill string
+	ledger   Ledger
+	members  Members
+	pageSize int64
+	chunk    int
+}
+
+// Option configures New.
+type Option func(*config)
+
+// WithBackfillSuffix names the backfill lane. Default
+// broker.DefaultBackfillSuffix; "" means the default.
+func WithBackfillSuffix(s string) Option { return func(c *config) { c.backfill = s } }
+
+// WithLedger lets snapshots fill Group.Parked and enables Parked and
+// ParkedEntry. Default: none (Parked is null, the ledger calls fail).
+func WithLedger(l Ledger) Option { return func(c *config) { c.ledger = l } }
+
+// WithMembers enables Nodes. Default: none.
+func WithMembers(m Members) Option { return func(c *config) { c.members = m } }
+
+// WithChunk sets how many partitions are read per pipelined round trip.
+// Default 500; non-positive means the default.
+func WithChunk(n int) Option { return func(c *config) { c.chunk = n } }
+
+func (c *config) validate() {
+	if c.backfill == "" {
+		c.backfill = broker.DefaultBackfillSuffix
+	}
+	if c.chunk <= 0 {
+		c.chunk = 500
+	}
+	if c.pageSize <= 0 {
+		c.pageSize = 1000
+	}
+}
+
+// New returns an Inspector over client with the given key layout. It does
+// no I/O.
+func New(client redis.UniversalClient, layout broker.Layout, opts ...Option) *Inspector {
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	cfg.validate()
+	return &Inspector{client: client, layout: layout, cfg: cfg}
+}
+
+// Layout returns the key layout the Inspector reads.
+func (in *Inspector) Layout() broker.Layout { return in.layout }
+
+// BackfillSuffix returns the backfill lane's suffix.
+func (in *Inspector) BackfillSuffix() string { return in.cfg.backfill }
+
+// PartitionOptions narrows and pages Partitions. The zero value lists
+// every partition with every group.
+type PartitionOptions struct {
+	// Group, when set, keeps only that group in Partition.Groups (it is
+	// listed even where it is not created: it would read from id 0).
+	Group string
+	// Filter, when set, drops the partitions it returns false for, before
+	// Limit counts them.
+	Filter func(*Partition) bool
+	// Limit stops after that many partitions (in index order, which is
+	// unspecified); 0 means no limit.
+	Limit int
+	// PageSize is the SSCAN COUNT hint; default 1000.
+	PageSize int64
+}
+
+// Partitions lists category's partitions from its index: every key's
+// lanes, lengths, newest entry and groups with their leases. Order is
+// the index's (unspecified); callers sort. An unknown category has no
+// partitions (nil, nil).
+//
+// Each SSCAN page is read in pipelined chunks of WithChunk partitions:
+// one round trip for the lanes and groups, one for the leases and
+// generations of the groups found.
+func (in *Inspector) Partitions(ctx context.Context, category string, opts PartitionOptions) ([]Partition, error) {
+	var out []Partition
+	err := in.EachPartition(ctx, category, opts, func(p Partition) error {
+		out = append(out, p)
+		return nil
+	})
+	return out, err
+}
+
+// EachPartition is Partitions without holding the list: fn is called
+// once per partition, a chunk at a time, from the calling goroutine; an
+// error from fn stops the walk and is returned.
+func (in *Inspector) EachPartition(ctx context.Context, category string, opts PartitionOptions, fn func(Partition) error) error {
+	return in.eachPartition(ctx, category, opts, fn)
+}
+
+// ExplainOptions tunes Partition. The zero value is the default.
+type ExplainOptions struct {
+	// PendingLimit caps PendingEntries per group and lane. Default 100.
+	PendingLimit int64
+	// PoisonDeliveries is the delivery count from which a pending head
+	// is called a poison message. Default 3.
+	PoisonDeliveries int64
+	// StuckAfter is how long a head may stay pending before the group is
+	// called stuck. Default 1m.
+	StuckAfter time.Duration
+}
+
+// Partition explains one partition: its lanes, each group's head entry
+// (decoded), pending list, lease and generation, and a verdict. It
+// returns an error wrapping ErrNotFound when the key is neither indexed
+// nor has a lane.
+func (in *Inspector) Partition(ctx context.Context, category, key string, opts ExplainOptions) (PartitionDetail, error) {
+	return in.explain(ctx, category, key, opts)
+}
+
+// Categories finds every category by a paced SCAN for *:__partitions__
+// sets, sorted by name, with their index sizes and registered groups.
+func (in *Inspector) Categories(ctx context.Context, opts ScanOptions) ([]Category, error) {
+	return in.categories(ctx, opts)
+}
+
+// CategoryInfo reads one category's index size and registered groups;
+// Partitions is 0 for an unknown category.
+func (in *Inspector) CategoryInfo(ctx context.Context, category string) (Category, error) {
+	return in.categoryInfo(ctx, category)
+}
+
+// LeaseQuery selects leases. The zero value finds every lease and
+// generation in the keyspace by a paced scan.
+type LeaseQuery struct {
+	// Categories, when set, enumerate (group, key) pairs from these
+	// categories' indexes and groups (no keyspace scan); free leases are
+	// listed too.
+	Categories []string
+	// Group keeps only that group.
+	Group string
+	// Key keeps only that partition key.
+	Key string
+	// Scan paces the keyspace scan used without Categories.
+	Scan ScanOptions
+}
+
+// Leases lists leases with their state (held, expired, free), sorted by
+// group then key. Without Categories it scans for *:__lease__ and
+// *:__generation__ keys, so never-leased (free) partitions are not
+// listed and Category is empty.
+func (in *Inspector) Leases(ctx context.Context, q LeaseQuery) ([]Lease, error) {
+	return in.leases(ctx, q)
+}
+
+// Lease reads the lease of group on key.
+func (in *Inspector) Lease(ctx context.Context, group, key string) (Lease, error) {
+	return in.lease(ctx, group, key)
+}
+
+// TrimInfo computes what a trim of stream to maxLen would remove, the
+// safe floor and the group that pins it, in one read-only script, the
+// way the broker's Trim decides. A non-positive maxLen is refused with
+// broker.ErrInvalidArgument.
+func (in *Inspector) TrimInfo(ctx context.Context, stream string, maxLen int64) (TrimInfo, error) {
+	return in.trimInfo(ctx, stream, maxLen)
+}
+
+// Fsck finds orphans of category: partition streams missing from the
+// index (by a paced SCAN for category:*) and index entries without any
+// lane.
+func (in *Inspector) Fsck(ctx context.Context, category string, opts ScanOptions) (FsckReport, error) {
+	return in.fsck(ctx, category, opts)
+}
+
+// Parked lists the failure ledger's entries of subscription ("" for
+// all). It fails when the Inspector has no ledger.
+func (in *Inspector) Parked(ctx context.Context, subscription string) ([]runtime.Parked, error) {
+	if in.cfg.ledger == nil {
+		return nil, errNoLedger
+	}
+	return in.cfg.ledger.ListParked(ctx, subscription)
+}
+
+// ParkedEntry reads one ledger entry; runtime.ErrNotParked when missing.
+func (in *Inspector) ParkedEntry(ctx context.Context, subscription, aggregate string) (runtime.Parked, error) {
+	if in.cfg.ledger == nil {
+		return runtime.Parked{}, errNoLedger
+	}
+	return in.cfg.ledger.GetParked(ctx, subscription, aggregate)
+}
+
+// Nodes lists service's live nodes from their status records. It fails
+// when the Inspector has no Members.
+func (in *Inspector) Nodes(ctx context.Context, service string) ([]runtime.NodeStatus, error) {
+	if in.cfg.members == nil {
+		return nil, errNoMembers
+	}
+	return in.cfg.members.Members(ctx, service)
+}
+
+// ReadEntry reads one entry of stream and decodes it (Missing when the
+// id is not in the stream).
+func (in *Inspector) ReadEntry(ctx context.Context, stream, id string) (Entry, error) {
+	return in.readEntry(ctx, stream, id)
+}
+
+// ServerTime reads the server's clock (TIME).
+func (in *Inspector) ServerTime(ctx context.Context) (time.Time, error) {
+	return in.serverTime(ctx)
+}
+
+var (
+	errNoLedger  = errors.New("inspect: no failure ledger configured")
+	errNoMembers = errors.New("inspect: no membership store configured")
+)

@@ -1,0 +1,340 @@
+package inspect
+
+import (
+	"time"
+
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+// Category is one category found by Categories: a key C:__partitions__.
+type Category struct {
+	Name string `json:"name"`
+	// Partitions is the size of the index (SCARD).
+	Partitions int64 `json:"partitions"`
+	// Groups are the category's registered groups (C:__groups__), sorted;
+	// empty for Protean deployments, which do not register groups.
+	Groups []string `json:"groups"`
+}
+
+// Lane is one stream of a partition: the main lane and, when it exists,
+// the backfill lane. Dead-letter streams are not lanes.
+type Lane struct {
+	// Name is "main" or the lane's suffix (e.g. "backfill").
+	Name   string `json:"name"`
+	Stream string `json:"stream"`
+	// Exists is false for a main lane whose stream is missing (an index
+	// entry without a stream). A missing backfill lane is not listed.
+	Exists      bool    `json:"exists"`
+	Length      int64   `json:"length"`
+	LastEntryID *string `json:"lastEntryId"` // null when the lane is empty
+}
+
+// LeaseInfo is a held lease as seen in a partition's group.
+type LeaseInfo struct {
+	Owner      string `json:"owner"`
+	Generation int64  `json:"generation"`
+	// TTLMs is the time left; null when the key has no expiry (which
+	// Protean never sets, but a hand-made key may).
+	TTLMs *int64 `json:"ttlMs"`
+	// Token is the raw lease value, owner:generation, the fence every
+	// repair of the partition is planned against. When the value does not
+	// parse as owner:generation, Owner is the raw value and Generation 0.
+	Token string `json:"token"`
+}
+
+// Group is one consumer group's view of a partition. Groups are the union
+// of the groups created on the partition's lanes and the category's
+// registered groups (and the Group filter of PartitionOptions).
+type Group struct {
+	Name string `json:"name"`
+	// Pending counts entries delivered to the group and not acked, summed
+	// over the lanes.
+	Pending int64 `json:"pending"`
+	// Lag counts entries not delivered to the group yet, summed over the
+	// lanes. A group not created on a lane will read it from id 0, so the
+	// whole lane counts. Null when Redis cannot tell (entries were deleted
+	// from the middle of a lane since the group last read).
+	Lag *int64 `json:"lag"`
+	// LastDeliveredID is the group's position on the main lane; null when
+	// the group is not created there.
+	LastDeliveredID *string `json:"lastDeliveredId"`
+	// Generation is the fence counter G:K:__generation__; null when the
+	// partition has never been leased for the group.
+	Generation *int64 `json:"generation"`
+	// Lease is null when no lease is held.
+	Lease *LeaseInfo `json:"lease"`
+	// Parked says whether the failure ledger has an entry for (group,
+	// key); null when the Inspector has no ledger.
+	Parked *bool `json:"parked"`
+	// Registered is true for a group in the category's registry.
+	Registered bool `json:"registered"`
+	// Created is true when the group exists on at least one lane.
+	Created bool `json:"created"`
+}
+
+// Partition is one row of `partitions ls`.
+type Partition struct {
+	Category string `json:"category"`
+	Key      string `json:"key"`
+	Stream   string `json:"stream"` // the main lane
+	// Length is the number of entries over all lanes.
+	Length int64 `json:"length"`
+	// LastEntryID is the newest entry of the main lane; null when empty.
+	LastEntryID *string `json:"lastEntryId"`
+	// IdleMs is the age of the newest entry over all lanes, by the
+	// server's clock; null when every lane is empty.
+	IdleMs *int64  `json:"idleMs"`
+	Lanes  []Lane  `json:"lanes"`
+	Groups []Group `json:"groups"`
+}
+
+// Group returns the partition's group named name.
+func (p *Partition) Group(name string) (Group, bool) {
+	for _, g := range p.Groups {
+		if g.Name == name {
+			return g, true
+		}
+	}
+	return Group{}, false
+}
+
+// Entry is a stream entry shown to an operator.
+type Entry struct {
+	Stream string `json:"stream"`
+	ID     string `json:"id"`
+	// Missing is set for a pending entry whose body was deleted.
+	Missing bool `json:"missing"`
+	// Envelope is the decoded data field; null when it is not an envelope
+	// protctl understands (then Raw holds it).
+	Envelope *broker.Envelope `json:"envelope"`
+	// Raw is the data field as text when it did not decode as an
+	// envelope; null otherwise. Other fields of the entry are in Fields.
+	Raw    *string           `json:"raw"`
+	Fields map[string]string `json:"fields,omitempty"`
+	// Type and EventID are copied from the envelope's headers for tables.
+	Type    string `json:"type,omitempty"`
+	EventID string `json:"eventId,omitempty"`
+}
+
+// PendingEntry is one entry of a group's pending list (XPENDING, extended
+// form).
+type PendingEntry struct {
+	Stream     string `json:"stream"`
+	ID         string `json:"id"`
+	Consumer   string `json:"consumer"`
+	IdleMs     int64  `json:"idleMs"`
+	Deliveries int64  `json:"deliveries"`
+}
+
+// VerdictState classifies a partition or a group for an operator.
+type VerdictState string
+
+// Verdict states, from most to least urgent.
+const (
+	// StateStuck: work is pending and not moving: a head delivered many
+	// times (a poison message), pending entries held by a consumer whose
+	// lease expired, or a head pending longer than StuckAfter.
+	StateStuck VerdictState = "stuck"
+	// StateLagging: entries wait to be delivered and nothing is pending.
+	StateLagging VerdictState = "lagging"
+	// StateOrphan: the index names the partition but no lane exists.
+	StateOrphan VerdictState = "orphan"
+	// StateHealthy: the group is caught up or working (pending entries
+	// young and delivered few times) under a held lease.
+	StateHealthy VerdictState = "healthy"
+	// StateIdle: nothing to do and no owner.
+	StateIdle VerdictState = "idle"
+)
+
+// Verdict is the one-line answer to "why is this partition idle, stuck or
+// healthy". Reason is a sentence, e.g. "halted on a poison message: head
+// 1-2 delivered 7 times, pending 3m0s to consumer worker-1:5 whose lease
+// is held".
+type Verdict struct {
+	State  VerdictState `json:"state"`
+	Group  string       `json:"group,omitempty"` // the group the verdict is about
+	Reason string       `json:"reason"`
+}
+
+// String is "state: reason" (or "state (group g): reason").
+func (v Verdict) String() string {
+	if v.Group == "" {
+		return string(v.State) + ": " + v.Reason
+	}
+	return string(v.State) + " (group " + v.Group + "): " + v.Reason
+}
+
+// GroupDetail is a group in `partitions show`: the Group fields plus what
+// the group handles next and why it is where it is.
+type GroupDetail struct {
+	Group
+	// Head is what the group handles next: its oldest pending entry, or
+	// when nothing is pending the first entry it has not been delivered
+	// (main lane first, then backfill); null when caught up.
+	Head *Entry `json:"head"`
+	// HeadPending is the pending record of Head when Head is pending.
+	HeadPending *PendingEntry `json:"headPending"`
+	// PendingEntries is the group's pending list over the lanes, oldest
+	// first per lane, at most ExplainOptions.PendingLimit per lane.
+	PendingEntries []PendingEntry `json:"pendingEntries"`
+	Verdict        Verdict        `json:"verdict"`
+}
+
+// PartitionDetail is `partitions show`: one partition explained.
+type PartitionDetail struct {
+	Category    string        `json:"category"`
+	Key         string        `json:"key"`
+	Stream      string        `json:"stream"`
+	Length      int64         `json:"length"`
+	LastEntryID *string       `json:"lastEntryId"`
+	IdleMs      *int64        `json:"idleMs"`
+	Lanes       []Lane        `json:"lanes"`
+	Groups      []GroupDetail `json:"groups"`
+	// Indexed is false when the key is not in the category's index.
+	Indexed bool `json:"indexed"`
+	// DLQLength is the length of C:K:dlq (0 when missing).
+	DLQLength int64 `json:"dlqLength"`
+	// Verdict is the most urgent of the groups' verdicts.
+	Verdict Verdict `json:"verdict"`
+	// ServerTime is the server clock the ages were measured against.
+	ServerTime time.Time `json:"serverTime"`
+}
+
+// Partition returns the summary (the `partitions ls` row) of d.
+func (d *PartitionDetail) Partition() Partition {
+	p := Partition{
+		Category: d.Category, Key: d.Key, Stream: d.Stream, Length: d.Length,
+		LastEntryID: d.LastEntryID, IdleMs: d.IdleMs, Lanes: d.Lanes,
+	}
+	for _, g := range d.Groups {
+		p.Groups = append(p.Groups, g.Group)
+	}
+	return p
+}
+
+// LeaseState says whether a (group, key) lease is held.
+type LeaseState string
+
+// Lease states.
+const (
+	// LeaseHeld: the lease key exists.
+	LeaseHeld LeaseState = "held"
+	// LeaseExpired: no lease key, but a generation counter exists: the
+	// partition was leased once and the lease expired or was released.
+	LeaseExpired LeaseState = "expired"
+	// LeaseFree: neither a lease nor a generation: never leased.
+	LeaseFree LeaseState = "free"
+)
+
+// Lease is one row of `leases ls`.
+type Lease struct {
+	// Category is known when the lease was found through a category's
+	// index; empty when found by a keyspace scan (a lease key does not
+	// name its category).
+	Category string `json:"category,omitempty"`
+	Group    string `json:"group"`
+	Key      string `json:"key"`
+	// Owner, Generation and TTLMs come from the lease value; null unless
+	// held. Generation falls back to the counter when the lease is not
+	// held (see Counter).
+	Owner      *string    `json:"owner"`
+	Generation *int64     `json:"generation"`
+	TTLMs      *int64     `json:"ttlMs"`
+	State      LeaseState `json:"state"`
+	// Token is the raw lease value; null unless held.
+	Token *string `json:"token"`
+	// Counter is the generation counter; null when never leased.
+	Counter  *int64 `json:"counter"`
+	LeaseKey string `json:"leaseKey"`
+}
+
+// GroupPosition is a group's position on one stream, as trim and repair
+// plans record it.
+type GroupPosition struct {
+	Name            string `json:"name"`
+	LastDeliveredID string `json:"lastDeliveredId"`
+	Pending         int64  `json:"pending"`
+	// OldestPendingID is null when nothing is pending.
+	OldestPendingID *string `json:"oldestPendingId"`
+	// Floor is the oldest entry the group still needs:
+	// min(lastDeliveredId, oldestPendingId). Entries after lastDeliveredId
+	// are needed too; the floor is what a trim may not pass.
+	Floor string `json:"floor"`
+}
+
+// TrimInfo is what a trim of Stream to MaxLen would do, computed the way
+// the broker's Trim computes it.
+type TrimInfo struct {
+	Stream string `json:"stream"`
+	MaxLen int64  `json:"maxLen"`
+	Exists bool   `json:"exists"`
+	Length int64  `json:"length"`
+	// FirstEntryID and LastEntryID are null when the stream is empty.
+	FirstEntryID *string         `json:"firstEntryId"`
+	LastEntryID  *string         `json:"lastEntryId"`
+	Groups       []GroupPosition `json:"groups"`
+	// MissingGroups are registered groups not created on the stream yet:
+	// they will read it from 0, so nothing may be trimmed.
+	MissingGroups []string `json:"missingGroups"`
+	// Floor is the smallest group floor; null when no group exists.
+	Floor *string `json:"floor"`
+	// PinnedBy names the group whose floor is Floor (or the first missing
+	// registered group); empty when maxLen alone decides.
+	PinnedBy string `json:"pinnedBy"`
+	// Removes is how many entries the trim would remove now.
+	Removes int64 `json:"removes"`
+	// Reason explains Removes in a sentence.
+	Reason string `json:"reason"`
+}
+
+// OrphanKind classifies an fsck finding.
+type OrphanKind string
+
+// Orphan kinds.
+const (
+	// OrphanUnindexedStream: a partition stream (main or backfill lane)
+	// whose key is not in the category's index: consumers will never
+	// discover it.
+	OrphanUnindexedStream OrphanKind = "unindexed-stream"
+	// OrphanMissingStream: an index entry with no lane: harmless but
+	// listed by every scan until reaped or republished.
+	OrphanMissingStream OrphanKind = "missing-stream"
+)
+
+// Orphan is one finding of Fsck.
+type Orphan struct {
+	Kind     OrphanKind `json:"kind"`
+	Category string     `json:"category"`
+	Key      string     `json:"key"`
+	Stream   string     `json:"stream"`
+	Length   int64      `json:"length"`
+}
+
+// FsckReport is the result of Fsck.
+type FsckReport struct {
+	Category string   `json:"category"`
+	Indexed  int64    `json:"indexed"` // index entries checked
+	Streams  int64    `json:"streams"` // partition streams found by the scan
+	Orphans  []Orphan `json:"orphans"`
+}
+
+// ScanProgress reports a paced keyspace scan's progress.
+type ScanProgress struct {
+	Calls   int   // SCAN calls made so far
+	Scanned int64 // keys returned by the server so far
+	Found   int64 // keys that matched what the scan looks for
+	Done    bool  // the last report of the scan
+}
+
+// ScanOptions paces a keyspace scan. The zero value is the default.
+type ScanOptions struct {
+	// Count is the SCAN COUNT hint. Default 1000.
+	Count int64
+	// Pause is slept between SCAN calls so that a scan of a large,
+	// busy keyspace does not hog the server. Default 1ms; negative means
+	// no pause.
+	Pause time.Duration
+	// Progress, when set, is called after every SCAN call and once at the
+	// end, from the calling goroutine.
+	Progress func(ScanProgress)
+}

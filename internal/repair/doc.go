@@ -1,0 +1,84 @@
+// Package repair changes partition state safely: every action is first a
+// Plan (a dry run whose items record the state each saw) and then an
+// Apply that re-checks each item's precondition in Redis and changes
+// only what still matches. Plans serialize to JSON (`--dry-run -o json`)
+// and load back with ParsePlan (`protctl apply -f plan.json`).
+//
+// # Results and outcome
+//
+// Each item ends with one Result:
+//
+//	applied   the change was made
+//	conflict  the state the plan saw has moved; nothing was changed
+//	refused   a guard said no (the plan already said so, or a guard in
+//	          the store refused for the reason the plan predicted)
+//	skipped   nothing to do (a lease already free, a trim removing 0)
+//
+// Apply's Outcome maps to the CLI's exit codes (Outcome.ExitCode): 0 when
+// every item applied or was skipped, 5 when nothing applied and something
+// conflicted, 6 when nothing applied and something was refused, 7 when
+// some applied and some did not.
+//
+// # What each action re-checks
+//
+// reap: the plan evaluates the broker's reap rules (every group on every
+// lane delivered to the end with nothing pending, registered groups
+// created, a non-empty lane has a group, the newest entry older than
+// minIdle) and refuses, naming the lane, group and reason, when one
+// fails. Apply first compares each lane's newest entry id with the plan's
+// (moved: conflict), then calls the broker's ReapPartition, which checks
+// everything again and deletes in one script. A refusal by ReapPartition
+// of an item the plan allowed is a conflict (the state moved between the
+// two steps); nothing is ever deleted that the atomic check rejects.
+//
+// release: fenced on the lease value seen in the plan
+// (ReleasePartitionLease with that token). A free lease is skipped; a
+// held lease is refused unless planned with Force, because releasing
+// takes the partition from its owner. If the lease changed since the
+// plan, the fenced release returns false: conflict.
+//
+// trim: the plan shows the floor (the oldest entry some group still
+// needs), the group that pins it, and how many entries would go. Apply
+// checks that the stream still exists with the same groups (a group
+// created or deleted since the plan changes the floor's meaning:
+// conflict), then calls the broker's Trim, which recomputes the floor and
+// trims in one script, so it never removes an entry a group has not
+// read and acked, whatever moved. Groups advancing between plan and apply
+// are expected on a hot stream and are not a conflict.
+//
+// dead-letter: moves one pending entry (by default the group's oldest,
+// the head a halted partition is stuck on) to C:K:dlq and acks it with
+// the broker's DeadLetterPartitionFenced, in one atomic step fenced on a
+// lease:
+//
+//   - When the plan saw a lease held (a Protean instance stuck on a
+//     poison message), the fence is that lease's key and token. If the
+//     lease moved (expired, released, re-acquired), the call fails with
+//     broker.ErrLeaseLost: conflict, nothing changed.
+//   - When the plan saw no lease, Apply takes a short operator lease
+//     (AcquirePartitionLease with owner WithOperator, TTL
+//     WithOperatorLeaseTTL) so that no owner can start on the partition
+//     while the head moves, fences the dead-letter on it, and releases it.
+//     If the lease is held by then, or the generation it gets is not the
+//     plan's + 1 (someone leased the partition in between), it is a
+//     conflict (the operator lease, if taken, is released at once). The
+//     operator lease bumps the generation like any acquire: generations
+//     only grow, and any owner from before is fenced out.
+//
+// Right before the fenced call Apply also checks that the entry is still
+// pending for the group (XPENDING) with at least the delivery count the
+// plan saw; an entry acked since the plan is a conflict. That check and
+// the fenced call are two steps; the only client that could ack the entry
+// in between is the lease holder the fence names, and the outcome of that
+// race is a dead-letter copy of an entry that was also handled, never a
+// lost one.
+//
+// The plan refuses an entry delivered fewer than MinDeliveries times
+// (default 2) unless Force is set: an owner may be handling it right now.
+//
+// retry, skip: recorded in the failure ledger (LedgerRequester), which
+// the owner of the partition acts on under its own fence, now or when a
+// node next owns it. Apply re-reads the entry: gone, or a different
+// position than the plan saw, is a conflict; a retry of an unrecoverable
+// entry is refused (runtime.ErrUnrecoverable).
+package repair

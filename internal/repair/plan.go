@@ -1,0 +1,393 @@
+package repair
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/protctl/protctl/internal/clierr"
+	"github.com/protctl/protctl/internal/inspect"
+)
+
+// APIVersion and Kind identify a serialized plan.
+const (
+	APIVersion = "protctl.dev/v1"
+	PlanKind   = "Plan"
+)
+
+// Action names a repair. Names are API (they appear in plan files).
+type Action string
+
+// Actions.
+const (
+	// ActionReap retires a cold partition (broker ReapPartition).
+	ActionReap Action = "reap"
+	// ActionRelease deletes a lease, fenced on the token seen in the plan.
+	ActionRelease Action = "release"
+	// ActionTrim caps a stream without removing what a group needs.
+	ActionTrim Action = "trim"
+	// ActionDeadLetter moves a group's pending head to C:K:dlq and acks
+	// it, fenced on the lease seen in the plan.
+	ActionDeadLetter Action = "dead-letter"
+	// ActionRetry asks the owner of a parked aggregate to handle it again.
+	ActionRetry Action = "retry"
+	// ActionSkip asks the owner of a parked aggregate to skip its head.
+	ActionSkip Action = "skip"
+)
+
+var actions = map[Action]bool{
+	ActionReap: true, ActionRelease: true, ActionTrim: true,
+	ActionDeadLetter: true, ActionRetry: true, ActionSkip: true,
+}
+
+// Result is what Apply did with an item. The zero value (not applied
+// yet, or a dry run) is encoded as JSON null.
+type Result string
+
+// Results.
+const (
+	ResultNone Result = ""
+	// ResultApplied: the change was made.
+	ResultApplied Result = "applied"
+	// ResultConflict: the state the plan saw has moved; nothing changed.
+	ResultConflict Result = "conflict"
+	// ResultRefused: a guard said no (the plan already did, or the store
+	// refused for a reason the plan predicted); nothing changed.
+	ResultRefused Result = "refused"
+	// ResultSkipped: nothing to do (e.g. the lease is already free).
+	ResultSkipped Result = "skipped"
+)
+
+// MarshalJSON encodes ResultNone as null.
+func (r Result) MarshalJSON() ([]byte, error) {
+	if r == ResultNone {
+		return []byte("null"), nil
+	}
+	return json.Marshal(string(r))
+}
+
+// UnmarshalJSON accepts null and the four results.
+func (r *Result) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*r = ResultNone
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	switch Result(s) {
+	case ResultApplied, ResultConflict, ResultRefused, ResultSkipped:
+		*r = Result(s)
+		return nil
+	}
+	return fmt.Errorf("unknown result %q", s)
+}
+
+// Target is what an item acts on. Which fields are set depends on the
+// action:
+//
+//	reap         category, key
+//	release      group, key (category when known)
+//	trim         stream
+//	dead-letter  category, key, group, stream (the lane), id
+//	retry, skip  subscription, aggregate
+type Target struct {
+	Category     string `json:"category,omitempty"`
+	Key          string `json:"key,omitempty"`
+	Group        string `json:"group,omitempty"`
+	Stream       string `json:"stream,omitempty"`
+	ID           string `json:"id,omitempty"`
+	Subscription string `json:"subscription,omitempty"`
+	Aggregate    string `json:"aggregate,omitempty"`
+}
+
+// String names the target for tables: "shop::order/o-1", "group g on
+// o-1", a stream, "entry 1-2 of shop::order:o-1 for g", "sub/agg".
+func (t Target) String() string {
+	switch {
+	case t.Subscription != "":
+		return t.Subscription + "/" + t.Aggregate
+	case t.ID != "":
+		return "entry " + t.ID + " of " + t.Stream + " for " + t.Group
+	case t.Group != "":
+		return "lease of " + t.Group + " on " + t.Key
+	case t.Category != "":
+		return t.Category + "/" + t.Key
+	}
+	return t.Stream
+}
+
+// LaneState is a lane's state as a plan saw it.
+type LaneState struct {
+	Stream      string                  `json:"stream"`
+	Exists      bool                    `json:"exists"`
+	Length      int64                   `json:"length"`
+	LastEntryID *string                 `json:"lastEntryId"`
+	Groups      []inspect.GroupPosition `json:"groups"`
+}
+
+// Precondition is the state an item saw when it was planned; Apply
+// re-checks the parts its action depends on (see each action's doc in
+// doc.go). Unknown or not-applicable values are null.
+type Precondition struct {
+	// Lease is the lease value (owner:generation) seen; null when free.
+	Lease *string `json:"lease"`
+	// Generation is the fence counter seen; null when never leased.
+	Generation *int64 `json:"generation"`
+	// LastEntryID is the newest entry of the target stream (main lane).
+	LastEntryID *string `json:"lastEntryId"`
+	// Lanes are the partition's lanes with the groups' positions.
+	Lanes []LaneState `json:"lanes,omitempty"`
+	// Pending is the dead-letter target's pending record.
+	Pending *inspect.PendingEntry `json:"pending,omitempty"`
+	// Trim is what a trim would remove now.
+	Trim *inspect.TrimInfo `json:"trim,omitempty"`
+	// Parked is the ledger entry's state (retry, skip).
+	Parked *ParkedState `json:"parked,omitempty"`
+}
+
+// ParkedState is the part of a ledger entry a retry or skip depends on.
+type ParkedState struct {
+	Status     string `json:"status"`
+	Position   string `json:"position"`
+	Attempts   int    `json:"attempts"`
+	Generation int64  `json:"generation"`
+}
+
+// Params are the action's arguments, beyond its target.
+type Params struct {
+	// MinIdleMs is the reap's minimum age of the newest entry.
+	MinIdleMs int64 `json:"minIdleMs,omitempty"`
+	// BackfillSuffix is the reap's backfill lane; "" is the default.
+	BackfillSuffix string `json:"backfillSuffix,omitempty"`
+	// MaxLen is the trim's cap.
+	MaxLen int64 `json:"maxLen,omitempty"`
+	// Force overrode a guard when planning (release or dead-letter of a
+	// live owner's partition).
+	Force bool `json:"force,omitempty"`
+	// Reason is recorded with a dead-letter or skip.
+	Reason string `json:"reason,omitempty"`
+	// DLQStream is where dead-letter copies the head (C:K:dlq).
+	DLQStream string `json:"dlqStream,omitempty"`
+	// By names the operator, for the ledger.
+	By string `json:"by,omitempty"`
+}
+
+// Item is one planned change. Allowed and Reason are the plan's verdict;
+// Result and Detail are filled by Apply.
+type Item struct {
+	Action       Action       `json:"action"`
+	Target       Target       `json:"target"`
+	Precondition Precondition `json:"precondition"`
+	Params       Params       `json:"params"`
+	Allowed      bool         `json:"allowed"`
+	// Reason says why the item is allowed or not, naming the group and
+	// the lane when a group blocks it.
+	Reason string `json:"reason"`
+	Result Result `json:"result"`
+	// Detail says what Apply did or why it did not, e.g. "removed 12
+	// entries" or "lease is now worker-2:8, planned worker-1:7".
+	Detail string `json:"detail,omitempty"`
+}
+
+// Plan is a dry run: items with the state each saw. Encode it with
+// encoding/json (it is the `--dry-run -o json` document) and load it
+// back with ParsePlan.
+type Plan struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Layout is the key layout the plan was made for ("protean" or
+	// "cluster"); Apply refuses a plan of another layout.
+	Layout    string    `json:"layout"`
+	CreatedAt time.Time `json:"createdAt"`
+	Items     []Item    `json:"items"`
+}
+
+// Predicted is the outcome Apply would have if nothing moved: what a dry
+// run exits with.
+func (p *Plan) Predicted() Outcome {
+	var allowed, refused, skipped int
+	for _, it := range p.Items {
+		switch {
+		case it.Result == ResultSkipped:
+			skipped++
+		case it.Allowed:
+			allowed++
+		default:
+			refused++
+		}
+	}
+	return outcome(allowed, 0, refused)
+}
+
+// Outcome sums up an Apply (or a Plan's prediction).
+type Outcome string
+
+// Outcomes.
+const (
+	// OutcomeApplied: every item was applied or had nothing to do.
+	OutcomeApplied Outcome = "applied"
+	// OutcomeConflict: no item applied, at least one conflicted.
+	OutcomeConflict Outcome = "conflict"
+	// OutcomeRefused: no item applied, none conflicted, at least one
+	// was refused.
+	OutcomeRefused Outcome = "refused"
+	// OutcomePartial: some items applied, some conflicted or were refused.
+	OutcomePartial Outcome = "partial"
+)
+
+func outcome(applied, conflict, refused int) Outcome {
+	switch {
+	case conflict == 0 && refused == 0:
+		return OutcomeApplied
+	case applied > 0:
+		return OutcomePartial
+	case conflict > 0:
+		return OutcomeConflict
+	}
+	return OutcomeRefused
+}
+
+// ExitCode maps o to the CLI contract: 0 applied, 5 conflict, 6
+// refused, 7 partial.
+func (o Outcome) ExitCode() int {
+	switch o {
+	case OutcomeConflict:
+		return clierr.ExitConflict
+	case OutcomeRefused:
+		return clierr.ExitRefused
+	case OutcomePartial:
+		return clierr.ExitPartial
+	}
+	return clierr.ExitOK
+}
+
+// Err is nil for OutcomeApplied and otherwise a *clierr.Error of the
+// matching kind with a one-line summary of p's results, so a command can
+// return it after printing the items.
+func (o Outcome) Err(p *Plan) error {
+	var kind clierr.Kind
+	switch o {
+	case OutcomeApplied:
+		return nil
+	case OutcomeConflict:
+		kind = clierr.Conflict
+	case OutcomeRefused:
+		kind = clierr.Refused
+	default:
+		kind = clierr.Partial
+	}
+	return kind.Errorf("%s", p.Summary())
+}
+
+// Summary counts the items by result: "2 applied, 1 conflict".
+func (p *Plan) Summary() string {
+	counts := map[Result]int{}
+	for _, it := range p.Items {
+		counts[it.Result]++
+	}
+	var parts []string
+	for _, r := range []Result{ResultApplied, ResultConflict, ResultRefused, ResultSkipped, ResultNone} {
+		if n := counts[r]; n > 0 {
+			name := string(r)
+			if r == ResultNone {
+				name = "not applied"
+			}
+			parts = append(parts, fmt.Sprintf("%d %s", n, name))
+		}
+	}
+	if len(parts) == 0 {
+		return "no items"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ErrInvalidPlan is returned (wrapped, with the reason) by ParsePlan and
+// Apply for a plan document that is not a valid plan.
+var ErrInvalidPlan = errors.New("repair: invalid plan")
+
+// ParsePlan decodes and validates a plan document strictly: unknown
+// fields, unknown actions, a wrong apiVersion or kind, an item without the
+// target fields its action needs, or trailing data are rejected with an
+// error wrapping ErrInvalidPlan that names the item.
+func ParsePlan(data []byte) (*Plan, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var p Plan
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidPlan, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%w: trailing data after the plan", ErrInvalidPlan)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// ReadPlan is ParsePlan of everything r yields.
+func ReadPlan(r io.Reader) (*Plan, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("repair: read plan: %w", err)
+	}
+	return ParsePlan(b)
+}
+
+// Validate checks p's header and every item's action and target.
+func (p *Plan) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidPlan, fmt.Sprintf(format, a...))
+	}
+	if p.APIVersion != APIVersion {
+		return bad("apiVersion is %q, want %q", p.APIVersion, APIVersion)
+	}
+	if p.Kind != PlanKind {
+		return bad("kind is %q, want %q", p.Kind, PlanKind)
+	}
+	if p.Layout != "protean" && p.Layout != "cluster" {
+		return bad("layout is %q, want \"protean\" or \"cluster\"", p.Layout)
+	}
+	for i, it := range p.Items {
+		if !actions[it.Action] {
+			return bad("item %d: unknown action %q", i, it.Action)
+		}
+		t := it.Target
+		need := func(name, v string) error {
+			if v == "" {
+				return bad("item %d (%s): target.%s is required", i, it.Action, name)
+			}
+			return nil
+		}
+		var errs []error
+		switch it.Action {
+		case ActionReap:
+			errs = append(errs, need("category", t.Category), need("key", t.Key))
+		case ActionRelease:
+			errs = append(errs, need("group", t.Group), need("key", t.Key))
+		case ActionTrim:
+			errs = append(errs, need("stream", t.Stream))
+			if it.Params.MaxLen <= 0 {
+				errs = append(errs, bad("item %d (trim): params.maxLen must be positive", i))
+			}
+		case ActionDeadLetter:
+			errs = append(errs, need("category", t.Category), need("key", t.Key), need("group", t.Group),
+				need("stream", t.Stream), need("id", t.ID))
+			if it.Params.DLQStream == "" {
+				errs = append(errs, bad("item %d (dead-letter): params.dlqStream is required", i))
+			}
+		case ActionRetry, ActionSkip:
+			errs = append(errs, need("subscription", t.Subscription), need("aggregate", t.Aggregate))
+		}
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,209 @@
+package repair
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+// Broker is the part of the partitioning contract repairs use
+// (redisbroker.Broker implements it). Every write goes through it, so the
+// broker's atomic checks are the last word on safety.
+type Broker interface {
+	broker.LeaseManager
+	broker.Maintainer
+	DeadLetterPartitionFenced(ctx context.Context, f broker.Fence, stream, group, id, dlqStream, reason string) (string, error)
+	Layout() broker.Layout
+}
+
+// Ledger is the part of the failure ledger parked retry and skip use
+// (runtime.LedgerReader and runtime.LedgerRequester; redisstore.Store
+// implements it).
+type Ledger interface {
+	inspect.Ledger
+	RequestRetry(ctx context.Context, subscription, aggregate, by string) error
+	RequestSkip(ctx context.Context, subscription, aggregate, reason, by string) error
+}
+
+// DefaultOperator is the owner name of the short lease Apply takes to
+// dead-letter the head of a partition nobody holds.
+const DefaultOperator = "protctl-operator"
+
+// Repairer plans and applies repairs. It is safe for concurrent use.
+type Repairer struct {
+	client  redis.UniversalClient
+	broker  Broker
+	inspect *inspect.Inspector
+	cfg     config
+}
+
+type config struct {
+	backfill string
+	ledger   Ledger
+	operator string
+	leaseTTL time.Duration
+	now      func() time.Time
+}
+
+// Option configures New.
+type Option func(*config)
+
+// WithBackfillSuffix names the backfill lane. Default
+// broker.DefaultBackfillSuffix.
+func WithBackfillSuffix(s string) Option { return func(c *config) { c.backfill = s } }
+
+// WithLedger enables parked retry and skip. Default: none (planning them
+// fails).
+func WithLedger(l Ledger) Option { return func(c *config) { c.ledger = l } }
+
+// WithOperator names the owner of the operator lease (see ActionDeadLetter
+// in doc.go). Default DefaultOperator.
+func WithOperator(owner string) Option { return func(c *config) { c.operator = owner } }
+
+// WithOperatorLeaseTTL bounds the operator lease. Default 30s.
+func WithOperatorLeaseTTL(d time.Duration) Option { return func(c *config) { c.leaseTTL = d } }
+
+// WithNow sets the clock that stamps Plan.CreatedAt. Default time.Now.
+func WithNow(now func() time.Time) Option { return func(c *config) { c.now = now } }
+
+func (c *config) validate() {
+	if c.backfill == "" {
+		c.backfill = broker.DefaultBackfillSuffix
+	}
+	if c.operator == "" {
+		c.operator = DefaultOperator
+	}
+	if c.leaseTTL <= 0 {
+		c.leaseTTL = 30 * time.Second
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+}
+
+// New returns a Repairer that reads through client and writes through b,
+// in b's layout. It does no I/O.
+func New(client redis.UniversalClient, b Broker, opts ...Option) *Repairer {
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	cfg.validate()
+	iopts := []inspect.Option{inspect.WithBackfillSuffix(cfg.backfill)}
+	if cfg.ledger != nil {
+		iopts = append(iopts, inspect.WithLedger(cfg.ledger))
+	}
+	return &Repairer{client: client, broker: b, inspect: inspect.New(client, b.Layout(), iopts...), cfg: cfg}
+}
+
+// Inspector returns the Inspector the Repairer plans with.
+func (r *Repairer) Inspector() *inspect.Inspector { return r.inspect }
+
+// ReapRequest asks for reaps of a category's partitions.
+type ReapRequest struct {
+	Category string
+	// Keys to reap; with AllCold, every key of the index is considered
+	// and only the reapable ones become items.
+	Keys    []string
+	AllCold bool
+	// MinIdle is the minimum age of the newest entry (server clock).
+	MinIdle time.Duration
+}
+
+// PlanReap plans reaps: one item per key, allowed when the plan's own
+// check (the broker's reap rules) passes, otherwise refused with the lane,
+// group and reason that block it.
+func (r *Repairer) PlanReap(ctx context.Context, req ReapRequest) (*Plan, error) {
+	return r.planReap(ctx, req)
+}
+
+// ReleaseRequest asks for the release of group's lease on key.
+type ReleaseRequest struct {
+	Category string // optional, recorded in the target
+	Group    string
+	Key      string
+	// Force allows releasing a held lease (a live owner loses the
+	// partition). Without it a held lease is refused.
+	Force bool
+}
+
+// PlanRelease plans a fenced release of the lease seen now.
+func (r *Repairer) PlanRelease(ctx context.Context, req ReleaseRequest) (*Plan, error) {
+	return r.planRelease(ctx, req)
+}
+
+// TrimRequest asks for a safe trim of Stream to MaxLen.
+type TrimRequest struct {
+	Stream string
+	MaxLen int64
+}
+
+// PlanTrim plans a trim: the item's precondition shows the floor, the
+// group that pins it and how many entries would go.
+func (r *Repairer) PlanTrim(ctx context.Context, req TrimRequest) (*Plan, error) {
+	return r.planTrim(ctx, req)
+}
+
+// DeadLetterRequest asks to dead-letter the head of group on a partition.
+type DeadLetterRequest struct {
+	Category string
+	Key      string
+	Group    string
+	// ID is the entry to dead-letter; empty means the group's oldest
+	// pending entry (over the main lane, then the backfill lane).
+	ID string
+	// Reason is recorded in the dead-letter entry.
+	Reason string
+	// MinDeliveries is how many times the entry must have been delivered
+	// for the plan to allow it without Force. Default 2.
+	MinDeliveries int64
+	// Force allows dead-lettering an entry delivered fewer times.
+	Force bool
+}
+
+// PlanDeadLetter plans moving a pending head to C:K:dlq and acking it,
+// fenced on the lease seen now (see doc.go).
+func (r *Repairer) PlanDeadLetter(ctx context.Context, req DeadLetterRequest) (*Plan, error) {
+	return r.planDeadLetter(ctx, req)
+}
+
+// ParkedRequest asks for retries or skips of parked entries.
+type ParkedRequest struct {
+	Action       Action // ActionRetry or ActionSkip
+	Subscription string
+	// Aggregate names one entry; with All, every entry of Subscription
+	// ("" for every subscription) becomes an item.
+	Aggregate string
+	All       bool
+	// Max caps the items of an All request; 0 means no cap.
+	Max    int
+	Reason string // required for skip
+	By     string // the operator, recorded in the ledger
+}
+
+// PlanParked plans parked retries or skips.
+func (r *Repairer) PlanParked(ctx context.Context, req ParkedRequest) (*Plan, error) {
+	return r.planParked(ctx, req)
+}
+
+// ApplyOptions tunes Apply. The zero value is the default.
+type ApplyOptions struct {
+	// Interval is waited between items (the CLI's --rps); 0 = none.
+	Interval time.Duration
+	// OnItem, when set, is called after each item with its result.
+	OnItem func(i int, it Item)
+}
+
+// Apply applies p's allowed items in order, re-checking each one's
+// precondition atomically in Redis, and records every item's Result and
+// Detail in p. Items the plan did not allow are refused without being
+// tried. It returns the outcome, and an error (with the items so far
+// recorded) only when it could not go on: a transport failure, a
+// cancelled context, or a plan of another layout.
+func (r *Repairer) Apply(ctx context.Context, p *Plan, opts ApplyOptions) (Outcome, error) {
+	return r.apply(ctx, p, opts)
+}
