@@ -1,0 +1,241 @@
+package redisbroker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+// blockedClients reads INFO clients' blocked_clients.
+func blockedClients(t *testing.T, c *redis.Client) string {
+	t.Helper()
+	info, err := c.Info(context.Background(), "clients").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "blocked_clients:"); ok {
+			return v
+		}
+	}
+	t.Fatal("no blocked_clients in INFO clients")
+	return ""
+}
+
+func TestWaitForEntries(t *testing.T) {
+	b, c := newBroker(t)
+	ctx := context.Background()
+	a := cat + ":a"
+	id, err := b.Append(ctx, a, []byte("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// An entry after the given id: at once. A missing stream is empty.
+	got, err := b.WaitForEntries(ctx, map[string]string{a: "0-0", cat + ":missing": "0-0"}, time.Second)
+	if err != nil || !slices.Equal(got, []string{a}) {
+		t.Fatalf("WaitForEntries = %v, %v; want [%s]", got, err, a)
+	}
+	// Nothing after id: nil at the timeout.
+	got, err = b.WaitForEntries(ctx, map[string]string{a: id}, 50*time.Millisecond)
+	if err != nil || got != nil {
+		t.Fatalf("WaitForEntries past the last entry = %v, %v; want nil", got, err)
+	}
+	// An append wakes the wait.
+	done := make(chan []string, 1)
+	go func() {
+		got, err := b.WaitForEntries(ctx, map[string]string{a: id, cat + ":b": "0-0"}, 10*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- got
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if _, err := b.Append(ctx, cat+":b", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-done:
+		if !slices.Equal(got, []string{cat + ":b"}) {
+			t.Fatalf("woken for %v, want [%s:b]", got, cat)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("append did not wake the wait")
+	}
+	if v := blockedClients(t, c); v != "0" {
+		t.Errorf("blocked clients after return = %s", v)
+	}
+}
+
+func TestWaitForEntriesCancelLeavesNothingBlocked(t *testing.T) {
+	b, c := newBroker(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.WaitForEntries(ctx, map[string]string{cat + ":a": "0-0"}, 0)
+		done <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for blockedClients(t, c) != "1" {
+		if time.Now().After(deadline) {
+			t.Fatal("the wait never blocked")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled wait = %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("cancel did not end the wait")
+	}
+	if v := blockedClients(t, c); v != "0" {
+		t.Errorf("blocked clients after cancel = %s, want 0", v)
+	}
+}
+
+// More streams than one XREAD carries: the chunks wait in parallel, and
+// an entry in one wakes the others.
+func TestWaitForEntriesChunks(t *testing.T) {
+	b, c := newBroker(t)
+	ctx := context.Background()
+	after := map[string]string{}
+	for i := 0; i < 9000; i++ {
+		after[fmt.Sprintf("%s:k%05d", cat, i)] = "0-0"
+	}
+	done := make(chan []string, 1)
+	go func() {
+		got, err := b.WaitForEntries(ctx, after, 10*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- got
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for blockedClients(t, c) != "2" {
+		if time.Now().After(deadline) {
+			t.Fatalf("want 2 blocked chunks, have %s", blockedClients(t, c))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	last := fmt.Sprintf("%s:k%05d", cat, 8999)
+	if _, err := b.Append(ctx, last, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-done:
+		if !slices.Equal(got, []string{last}) {
+			t.Fatalf("woken for %v", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("append did not wake the wait")
+	}
+	if v := blockedClients(t, c); v != "0" {
+		t.Errorf("blocked clients after return = %s", v)
+	}
+}
+
+func TestWaitForEntriesBadInput(t *testing.T) {
+	b, c := newBroker(t)
+	ctx := context.Background()
+	for name, after := range map[string]map[string]string{
+		"empty":     {},
+		"no stream": {"": "0-0"},
+		"bad id":    {"s": "x"},
+	} {
+		if _, err := b.WaitForEntries(ctx, after, time.Millisecond); !errors.Is(err, broker.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if _, err := b.WaitForEntries(ctx, map[string]string{"s": "0-0"}, -1); !errors.Is(err, broker.ErrInvalidArgument) {
+		t.Errorf("negative timeout: %v", err)
+	}
+	if err := c.Set(ctx, "str", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.WaitForEntries(ctx, map[string]string{"str": "0-0"}, time.Millisecond); !errors.Is(err, broker.ErrWrongType) {
+		t.Errorf("string key: %v, want ErrWrongType", err)
+	}
+}
+
+func TestLastEntryIDs(t *testing.T) {
+	b, c := newBroker(t)
+	ctx := context.Background()
+	a := cat + ":a"
+	if _, err := b.Append(ctx, a, []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	last, err := b.Append(ctx, a, []byte("2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.LastEntryIDs(ctx, []string{a, cat + ":missing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[a] != last || got[cat+":missing"] != "0-0" || len(got) != 2 {
+		t.Errorf("LastEntryIDs = %v, want %s and 0-0", got, last)
+	}
+	if err := c.Set(ctx, "str", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.LastEntryIDs(ctx, []string{a, "str"}); !errors.Is(err, broker.ErrWrongType) {
+		t.Errorf("string key: %v, want ErrWrongType", err)
+	}
+	if _, err := b.LastEntryIDs(ctx, []string{""}); !errors.Is(err, broker.ErrInvalidArgument) {
+		t.Errorf("empty stream name: %v", err)
+	}
+}
+
+func TestRenewPartitionLeases(t *testing.T) {
+	b, c := newBroker(t)
+	ctx := context.Background()
+	var fences []broker.Fence
+	for _, k := range []string{"a", "b", "c"} {
+		l, ok, err := b.AcquirePartitionLease(ctx, layout.LeaseKey(group, k), layout.GenerationKey(group, k), owner, time.Second)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		fences = append(fences, l.Fence)
+	}
+	// b's lease is lost (released), c's token is stale.
+	if _, err := b.ReleasePartitionLease(ctx, fences[1]); err != nil {
+		t.Fatal(err)
+	}
+	stale := fences[2]
+	stale.Token = owner + ":99"
+	fences[2] = stale
+	// A flushed script cache is reloaded.
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	oks, err := b.RenewPartitionLeases(ctx, fences, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(oks, []bool{true, false, false}) {
+		t.Errorf("renewed %v, want [true false false]", oks)
+	}
+	if ttl := c.PTTL(ctx, layout.LeaseKey(group, "a")).Val(); ttl < 30*time.Second {
+		t.Errorf("a's TTL after renewal = %s", ttl)
+	}
+	if ttl := c.PTTL(ctx, layout.LeaseKey(group, "c")).Val(); ttl > time.Second {
+		t.Errorf("stale token renewed c: TTL %s", ttl)
+	}
+	if _, err := b.RenewPartitionLeases(ctx, []broker.Fence{{LeaseKey: "x"}}, time.Second); !errors.Is(err, broker.ErrInvalidArgument) {
+		t.Errorf("empty token: %v", err)
+	}
+	if _, err := b.RenewPartitionLeases(ctx, fences, 0); !errors.Is(err, broker.ErrInvalidArgument) {
+		t.Errorf("zero ttl: %v", err)
+	}
+}
