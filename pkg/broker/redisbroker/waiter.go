@@ -112,11 +112,11 @@ func (b *Broker) WaitForEntries(ctx context.Context, after map[string]string, ti
 	}
 
 	var (
-		ready   []string
+		ready    []string
 		firstErr error
-		nudged  bool
-		pending = len(chunks)
-		done    = ctx.Done()
+		nudged   bool
+		pending  = len(chunks)
+		done     = ctx.Done()
 	)
 	wake := func() {
 		if nudged {
