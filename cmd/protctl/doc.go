@@ -47,4 +47,9 @@
 //     f.IOStreams.NewProgress; logs through f.Logger(). JSON fields follow
 //     docs/cli.md (output.Timestamp for times, integer ms for durations).
 //   - Every command has Short and Example (a test checks).
+//
+// Tests run the tree in-process with newCLI(t) (helpers_test.go): an empty
+// environment plus cl.env, test streams with cl.tty and cl.stdin, and the
+// result's exit code, stdout and stderr. Point --redis at a server from
+// internal/testenv; never at the user's 6379.
 package main
