@@ -86,10 +86,13 @@ type Partition struct {
 	IdleMs *int64  `json:"idleMs"`
 	Lanes  []Lane  `json:"lanes"`
 	Groups []Group `json:"groups"`
+	// Error is set when a lane could not be read (e.g. a key of the
+	// partition holds another Redis type); the rest is what could be read.
+	Error string `json:"error,omitempty"`
 }
 
 // Group returns the partition's group named name.
-func (p *Partition) Group(name string) (Group, bool) {
+func (p Partition) Group(name string) (Group, bool) {
 	for _, g := range p.Groups {
 		if g.Name == name {
 			return g, true

@@ -1,0 +1,156 @@
+package inspect
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	leaseSuffix      = ":__lease__"
+	generationSuffix = ":__generation__"
+)
+
+type groupKey struct{ group, key string }
+
+func (in *Inspector) leases(ctx context.Context, q LeaseQuery) ([]Lease, error) {
+	var out []Lease
+	if len(q.Categories) > 0 {
+		for _, c := range q.Categories {
+			keep := func(p *Partition) bool { return q.Key == "" || p.Key == q.Key }
+			if q.Key != "" {
+				// One partition: no need to walk the index.
+				w, err := in.newWalk(ctx, "list leases", c, q.Group, false)
+				if err != nil {
+					return nil, err
+				}
+				parts, err := in.readChunk(ctx, w, []string{q.Key})
+				if err != nil {
+					return nil, err
+				}
+				for i := range parts {
+					out = append(out, in.leasesOf(&parts[i])...)
+				}
+				continue
+			}
+			err := in.EachPartition(ctx, c, PartitionOptions{Group: q.Group, Filter: keep}, func(p Partition) error {
+				out = append(out, in.leasesOf(&p)...)
+				return nil
+			})
+			if err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		seen := map[groupKey]bool{}
+		var pairs []groupKey
+		err := in.scanKeys(ctx, "*:__*__", "string", q.Scan, func(k string) bool {
+			gk, ok := in.parseLeaseKey(k)
+			if !ok || seen[gk] || (q.Group != "" && gk.group != q.Group) || (q.Key != "" && gk.key != q.Key) {
+				return false
+			}
+			seen[gk] = true
+			pairs = append(pairs, gk)
+			return true
+		})
+		if err != nil {
+			return nil, err
+		}
+		out, err = in.readLeases(ctx, pairs)
+		if err != nil {
+			return nil, err
+		}
+	}
+	slices.SortFunc(out, func(a, b Lease) int {
+		return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Key, b.Key), cmp.Compare(a.Category, b.Category))
+	})
+	return out, nil
+}
+
+func (in *Inspector) lease(ctx context.Context, group, key string) (Lease, error) {
+	ls, err := in.readLeases(ctx, []groupKey{{group, key}})
+	if err != nil {
+		return Lease{}, err
+	}
+	return ls[0], nil
+}
+
+// parseLeaseKey reads (group, key) from G:K:__lease__ or
+// G:K:__generation__ (G:{K}:... in the cluster layout). Partition keys
+// never contain ':', so the key is after the last ':'.
+func (in *Inspector) parseLeaseKey(k string) (groupKey, bool) {
+	rest, ok := strings.CutSuffix(k, leaseSuffix)
+	if !ok {
+		if rest, ok = strings.CutSuffix(k, generationSuffix); !ok {
+			return groupKey{}, false
+		}
+	}
+	i := strings.LastIndexByte(rest, ':')
+	if i <= 0 || i == len(rest)-1 {
+		return groupKey{}, false
+	}
+	g, key := rest[:i], rest[i+1:]
+	if in.layout.IsCluster() {
+		if len(key) < 2 || key[0] != '{' || key[len(key)-1] != '}' {
+			return groupKey{}, false
+		}
+		key = key[1 : len(key)-1]
+	}
+	return groupKey{g, key}, true
+}
+
+// readLeases reads the leases of pairs in one pipeline.
+func (in *Inspector) readLeases(ctx context.Context, pairs []groupKey) ([]Lease, error) {
+	const op = "read leases"
+	out := make([]Lease, 0, len(pairs))
+	for start := 0; start < len(pairs); start += in.cfg.chunk * 4 {
+		end := min(start+in.cfg.chunk*4, len(pairs))
+		p := in.client.Pipeline()
+		cmds := make([]leaseCmds, end-start)
+		for i, gk := range pairs[start:end] {
+			lk := in.layout.LeaseKey(gk.group, gk.key)
+			cmds[i] = leaseCmds{lease: p.Get(ctx, lk), pttl: p.PTTL(ctx, lk), gen: p.Get(ctx, in.layout.GenerationKey(gk.group, gk.key))}
+		}
+		if _, err := p.Exec(ctx); pipeErr(op, err) != nil {
+			return nil, pipeErr(op, err)
+		}
+		for i, gk := range pairs[start:end] {
+			lk := in.layout.LeaseKey(gk.group, gk.key)
+			for _, c := range []*redis.StringCmd{cmds[i].lease, cmds[i].gen} {
+				if err := c.Err(); err != nil && err != redis.Nil {
+					return nil, wrapErr(op, lk, "string", err)
+				}
+			}
+			li, gen := leaseOf(cmds[i])
+			out = append(out, leaseRow("", gk.group, gk.key, lk, li, gen))
+		}
+	}
+	return out, nil
+}
+
+// leasesOf turns a partition's groups into lease rows.
+func (in *Inspector) leasesOf(p *Partition) []Lease {
+	out := make([]Lease, 0, len(p.Groups))
+	for _, g := range p.Groups {
+		out = append(out, leaseRow(p.Category, g.Name, p.Key, in.layout.LeaseKey(g.Name, p.Key), g.Lease, g.Generation))
+	}
+	return out
+}
+
+func leaseRow(category, group, key, leaseKey string, li *LeaseInfo, counter *int64) Lease {
+	l := Lease{Category: category, Group: group, Key: key, LeaseKey: leaseKey, Counter: counter}
+	switch {
+	case li != nil:
+		l.State = LeaseHeld
+		l.Owner, l.Generation, l.TTLMs, l.Token = ptr(li.Owner), ptr(li.Generation), li.TTLMs, ptr(li.Token)
+	case counter != nil:
+		l.State = LeaseExpired
+		l.Generation = counter
+	default:
+		l.State = LeaseFree
+	}
+	return l
+}
