@@ -3,8 +3,10 @@ package kafkasource
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -202,65 +204,174 @@ func splitPath(p string) ([]string, error) {
 	return parts, nil
 }
 
-// jsonDoc walks dotted paths through a JSON value, decoding each object
-// on the way once (as raw members), so several lookups into one envelope
-// share the work and the "data" payload is never decoded.
-type jsonDoc struct {
-	raw     []byte
-	objects map[string]map[string]json.RawMessage // by path prefix
-}
+// jsonDoc finds values at dotted paths in a JSON document without
+// decoding it: identity and aggregate lookups run for every record, and a
+// full encoding/json decode of an envelope costs microseconds and dozens
+// of allocations, where walking to two fields costs a fraction of that.
+// It checks the structure it walks through, not the whole document: a
+// value it skips may be malformed without an error.
+type jsonDoc struct{ raw []byte }
 
-func newJSONDoc(raw []byte) *jsonDoc { return &jsonDoc{raw: raw} }
+func newJSONDoc(raw []byte) jsonDoc { return jsonDoc{raw: raw} }
 
-func (d *jsonDoc) object(prefix string, raw []byte) (map[string]json.RawMessage, error) {
-	if m, ok := d.objects[prefix]; ok {
-		return m, nil
-	}
-	var m map[string]json.RawMessage
-	trimmed := bytes.TrimSpace(raw)
-	if len(trimmed) == 0 || trimmed[0] != '{' {
-		m = nil // not an object: the path does not exist
-	} else if err := json.Unmarshal(trimmed, &m); err != nil {
-		return nil, fmt.Errorf("value is not valid JSON: %w", err)
-	}
-	if d.objects == nil {
-		d.objects = make(map[string]map[string]json.RawMessage, 4)
-	}
-	d.objects[prefix] = m
-	return m, nil
-}
+var errNotJSON = errors.New("value is not a JSON object")
 
-// scalar returns the string or number at path, as written. ok is false
-// when the path is absent or null; err is set for a value that is not
-// JSON, or an object or array at the end of the path.
-func (d *jsonDoc) scalar(path []string) (string, bool, error) {
-	raw := json.RawMessage(d.raw)
-	prefix := ""
-	for _, key := range path {
-		m, err := d.object(prefix, raw)
-		if err != nil {
-			return "", false, err
+// scalar returns the string or number at path, as written (strings
+// unquoted). ok is false when the path is absent or null, or passes
+// through a value that is not an object; err is set for a document that is
+// not a JSON object, or an object or array at the end of the path.
+func (d jsonDoc) scalar(path []string) (string, bool, error) {
+	raw, ok, err := d.lookup(path)
+	if err != nil || !ok {
+		return "", false, err
+	}
+	switch raw[0] {
+	case '"':
+		// Fast path unless escapes or invalid UTF-8 need encoding/json's
+		// handling (it turns bad bytes into U+FFFD, and so must we, to
+		// name the aggregate as every other reader of the envelope does).
+		if inner := raw[1 : len(raw)-1]; bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+			return string(inner), true, nil
 		}
-		next, ok := m[key]
-		if !ok {
-			return "", false, nil
-		}
-		raw = next
-		prefix += "." + key
-	}
-	raw = bytes.TrimSpace(raw)
-	switch {
-	case len(raw) == 0 || string(raw) == "null":
-		return "", false, nil
-	case raw[0] == '"':
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", false, err
+			return "", false, fmt.Errorf("%s: %w", strings.Join(path, "."), err)
 		}
 		return s, true, nil
-	case raw[0] == '{' || raw[0] == '[':
+	case '{', '[':
 		return "", false, fmt.Errorf("%s is an object or array, not a scalar", strings.Join(path, "."))
-	default: // number or boolean, as written
-		return string(raw), true, nil
+	case 'n':
+		return "", false, nil // null
 	}
+	return string(raw), true, nil // number or boolean, as written
+}
+
+// lookup returns the raw value at path. Like encoding/json, the last of
+// duplicate keys wins, so each object on the path is walked to its end.
+func (d jsonDoc) lookup(path []string) ([]byte, bool, error) {
+	b := d.raw
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return nil, false, errNotJSON
+	}
+	var val []byte
+	for _, key := range path {
+		if i >= len(b) || b[i] != '{' {
+			return nil, false, nil // the path goes through a scalar or array
+		}
+		val = nil
+		i = skipWS(b, i+1)
+		for !(i < len(b) && b[i] == '}') {
+			kEnd, err := skipString(b, i)
+			if err != nil {
+				return nil, false, err
+			}
+			match := keyEquals(b[i:kEnd], key)
+			i = skipWS(b, kEnd)
+			if i >= len(b) || b[i] != ':' {
+				return nil, false, errNotJSON
+			}
+			i = skipWS(b, i+1)
+			end, err := skipValue(b, i)
+			if err != nil {
+				return nil, false, err
+			}
+			if match {
+				val = b[i:end]
+			}
+			i = skipWS(b, end)
+			switch {
+			case i < len(b) && b[i] == ',':
+				i = skipWS(b, i+1)
+			case i < len(b) && b[i] == '}':
+			default:
+				return nil, false, errNotJSON
+			}
+		}
+		if val == nil {
+			return nil, false, nil
+		}
+		b, i = val, 0
+	}
+	return val, val != nil, nil
+}
+
+// keyEquals compares a quoted JSON key with name, unquoting only keys
+// with escapes.
+func keyEquals(quoted []byte, name string) bool {
+	inner := quoted[1 : len(quoted)-1]
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner) == name
+	}
+	var k string
+	return json.Unmarshal(quoted, &k) == nil && k == name
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string starting at b[i].
+func skipString(b []byte, i int) (int, error) {
+	if i >= len(b) || b[i] != '"' {
+		return 0, errNotJSON
+	}
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++ // the escaped byte; \uXXXX's hex digits need no care
+		case '"':
+			return i + 1, nil
+		}
+	}
+	return 0, errNotJSON
+}
+
+// skipValue returns the index after the value starting at b[i].
+func skipValue(b []byte, i int) (int, error) {
+	if i >= len(b) {
+		return 0, errNotJSON
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				end, err := skipString(b, i)
+				if err != nil {
+					return 0, err
+				}
+				i = end - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1, nil
+				}
+			}
+		}
+		return 0, errNotJSON
+	}
+	start := i // a number, true, false or null: up to a delimiter
+	for i < len(b) && !isDelim(b[i]) {
+		i++
+	}
+	if i == start {
+		return 0, errNotJSON
+	}
+	return i, nil
+}
+
+func isDelim(c byte) bool {
+	switch c {
+	case ',', '}', ']', ' ', '\t', '\r', '\n':
+		return true
+	}
+	return false
 }
