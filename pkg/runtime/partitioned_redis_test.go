@@ -1,0 +1,452 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/internal/testenv"
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/broker/redisbroker"
+	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/redisstore"
+)
+
+// server is the package's redis-server; Redis tests run one at a time and
+// start from an empty database.
+var server *testenv.Redis
+
+func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+
+func runMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "runtime-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	server, err = testenv.NewRedis(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer server.Stop()
+	return m.Run()
+}
+
+// Short leases keep the Redis tests fast; every wait below polls with a
+// deadline rather than sleeping for a fixed time.
+const (
+	redisTTL   = 1500 * time.Millisecond
+	redisRenew = 300 * time.Millisecond
+)
+
+type redisEnv struct {
+	t       *testing.T
+	clients []*redis.Client
+	c       *redis.Client
+	b     *redisbroker.Broker
+	store *redisstore.Store
+	pub   *runtime.Publisher
+	nodes []*runtime.Node
+}
+
+func newRedisEnv(t *testing.T) *redisEnv {
+	t.Helper()
+	server.FlushAll(t)
+	e := &redisEnv{t: t}
+	t.Cleanup(func() {
+		e.stopAll()
+		e.closeClients()
+	})
+	c := e.client()
+	b := redisbroker.New(c)
+	pub, err := runtime.NewPublisher(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.c, e.b, e.store, e.pub = c, b, redisstore.New(c), pub
+	return e
+}
+
+// client returns a new client, closed after the nodes have stopped.
+func (e *redisEnv) client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: server.Addr})
+	e.clients = append(e.clients, c)
+	return c
+}
+
+func (e *redisEnv) config(h runtime.Handler, b *redisbroker.Broker, store *redisstore.Store) runtime.PartitionedConfig {
+	return runtime.PartitionedConfig{
+		Name:       group,
+		Categories: []string{cat},
+		Handler:    h,
+		Broker:     b,
+		Ledger:     store,
+		LeaseTTL:   redisTTL,
+		RenewEvery: redisRenew,
+		BatchSize:  20,
+		Workers:    8,
+		Retry:      runtime.RetryPolicy{Attempts: 3, Backoff: 20 * time.Millisecond},
+	}
+}
+
+// start runs a node with its own Redis client, as a separate process
+// would.
+func (e *redisEnv) start(id string, h runtime.Handler, mutate func(*runtime.PartitionedConfig), obs *runtime.Observer) *runtime.Node {
+	e.t.Helper()
+	c := e.client()
+	b := redisbroker.New(c)
+	store := redisstore.New(c)
+	cfg := e.config(h, b, store)
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	sub, err := runtime.NewPartitioned(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n, err := runtime.NewNode(runtime.NodeConfig{
+		Service: service, NodeID: id, Membership: store, HeartbeatEvery: redisRenew, MemberTTL: redisTTL - redisRenew, Observer: obs,
+	}, sub)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := n.Start(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
+	e.nodes = append(e.nodes, n)
+	return n
+}
+
+func (e *redisEnv) stopAll() {
+	for _, n := range e.nodes {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := n.Stop(ctx); err != nil {
+			e.t.Errorf("stop %s: %v", n.NodeID(), err)
+		}
+		cancel()
+	}
+	e.nodes = nil
+}
+
+func (e *redisEnv) closeClients() {
+	for _, c := range e.clients {
+		_ = c.Close()
+	}
+}
+
+// Three nodes on a real Redis share 100 keys while a publisher keeps
+// appending: order per key, no loss, no overlap; then every lease is
+// released on stop.
+func TestRedisThreeNodes(t *testing.T) {
+	e := newRedisEnv(t)
+	rec := newRecorder(t)
+	keys := keyNames(100)
+	publishAll(t, e.pub, keys, 1, 3)
+	for _, id := range []string{"node-1", "node-2", "node-3"} {
+		e.start(id, rec.handler(id), nil, nil)
+	}
+	for round := 1; round < 10; round++ {
+		publishAll(t, e.pub, keys, round*3+1, round*3+3)
+		time.Sleep(20 * time.Millisecond)
+	}
+	want := wantAll(keys, 30)
+	eventually(t, 60*time.Second, 20*time.Millisecond, "all entries handled", func() bool { return rec.complete(want) })
+	rec.checkOrder(t, want)
+	share := map[string]int{}
+	for _, n := range e.nodes {
+		share[n.NodeID()] = len(subOf(n).Assigned())
+	}
+	for id, n := range share {
+		if n < 15 || n > 55 {
+			t.Errorf("%s assigned %d of 100 keys: %v", id, n, share)
+		}
+	}
+	e.stopAll()
+	leases, err := e.c.Keys(context.Background(), group+":*:__lease__").Result()
+	if err != nil || len(leases) != 0 {
+		t.Errorf("leases left after stop: %v %v", leases, err)
+	}
+	members, err := e.store.Members(context.Background(), service)
+	if err != nil || len(members) != 0 {
+		t.Errorf("members after stop: %v %v", members, err)
+	}
+}
+
+// Fairness on Redis: 3 nodes and 300 keys settle at 100±20 each; a fourth
+// node takes about a quarter, all from the others.
+func TestRedisFairness(t *testing.T) {
+	e := newRedisEnv(t)
+	rec := newRecorder(t)
+	keys := keyNames(300)
+	publishAll(t, e.pub, keys, 1, 1)
+	start := time.Now()
+	for _, id := range []string{"node-1", "node-2", "node-3"} {
+		e.start(id, rec.handler(id), nil, nil)
+	}
+	settled := func(nodes []*runtime.Node, lo, hi int) bool {
+		total := 0
+		for _, n := range nodes {
+			a := len(subOf(n).Assigned())
+			if a < lo || a > hi {
+				return false
+			}
+			total += a
+		}
+		return total == 300
+	}
+	eventually(t, 30*time.Second, 10*time.Millisecond, "3 nodes at 100±20", func() bool { return settled(e.nodes, 80, 120) })
+	t.Logf("3 nodes settled after %s (heartbeat %s)", time.Since(start), redisRenew)
+	eventually(t, 30*time.Second, 20*time.Millisecond, "every key handled", func() bool { return rec.complete(wantAll(keys, 1)) })
+	before := map[string][]string{}
+	for _, n := range e.nodes {
+		before[n.NodeID()] = subOf(n).Assigned()
+	}
+	start = time.Now()
+	n4 := e.start("node-4", rec.handler("node-4"), nil, nil)
+	eventually(t, 30*time.Second, 10*time.Millisecond, "4 nodes settled", func() bool { return settled(e.nodes, 50, 100) })
+	t.Logf("4th node settled after %s", time.Since(start))
+	moved := subOf(n4).Assigned()
+	for _, n := range e.nodes[:3] {
+		for _, k := range subOf(n).Assigned() {
+			if !slices.Contains(before[n.NodeID()], k) {
+				t.Errorf("key %s moved to old node %s", k, n.NodeID())
+			}
+		}
+	}
+	t.Logf("the 4th node took %d of 300 keys", len(moved))
+	publishAll(t, e.pub, keys, 2, 2)
+	eventually(t, 30*time.Second, 20*time.Millisecond, "second entries handled", func() bool { return rec.complete(wantAll(keys, 2)) })
+	rec.checkOrder(t, wantAll(keys, 2))
+}
+
+// A node whose renewals are blocked is fenced: a lease taken from it
+// mid-handler (an operator released it, another owner acquired it) makes
+// its next ack fail with ErrLeaseLost, and a lease that runs out on the
+// server while renewals stall is dropped by the trust window before any
+// further handler call. Nothing it handled is acked: the new owners get
+// those entries again.
+func TestRedisStalledNodeIsFenced(t *testing.T) {
+	ctx := context.Background()
+	e := newRedisEnv(t)
+	rec := newRecorder(t)
+	publishAll(t, e.pub, []string{"stall", "steal"}, 1, 2)
+	entered := map[string]chan struct{}{"stall": make(chan struct{}), "steal": make(chan struct{})}
+	release := map[string]chan struct{}{"stall": make(chan struct{}), "steal": make(chan struct{})}
+	rec.setHold(func(ctx context.Context, m runtime.Message) {
+		if seqOf(t, m.Data) == 1 {
+			close(entered[m.Key])
+			<-release[m.Key]
+		}
+	})
+	var stalled atomic.Bool
+	unstall := make(chan struct{})
+	var lost, untrusted atomic.Int32
+	obs := &runtime.Observer{OnLease: func(ev runtime.LeaseEvent) {
+		switch {
+		case ev.Kind == runtime.LeaseLost && ev.Partition == "steal":
+			lost.Add(1)
+		case ev.Kind == runtime.LeaseUntrusted && ev.Partition == "stall":
+			untrusted.Add(1)
+		}
+	}}
+	c := e.client()
+	b := redisbroker.New(c)
+	store := redisstore.New(c)
+	sub, err := runtime.NewPartitioned(e.config(rec.handler("node-1"), b, store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.SetRenewGate(sub, func(ctx context.Context) {
+		if stalled.Load() {
+			select {
+			case <-unstall:
+			case <-ctx.Done():
+			}
+		}
+	})
+	n, err := runtime.NewNode(runtime.NodeConfig{Service: service, NodeID: "node-1", Membership: store, HeartbeatEvery: redisRenew, Observer: obs}, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.nodes = append(e.nodes, n)
+	for _, ch := range entered {
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatal("handlers not entered")
+		}
+	}
+	stalled.Store(true)
+	l := broker.ProteanLayout
+
+	// Steal: an operator releases "steal" and another owner takes it. The
+	// node cannot know (its renewals stall) and goes on, but its ack is
+	// refused.
+	token, err := e.c.Get(ctx, l.LeaseKey(group, "steal")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := e.b.ReleasePartitionLease(ctx, broker.Fence{LeaseKey: l.LeaseKey(group, "steal"), Token: token}); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	thief, ok, err := e.b.AcquirePartitionLease(ctx, l.LeaseKey(group, "steal"), l.GenerationKey(group, "steal"), "thief", time.Minute)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	close(release["steal"])
+	eventually(t, 10*time.Second, 5*time.Millisecond, "steal dropped on a refused ack", func() bool { return lost.Load() > 0 })
+
+	// Stall: "stall"'s lease runs out on the server; another owner takes
+	// it. By then the node no longer trusts its lease.
+	eventually(t, 10*time.Second, 10*time.Millisecond, "stall's lease to expire", func() bool {
+		return e.c.Exists(ctx, l.LeaseKey(group, "stall")).Val() == 0
+	})
+	intruder, ok, err := e.b.AcquirePartitionLease(ctx, l.LeaseKey(group, "stall"), l.GenerationKey(group, "stall"), "intruder", time.Minute)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	close(release["stall"])
+	eventually(t, 10*time.Second, 10*time.Millisecond, "stall dropped", func() bool { return len(sub.Status().Held) == 0 })
+	if untrusted.Load() == 0 {
+		t.Error("no untrusted event for the stalled lease")
+	}
+	if got := rec.handled("stall"); len(got) > 1 {
+		t.Errorf("the stalled node handled %v: nothing may start after the trust window", got)
+	}
+	// Nothing was acked under the stale leases: the new owners read every
+	// entry again, entry 1 first.
+	for key, owner := range map[string]broker.Lease{"steal": thief, "stall": intruder} {
+		if _, err := e.b.ReclaimPartitionPending(ctx, owner.Fence, cat+":"+key, group, 0, 10); err != nil {
+			t.Fatal(err)
+		}
+		msgs, err := e.b.ReadPartitionFenced(ctx, owner.Fence, cat+":"+key, group, 10, broker.ReadPendingThenNew)
+		if err != nil || len(msgs) != 2 || seqOf(t, msgs[0].Data) != 1 {
+			t.Errorf("%s: the new owner reads %d entries (%v), want both, entry 1 first", key, len(msgs), err)
+		}
+	}
+	close(unstall)
+}
+
+// Interop: a category written by Protean with plain Redis commands, one
+// key still leased by a Protean instance ("other:1", short TTL), is
+// consumed in order; the leased key waits for the lease to expire and is
+// then taken with generation 2.
+func TestRedisProteanInterop(t *testing.T) {
+	ctx := context.Background()
+	e := newRedisEnv(t)
+	rec := newRecorder(t)
+	keys := []string{"o-1", "o-2", "o-3"}
+	for seq := 1; seq <= 5; seq++ {
+		for _, k := range keys {
+			if err := e.c.XAdd(ctx, &redis.XAddArgs{Stream: cat + ":" + k, Values: []any{"data", string(envelope(k, seq))}}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := e.c.SAdd(ctx, cat+":__partitions__", "o-1", "o-2", "o-3").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Set(ctx, group+":o-2:__lease__", "other:1", 800*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Set(ctx, group+":o-2:__generation__", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var mu = make(chan struct{}, 1)
+	gens := map[string]int64{}
+	obs := &runtime.Observer{OnLease: func(ev runtime.LeaseEvent) {
+		if ev.Kind == runtime.LeaseAcquired {
+			mu <- struct{}{}
+			if gens[ev.Partition] == 0 {
+				gens[ev.Partition] = ev.Generation
+			}
+			<-mu
+		}
+	}}
+	e.start("node-1", rec.handler("node-1"), nil, obs)
+	eventually(t, 20*time.Second, 20*time.Millisecond, "o-1 and o-3 handled", func() bool {
+		return rec.complete(map[string]int{"o-1": 5, "o-3": 5})
+	})
+	if e.c.Exists(ctx, group+":o-2:__lease__").Val() == 1 {
+		if got := rec.handled("o-2"); len(got) != 0 {
+			t.Errorf("o-2 handled %v while Protean's lease was live", got)
+		}
+	}
+	eventually(t, 20*time.Second, 20*time.Millisecond, "o-2 handled after the lease expired", func() bool {
+		return rec.complete(map[string]int{"o-2": 5})
+	})
+	rec.checkOrder(t, wantAll(keys, 5))
+	mu <- struct{}{}
+	if gens["o-2"] != 2 {
+		t.Errorf("o-2 taken with generation %d, want 2", gens["o-2"])
+	}
+	<-mu
+	// Protean's stream layout is unchanged: one group, every entry acked.
+	groups, err := e.c.XInfoGroups(ctx, cat+":o-2").Result()
+	if err != nil || len(groups) != 1 || groups[0].Name != group || groups[0].Pending != 0 {
+		t.Errorf("groups on o-2: %+v %v", groups, err)
+	}
+	reg, err := e.c.SMembers(ctx, cat+":__groups__").Result()
+	if err != nil || !slices.Equal(reg, []string{group}) {
+		t.Errorf("registered groups: %v %v", reg, err)
+	}
+}
+
+// Poison on Redis (redisstore's ledger): park after N attempts, retry and
+// skip from the ledger's requests, the DLQ stream in Protean's layout.
+func TestRedisPoisonParkRetrySkip(t *testing.T) {
+	ctx := context.Background()
+	e := newRedisEnv(t)
+	rec := newRecorder(t)
+	keys := []string{"a", "b", "c"}
+	publishAll(t, e.pub, keys, 1, 4)
+	var fixed atomic.Bool
+	rec.setFail(func(m runtime.Message) error {
+		if m.Key != "c" && seqOf(t, m.Data) == 2 && !fixed.Load() {
+			return errors.New("poison")
+		}
+		return nil
+	})
+	e.start("node-1", rec.handler("node-1"), nil, nil)
+	eventually(t, 20*time.Second, 20*time.Millisecond, "c handled", func() bool { return rec.complete(map[string]int{"c": 4}) })
+	eventually(t, 20*time.Second, 20*time.Millisecond, "a and b parked", func() bool {
+		l, _ := e.store.ListParked(ctx, group)
+		return len(l) == 2
+	})
+	p, err := e.store.GetParked(ctx, group, "a")
+	if err != nil || p.Attempts != 3 || p.Stream != cat+":a" || p.Status != runtime.StatusParked {
+		t.Fatalf("parked a: %+v %v", p, err)
+	}
+	fixed.Store(true)
+	if err := e.store.RequestRetry(ctx, group, "a", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.RequestSkip(ctx, group, "b", "bad", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, 20*time.Millisecond, "a retried and b skipped", func() bool {
+		return rec.complete(map[string]int{"a": 4}) && slices.Contains(rec.handled("b"), 4)
+	})
+	if got := rec.handled("b"); !slices.Equal(got, []int{1, 3, 4}) {
+		t.Errorf("b handled %v, want [1 3 4]", got)
+	}
+	dlq, err := e.c.XRange(ctx, cat+":b:dlq", "-", "+").Result()
+	if err != nil || len(dlq) != 1 || seqOf(t, []byte(dlq[0].Values["data"].(string))) != 2 {
+		t.Errorf("dlq: %+v %v", dlq, err)
+	}
+	if l, _ := e.store.ListParked(ctx, group); len(l) != 0 {
+		t.Errorf("ledger after retry and skip: %+v", l)
+	}
+}
