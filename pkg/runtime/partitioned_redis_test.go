@@ -52,10 +52,10 @@ type redisEnv struct {
 	t       *testing.T
 	clients []*redis.Client
 	c       *redis.Client
-	b     *redisbroker.Broker
-	store *redisstore.Store
-	pub   *runtime.Publisher
-	nodes []*runtime.Node
+	b       *redisbroker.Broker
+	store   *redisstore.Store
+	pub     *runtime.Publisher
+	nodes   []*runtime.Node
 }
 
 func newRedisEnv(t *testing.T) *redisEnv {
