@@ -35,6 +35,7 @@ func (in *Inspector) explain(ctx context.Context, category, key string, opts Exp
 	if err != nil {
 		return PartitionDetail{}, err
 	}
+	w.laneGroups = true
 	parts, lanes, err := in.readLanes(ctx, w, []string{key})
 	if err != nil {
 		return PartitionDetail{}, err

@@ -108,6 +108,8 @@ type PartitionOptions struct {
 	Limit int
 	// PageSize is the SSCAN COUNT hint; default 1000.
 	PageSize int64
+	// LaneGroups fills Lane.Groups (each group's position per lane).
+	LaneGroups bool
 }
 
 // Partitions lists category's partitions from its index: every key's
@@ -132,6 +134,26 @@ func (in *Inspector) Partitions(ctx context.Context, category string, opts Parti
 // error from fn stops the walk and is returned.
 func (in *Inspector) EachPartition(ctx context.Context, category string, opts PartitionOptions, fn func(Partition) error) error {
 	return in.eachPartition(ctx, category, opts, fn)
+}
+
+// PartitionsByKey reads the given keys of category (indexed or not) the
+// way Partitions reads index entries, in the order given. Group and
+// LaneGroups of opts apply; Filter, Limit and PageSize do not.
+func (in *Inspector) PartitionsByKey(ctx context.Context, category string, keys []string, opts PartitionOptions) ([]Partition, error) {
+	w, err := in.newWalk(ctx, "read partitions", category, opts.Group, true)
+	if err != nil {
+		return nil, err
+	}
+	w.laneGroups = opts.LaneGroups
+	out := make([]Partition, 0, len(keys))
+	for start := 0; start < len(keys); start += in.cfg.chunk {
+		parts, err := in.readChunk(ctx, w, keys[start:min(start+in.cfg.chunk, len(keys))])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, parts...)
+	}
+	return out, nil
 }
 
 // ExplainOptions tunes Partition. The zero value is the default.

@@ -20,6 +20,7 @@ type walk struct {
 	registered []string
 	parked     map[string]bool // group + "\x00" + key, nil without a ledger
 	now        time.Time
+	laneGroups bool
 }
 
 // newWalk reads what a listing of category needs once: the registered
@@ -61,6 +62,7 @@ func (in *Inspector) eachPartition(ctx context.Context, category string, opts Pa
 	if err != nil {
 		return err
 	}
+	w.laneGroups = opts.LaneGroups
 	page := opts.PageSize
 	if page <= 0 {
 		page = in.cfg.pageSize
@@ -260,6 +262,16 @@ func (in *Inspector) assemble(w *walk, key string, lanes [2]laneRead, names []st
 	for li, l := range lanes {
 		if li > 0 && !l.lane.Exists {
 			continue
+		}
+		if w.laneGroups {
+			l.lane.Groups = make([]LaneGroup, 0, len(l.groups))
+			for _, g := range l.groups {
+				lg := LaneGroup{Name: g.Name, LastDeliveredID: g.LastDeliveredID, Pending: g.Pending}
+				if lag := laneLag(l.lane, g); lag >= 0 {
+					lg.Lag = ptr(lag)
+				}
+				l.lane.Groups = append(l.lane.Groups, lg)
+			}
 		}
 		p.Lanes = append(p.Lanes, l.lane)
 		p.Length += l.lane.Length

@@ -27,6 +27,18 @@ type Lane struct {
 	Exists      bool    `json:"exists"`
 	Length      int64   `json:"length"`
 	LastEntryID *string `json:"lastEntryId"` // null when the lane is empty
+	// Groups are the groups created on this lane with their positions;
+	// filled only with PartitionOptions.LaneGroups (and by Partition).
+	Groups []LaneGroup `json:"groups,omitempty"`
+}
+
+// LaneGroup is a group's position on one lane.
+type LaneGroup struct {
+	Name            string `json:"name"`
+	LastDeliveredID string `json:"lastDeliveredId"`
+	Pending         int64  `json:"pending"`
+	// Lag is null when Redis cannot tell.
+	Lag *int64 `json:"lag"`
 }
 
 // LeaseInfo is a held lease as seen in a partition's group.

@@ -371,19 +371,33 @@ func (p *Plan) Validate() error {
 			errs = append(errs, need("category", t.Category), need("key", t.Key))
 		case ActionRelease:
 			errs = append(errs, need("group", t.Group), need("key", t.Key))
+			if it.Allowed && it.Precondition.Lease == nil {
+				errs = append(errs, bad("item %d (release): precondition.lease is required", i))
+			}
 		case ActionTrim:
 			errs = append(errs, need("stream", t.Stream))
 			if it.Params.MaxLen <= 0 {
 				errs = append(errs, bad("item %d (trim): params.maxLen must be positive", i))
 			}
+			if it.Allowed && it.Precondition.Trim == nil {
+				errs = append(errs, bad("item %d (trim): precondition.trim is required", i))
+			}
 		case ActionDeadLetter:
-			errs = append(errs, need("category", t.Category), need("key", t.Key), need("group", t.Group),
-				need("stream", t.Stream), need("id", t.ID))
-			if it.Params.DLQStream == "" {
-				errs = append(errs, bad("item %d (dead-letter): params.dlqStream is required", i))
+			errs = append(errs, need("category", t.Category), need("key", t.Key), need("group", t.Group))
+			if it.Allowed {
+				errs = append(errs, need("stream", t.Stream), need("id", t.ID))
+				if it.Params.DLQStream == "" {
+					errs = append(errs, bad("item %d (dead-letter): params.dlqStream is required", i))
+				}
+				if it.Precondition.Pending == nil {
+					errs = append(errs, bad("item %d (dead-letter): precondition.pending is required", i))
+				}
 			}
 		case ActionRetry, ActionSkip:
 			errs = append(errs, need("subscription", t.Subscription), need("aggregate", t.Aggregate))
+			if it.Allowed && it.Precondition.Parked == nil {
+				errs = append(errs, bad("item %d (%s): precondition.parked is required", i, it.Action))
+			}
 		}
 		if err := errors.Join(errs...); err != nil {
 			return err

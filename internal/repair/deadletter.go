@@ -1,0 +1,155 @@
+package repair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+// DefaultDeadLetterReason is recorded when DeadLetterRequest.Reason is
+// empty.
+const DefaultDeadLetterReason = "dead-lettered by an operator with protctl"
+
+func (r *Repairer) planDeadLetter(ctx context.Context, req DeadLetterRequest) (*Plan, error) {
+	const op = "plan dead-letter"
+	l := r.broker.Layout()
+	if err := l.ValidateName(op, "category", req.Category); err != nil {
+		return nil, err
+	}
+	if err := l.ValidateName(op, "group", req.Group); err != nil {
+		return nil, err
+	}
+	if req.Key == "" {
+		return nil, &broker.InvalidArgumentError{Op: op, Arg: "partition key", Value: `""`, Reason: "must not be empty"}
+	}
+	if req.MinDeliveries <= 0 {
+		req.MinDeliveries = 2
+	}
+	if req.Reason == "" {
+		req.Reason = DefaultDeadLetterReason
+	}
+	d, err := r.inspect.Partition(ctx, req.Category, req.Key, inspect.ExplainOptions{PendingLimit: 1000})
+	if err != nil {
+		return nil, err
+	}
+	var g *inspect.GroupDetail
+	for i := range d.Groups {
+		if d.Groups[i].Name == req.Group {
+			g = &d.Groups[i]
+		}
+	}
+	it := Item{
+		Action: ActionDeadLetter,
+		Target: Target{Category: req.Category, Key: req.Key, Group: req.Group, Stream: d.Stream, ID: req.ID},
+		Params: Params{Force: req.Force, Reason: req.Reason, DLQStream: l.DLQStream(req.Category, req.Key)},
+	}
+	plan := r.newPlan()
+	defer func() { plan.Items = append(plan.Items, it) }()
+	if g == nil {
+		it.Reason = fmt.Sprintf("group %q does not read partition %q", req.Group, req.Key)
+		return plan, nil
+	}
+	if g.Lease != nil {
+		it.Precondition.Lease = &g.Lease.Token
+	}
+	it.Precondition.Generation = g.Generation
+	var pend *inspect.PendingEntry
+	for i, p := range g.PendingEntries {
+		if req.ID == "" || p.ID == req.ID {
+			pend = &g.PendingEntries[i]
+			break
+		}
+	}
+	if pend == nil {
+		if req.ID == "" {
+			it.Result, it.Reason = ResultSkipped, fmt.Sprintf("nothing is pending for group %q: no head to dead-letter (%s)", req.Group, g.Verdict.Reason)
+		} else {
+			it.Reason = fmt.Sprintf("entry %s is not pending for group %q (only pending entries are dead-lettered)", req.ID, req.Group)
+		}
+		return plan, nil
+	}
+	it.Target.ID, it.Target.Stream = pend.ID, pend.Stream
+	it.Precondition.Pending = pend
+	it.Precondition.LastEntryID = d.LastEntryID
+	fence := fmt.Sprintf("fenced on the lease %s", orNone(it.Precondition.Lease))
+	if it.Precondition.Lease == nil {
+		fence = fmt.Sprintf("no lease is held: apply takes an operator lease as %s for the move", r.cfg.operator)
+	}
+	switch {
+	case pend.Deliveries < req.MinDeliveries && !req.Force:
+		it.Reason = fmt.Sprintf("entry %s has been delivered %d times (fewer than %d): its owner may be handling it; use force",
+			pend.ID, pend.Deliveries, req.MinDeliveries)
+	default:
+		it.Allowed = true
+		it.Reason = fmt.Sprintf("move entry %s (delivered %d times, pending to %s) to %s and ack it; %s",
+			pend.ID, pend.Deliveries, pend.Consumer, it.Params.DLQStream, fence)
+	}
+	return plan, nil
+}
+
+// applyDeadLetter re-checks that the entry is still pending for the
+// group, then dead-letters it fenced on the planned lease, or on a
+// short operator lease when the plan saw none (see doc.go).
+func (r *Repairer) applyDeadLetter(ctx context.Context, it *Item) error {
+	t, pc := it.Target, it.Precondition
+	if pc.Pending == nil {
+		return fmt.Errorf("%w: dead-letter item without a planned pending entry", ErrInvalidPlan)
+	}
+	l := r.broker.Layout()
+	leaseKey, genKey := l.LeaseKey(t.Group, t.Key), l.GenerationKey(t.Group, t.Key)
+
+	pend, err := r.client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: t.Stream, Group: t.Group, Start: t.ID, End: t.ID, Count: 1}).Result()
+	if err != nil && !isNoGroup(err) {
+		return err
+	}
+	if len(pend) == 0 || pend[0].RetryCount < pc.Pending.Deliveries {
+		it.Result, it.Detail = ResultConflict, fmt.Sprintf("entry %s is no longer pending for group %q as planned", t.ID, t.Group)
+		return nil
+	}
+
+	var f broker.Fence
+	if pc.Lease != nil {
+		f = broker.Fence{LeaseKey: leaseKey, Token: *pc.Lease}
+	} else {
+		lease, ok, err := r.broker.AcquirePartitionLease(ctx, leaseKey, genKey, r.cfg.operator, r.cfg.leaseTTL)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			it.Result, it.Detail = ResultConflict, r.leaseMoved(ctx, t.Group, t.Key, "no lease")
+			return nil
+		}
+		// Always give the operator lease back, whatever happens next.
+		defer func() { _, _ = r.broker.ReleasePartitionLease(context.WithoutCancel(ctx), lease.Fence) }()
+		var planned int64
+		if pc.Generation != nil {
+			planned = *pc.Generation
+		}
+		if lease.Generation != planned+1 {
+			it.Result, it.Detail = ResultConflict, fmt.Sprintf("the partition was leased since the plan (generation %d, the plan saw %d)", lease.Generation-1, planned)
+			return nil
+		}
+		f = lease.Fence
+	}
+	id, err := r.broker.DeadLetterPartitionFenced(ctx, f, t.Stream, t.Group, t.ID, it.Params.DLQStream, it.Params.Reason)
+	if errors.Is(err, broker.ErrLeaseLost) {
+		it.Result, it.Detail = ResultConflict, r.leaseMoved(ctx, t.Group, t.Key, f.Token)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	it.Result = ResultApplied
+	it.Detail = fmt.Sprintf("moved %s to %s as %s and acked it, fenced on %s", t.ID, it.Params.DLQStream, id, f.Token)
+	return nil
+}
+
+func isNoGroup(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && len(rerr.Error()) >= 7 && rerr.Error()[:7] == "NOGROUP"
+}

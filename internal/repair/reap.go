@@ -1,0 +1,216 @@
+package repair
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+func (r *Repairer) newPlan() *Plan {
+	return &Plan{APIVersion: APIVersion, Kind: PlanKind, Layout: r.broker.Layout().String(), CreatedAt: r.cfg.now(), Items: []Item{}}
+}
+
+func (r *Repairer) planReap(ctx context.Context, req ReapRequest) (*Plan, error) {
+	const op = "plan reap"
+	l := r.broker.Layout()
+	if err := l.ValidateName(op, "category", req.Category); err != nil {
+		return nil, err
+	}
+	if req.MinIdle < 0 {
+		return nil, &broker.InvalidArgumentError{Op: op, Arg: "minIdle", Value: req.MinIdle.String(), Reason: "must not be negative"}
+	}
+	if !req.AllCold && len(req.Keys) == 0 {
+		return nil, &broker.InvalidArgumentError{Op: op, Arg: "keys", Value: "[]", Reason: "name keys or ask for all cold partitions"}
+	}
+	cat, err := r.inspect.CategoryInfo(ctx, req.Category)
+	if err != nil {
+		return nil, err
+	}
+	now, err := r.inspect.ServerTime(ctx)
+	if err != nil {
+		return nil, err
+	}
+	plan := r.newPlan()
+	add := func(p inspect.Partition) {
+		it := r.reapItem(p, cat.Groups, req.MinIdle, now)
+		if req.AllCold && !it.Allowed {
+			return
+		}
+		plan.Items = append(plan.Items, it)
+	}
+	opts := inspect.PartitionOptions{LaneGroups: true}
+	if req.AllCold {
+		err = r.inspect.EachPartition(ctx, req.Category, opts, func(p inspect.Partition) error { add(p); return nil })
+		slices.SortFunc(plan.Items, func(a, b Item) int { return compareStrings(a.Target.Key, b.Target.Key) })
+	} else {
+		for _, k := range req.Keys {
+			if err := l.ValidateKey(k, r.cfg.backfill); err != nil {
+				return nil, err
+			}
+		}
+		var parts []inspect.Partition
+		parts, err = r.inspect.PartitionsByKey(ctx, req.Category, req.Keys, opts)
+		for _, p := range parts {
+			add(p)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return plan, nil
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// reapItem evaluates the broker's reap rules (redisbroker/reap.lua) on a
+// snapshot, lane by lane in the script's order, so that the plan names the
+// same blocker the script would.
+func (r *Repairer) reapItem(p inspect.Partition, registered []string, minIdle time.Duration, now time.Time) Item {
+	it := Item{
+		Action: ActionReap,
+		Target: Target{Category: p.Category, Key: p.Key},
+		Params: Params{MinIdleMs: minIdle.Milliseconds(), BackfillSuffix: r.cfg.backfill},
+	}
+	it.Precondition.LastEntryID = p.LastEntryID
+	it.Precondition.Lanes = lanesState(p)
+	it.Allowed, it.Reason = reapVerdict(p, registered, minIdle, now)
+	return it
+}
+
+func lanesState(p inspect.Partition) []LaneState {
+	out := make([]LaneState, 0, len(p.Lanes))
+	for _, l := range p.Lanes {
+		ls := LaneState{Stream: l.Stream, Exists: l.Exists, Length: l.Length, LastEntryID: l.LastEntryID, Groups: []inspect.GroupPosition{}}
+		for _, g := range l.Groups {
+			ls.Groups = append(ls.Groups, inspect.GroupPosition{Name: g.Name, LastDeliveredID: g.LastDeliveredID, Pending: g.Pending, Floor: g.LastDeliveredID})
+		}
+		out = append(out, ls)
+	}
+	return out
+}
+
+func reapVerdict(p inspect.Partition, registered []string, minIdle time.Duration, now time.Time) (bool, string) {
+	if p.Error != "" {
+		return false, p.Error
+	}
+	any := false
+	for _, l := range p.Lanes {
+		if !l.Exists {
+			continue
+		}
+		any = true
+		if l.Length > 0 && len(l.Groups) == 0 {
+			return false, fmt.Sprintf("%q has %d entries but no consumer group", l.Stream, l.Length)
+		}
+		present := map[string]bool{}
+		for _, g := range l.Groups {
+			present[g.Name] = true
+			if g.Pending > 0 {
+				return false, fmt.Sprintf("group %q has %d pending entries on %q", g.Name, g.Pending, l.Stream)
+			}
+			if l.LastEntryID != nil && (g.Lag == nil || *g.Lag > 0) {
+				return false, fmt.Sprintf("group %q has been delivered up to %s of %q, whose last entry is %s (lagging)",
+					g.Name, g.LastDeliveredID, l.Stream, *l.LastEntryID)
+			}
+		}
+		if l.Length > 0 {
+			for _, name := range registered {
+				if !present[name] {
+					return false, fmt.Sprintf("registered group %q has never read %q", name, l.Stream)
+				}
+			}
+		}
+		if l.LastEntryID != nil {
+			if ms, err := broker.ParseStreamID(*l.LastEntryID); err == nil {
+				age := now.Sub(time.UnixMilli(int64(ms.Ms)))
+				if age < minIdle {
+					return false, fmt.Sprintf("the newest entry of %q is %s old, younger than minIdle %s", l.Stream, age.Round(time.Millisecond), minIdle)
+				}
+			}
+		}
+	}
+	if !any {
+		return true, "no stream: only the index entry is removed"
+	}
+	return true, fmt.Sprintf("every group has read and acked all %d entries and the newest is older than %s", p.Length, minIdle)
+}
+
+// applyReap checks that no lane got a new entry (or lost its stream)
+// since the plan, then lets ReapPartition re-check everything and delete
+// in one script.
+func (r *Repairer) applyReap(ctx context.Context, it *Item) error {
+	parts, err := r.inspect.PartitionsByKey(ctx, it.Target.Category, []string{it.Target.Key}, inspect.PartitionOptions{})
+	if err != nil {
+		return err
+	}
+	now := lanesState(parts[0])
+	if moved := lanesMoved(it.Precondition.Lanes, now); moved != "" {
+		it.Result, it.Detail = ResultConflict, moved
+		return nil
+	}
+	res, err := r.broker.ReapPartition(ctx, it.Target.Category, it.Target.Key,
+		time.Duration(it.Params.MinIdleMs)*time.Millisecond, it.Params.BackfillSuffix)
+	if err != nil {
+		return err
+	}
+	if !res.Reaped {
+		it.Result, it.Detail = ResultConflict, "state moved since the plan: "+res.Reason
+		return nil
+	}
+	it.Result, it.Detail = ResultApplied, "removed from the index and deleted its lanes"
+	return nil
+}
+
+// lanesMoved describes how lanes changed from planned to now ("" when
+// they did not): a lane created or deleted, or a new newest entry.
+func lanesMoved(planned, now []LaneState) string {
+	find := func(ls []LaneState, stream string) (LaneState, bool) {
+		for _, l := range ls {
+			if l.Stream == stream {
+				return l, true
+			}
+		}
+		return LaneState{}, false
+	}
+	for _, p := range planned {
+		n, ok := find(now, p.Stream)
+		if !ok || n.Exists != p.Exists {
+			return fmt.Sprintf("lane %q was created or deleted since the plan", p.Stream)
+		}
+		if str(p.LastEntryID) != str(n.LastEntryID) {
+			return fmt.Sprintf("the newest entry of %q is %s, the plan saw %s", p.Stream, orNone(n.LastEntryID), orNone(p.LastEntryID))
+		}
+	}
+	for _, n := range now {
+		if _, ok := find(planned, n.Stream); !ok && n.Exists {
+			return fmt.Sprintf("lane %q was created since the plan", n.Stream)
+		}
+	}
+	return ""
+}
+
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func orNone(p *string) string {
+	if p == nil {
+		return "none"
+	}
+	return *p
+}
