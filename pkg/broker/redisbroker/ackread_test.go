@@ -108,3 +108,21 @@ func TestAckAndReadReturnsForeignAndMissingEntries(t *testing.T) {
 		t.Fatalf("pending entries = %+v", msgs)
 	}
 }
+
+// A batch's data shares one buffer, but no entry's Data can reach into
+// its neighbour's: appending to one reallocates.
+func TestReadDataOfABatchAreIndependent(t *testing.T) {
+	b, _ := newBroker(t)
+	st := layout.Stream(cat, key)
+	publish(t, b, key, "", 3)
+	l := acquire(t, b, key, owner, time.Minute)
+	msgs, err := b.ReadPartitionFenced(t.Context(), l.Fence, st, group, 10, broker.ReadNew)
+	if err != nil || len(msgs) != 3 {
+		t.Fatal(len(msgs), err)
+	}
+	_ = append(msgs[0].Data, "XXXXXXXX"...)
+	msgs[2].Data[0] = '['
+	if string(msgs[1].Data) != `{"n":1}` || string(msgs[0].Data) != `{"n":0}` {
+		t.Fatalf("data after writing to neighbours = %q, %q", msgs[0].Data, msgs[1].Data)
+	}
+}
