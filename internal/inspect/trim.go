@@ -157,6 +157,9 @@ func (in *Inspector) trimInfo(ctx context.Context, stream string, maxLen int64) 
 // countBefore counts the entries of stream with an id below floor,
 // reading at most limit of them, in pages.
 func (in *Inspector) countBefore(ctx context.Context, stream, floor string, limit int64) (int64, error) {
+	if id, err := broker.ParseStreamID(floor); err == nil && id.IsZero() {
+		return 0, nil // nothing sorts before 0-0 ("(0-0" is not a valid end)
+	}
 	var n int64
 	start := "-"
 	for n < limit {
