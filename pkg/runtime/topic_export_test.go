@@ -1,0 +1,15 @@
+package runtime
+
+import "context"
+
+// AbandonTopic stops t the way a crash does: no handoff, no checkpoint
+// saved, no lease released.
+func AbandonTopic(t *TopicSubscriptions) { t.abandon() }
+
+// SetTopicRenewGate installs a hook the renewer calls before every
+// renewal round; blocking in it stalls renewals. Call it before Start.
+func SetTopicRenewGate(t *TopicSubscriptions, gate func(ctx context.Context)) { t.renewGate = gate }
+
+// SaveTopicCheckpoints runs one checkpoint pass over the held partitions
+// now and returns its first error.
+func SaveTopicCheckpoints(ctx context.Context, t *TopicSubscriptions) error { return t.saveAll(ctx) }

@@ -1,0 +1,873 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+)
+
+// subPart is one subscription on one held partition: its position, its
+// in-flight window, its lanes (one per aggregate) and the aggregates it
+// has parked. Everything but dedup is guarded by tp.mu.
+//
+// A record's way through it:
+//
+//	delivered (next advances, a window slot is taken)
+//	  │ aggregate parked?  ── yes ─▶ skipped: done at once (the ledger
+//	  │                               entry's offset covers it for a retry)
+//	  ▼
+//	queued on its aggregate's lane ─▶ a worker takes the lane
+//	  ▼
+//	dropped if its identity was handled before, else handled:
+//	  ok ─▶ done     aggregate failure ─▶ retried, then parked (durably,
+//	                 fenced) ─▶ done     systemic ─▶ partition paused,
+//	                 retried with backoff     fatal ─▶ subscription stops
+//
+// The checkpoint is the window's low watermark: the offset of the oldest
+// record not done, or next when all are done.
+type subPart struct {
+	tp    *topicPart
+	sr    *SubscriptionRuntime
+	dedup *dedupSet
+
+	next     int64 // next offset to deliver; everything below was delivered
+	saved    int64 // the stored checkpoint (-1 when none)
+	attached bool  // receives the shared reader's records
+	catching bool  // a catch-up reader runs
+	win      window
+	lanes    map[string]*aggLane
+	ready    laneQueue
+	workers  int // worker goroutines
+	busy     int // workers holding a lane
+	paused   bool
+	parked   map[string]*parkState
+	parks    []time.Time // recent parks, for the burst rule
+}
+
+// parkState is an aggregate parked on this partition.
+type parkState struct {
+	entry    Parked
+	retrying bool      // a retry's records are queued (or being scanned)
+	at       time.Time // when this node learned of it
+}
+
+// aggLane is one aggregate's queue. active means a worker holds it or it
+// waits in ready; hold means a retry is scanning for its older records,
+// so its queued records must wait.
+type aggLane struct {
+	agg    string
+	items  []laneItem
+	head   int
+	active bool
+	hold   bool
+}
+
+type itemKind uint8
+
+const (
+	itemLive    itemKind = iota // from the reader: has a window slot
+	itemRetry                   // re-scanned for a retry: no window slot
+	itemResolve                 // after a retry's records: resolve the entry
+)
+
+type laneItem struct {
+	rec  *kgo.Record
+	seq  int64
+	kind itemKind
+}
+
+func (l *aggLane) len() int { return len(l.items) - l.head }
+
+func (l *aggLane) push(it laneItem) { l.items = append(l.items, it) }
+
+func (l *aggLane) pop() laneItem {
+	it := l.items[l.head]
+	l.items[l.head] = laneItem{}
+	l.head++
+	if l.head == len(l.items) {
+		l.items, l.head = l.items[:0], 0
+	}
+	return it
+}
+
+func (l *aggLane) unpop(it laneItem) {
+	if l.head > 0 {
+		l.head--
+		l.items[l.head] = it
+		return
+	}
+	l.items = append([]laneItem{it}, l.items...)
+}
+
+// laneQueue is a FIFO of lanes waiting for a worker.
+type laneQueue struct {
+	q    []*aggLane
+	head int
+}
+
+func (q *laneQueue) len() int { return len(q.q) - q.head }
+
+func (q *laneQueue) push(l *aggLane) { q.q = append(q.q, l) }
+
+func (q *laneQueue) pop() *aggLane {
+	l := q.q[q.head]
+	q.q[q.head] = nil
+	q.head++
+	if q.head == len(q.q) {
+		q.q, q.head = q.q[:0], 0
+	}
+	return l
+}
+
+// window tracks the delivered records not done yet, in delivery (offset)
+// order, to find the low watermark. Each record has a sequence number;
+// marking it done is O(1) and the low watermark advances over the done
+// prefix.
+type window struct {
+	base  int64 // sequence number of offs[start]
+	offs  []int64
+	done  []bool
+	start int
+}
+
+func (w *window) push(off int64) int64 {
+	seq := w.base + int64(len(w.offs)-w.start)
+	w.offs = append(w.offs, off)
+	w.done = append(w.done, false)
+	return seq
+}
+
+func (w *window) markDone(seq int64) {
+	i := w.start + int(seq-w.base)
+	if i < w.start || i >= len(w.offs) {
+		return
+	}
+	w.done[i] = true
+	for w.start < len(w.offs) && w.done[w.start] {
+		w.start++
+		w.base++
+	}
+	if w.start == len(w.offs) {
+		w.offs, w.done, w.start = w.offs[:0], w.done[:0], 0
+	} else if w.start >= 1024 && 2*w.start >= len(w.offs) {
+		n := copy(w.offs, w.offs[w.start:])
+		copy(w.done, w.done[w.start:])
+		w.offs, w.done, w.start = w.offs[:n], w.done[:n], 0
+	}
+}
+
+// inflight counts the records from the oldest not done to the newest
+// delivered.
+func (w *window) inflight() int { return len(w.offs) - w.start }
+
+// low is the checkpoint: the oldest offset not done, or next.
+func (w *window) low(next int64) int64 {
+	if w.start < len(w.offs) {
+		return w.offs[w.start]
+	}
+	return next
+}
+
+// dedupSet remembers the identities of records handled, bounded by keeping
+// two generations: when the current one is full it becomes the old one.
+type dedupSet struct {
+	mu       sync.Mutex
+	half     int
+	cur, old map[string]struct{}
+}
+
+func newDedupSet(size int) *dedupSet {
+	half := max(size/2, 1)
+	return &dedupSet{half: half, cur: make(map[string]struct{}, half)}
+}
+
+func (d *dedupSet) seen(key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.cur[key]; ok {
+		return true
+	}
+	_, ok := d.old[key]
+	return ok
+}
+
+func (d *dedupSet) add(key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.cur) >= d.half {
+		d.old, d.cur = d.cur, make(map[string]struct{}, d.half)
+	}
+	d.cur[key] = struct{}{}
+}
+
+// aggregateOf is the record's aggregate; a record without one is ordered
+// with the others of its partition.
+func (t *TopicSubscriptions) aggregateOf(r *kgo.Record, pstr string) string {
+	if t.cfg.Aggregate.Header == "" && t.cfg.Aggregate.JSONPath == "" && len(r.Key) > 0 {
+		return string(r.Key)
+	}
+	if a, err := t.cfg.Aggregate.Aggregate(r); err == nil {
+		return a
+	}
+	return "partition:" + pstr
+}
+
+// deliverLocked takes the records at or past next, in offset order.
+func (sp *subPart) deliverLocked(recs []*kgo.Record) {
+	for _, r := range recs {
+		sp.deliverOneLocked(r)
+	}
+	sp.kickLocked()
+}
+
+func (sp *subPart) deliverOneLocked(r *kgo.Record) {
+	if r.Offset < sp.next {
+		return
+	}
+	sp.next = r.Offset + 1
+	agg := sp.tp.t.aggregateOf(r, sp.tp.pstr)
+	seq := sp.win.push(r.Offset)
+	if st := sp.parked[agg]; st != nil && !st.retrying {
+		sp.win.markDone(seq)
+		sp.sr.c.skipped.Add(1)
+		return
+	}
+	ln := sp.laneLocked(agg)
+	ln.push(laneItem{rec: r, seq: seq})
+	sp.activateLocked(ln)
+}
+
+func (sp *subPart) laneLocked(agg string) *aggLane {
+	ln := sp.lanes[agg]
+	if ln == nil {
+		ln = &aggLane{agg: agg}
+		sp.lanes[agg] = ln
+	}
+	return ln
+}
+
+func (sp *subPart) activateLocked(ln *aggLane) {
+	if !ln.active && !ln.hold && ln.len() > 0 {
+		ln.active = true
+		sp.ready.push(ln)
+	}
+}
+
+// runnableLocked says whether workers may take lanes.
+func (sp *subPart) runnableLocked() bool {
+	return !sp.paused && sp.tp.ctx.Err() == nil && !sp.sr.failed.Load()
+}
+
+// kickLocked starts workers for lanes that wait, up to Lanes.
+func (sp *subPart) kickLocked() {
+	for sp.workers < sp.tp.t.cfg.Lanes && sp.workers-sp.busy < sp.ready.len() && sp.runnableLocked() {
+		sp.workers++
+		sp.tp.wg.Add(1)
+		go sp.work()
+	}
+}
+
+// laneTurn is how many records a worker handles from one lane before it
+// lets the lanes waiting behind it go first.
+const laneTurn = 64
+
+// work takes ready lanes and handles their records one at a time, until
+// none is ready (or the partition pauses or ends).
+func (sp *subPart) work() {
+	tp := sp.tp
+	defer tp.wg.Done()
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	for {
+		if sp.ready.len() == 0 || !sp.runnableLocked() {
+			sp.workers--
+			tp.cond.Broadcast()
+			return
+		}
+		ln := sp.ready.pop()
+		sp.busy++
+		for turn := 0; turn < laneTurn && ln.len() > 0 && !ln.hold && sp.runnableLocked(); turn++ {
+			it := ln.pop()
+			if sp.settleLocked(ln.agg, it) {
+				continue
+			}
+			tp.mu.Unlock()
+			done := sp.process(ln.agg, it)
+			tp.mu.Lock()
+			if !done {
+				ln.unpop(it) // abandoned: not done, the checkpoint stays below it
+				break
+			}
+			sp.doneLocked(it)
+		}
+		sp.busy--
+		switch {
+		case ln.hold:
+			ln.active = false
+		case ln.len() > 0:
+			sp.ready.push(ln)
+		default:
+			ln.active = false
+			delete(sp.lanes, ln.agg)
+		}
+	}
+}
+
+// settleLocked finishes items that need no handler call: records of a
+// parked aggregate, and retry items whose retry ended. It reports whether
+// it did.
+func (sp *subPart) settleLocked(agg string, it laneItem) bool {
+	st := sp.parked[agg]
+	switch it.kind {
+	case itemLive:
+		if st != nil && !st.retrying {
+			sp.sr.c.skipped.Add(1)
+			sp.doneLocked(it)
+			return true
+		}
+	case itemRetry, itemResolve:
+		if st == nil || !st.retrying {
+			return true
+		}
+	}
+	return false
+}
+
+// doneLocked marks a live record done: the low watermark may move, and
+// backpressure may ease.
+func (sp *subPart) doneLocked(it laneItem) {
+	if it.kind != itemLive {
+		return
+	}
+	sp.win.markDone(it.seq)
+	tp := sp.tp
+	n := sp.win.inflight()
+	if n <= tp.t.cfg.MaxInFlight/2 {
+		if sp.catching || tp.closed {
+			tp.cond.Broadcast()
+		}
+		if tp.fetchPaused && sp.attached {
+			tp.balanceLocked()
+			if !tp.fetchPaused {
+				tp.kickFetch()
+			}
+		}
+	}
+	if n == 0 && tp.closed {
+		tp.cond.Broadcast()
+	}
+}
+
+// process handles one item and reports whether it is done: handled,
+// dropped as a duplicate, or parked. Not done means abandoned: the
+// partition ends (lease lost, handoff timeout, stop) or the subscription
+// failed.
+func (sp *subPart) process(agg string, it laneItem) bool {
+	if it.kind == itemResolve {
+		return sp.resolveRetry(agg)
+	}
+	tp := sp.tp
+	t := tp.t
+	sr := sp.sr
+	r := it.rec
+	dkey := ""
+	if id, err := t.cfg.Identity.Identity(r); err == nil {
+		dkey = agg + "\x00" + id.Key()
+		if sp.dedup.seen(dkey) {
+			sr.c.duplicates.Add(1)
+			return true
+		}
+	}
+	msg := Message{
+		Subscription: sr.cfg.Name,
+		Source:       SourceKafka,
+		Topic:        t.cfg.Topic,
+		Partition:    tp.p,
+		Key:          string(r.Key),
+		Aggregate:    agg,
+		Position:     strconv.FormatInt(r.Offset, 10),
+		Data:         r.Value,
+		Generation:   tp.lease.gen,
+	}
+	if len(r.Headers) > 0 {
+		msg.Headers = make(map[string]string, len(r.Headers))
+		for _, h := range r.Headers {
+			msg.Headers[h.Key] = string(h.Value)
+		}
+	}
+	retry := newBackoff(sr.cfg.Retry.Backoff, sr.cfg.Retry.MaxBackoff)
+	pause := newBackoff(t.cfg.SystemicBackoff, t.cfg.SystemicMaxBackoff)
+	for attempt := 1; ; attempt++ {
+		if !tp.lease.trusted(t.clk.Now()) {
+			tp.lease.lose(errUntrusted)
+			return false
+		}
+		if tp.ctx.Err() != nil || sr.failed.Load() {
+			return false
+		}
+		msg.Attempt = attempt
+		err := sp.call(msg)
+		if err == nil {
+			sr.c.processed.Add(1)
+			if dkey != "" {
+				sp.dedup.add(dkey)
+			}
+			sp.setPaused(false, nil, 0)
+			return true
+		}
+		sr.c.failed.Add(1)
+		if tp.ctx.Err() != nil {
+			// The lease went (or the partition is being stopped) while the
+			// handler ran: its failure says nothing about the record.
+			return false
+		}
+		var wait time.Duration
+		switch sr.cfg.Classify(err) {
+		case FailFatal:
+			sr.fail(fmt.Errorf("runtime: %s: partition %d offset %d: %w", sr.cfg.Name, tp.p, r.Offset, err))
+			return false
+		case FailSystemic:
+			wait = pause.next()
+			sp.setPaused(true, err, wait)
+		default:
+			if attempt < sr.cfg.Retry.Attempts {
+				wait = retry.next()
+				break
+			}
+			if n := sp.burst(); n >= t.cfg.ParkBurst {
+				// Many aggregates failing at once is a dependency down,
+				// not bad records: pause instead of parking them all.
+				wait = pause.next()
+				sp.setPaused(true, fmt.Errorf("%d aggregates parked within %s: %w", n, t.cfg.ParkBurstWindow, err), wait)
+				break
+			}
+			return sp.park(agg, it, err, attempt)
+		}
+		if !t.sleep(tp.ctx, wait) {
+			return false
+		}
+	}
+}
+
+// call runs the handler once, turning a panic into an aggregate failure.
+func (sp *subPart) call(msg Message) (err error) {
+	t := sp.tp.t
+	obs := t.obs
+	var start time.Time
+	observe := obs != nil && obs.OnHandled != nil
+	if observe {
+		start = t.clk.Now()
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("runtime: handler panicked: %v", r)
+		}
+		if observe {
+			var class FailureClass
+			if err != nil {
+				class = sp.sr.cfg.Classify(err)
+			}
+			obs.handled(HandledEvent{Subscription: msg.Subscription, Source: SourceKafka, Partition: sp.tp.pstr,
+				Aggregate: msg.Aggregate, Position: msg.Position, Attempt: msg.Attempt,
+				Duration: t.clk.Now().Sub(start), Err: err, Class: class})
+		}
+	}()
+	return sp.sr.cfg.Handler.Handle(sp.tp.ctx, msg)
+}
+
+// setPaused pauses or resumes the subscription on this partition.
+func (sp *subPart) setPaused(paused bool, err error, retryIn time.Duration) {
+	tp := sp.tp
+	t := tp.t
+	tp.mu.Lock()
+	changed := sp.paused != paused
+	sp.paused = paused
+	if changed && !paused {
+		sp.kickLocked()
+	}
+	tp.mu.Unlock()
+	if !changed && !paused {
+		return
+	}
+	t.obs.pause(PauseEvent{Subscription: sp.sr.cfg.Name, Partition: tp.pstr, Paused: paused, Err: err, RetryIn: retryIn})
+	switch {
+	case paused && changed:
+		t.log.Warn("partition paused by a systemic failure", "subscription", sp.sr.cfg.Name, "partition", tp.p, "err", err, "retryIn", retryIn)
+	case !paused:
+		t.log.Info("partition resumed", "subscription", sp.sr.cfg.Name, "partition", tp.p)
+	}
+}
+
+// burst counts the parks within ParkBurstWindow.
+func (sp *subPart) burst() int {
+	tp := sp.tp
+	now := tp.t.clk.Now()
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	keep := sp.parks[:0]
+	for _, at := range sp.parks {
+		if now.Sub(at) < tp.t.cfg.ParkBurstWindow {
+			keep = append(keep, at)
+		}
+	}
+	sp.parks = keep
+	return len(keep)
+}
+
+// park records the aggregate in the ledger, fenced, before its record
+// counts as done; it retries the write until it succeeds or the lease is
+// gone.
+func (sp *subPart) park(agg string, it laneItem, herr error, attempts int) bool {
+	tp := sp.tp
+	t := tp.t
+	now := t.clk.Now()
+	tp.mu.Lock()
+	if st := sp.parked[agg]; st != nil {
+		attempts += st.entry.Attempts
+	}
+	tp.mu.Unlock()
+	e := Parked{
+		Subscription:  sp.sr.cfg.Name,
+		Source:        SourceKafka,
+		Aggregate:     agg,
+		Topic:         t.cfg.Topic,
+		Partition:     tp.pstr,
+		Position:      strconv.FormatInt(it.rec.Offset, 10),
+		Error:         TruncateError(herr.Error()),
+		Attempts:      attempts,
+		ParkedAt:      now,
+		LastAttemptAt: now,
+		Status:        StatusParked,
+		Owner:         t.node,
+		Generation:    tp.lease.gen,
+	}
+	if err := sp.fenced(func(ctx context.Context) error { return t.cfg.Ledger.Park(ctx, tp.lease.fence, e) }, "park"); err != nil {
+		return false
+	}
+	tp.mu.Lock()
+	sp.parked[agg] = &parkState{entry: e, at: now}
+	sp.parks = append(sp.parks, now)
+	tp.mu.Unlock()
+	sp.sr.c.parked.Add(1)
+	t.log.Warn("aggregate parked", "subscription", sp.sr.cfg.Name, "partition", tp.p, "aggregate", agg,
+		"offset", it.rec.Offset, "attempts", attempts, "err", herr)
+	t.obs.parked(e)
+	return true
+}
+
+// fenced runs a fenced store write until it succeeds, retrying transient
+// failures with backoff. It gives up (returning the error) when the
+// lease is refused (the partition is then lost) or the partition ends.
+func (sp *subPart) fenced(write func(ctx context.Context) error, op string) error {
+	tp := sp.tp
+	t := tp.t
+	b := newBackoff(100*time.Millisecond, t.cfg.RenewEvery)
+	for {
+		if tp.lease.lost.Load() {
+			return errLeaseLost
+		}
+		ctx, cancel := context.WithTimeout(tp.ctx, t.cfg.OpTimeout)
+		err := write(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, broker.ErrLeaseLost) {
+			t.c.leaseLost.Add(1)
+			tp.lease.lose(errLeaseLost)
+			t.log.Warn("a fenced write was refused: the lease is gone", "op", op, "partition", tp.p, "err", err)
+			return err
+		}
+		if tp.ctx.Err() != nil {
+			return err
+		}
+		t.log.Warn("a fenced write failed; retrying", "op", op, "partition", tp.p, "err", err)
+		t.obs.error(ErrorEvent{Subscription: t.name, Op: op, Err: err})
+		if !t.sleep(tp.ctx, b.next()) {
+			return err
+		}
+	}
+}
+
+// resolveRetry runs after a retry's records were all handled: the entry
+// is resolved and the aggregate's later records flow again.
+func (sp *subPart) resolveRetry(agg string) bool {
+	tp := sp.tp
+	t := tp.t
+	if err := sp.fenced(func(ctx context.Context) error {
+		return t.cfg.Ledger.Resolve(ctx, tp.lease.fence, sp.sr.cfg.Name, agg)
+	}, "resolve"); err != nil {
+		return false
+	}
+	tp.mu.Lock()
+	st := sp.parked[agg]
+	delete(sp.parked, agg)
+	tp.mu.Unlock()
+	sp.sr.c.resolved.Add(1)
+	pos := ""
+	if st != nil {
+		pos = st.entry.Position
+	}
+	t.log.Info("parked aggregate retried", "subscription", sp.sr.cfg.Name, "partition", tp.p, "aggregate", agg, "position", pos)
+	t.obs.resolved(ResolvedEvent{Subscription: sp.sr.cfg.Name, Aggregate: agg, Position: pos, Action: ActionRetry})
+	return true
+}
+
+// act carries out an operator's action on a parked entry of this
+// partition, under the partition's fence.
+func (sp *subPart) act(ctx context.Context, action Action, e Parked) error {
+	switch action {
+	case ActionRetry:
+		return sp.retry(ctx, e)
+	case ActionSkip:
+		return sp.skip(ctx, e)
+	}
+	return fmt.Errorf("runtime: unknown action %q", action)
+}
+
+// retry re-scans the partition from the parked offset for the
+// aggregate's records and queues them, in order, ahead of the records of
+// it that arrive meanwhile. Records delivered from now on wait in the
+// aggregate's lane (hold) instead of being skipped, so the re-scan need
+// only cover [parked offset, next at this moment).
+func (sp *subPart) retry(ctx context.Context, e Parked) error {
+	tp := sp.tp
+	t := tp.t
+	agg := e.Aggregate
+	from, err := strconv.ParseInt(e.Position, 10, 64)
+	if err != nil || from < 0 {
+		return fmt.Errorf("runtime: retry %q of %q: bad parked position %q", agg, sp.sr.cfg.Name, e.Position)
+	}
+	tp.mu.Lock()
+	st := sp.parked[agg]
+	if st == nil {
+		st = &parkState{entry: e, at: t.clk.Now()}
+		sp.parked[agg] = st
+	}
+	if st.retrying {
+		tp.mu.Unlock()
+		return nil // already under way
+	}
+	st.retrying = true
+	cut := sp.next
+	ln := sp.laneLocked(agg)
+	ln.hold = true
+	tp.mu.Unlock()
+
+	undo := func(unpark bool) {
+		tp.mu.Lock()
+		st.retrying = false
+		if unpark {
+			delete(sp.parked, agg)
+		}
+		ln.hold = false
+		sp.activateLocked(ln)
+		sp.kickLocked()
+		tp.mu.Unlock()
+	}
+	octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
+	err = t.cfg.Ledger.SetStatus(octx, tp.lease.fence, sp.sr.cfg.Name, agg, StatusRetrying)
+	cancel()
+	switch {
+	case errors.Is(err, ErrNotParked):
+		undo(true)
+		return err
+	case errors.Is(err, broker.ErrLeaseLost):
+		t.c.leaseLost.Add(1)
+		tp.lease.lose(errLeaseLost)
+		undo(false)
+		return err
+	case err != nil:
+		undo(false)
+		return err
+	}
+	var recs []*kgo.Record
+	_, err = t.cfg.Source.Scan(ctx, t.cfg.Topic, tp.p, from, cut, func(r *kgo.Record) error {
+		if t.aggregateOf(r, tp.pstr) == agg {
+			recs = append(recs, r)
+		}
+		return nil
+	})
+	if err != nil {
+		status := StatusParked
+		if errors.Is(err, kafkasource.ErrOffsetNotRetained) {
+			status = StatusUnrecoverable
+		}
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.cfg.OpTimeout)
+		serr := t.cfg.Ledger.SetStatus(sctx, tp.lease.fence, sp.sr.cfg.Name, agg, status)
+		cancel()
+		tp.mu.Lock()
+		st.entry.Status = status
+		tp.mu.Unlock()
+		undo(false)
+		if status == StatusUnrecoverable {
+			t.log.Error("parked aggregate is unrecoverable: its records are no longer retained; only a skip resolves it",
+				"subscription", sp.sr.cfg.Name, "partition", tp.p, "aggregate", agg, "position", from, "err", err)
+			if serr != nil {
+				return fmt.Errorf("%w: %v (and marking it failed: %v)", ErrUnrecoverable, err, serr)
+			}
+			return fmt.Errorf("%w: %v", ErrUnrecoverable, err)
+		}
+		return fmt.Errorf("runtime: retry %q of %q: re-scan: %w", agg, sp.sr.cfg.Name, err)
+	}
+	tp.mu.Lock()
+	items := make([]laneItem, 0, len(recs)+1+ln.len())
+	for _, r := range recs {
+		items = append(items, laneItem{rec: r, seq: -1, kind: itemRetry})
+	}
+	items = append(items, laneItem{kind: itemResolve})
+	items = append(items, ln.items[ln.head:]...)
+	ln.items, ln.head = items, 0
+	ln.hold = false
+	sp.activateLocked(ln)
+	sp.kickLocked()
+	tp.mu.Unlock()
+	t.log.Info("retrying parked aggregate", "subscription", sp.sr.cfg.Name, "partition", tp.p, "aggregate", agg,
+		"from", from, "records", len(recs))
+	return nil
+}
+
+// skip resolves a parked entry without handling its records.
+func (sp *subPart) skip(ctx context.Context, e Parked) error {
+	tp := sp.tp
+	t := tp.t
+	agg := e.Aggregate
+	tp.mu.Lock()
+	if st := sp.parked[agg]; st != nil && st.retrying {
+		tp.mu.Unlock()
+		return fmt.Errorf("runtime: skip %q of %q: a retry is under way", agg, sp.sr.cfg.Name)
+	}
+	tp.mu.Unlock()
+	octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
+	err := t.cfg.Ledger.Resolve(octx, tp.lease.fence, sp.sr.cfg.Name, agg)
+	cancel()
+	if err != nil {
+		if errors.Is(err, broker.ErrLeaseLost) {
+			t.c.leaseLost.Add(1)
+			tp.lease.lose(errLeaseLost)
+		}
+		return err
+	}
+	tp.mu.Lock()
+	delete(sp.parked, agg)
+	tp.mu.Unlock()
+	sp.sr.c.resolved.Add(1)
+	t.log.Info("parked aggregate skipped", "subscription", sp.sr.cfg.Name, "partition", tp.p, "aggregate", agg, "position", e.Position)
+	t.obs.resolved(ResolvedEvent{Subscription: sp.sr.cfg.Name, Aggregate: agg, Position: e.Position, Action: ActionSkip})
+	return nil
+}
+
+// reconcile applies a re-read of the ledger's entries of this partition:
+// entries that are gone (deleted by hand) stop holding their aggregate
+// back; entries this node did not know are adopted. Entries this node
+// parked after the read began are kept.
+func (sp *subPart) reconcile(entries []Parked, listed time.Time) {
+	tp := sp.tp
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	in := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		in[e.Aggregate] = true
+		if st := sp.parked[e.Aggregate]; st == nil {
+			sp.parked[e.Aggregate] = &parkState{entry: e, at: listed}
+		} else if !st.retrying {
+			st.entry = e
+		}
+	}
+	for agg, st := range sp.parked {
+		if !in[agg] && !st.retrying && st.at.Before(listed) {
+			delete(sp.parked, agg)
+		}
+	}
+}
+
+var (
+	errWindowFull   = errors.New("runtime: in-flight window full")
+	errCatchUpEnded = errors.New("runtime: catch-up ended")
+)
+
+func (sp *subPart) startCatchUpLocked() {
+	if sp.catching || sp.tp.closed {
+		return
+	}
+	sp.catching = true
+	sp.tp.wg.Add(1)
+	go sp.catchUp()
+}
+
+// catchUp brings a subscription far behind (or detached because its
+// window filled while the others went on) up to the shared reader, on
+// its own reader: bounded scans from its position to the shared reader's,
+// each under the node-wide catch-up limit and only while its window has
+// room. When it reaches the shared reader's position it attaches again.
+func (sp *subPart) catchUp() {
+	tp := sp.tp
+	t := tp.t
+	defer tp.wg.Done()
+	sp.sr.c.catchUps.Add(1)
+	b := newBackoff(100*time.Millisecond, t.cfg.RenewEvery)
+	for {
+		tp.mu.Lock()
+		for !tp.closed && tp.ctx.Err() == nil && !sp.sr.failed.Load() && sp.win.inflight() > t.cfg.MaxInFlight/2 {
+			tp.cond.Wait()
+		}
+		if tp.closed || tp.ctx.Err() != nil || sp.sr.failed.Load() {
+			sp.catching = false
+			tp.mu.Unlock()
+			return
+		}
+		if sp.next >= tp.tailPos {
+			sp.catching = false
+			sp.attached = true
+			tp.balanceLocked()
+			tp.mu.Unlock()
+			tp.kickFetch()
+			return
+		}
+		from, to := sp.next, tp.tailPos
+		tp.mu.Unlock()
+
+		if err := t.cfg.CatchUp.acquire(tp.ctx); err != nil {
+			continue // the loop ends above
+		}
+		_, err := t.cfg.Source.Scan(tp.ctx, t.cfg.Topic, tp.p, from, to, func(r *kgo.Record) error {
+			tp.mu.Lock()
+			defer tp.mu.Unlock()
+			if tp.closed || sp.sr.failed.Load() {
+				return errCatchUpEnded
+			}
+			if sp.win.inflight() >= t.cfg.MaxInFlight {
+				return errWindowFull
+			}
+			sp.deliverOneLocked(r)
+			sp.kickLocked()
+			return nil
+		})
+		t.cfg.CatchUp.release()
+		var oe *kafkasource.OffsetError
+		switch {
+		case err == nil || errors.Is(err, errWindowFull) || errors.Is(err, errCatchUpEnded):
+			b.reset()
+		case errors.As(err, &oe) && errors.Is(err, kafkasource.ErrOffsetNotRetained):
+			tp.mu.Lock()
+			if sp.next < oe.Earliest {
+				sp.sr.reportLost(tp.p, sp.next, oe.Earliest, "retention passed the catch-up reader")
+				sp.next = oe.Earliest
+			}
+			tp.mu.Unlock()
+		case tp.ctx.Err() != nil:
+		default:
+			t.log.Warn("catch-up read failed", "subscription", sp.sr.cfg.Name, "partition", tp.p, "err", err)
+			t.obs.error(ErrorEvent{Subscription: t.name, Op: "catch up", Err: err})
+			t.sleep(tp.ctx, b.next())
+		}
+	}
+}

@@ -1,0 +1,159 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+// topicLease is the lease of one held partition, shared by the renewer,
+// the partition's lanes (which check it before every handler call) and
+// its fenced writes.
+type topicLease struct {
+	p     int32
+	fence broker.Fence
+	gen   int64
+
+	// trustedUntil is a Unix nanosecond time on the clock: the start of
+	// the last successful renewal (or of the acquire) plus the trust
+	// window. Measuring from the start of the call is the conservative
+	// side: the store may have applied the renewal at any moment of the
+	// round trip.
+	trustedUntil atomic.Int64
+	lost         atomic.Bool
+	onLose       func(cause error)
+}
+
+func (l *topicLease) trusted(now time.Time) bool {
+	return !l.lost.Load() && now.UnixNano() < l.trustedUntil.Load()
+}
+
+func (l *topicLease) extend(from time.Time, window time.Duration) {
+	until := from.Add(window).UnixNano()
+	for {
+		cur := l.trustedUntil.Load()
+		if until <= cur || l.trustedUntil.CompareAndSwap(cur, until) {
+			return
+		}
+	}
+}
+
+// lose marks the lease lost and stops its partition; only the first
+// cause counts.
+func (l *topicLease) lose(cause error) {
+	if l.lost.CompareAndSwap(false, true) && l.onLose != nil {
+		l.onLose(cause)
+	}
+}
+
+// renewLoop renews every held lease once per RenewEvery, on its own
+// goroutine so that no handler, drain or store call delays a renewal.
+func (t *TopicSubscriptions) renewLoop(ctx context.Context) {
+	defer t.wg.Done()
+	tm := t.clk.NewTimer(t.cfg.RenewEvery)
+	defer tm.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tm.C():
+		}
+		if gate := t.renewGate; gate != nil {
+			gate(ctx)
+		}
+		t.renewOnce(ctx)
+		tm.Reset(t.cfg.RenewEvery)
+	}
+}
+
+// renewOnce renews the held leases (those being handed off included: a
+// drain must not lose its lease) and drops those refused or past their
+// trust window.
+func (t *TopicSubscriptions) renewOnce(ctx context.Context) {
+	var leases []*topicLease
+	for _, tp := range t.heldParts() {
+		if !tp.lease.lost.Load() && !tp.released.Load() {
+			leases = append(leases, tp.lease)
+		}
+	}
+	if len(leases) == 0 {
+		return
+	}
+	start := t.clk.Now()
+	rctx, cancel := context.WithTimeout(ctx, t.cfg.RenewEvery)
+	res, err := t.renewAll(rctx, leases)
+	cancel()
+	t.c.renewals.Add(1)
+	if err != nil && ctx.Err() == nil {
+		t.log.Warn("lease renewal failed", "leases", len(leases), "err", err)
+		t.obs.error(ErrorEvent{Subscription: t.name, Op: "renew", Err: err})
+	}
+	for i, l := range leases {
+		switch res[i] {
+		case renewed:
+			l.extend(start, t.cfg.TrustWindow)
+		case refused:
+			t.c.leaseLost.Add(1)
+			l.lose(errLeaseLost)
+		}
+	}
+	// A lease whose renewals keep failing (the store unreachable, or this
+	// goroutine stalled) is dropped when its trust window passes, before
+	// the store can expire it and give it to another node.
+	now := t.clk.Now()
+	for _, l := range leases {
+		if !l.lost.Load() && !l.trusted(now) {
+			t.c.untrusted.Add(1)
+			l.lose(errUntrusted)
+		}
+	}
+}
+
+func (t *TopicSubscriptions) renewAll(ctx context.Context, leases []*topicLease) ([]renewResult, error) {
+	res := make([]renewResult, len(leases))
+	if br, ok := t.cfg.Leases.(BatchRenewer); ok {
+		fences := make([]broker.Fence, len(leases))
+		for i, l := range leases {
+			fences[i] = l.fence
+		}
+		oks, err := br.RenewPartitionLeases(ctx, fences, t.cfg.LeaseTTL)
+		if err != nil {
+			return res, err
+		}
+		if len(oks) != len(leases) {
+			return res, errors.New("runtime: batch renewal answered for the wrong number of leases")
+		}
+		for i, ok := range oks {
+			res[i] = refused
+			if ok {
+				res[i] = renewed
+			}
+		}
+		return res, nil
+	}
+	var firstErr error
+	for i, l := range leases {
+		ok, err := t.cfg.Leases.RenewPartitionLease(ctx, l.fence, t.cfg.LeaseTTL)
+		switch {
+		case err != nil:
+			if firstErr == nil {
+				firstErr = err
+			}
+		case ok:
+			res[i] = renewed
+		default:
+			res[i] = refused
+		}
+	}
+	return res, firstErr
+}
+
+// leaseEvent reports a lease change of partition p.
+func (t *TopicSubscriptions) leaseEvent(p int32, kind LeaseEventKind, gen int64, reason string) {
+	t.obs.lease(LeaseEvent{Subscription: t.name, Source: SourceKafka, Partition: strconv.Itoa(int(p)),
+		Kind: kind, Generation: gen, Reason: reason})
+}

@@ -1,0 +1,660 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+)
+
+// topicPart is one partition this node holds under one lease generation,
+// from acquire to handoff or loss. The shared reader delivers its records
+// (deliverTail) to every attached subscription; each subscription's
+// subPart runs the lanes.
+//
+// Locking: mu guards the partition and all its subParts (one lock keeps
+// the tail position, the subscriptions' positions and windows consistent
+// with each other); fetchMu serializes the reader's Pause and Resume calls
+// and is never taken with mu held.
+type topicPart struct {
+	t     *TopicSubscriptions
+	p     int32
+	pstr  string
+	lease *topicLease
+
+	ctx    context.Context // handlers, catch-ups, retries; cancelled on loss or after the drain
+	cancel context.CancelCauseFunc
+
+	handoffCh     chan struct{}
+	handoffOnce   sync.Once
+	handoffReason atomic.Value // string
+	released      atomic.Bool
+	fetchKick     chan struct{}
+
+	mu          sync.Mutex
+	cond        *sync.Cond
+	subs        []*subPart
+	epoch       uint64 // of the reader's Assign for this run
+	tailPos     int64  // next offset the shared reader delivers
+	head        int64  // the partition's head as last seen
+	closed      bool   // no more deliveries: handoff or loss began
+	fetchPaused bool   // wanted: no attached subscription has room
+	drainOver   bool
+	pending     []pendingAction
+
+	fetchMu      sync.Mutex
+	fetchApplied bool // what the reader was last told
+
+	wg sync.WaitGroup // workers, catch-ups, actions, fetchLoop
+}
+
+// pendingAction is a ledger entry to act on once the partition runs: an
+// operator's request, or a retry a previous owner did not finish.
+type pendingAction struct {
+	sp     *subPart
+	action Action
+	entry  Parked
+}
+
+func newTopicPart(t *TopicSubscriptions, l *topicLease) *topicPart {
+	ctx, cancel := context.WithCancelCause(t.runCtx)
+	tp := &topicPart{
+		t:         t,
+		p:         l.p,
+		pstr:      strconv.Itoa(int(l.p)),
+		lease:     l,
+		ctx:       ctx,
+		cancel:    cancel,
+		handoffCh: make(chan struct{}),
+		fetchKick: make(chan struct{}, 1),
+	}
+	tp.cond = sync.NewCond(&tp.mu)
+	l.onLose = func(cause error) { tp.cancel(cause) }
+	return tp
+}
+
+// addSub adds a subscription starting at next (saved is its stored
+// checkpoint, -1 when none).
+func (tp *topicPart) addSub(sr *SubscriptionRuntime, next, saved int64) {
+	tp.subs = append(tp.subs, &subPart{
+		tp:     tp,
+		sr:     sr,
+		next:   next,
+		saved:  saved,
+		lanes:  make(map[string]*aggLane),
+		parked: make(map[string]*parkState),
+		dedup:  sr.dedupOf(tp.p),
+	})
+}
+
+// adopt takes the subscription's parked entries of this partition, before
+// the partition starts: their aggregates are skipped, and requests (or a
+// retry a previous owner did not finish) are acted on once it runs.
+func (sp *subPart) adopt(entries []Parked) {
+	tp := sp.tp
+	for _, e := range entries {
+		sp.parked[e.Aggregate] = &parkState{entry: e, at: tp.t.clk.Now()}
+		switch {
+		case e.Request != nil:
+			tp.pending = append(tp.pending, pendingAction{sp: sp, action: e.Request.Action, entry: e})
+		case e.Status == StatusRetrying:
+			// The previous owner took the retry up and did not finish.
+			tp.pending = append(tp.pending, pendingAction{sp: sp, action: ActionRetry, entry: e})
+		}
+	}
+}
+
+// releaseUnstarted gives back the lease of a partition that never
+// started (a join undone, or a failed acquire).
+func (tp *topicPart) releaseUnstarted() {
+	t := tp.t
+	tp.cancel(errHandoff)
+	ctx, cancel := context.WithTimeout(t.bgCtx, t.cfg.OpTimeout)
+	defer cancel()
+	if ok, err := t.cfg.Leases.ReleasePartitionLease(ctx, tp.lease.fence); err == nil && ok {
+		t.c.released.Add(1)
+		t.leaseEvent(tp.p, LeaseReleased, tp.lease.gen, "undo")
+	}
+	tp.released.Store(true)
+}
+
+// start assigns the partition on the shared reader and starts its
+// goroutines. The shared reader starts at the lowest position among the
+// subscriptions not farther than CatchUpLag behind the most advanced one;
+// those farther behind catch up on their own reader.
+func (tp *topicPart) start() {
+	t := tp.t
+	hi := int64(-1)
+	for _, sp := range tp.subs {
+		hi = max(hi, sp.next)
+	}
+	tail := hi
+	for _, sp := range tp.subs {
+		if sp.next >= hi-t.cfg.CatchUpLag {
+			tail = min(tail, sp.next)
+		}
+	}
+	t.c.held.Add(1)
+	tp.mu.Lock()
+	tp.tailPos = tail
+	t.partsMu.Lock()
+	t.parts[tp.p] = tp
+	t.partsMu.Unlock()
+	// Assign under mu: the poll loop may see this run's first batch as
+	// soon as Assign returns, and must find the epoch set when it gets mu.
+	tp.epoch = t.reader.Assign(map[int32]int64{tp.p: tail})
+	for _, sp := range tp.subs {
+		if sp.next >= tail {
+			sp.attached = true
+			continue
+		}
+		sp.startCatchUpLocked()
+	}
+	pending := tp.pending
+	tp.pending = nil
+	tp.mu.Unlock()
+
+	tp.wg.Add(1)
+	go tp.fetchLoop()
+	t.wg.Add(1)
+	go tp.supervise()
+	for _, a := range pending {
+		tp.wg.Add(1)
+		go func() {
+			defer tp.wg.Done()
+			a.sp.act(tp.ctx, a.action, a.entry)
+		}()
+	}
+}
+
+// handoff asks the partition to stop reading, drain, save and release.
+func (tp *topicPart) handoff(reason string) {
+	tp.handoffOnce.Do(func() {
+		tp.handoffReason.Store(reason)
+		close(tp.handoffCh)
+	})
+}
+
+// supervise waits for the partition's end and carries it out.
+func (tp *topicPart) supervise() {
+	t := tp.t
+	defer t.wg.Done()
+	select {
+	case <-tp.ctx.Done():
+	case <-tp.handoffCh:
+	}
+	if tp.ctx.Err() == nil {
+		tp.endGracefully()
+		return
+	}
+	// Lost, abandoned or stopped hard: nothing is saved (a lost lease's
+	// writes would be refused; the others end without I/O).
+	tp.stopReading()
+	tp.wg.Wait()
+	cause := context.Cause(tp.ctx)
+	switch {
+	case errors.Is(cause, errLeaseLost):
+		t.leaseEvent(tp.p, LeaseLost, tp.lease.gen, "")
+		t.log.Warn("partition lease lost", "partition", tp.p, "generation", tp.lease.gen)
+	case errors.Is(cause, errUntrusted):
+		t.leaseEvent(tp.p, LeaseUntrusted, tp.lease.gen, "")
+		t.log.Warn("partition lease not renewed within the trust window", "partition", tp.p, "generation", tp.lease.gen)
+	}
+	tp.remove()
+	t.post(evTopicPartEnded{tp: tp, lost: true})
+}
+
+// endGracefully is the handoff: stop reading, drain the lanes up to
+// HandoffTimeout, cancel what still runs, save every checkpoint, release.
+func (tp *topicPart) endGracefully() {
+	t := tp.t
+	reason, _ := tp.handoffReason.Load().(string)
+	tp.stopReading()
+	tp.drain(t.cfg.HandoffTimeout)
+	tp.cancel(errHandoff)
+	tp.wg.Wait()
+	lost := !errors.Is(context.Cause(tp.ctx), errHandoff)
+	if !lost {
+		ctx, cancel := context.WithTimeout(t.bgCtx, t.cfg.OpTimeout)
+		if err := tp.saveCheckpoints(ctx); err != nil {
+			t.log.Warn("saving checkpoints at handoff failed", "partition", tp.p, "err", err)
+			lost = tp.lease.lost.Load()
+		}
+		if !tp.lease.lost.Load() {
+			ok, err := t.cfg.Leases.ReleasePartitionLease(ctx, tp.lease.fence)
+			switch {
+			case err != nil:
+				t.log.Warn("releasing a lease failed; it will expire", "partition", tp.p, "err", err)
+				t.obs.error(ErrorEvent{Subscription: t.name, Op: "release", Err: err})
+			case ok:
+				t.c.released.Add(1)
+				t.leaseEvent(tp.p, LeaseReleased, tp.lease.gen, reason)
+				t.log.Debug("partition handed off", "partition", tp.p, "generation", tp.lease.gen, "reason", reason)
+			}
+		}
+		cancel()
+	}
+	tp.released.Store(true)
+	tp.remove()
+	t.post(evTopicPartEnded{tp: tp, lost: lost})
+}
+
+// stopReading ends deliveries to the partition.
+func (tp *topicPart) stopReading() {
+	tp.mu.Lock()
+	tp.closed = true
+	tp.cond.Broadcast()
+	tp.mu.Unlock()
+	tp.t.reader.Unassign(tp.p)
+}
+
+func (tp *topicPart) remove() {
+	t := tp.t
+	t.partsMu.Lock()
+	if t.parts[tp.p] == tp {
+		delete(t.parts, tp.p)
+		t.c.held.Add(-1)
+	}
+	t.partsMu.Unlock()
+}
+
+// drain waits until every subscription's window is empty and its
+// workers are gone, the timeout passes, or the partition's context ends.
+func (tp *topicPart) drain(timeout time.Duration) {
+	t := tp.t
+	done := make(chan struct{})
+	go func() {
+		tm := t.clk.NewTimer(timeout)
+		defer tm.Stop()
+		select {
+		case <-tm.C():
+		case <-tp.ctx.Done():
+		case <-done:
+			return
+		}
+		tp.mu.Lock()
+		tp.drainOver = true
+		tp.cond.Broadcast()
+		tp.mu.Unlock()
+	}()
+	tp.mu.Lock()
+	for !tp.drainOver && tp.ctx.Err() == nil && !tp.drainedLocked() {
+		tp.cond.Wait()
+	}
+	timedOut := tp.drainOver
+	tp.mu.Unlock()
+	close(done)
+	if timedOut {
+		t.log.Warn("handoff drain timed out; cancelling handlers", "partition", tp.p, "timeout", timeout)
+	}
+}
+
+func (tp *topicPart) drainedLocked() bool {
+	for _, sp := range tp.subs {
+		if sp.sr.failed.Load() {
+			continue
+		}
+		if sp.win.inflight() > 0 || sp.workers > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// deliverTail hands one batch of the shared reader to the attached
+// subscriptions, then applies backpressure.
+func (tp *topicPart) deliverTail(b kafkasource.Batch) {
+	tp.mu.Lock()
+	if tp.closed || b.Epoch != tp.epoch {
+		tp.mu.Unlock()
+		return
+	}
+	if b.Err != nil {
+		tp.readErrorLocked(b.Err)
+	}
+	if n := len(b.Records); n > 0 {
+		for _, sp := range tp.subs {
+			if sp.attached && !sp.sr.failed.Load() {
+				sp.deliverLocked(b.Records)
+			}
+		}
+		tp.tailPos = max(tp.tailPos, b.Records[n-1].Offset+1)
+	}
+	if b.Head > tp.head {
+		tp.head = b.Head
+	}
+	tp.balanceLocked()
+	tp.mu.Unlock()
+	tp.syncFetch()
+}
+
+// readErrorLocked handles an error of the shared reader. A position the
+// partition no longer has (retention or DeleteRecords went past it before
+// it was read) is reported as lost for every subscription that needed it,
+// and the partition is assigned again at its earliest offset.
+func (tp *topicPart) readErrorLocked(err error) {
+	t := tp.t
+	var oe *kafkasource.OffsetError
+	if !errors.As(err, &oe) {
+		t.log.Warn("reading the partition failed", "partition", tp.p, "err", err)
+		t.obs.error(ErrorEvent{Subscription: t.name, Op: "read", Err: err})
+		return
+	}
+	for _, sp := range tp.subs {
+		if !sp.attached {
+			continue
+		}
+		if sp.next < oe.Earliest {
+			sp.sr.reportLost(tp.p, sp.next, oe.Earliest, "retention passed the reader")
+		}
+		if sp.next < oe.Earliest || sp.next > oe.Head {
+			sp.next = oe.Earliest
+		}
+	}
+	tp.tailPos = oe.Earliest
+	tp.epoch = t.reader.Assign(map[int32]int64{tp.p: oe.Earliest})
+}
+
+// balanceLocked decides backpressure. When some attached subscription has
+// room, the ones whose window is full detach and catch up on their own
+// reader later, so that one slow subscription does not hold the others
+// back; when none has room the partition stops fetching (throttled). A
+// throttled partition resumes once a window is down to half.
+func (tp *topicPart) balanceLocked() {
+	if tp.closed {
+		return
+	}
+	maxIn := tp.t.cfg.MaxInFlight
+	room := func(sp *subPart) bool {
+		if tp.fetchPaused {
+			return sp.win.inflight() <= maxIn/2
+		}
+		return sp.win.inflight() < maxIn
+	}
+	anyRoom := false
+	for _, sp := range tp.subs {
+		if sp.attached && !sp.sr.failed.Load() && room(sp) {
+			anyRoom = true
+		}
+	}
+	if anyRoom && len(tp.subs) > 1 {
+		for _, sp := range tp.subs {
+			if sp.attached && !sp.sr.failed.Load() && sp.win.inflight() >= maxIn {
+				sp.attached = false
+				sp.startCatchUpLocked()
+			}
+		}
+	}
+	if tp.fetchPaused != !anyRoom {
+		tp.fetchPaused = !anyRoom
+		tp.t.log.Debug("partition throttle", "partition", tp.p, "throttled", tp.fetchPaused)
+	}
+}
+
+// kickFetch asks fetchLoop to apply the wanted fetch state.
+func (tp *topicPart) kickFetch() {
+	select {
+	case tp.fetchKick <- struct{}{}:
+	default:
+	}
+}
+
+func (tp *topicPart) fetchLoop() {
+	defer tp.wg.Done()
+	for {
+		select {
+		case <-tp.ctx.Done():
+			return
+		case <-tp.fetchKick:
+			tp.syncFetch()
+		}
+	}
+}
+
+// syncFetch tells the reader to pause or resume the partition as wanted.
+// Reconciling under fetchMu (rather than calling Pause or Resume where
+// the decision is taken) keeps two calls from landing in the wrong order.
+func (tp *topicPart) syncFetch() {
+	tp.fetchMu.Lock()
+	defer tp.fetchMu.Unlock()
+	tp.mu.Lock()
+	want, closed := tp.fetchPaused, tp.closed
+	tp.mu.Unlock()
+	if closed || want == tp.fetchApplied {
+		return
+	}
+	if want {
+		tp.t.reader.Pause(tp.p)
+	} else {
+		tp.t.reader.Resume(tp.p)
+	}
+	tp.fetchApplied = want
+}
+
+// saveCheckpoints saves each subscription's low watermark that moved,
+// fenced by the lease. A refused save means the lease is gone: the
+// partition stops.
+func (tp *topicPart) saveCheckpoints(ctx context.Context) error {
+	t := tp.t
+	if tp.lease.lost.Load() {
+		return errLeaseLost
+	}
+	var firstErr error
+	for _, sp := range tp.subs {
+		tp.mu.Lock()
+		next, saved := sp.win.low(sp.next), sp.saved
+		tp.mu.Unlock()
+		if next <= saved {
+			continue
+		}
+		err := t.cfg.Checkpoints.Save(ctx, tp.lease.fence, t.cfg.LeaseGroup.String(), sp.sr.cfg.Name, tp.p, next)
+		if err != nil {
+			if errors.Is(err, broker.ErrLeaseLost) {
+				t.c.leaseLost.Add(1)
+				tp.lease.lose(errLeaseLost)
+				return err
+			}
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		t.c.checkpoints.Add(1)
+		tp.mu.Lock()
+		sp.saved = max(sp.saved, next)
+		tp.mu.Unlock()
+	}
+	return firstErr
+}
+
+// operate carries out an operator's retry or skip on this partition,
+// when it is held and trusted; handled is false otherwise (the caller
+// forwards the request through the ledger).
+func (tp *topicPart) operate(ctx context.Context, sr *SubscriptionRuntime, action Action, e Parked) (error, bool) {
+	if !tp.lease.trusted(tp.t.clk.Now()) {
+		return nil, false
+	}
+	tp.mu.Lock()
+	closed := tp.closed
+	var sp *subPart
+	for _, s := range tp.subs {
+		if s.sr == sr {
+			sp = s
+		}
+	}
+	tp.mu.Unlock()
+	if closed || sp == nil {
+		return nil, false
+	}
+	return sp.act(ctx, action, e), true
+}
+
+// pollLoop is the shared reader: one per (node, topic). It hands each
+// batch to the partition it belongs to.
+func (t *TopicSubscriptions) pollLoop(ctx context.Context) {
+	defer t.wg.Done()
+	for ctx.Err() == nil {
+		batches, err := t.reader.Poll(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, kafkasource.ErrClosed) {
+				return
+			}
+			t.log.Warn("polling the topic failed", "err", err)
+			t.obs.error(ErrorEvent{Subscription: t.name, Op: "poll", Err: err})
+			if !t.sleep(ctx, 100*time.Millisecond) {
+				return
+			}
+			continue
+		}
+		for _, b := range batches {
+			if tp := t.heldPart(b.Partition); tp != nil {
+				tp.deliverTail(b)
+			}
+		}
+	}
+}
+
+// checkpointLoop saves the held partitions' checkpoints every
+// CheckpointEvery.
+func (t *TopicSubscriptions) checkpointLoop(ctx context.Context) {
+	defer t.wg.Done()
+	for t.sleep(ctx, t.cfg.CheckpointEvery) {
+		t.saveAll(ctx)
+	}
+}
+
+// saveAll saves every held partition's checkpoints once.
+func (t *TopicSubscriptions) saveAll(ctx context.Context) error {
+	var firstErr error
+	for _, tp := range t.heldParts() {
+		octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
+		err := tp.saveCheckpoints(octx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			if !errors.Is(err, broker.ErrLeaseLost) && !errors.Is(err, errLeaseLost) {
+				t.log.Warn("saving checkpoints failed", "partition", tp.p, "err", err)
+				t.obs.error(ErrorEvent{Subscription: t.name, Op: "checkpoint", Err: err})
+			}
+		}
+	}
+	return firstErr
+}
+
+// ledgerLoop follows operator requests for sr: signals from
+// WatchRequests, and a re-read of its parked entries every
+// LedgerPollEvery (signals are hints). The owner of the entry's partition
+// acts; other nodes ignore it.
+func (t *TopicSubscriptions) ledgerLoop(ctx context.Context, sr *SubscriptionRuntime) {
+	defer t.wg.Done()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		b := newBackoff(time.Second, t.cfg.LedgerPollEvery)
+		for ctx.Err() == nil {
+			ch, err := t.cfg.Ledger.WatchRequests(ctx, sr.cfg.Name)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				t.obs.error(ErrorEvent{Subscription: t.name, Op: "watch requests", Err: err})
+				if !t.sleep(ctx, b.next()) {
+					return
+				}
+				continue
+			}
+			b.reset()
+			for agg := range ch {
+				octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
+				e, err := t.cfg.Ledger.GetParked(octx, sr.cfg.Name, agg)
+				cancel()
+				if err == nil {
+					t.actOnEntry(ctx, sr, e)
+				}
+			}
+		}
+	}()
+	b := newBackoff(time.Second, t.cfg.LedgerPollEvery)
+	for {
+		wait := t.cfg.LedgerPollEvery
+		if !t.sleep(ctx, wait) {
+			return
+		}
+		listed := t.clk.Now()
+		octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
+		entries, err := t.cfg.Ledger.ListParked(octx, sr.cfg.Name)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			t.obs.error(ErrorEvent{Subscription: t.name, Op: "list parked", Err: err})
+			t.sleep(ctx, b.next())
+			continue
+		}
+		b.reset()
+		byPart := t.entriesByPartition(entries)
+		for _, tp := range t.heldParts() {
+			if sp := tp.subOf(sr); sp != nil {
+				sp.reconcile(byPart[tp.p], listed)
+			}
+		}
+		for _, e := range entries {
+			if e.Request != nil {
+				t.actOnEntry(ctx, sr, e)
+			}
+		}
+	}
+}
+
+// actOnEntry carries out e's request when this node holds its partition.
+func (t *TopicSubscriptions) actOnEntry(ctx context.Context, sr *SubscriptionRuntime, e Parked) {
+	if e.Request == nil || e.Source != SourceKafka || e.Topic != t.cfg.Topic {
+		return
+	}
+	p, err := strconv.ParseInt(e.Partition, 10, 32)
+	if err != nil {
+		return
+	}
+	tp := t.heldPart(int32(p))
+	if tp == nil {
+		return
+	}
+	if err, ok := tp.operate(ctx, sr, e.Request.Action, e); ok && err != nil && ctx.Err() == nil {
+		t.log.Warn("operator request failed", "subscription", sr.cfg.Name, "aggregate", e.Aggregate,
+			"action", e.Request.Action, "err", err)
+	}
+}
+
+func (tp *topicPart) subOf(sr *SubscriptionRuntime) *subPart {
+	for _, sp := range tp.subs {
+		if sp.sr == sr {
+			return sp
+		}
+	}
+	return nil
+}
+
+// reportLost records offsets [from, to) of partition p that sr can never
+// handle: the topic no longer retains them.
+func (s *SubscriptionRuntime) reportLost(p int32, from, to int64, why string) {
+	t := s.t
+	if to <= from {
+		return
+	}
+	s.c.lost.Add(to - from)
+	err := &kafkasource.OffsetError{Topic: t.cfg.Topic, Partition: p, Offset: from, Earliest: to, Head: -1,
+		Err: kafkasource.ErrOffsetNotRetained}
+	t.log.Error("records lost to retention before they were handled", "subscription", s.cfg.Name,
+		"partition", p, "from", from, "to", to, "why", why)
+	t.obs.error(ErrorEvent{Subscription: t.name, Op: "retention", Err: err})
+}
