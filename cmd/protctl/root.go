@@ -54,6 +54,14 @@ needs --yes.`,
 	addGlobalFlags(root, f)
 
 	root.AddCommand(
+		newPartitionsCmd(f),
+		newLeasesCmd(f),
+		newStreamsCmd(f),
+		newParkedCmd(f),
+		newNodesCmd(f),
+		newCheckCmd(f),
+		newApplyCmd(f),
+		newPublishCmd(f),
 		newContextCmd(f),
 		newConfigCmd(f),
 		newVersionCmd(f),

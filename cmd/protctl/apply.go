@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/protctl/protctl/internal/clierr"
+	"github.com/protctl/protctl/internal/repair"
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+type applyOptions struct {
+	Mutation *mutation
+	Layout   func() (broker.Layout, error)
+	Stdin    io.Reader
+
+	File string
+}
+
+func newApplyCmd(f *Factory) *cobra.Command {
+	opts := &applyOptions{Layout: f.Layout, Stdin: f.IOStreams.In}
+	cmd := &cobra.Command{
+		Use:   "apply -f PLAN",
+		Short: "Apply a saved plan (any mutator's --dry-run -o json), re-checking every item",
+		Long: `Apply a plan saved by a mutator's --dry-run -o json (reap, release, skip-head,
+trim, parked retry and skip). Every item is applied only if the state it
+recorded still holds, checked atomically in Redis: an item whose lease,
+generation, entries or group positions moved since the plan is not applied
+and reported as a conflict. Items the plan refused stay refused.
+
+Exits 0 when every item applied (or had nothing to do), 5 when nothing
+applied and something conflicted, 6 when nothing applied and something was
+refused, 7 when some applied and some did not. A plan made for another key
+layout is refused (exit 2). -f - reads the plan from stdin.`,
+		Example: `  protctl partitions release shop::order o-1 --group G --force --dry-run -o json > plan.json
+  protctl apply -f plan.json
+  protctl apply -f plan.json --yes -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Mutation = newMutation(f)
+			return runApply(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().StringVarP(&opts.File, "file", "f", "", "the plan file (JSON), or - for stdin")
+	_ = cmd.MarkFlagRequired("file")
+	_ = cmd.MarkFlagFilename("file", "json")
+	return cmd
+}
+
+func runApply(ctx context.Context, opts *applyOptions) error {
+	m := opts.Mutation
+	if !m.DryRun {
+		if err := m.CheckWritable(); err != nil {
+			return err
+		}
+	}
+	var data []byte
+	var err error
+	if opts.File == "-" {
+		if m.IO.CanPrompt() {
+			return usageError(fmt.Errorf("-f - reads the plan from stdin, which is a terminal: pipe the plan in or give a file"))
+		}
+		data, err = io.ReadAll(opts.Stdin)
+	} else {
+		data, err = os.ReadFile(opts.File)
+	}
+	if err != nil {
+		return clierr.Usage.Errorf("reading the plan: %w", err)
+	}
+	p, err := repair.ParsePlan(data)
+	if err != nil {
+		return clierr.Usage.Wrap(err)
+	}
+	layout, err := opts.Layout()
+	if err != nil {
+		return err
+	}
+	if p.Layout != layout.String() {
+		return clierr.Usage.Errorf("the plan was made for the %s key layout, but the layout in force is %s (--layout)", p.Layout, layout)
+	}
+	for i := range p.Items {
+		// A saved plan may carry results of an earlier apply: this apply
+		// records its own.
+		if p.Items[i].Result != repair.ResultSkipped {
+			p.Items[i].Result, p.Items[i].Detail = repair.ResultNone, ""
+		}
+	}
+	r, err := m.Repairer()
+	if err != nil {
+		return err
+	}
+	return applyPlan(ctx, m, r, p)
+}

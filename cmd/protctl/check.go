@@ -1,0 +1,380 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/protctl/protctl/internal/clierr"
+	"github.com/protctl/protctl/internal/config"
+	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/internal/output"
+)
+
+type checkOptions struct {
+	IO        *output.IOStreams
+	Printer   *output.Printer
+	Inspector func() (*inspect.Inspector, error)
+	Settings  func() (*config.Settings, error)
+
+	Categories      []string
+	Services        []string
+	MaxParked       int64
+	MaxLag          int64
+	MaxLagAge       time.Duration
+	NoExpiredLeases bool
+	NoPaused        bool
+
+	checkParked, checkLag, checkLagAge bool
+}
+
+// maxOffenders caps the offenders a check lists.
+const maxOffenders = 20
+
+func newCheckCmd(f *Factory) *cobra.Command {
+	opts := &checkOptions{IO: f.IOStreams, Inspector: f.Inspector, Settings: f.Settings}
+	cmd := &cobra.Command{
+		Use:   "check",
+		Short: "Check health against thresholds; exit 8 when one is crossed (for CI and monitoring)",
+		Long: `Check the deployment against thresholds and exit 8 when any is crossed, 0 when
+none is, so a pipeline can gate a deploy on it. Each check runs only when its
+flag is given; without any, check runs --max-parked 0 --no-expired-leases.
+
+  --max-parked N        more than N entries in the failure ledger (every
+                        subscription)
+  --max-lag N           a group has more than N entries not delivered on a
+                        partition (unknown lag counts as crossed)
+  --max-lag-age D       a group's oldest entry not yet acked (pending or not
+                        delivered) is older than D, by the server's clock
+  --no-expired-leases   a group's lease on a partition has expired (a
+                        generation, no lease) while entries wait for it
+                        (pending or not delivered): nobody is on them
+  --no-paused           a live node of a --service reports paused partitions
+
+Partitions are read from the categories given with --category, else from the
+context's and those a paced SCAN finds. The result lists each check with its
+limit, the value found and up to 20 offenders.`,
+		Example: `  protctl check
+  protctl check --max-parked 0 --max-lag 1000 --max-lag-age 5m --no-expired-leases
+  protctl check --no-paused --service shop -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fl := cmd.Flags()
+			opts.checkParked = fl.Changed("max-parked")
+			opts.checkLag = fl.Changed("max-lag")
+			opts.checkLagAge = fl.Changed("max-lag-age")
+			if !opts.checkParked && !opts.checkLag && !opts.checkLagAge && !opts.NoExpiredLeases && !opts.NoPaused {
+				opts.checkParked, opts.MaxParked, opts.NoExpiredLeases = true, 0, true
+			}
+			switch {
+			case opts.MaxParked < 0:
+				return usageError(fmt.Errorf("invalid --max-parked %d: want 0 or more", opts.MaxParked))
+			case opts.MaxLag < 0:
+				return usageError(fmt.Errorf("invalid --max-lag %d: want 0 or more", opts.MaxLag))
+			case opts.checkLagAge && opts.MaxLagAge <= 0:
+				return usageError(fmt.Errorf("invalid --max-lag-age %s: want more than 0", opts.MaxLagAge))
+			case opts.NoPaused && len(opts.Services) == 0:
+				return usageError(fmt.Errorf("--no-paused needs --service: node status records are per service"))
+			}
+			opts.Printer = f.Printer()
+			return runCheck(cmd.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.Int64Var(&opts.MaxParked, "max-parked", 0, "fail when more than N entries are parked")
+	fl.Int64Var(&opts.MaxLag, "max-lag", 0, "fail when a group lags more than N entries on a partition")
+	fl.DurationVar(&opts.MaxLagAge, "max-lag-age", 0, "fail when a group's oldest unacked entry is older than D")
+	fl.BoolVar(&opts.NoExpiredLeases, "no-expired-leases", false, "fail when entries wait on a partition whose lease expired")
+	fl.BoolVar(&opts.NoPaused, "no-paused", false, "fail when a node of a --service has paused partitions")
+	fl.StringArrayVar(&opts.Categories, "category", nil, "check these categories (repeatable); default the context's and those found by a scan")
+	fl.StringArrayVar(&opts.Services, "service", nil, "service whose nodes --no-paused checks (repeatable)")
+	return cmd
+}
+
+// checkResult is one check: its limit, the value found, and the
+// offenders (at most 20), e.g. "shop::order o-1 app.OrderProjector: 512".
+type checkResult struct {
+	Name      string   `json:"name"`
+	OK        bool     `json:"ok"`
+	Limit     int64    `json:"limit"`
+	Value     *int64   `json:"value"` // null when unknown
+	Unit      string   `json:"unit"`  // "count" or "ms"
+	Offenders []string `json:"offenders"`
+	// Truncated is how many more offenders there were.
+	Truncated int    `json:"truncated"`
+	Detail    string `json:"detail"`
+}
+
+// checkReport is `check -o json`.
+type checkReport struct {
+	OK     bool          `json:"ok"`
+	Checks []checkResult `json:"checks"`
+}
+
+func (r *checkResult) offend(s string) {
+	if len(r.Offenders) < maxOffenders {
+		r.Offenders = append(r.Offenders, s)
+	} else {
+		r.Truncated++
+	}
+	r.OK = false
+}
+
+func runCheck(ctx context.Context, opts *checkOptions) error {
+	ins, err := opts.Inspector()
+	if err != nil {
+		return err
+	}
+	var rep checkReport
+	if opts.checkParked {
+		res, err := checkParked(ctx, ins, opts.MaxParked)
+		if err != nil {
+			return err
+		}
+		rep.Checks = append(rep.Checks, res)
+	}
+	if opts.checkLag || opts.checkLagAge || opts.NoExpiredLeases {
+		res, err := checkPartitions(ctx, opts, ins)
+		if err != nil {
+			return err
+		}
+		rep.Checks = append(rep.Checks, res...)
+	}
+	if opts.NoPaused {
+		res, err := checkPaused(ctx, ins, opts.Services)
+		if err != nil {
+			return err
+		}
+		rep.Checks = append(rep.Checks, res)
+	}
+	rep.OK = true
+	var failed []string
+	for _, c := range rep.Checks {
+		if !c.OK {
+			rep.OK = false
+			failed = append(failed, c.Name)
+		}
+	}
+	err = opts.Printer.PrintObject("CheckReport", rep, func(w io.Writer, st output.Styles) error {
+		return viewPrinter(opts.IO, w).PrintList("Check", rep.Checks, output.TableSpec{Columns: []output.Column{
+			output.Col("CHECK", func(c checkResult) string { return c.Name }),
+			output.Col("RESULT", func(c checkResult) string {
+				if c.OK {
+					return "ok"
+				}
+				return "FAILED"
+			}, output.Toned(func(c checkResult) output.Tone {
+				if c.OK {
+					return output.ToneGood
+				}
+				return output.ToneBad
+			})),
+			output.Col("LIMIT", func(c checkResult) string { return quantity(&c.Limit, c.Unit) }),
+			output.Col("VALUE", func(c checkResult) string { return quantity(c.Value, c.Unit) }),
+			output.Col("DETAIL", func(c checkResult) string {
+				if c.OK || len(c.Offenders) == 0 {
+					return c.Detail
+				}
+				s := strings.Join(c.Offenders, "; ")
+				if c.Truncated > 0 {
+					s += fmt.Sprintf("; and %d more", c.Truncated)
+				}
+				return s
+			}),
+		}})
+	})
+	if err != nil {
+		return err
+	}
+	if !rep.OK {
+		return clierr.CheckFailed.Errorf("check failed: %s", strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+func quantity(v *int64, unit string) string {
+	if v == nil {
+		return "unknown"
+	}
+	if unit == "ms" {
+		return output.HumanDuration(msDuration(*v))
+	}
+	return strconv.FormatInt(*v, 10)
+}
+
+func checkParked(ctx context.Context, ins *inspect.Inspector, limit int64) (checkResult, error) {
+	ps, err := ins.Parked(ctx, "")
+	if err != nil {
+		return checkResult{}, dataErr(err)
+	}
+	n := int64(len(ps))
+	res := checkResult{Name: "parked", OK: true, Limit: limit, Value: &n, Unit: "count", Offenders: []string{},
+		Detail: fmt.Sprintf("%d parked", n)}
+	if n > limit {
+		res.OK = false
+		for _, p := range ps {
+			res.offend(fmt.Sprintf("%s %s at %s: %s", p.Subscription, p.Aggregate, p.Position, p.Status))
+		}
+	}
+	return res, nil
+}
+
+// checkPartitions runs the lag, lag-age and expired-lease checks over one
+// listing of the categories.
+func checkPartitions(ctx context.Context, opts *checkOptions, ins *inspect.Inspector) ([]checkResult, error) {
+	cats := opts.Categories
+	var err error
+	if len(cats) == 0 {
+		if cats, err = resolveCategories(ctx, opts.IO, ins, opts.Settings); err != nil {
+			return nil, err
+		}
+	} else if err := requireCategories(ctx, ins, cats); err != nil {
+		return nil, err
+	}
+	parts, err := readPartitions(ctx, opts.IO, ins, cats, inspect.PartitionOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []checkResult
+	name := func(p *inspect.Partition, g *inspect.Group) string {
+		return p.Category + " " + p.Key + " " + g.Name
+	}
+	if opts.checkLag {
+		var worst int64
+		unknown := false
+		res := checkResult{Name: "lag", OK: true, Limit: opts.MaxLag, Unit: "count", Offenders: []string{}}
+		for i := range parts {
+			p := &parts[i]
+			for j := range p.Groups {
+				g := &p.Groups[j]
+				switch {
+				case g.Lag == nil:
+					unknown = true
+					res.offend(name(p, g) + ": unknown")
+				case *g.Lag > opts.MaxLag:
+					res.offend(fmt.Sprintf("%s: %d", name(p, g), *g.Lag))
+				}
+				if g.Lag != nil && *g.Lag > worst {
+					worst = *g.Lag
+				}
+			}
+		}
+		if !unknown {
+			res.Value = &worst
+		}
+		res.Detail = fmt.Sprintf("largest lag %s over %d partitions", quantity(res.Value, "count"), len(parts))
+		out = append(out, res)
+	}
+	if opts.checkLagAge {
+		res, err := checkLagAge(ctx, ins, parts, opts.MaxLagAge)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, res)
+	}
+	if opts.NoExpiredLeases {
+		var n int64
+		res := checkResult{Name: "expiredLeases", OK: true, Limit: 0, Unit: "count", Offenders: []string{}}
+		for i := range parts {
+			p := &parts[i]
+			for j := range p.Groups {
+				g := &p.Groups[j]
+				waiting := g.Pending > 0 || g.Lag == nil || *g.Lag > 0
+				if g.Lease == nil && g.Generation != nil && waiting {
+					n++
+					res.offend(fmt.Sprintf("%s: expired at generation %d, %d pending, lag %s", name(p, g), *g.Generation, g.Pending, quantity(g.Lag, "count")))
+				}
+			}
+		}
+		res.Value = &n
+		res.Detail = fmt.Sprintf("%d expired leases with entries waiting", n)
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+// checkLagAge measures, for each group with entries pending or not
+// delivered, the age of the oldest such entry (its id's time against the
+// server's clock). A partition whose newest entry is already older than
+// the limit crosses it without further reads (the oldest unacked entry is
+// at least as old); the others are explained one by one.
+func checkLagAge(ctx context.Context, ins *inspect.Inspector, parts []inspect.Partition, limit time.Duration) (checkResult, error) {
+	limitMs := limit.Milliseconds()
+	var worst int64
+	res := checkResult{Name: "lagAge", OK: true, Limit: limitMs, Unit: "ms", Offenders: []string{}}
+	for i := range parts {
+		p := &parts[i]
+		var waiting []*inspect.Group
+		for j := range p.Groups {
+			g := &p.Groups[j]
+			if g.Pending > 0 || g.Lag == nil || *g.Lag > 0 {
+				waiting = append(waiting, g)
+			}
+		}
+		if len(waiting) == 0 {
+			continue
+		}
+		if p.IdleMs != nil && *p.IdleMs > limitMs {
+			for _, g := range waiting {
+				worst = max(worst, *p.IdleMs)
+				res.offend(fmt.Sprintf("%s %s %s: older than %s", p.Category, p.Key, g.Name, output.HumanDuration(msDuration(*p.IdleMs))))
+			}
+			continue
+		}
+		d, err := ins.Partition(ctx, p.Category, p.Key, inspect.ExplainOptions{PendingLimit: 1})
+		if err != nil {
+			return checkResult{}, dataErr(err)
+		}
+		for _, g := range d.Groups {
+			if g.Head == nil {
+				continue
+			}
+			ms, ok := entryMillis(g.Head.ID)
+			if !ok {
+				continue
+			}
+			age := d.ServerTime.UnixMilli() - ms
+			worst = max(worst, age)
+			if age > limitMs {
+				res.offend(fmt.Sprintf("%s %s %s: head %s is %s old", p.Category, p.Key, g.Name, g.Head.ID, output.HumanDuration(msDuration(age))))
+			}
+		}
+	}
+	res.Value = &worst
+	res.Detail = "oldest unacked entry " + output.HumanDuration(msDuration(worst)) + " old"
+	return res, nil
+}
+
+// entryMillis is the time part of a stream id "ms-seq".
+func entryMillis(id string) (int64, bool) {
+	ms, _, _ := strings.Cut(id, "-")
+	v, err := strconv.ParseInt(ms, 10, 64)
+	return v, err == nil
+}
+
+func checkPaused(ctx context.Context, ins *inspect.Inspector, services []string) (checkResult, error) {
+	var n int64
+	res := checkResult{Name: "paused", OK: true, Limit: 0, Unit: "count", Offenders: []string{}}
+	nodes := 0
+	for _, s := range services {
+		ns, err := ins.Nodes(ctx, s)
+		if err != nil {
+			return checkResult{}, dataErr(err)
+		}
+		nodes += len(ns)
+		for _, node := range ns {
+			if len(node.Paused) > 0 {
+				n += int64(len(node.Paused))
+				res.offend(fmt.Sprintf("%s %s: %s", s, node.Node, strings.Join(node.Paused, ",")))
+			}
+		}
+	}
+	res.Value = &n
+	res.Detail = fmt.Sprintf("%d paused partitions on %d live nodes", n, nodes)
+	return res, nil
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/spf13/cobra"
+
+	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/internal/output"
+)
+
+func newLeasesCmd(f *Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "leases",
+		Aliases: []string{"lease"},
+		Short:   "List partition leases: owner, generation, TTL left; expired and free marked",
+		Example: `  protctl leases ls --category shop::order
+  protctl leases ls --group app.OrderProjector --state expired`,
+	}
+	cmd.AddCommand(newLeasesListCmd(f))
+	return cmd
+}
+
+type leasesListOptions struct {
+	IO        *output.IOStreams
+	Printer   *output.Printer
+	Inspector func() (*inspect.Inspector, error)
+
+	Group      string
+	Categories []string
+	State      string
+}
+
+var leaseStates = []string{string(inspect.LeaseHeld), string(inspect.LeaseExpired), string(inspect.LeaseFree)}
+
+func newLeasesListCmd(f *Factory) *cobra.Command {
+	opts := &leasesListOptions{IO: f.IOStreams, Inspector: f.Inspector}
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List leases with owner, generation and TTL left",
+		Long: `List the leases G:K:__lease__ of partitions, with the owner and generation of
+the lease value, the TTL left, and a state:
+
+  held     the lease key exists
+  expired  no lease key, but a generation counter: the partition was leased
+           and the lease expired or was released
+  free     never leased
+
+With --category the leases are enumerated from the category's index and its
+groups (free leases included). Without it, a paced SCAN of the keyspace finds
+every lease and generation key (progress on stderr); free leases have no key
+and are not listed, and the category is unknown.`,
+		Example: `  protctl leases ls --category shop::order
+  protctl leases ls --group app.OrderProjector
+  protctl leases ls --category shop::order --state expired -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if opts.State != "" && !slices.Contains(leaseStates, opts.State) {
+				return usageError(fmt.Errorf("invalid --state %q: want held, expired or free", opts.State))
+			}
+			opts.Printer = f.Printer()
+			return runLeasesList(cmd.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&opts.Group, "group", "", "only this consumer group")
+	fl.StringArrayVar(&opts.Categories, "category", nil, "enumerate from this category's index (repeatable) instead of scanning")
+	fl.StringVar(&opts.State, "state", "", "only leases in this state: held, expired or free")
+	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(leaseStates, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+func runLeasesList(ctx context.Context, opts *leasesListOptions) error {
+	ins, err := opts.Inspector()
+	if err != nil {
+		return err
+	}
+	if len(opts.Categories) > 0 {
+		if err := requireCategories(ctx, ins, opts.Categories); err != nil {
+			return err
+		}
+	}
+	prog := opts.IO.NewProgress("scanning for leases")
+	leases, err := ins.Leases(ctx, inspect.LeaseQuery{
+		Categories: opts.Categories,
+		Group:      opts.Group,
+		Scan: inspect.ScanOptions{Progress: func(p inspect.ScanProgress) {
+			prog.Update("%d keys scanned, %d leases", p.Scanned, p.Found)
+		}},
+	})
+	prog.Done()
+	if err != nil {
+		return dataErr(err)
+	}
+	if opts.State != "" {
+		leases = slices.DeleteFunc(leases, func(l inspect.Lease) bool { return string(l.State) != opts.State })
+	}
+	return opts.Printer.PrintList("Lease", leases, output.TableSpec{
+		Empty: "No leases found.",
+		Columns: []output.Column{
+			output.Col("GROUP", func(l inspect.Lease) string { return l.Group }),
+			output.Col("KEY", func(l inspect.Lease) string { return l.Key }),
+			output.Col("CATEGORY", func(l inspect.Lease) string { return orDashStr(l.Category) }),
+			output.Col("STATE", func(l inspect.Lease) string { return string(l.State) },
+				output.Toned(func(l inspect.Lease) output.Tone {
+					switch l.State {
+					case inspect.LeaseHeld:
+						return output.ToneGood
+					case inspect.LeaseExpired:
+						return output.ToneWarn
+					}
+					return output.ToneMuted
+				})),
+			output.Col("OWNER", func(l inspect.Lease) string { return strCell(l.Owner) }),
+			output.Col("GEN", func(l inspect.Lease) string { return intCell(l.Generation) }),
+			output.Col("TTL", func(l inspect.Lease) string {
+				if l.State == inspect.LeaseHeld && l.TTLMs == nil {
+					return "none"
+				}
+				return msCell(l.TTLMs)
+			}),
+			output.Col("TOKEN", func(l inspect.Lease) string { return strCell(l.Token) }, output.WideOnly()),
+			output.Col("COUNTER", func(l inspect.Lease) string { return intCell(l.Counter) }, output.WideOnly()),
+			output.Col("LEASE-KEY", func(l inspect.Lease) string { return l.LeaseKey }, output.WideOnly()),
+		},
+	})
+}

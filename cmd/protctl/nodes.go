@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/pkg/runtime"
+)
+
+func newNodesCmd(f *Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "nodes",
+		Aliases: []string{"node"},
+		Short:   "List the live nodes of a service from their status records",
+		Example: `  protctl nodes ls --service shop`,
+	}
+	cmd.AddCommand(newNodesListCmd(f))
+	return cmd
+}
+
+type nodesListOptions struct {
+	Printer   *output.Printer
+	Inspector func() (*inspect.Inspector, error)
+
+	Service string
+}
+
+func newNodesListCmd(f *Factory) *cobra.Command {
+	opts := &nodesListOptions{Inspector: f.Inspector}
+	cmd := &cobra.Command{
+		Use:     "ls --service S",
+		Aliases: []string{"list"},
+		Short:   "List live nodes: join state, held partitions, paused, throttled, last seen",
+		Long: `List the live nodes of a service from the status records they heartbeat to
+Redis (protctl:{S}:node:*): join state, the partitions each holds with their
+generations, paused and throttled partitions, parked count and when it was
+last seen. A node whose heartbeat expired is not listed.`,
+		Example: `  protctl nodes ls --service shop
+  protctl nodes ls --service shop -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Printer = f.Printer()
+			return runNodesList(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().StringVar(&opts.Service, "service", "", "the service whose nodes to list")
+	_ = cmd.MarkFlagRequired("service")
+	return cmd
+}
+
+// nodeItem is a node's status record as the CLI prints it.
+type nodeItem struct {
+	Service   string             `json:"service"`
+	Node      string             `json:"node"`
+	AdminAddr *string            `json:"adminAddr"`
+	JoinState string             `json:"joinState"`
+	StartedAt *string            `json:"startedAt"`
+	LastSeen  *string            `json:"lastSeen"`
+	Held      []heldItem         `json:"held"`
+	Paused    []string           `json:"paused"`
+	Throttled []string           `json:"throttled"`
+	Parked    int                `json:"parked"`
+	Counters  map[string]int64   `json:"counters"`
+	node      runtime.NodeStatus // for the table's relative times
+}
+
+type heldItem struct {
+	Subscription string  `json:"subscription"`
+	Source       string  `json:"source"`
+	Category     *string `json:"category"`
+	Topic        *string `json:"topic"`
+	Partition    string  `json:"partition"`
+	Generation   int64   `json:"generation"`
+}
+
+func nodeItemOf(n runtime.NodeStatus) nodeItem {
+	it := nodeItem{
+		Service:   n.Service,
+		Node:      n.Node,
+		AdminAddr: strOrNull(n.AdminAddr),
+		JoinState: string(n.JoinState),
+		StartedAt: output.TimestampOrNull(n.StartedAt),
+		LastSeen:  output.TimestampOrNull(n.LastSeen),
+		Held:      make([]heldItem, 0, len(n.Held)),
+		Paused:    append([]string{}, n.Paused...),
+		Throttled: append([]string{}, n.Throttled...),
+		Parked:    n.Parked,
+		Counters:  n.Counters,
+		node:      n,
+	}
+	if it.Counters == nil {
+		it.Counters = map[string]int64{}
+	}
+	for _, h := range n.Held {
+		it.Held = append(it.Held, heldItem{
+			Subscription: h.Subscription, Source: string(h.Source),
+			Category: strOrNull(h.Category), Topic: strOrNull(h.Topic),
+			Partition: h.Partition, Generation: h.Generation,
+		})
+	}
+	return it
+}
+
+func runNodesList(ctx context.Context, opts *nodesListOptions) error {
+	ins, err := opts.Inspector()
+	if err != nil {
+		return err
+	}
+	nodes, err := ins.Nodes(ctx, opts.Service)
+	if err != nil {
+		return dataErr(err)
+	}
+	items := make([]nodeItem, len(nodes))
+	for i, n := range nodes {
+		items[i] = nodeItemOf(n)
+	}
+	pr := opts.Printer
+	return pr.PrintList("Node", items, output.TableSpec{
+		Empty: fmt.Sprintf("No live nodes of service %q.", opts.Service),
+		Columns: []output.Column{
+			output.Col("NODE", func(n nodeItem) string { return n.Node }),
+			output.Col("STATE", func(n nodeItem) string { return n.JoinState },
+				output.Toned(func(n nodeItem) output.Tone {
+					switch runtime.JoinState(n.JoinState) {
+					case runtime.JoinJoined:
+						return output.ToneGood
+					case runtime.JoinFailed:
+						return output.ToneBad
+					}
+					return output.ToneWarn
+				})),
+			output.Col("HELD", func(n nodeItem) string { return fmt.Sprint(len(n.Held)) }),
+			output.Col("PAUSED", func(n nodeItem) string { return listCell(n.Paused) },
+				output.Toned(func(n nodeItem) output.Tone {
+					if len(n.Paused) > 0 {
+						return output.ToneWarn
+					}
+					return output.ToneNone
+				})),
+			output.Col("THROTTLED", func(n nodeItem) string { return listCell(n.Throttled) }),
+			output.Col("PARKED", func(n nodeItem) string { return fmt.Sprint(n.Parked) }),
+			output.Col("LAST-SEEN", func(n nodeItem) string { return pr.Time(n.node.LastSeen) }),
+			output.Col("ADMIN", func(n nodeItem) string { return strCell(n.AdminAddr) }, output.WideOnly()),
+			output.Col("STARTED", func(n nodeItem) string { return pr.Time(n.node.StartedAt) }, output.WideOnly()),
+			output.Col("PARTITIONS", func(n nodeItem) string {
+				parts := make([]string, 0, len(n.Held))
+				for _, h := range n.Held {
+					parts = append(parts, fmt.Sprintf("%s@%d", h.Partition, h.Generation))
+				}
+				return listCell(parts)
+			}, output.WideOnly()),
+		},
+	})
+}
+
+func listCell(s []string) string {
+	if len(s) == 0 {
+		return "-"
+	}
+	return strings.Join(s, ",")
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/internal/output"
+)
+
+type parkedListOptions struct {
+	Printer   *output.Printer
+	Inspector func() (*inspect.Inspector, error)
+
+	Subscription string
+}
+
+func newParkedListCmd(f *Factory) *cobra.Command {
+	opts := &parkedListOptions{Inspector: f.Inspector}
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List parked aggregates and partitions: error, attempts, position, status",
+		Long: `List the failure ledger: per subscription, each parked aggregate (Kafka) or
+partition key (Redis) with the partition, the position of its failing record
+(offset or entry id), the last error, the attempts, when it was parked, and
+its status (parked, retrying, unrecoverable), oldest first. An operator's
+request not taken up yet is shown with it.`,
+		Example: `  protctl parked ls
+  protctl parked ls --subscription app.OrderProjector -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Printer = f.Printer()
+			return runParkedList(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().StringVar(&opts.Subscription, "subscription", "", "only this subscription's entries")
+	return cmd
+}
+
+func runParkedList(ctx context.Context, opts *parkedListOptions) error {
+	ins, err := opts.Inspector()
+	if err != nil {
+		return err
+	}
+	ps, err := ins.Parked(ctx, opts.Subscription)
+	if err != nil {
+		return dataErr(err)
+	}
+	items := make([]parkedItem, len(ps))
+	for i, p := range ps {
+		items[i] = parkedItemOf(p)
+	}
+	pr := opts.Printer
+	return pr.PrintList("Parked", items, output.TableSpec{
+		Empty: "Nothing is parked.",
+		Columns: []output.Column{
+			output.Col("SUBSCRIPTION", func(p parkedItem) string { return p.Subscription }),
+			output.Col("AGGREGATE", func(p parkedItem) string { return p.Aggregate }),
+			output.Col("PARTITION", func(p parkedItem) string {
+				if p.Category != nil {
+					return *p.Category + " " + p.Partition
+				}
+				if p.Topic != nil {
+					return *p.Topic + "/" + p.Partition
+				}
+				return p.Partition
+			}),
+			output.Col("POSITION", func(p parkedItem) string { return p.Position }),
+			output.Col("STATUS", func(p parkedItem) string {
+				if p.Request != nil {
+					return p.Status + " (" + p.Request.Action + " requested)"
+				}
+				return p.Status
+			}, output.Toned(func(p parkedItem) output.Tone { return parkedStatusTone(p.Status) })),
+			output.Col("ATTEMPTS", func(p parkedItem) string { return fmt.Sprint(p.Attempts) }),
+			output.Col("PARKED", func(p parkedItem) string { return timeCell(pr, p.ParkedAt) }),
+			output.Col("ERROR", func(p parkedItem) string { return p.Error }),
+			output.Col("OWNER", func(p parkedItem) string { return strCell(p.Owner) }, output.WideOnly()),
+			output.Col("GEN", func(p parkedItem) string { return intCell(p.Generation) }, output.WideOnly()),
+			output.Col("LAST-ATTEMPT", func(p parkedItem) string { return timeCell(pr, p.LastAttemptAt) }, output.WideOnly()),
+		},
+	})
+}
+
+// timeCell renders a JSON timestamp field for a table.
+func timeCell(pr *output.Printer, ts *string) string {
+	if ts == nil {
+		return "-"
+	}
+	t, err := time.Parse(output.TimestampLayout, *ts)
+	if err != nil {
+		return *ts
+	}
+	return pr.Time(t)
+}

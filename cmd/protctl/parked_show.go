@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/protctl/protctl/internal/clierr"
+	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/pkg/runtime"
+)
+
+type parkedShowOptions struct {
+	IO        *output.IOStreams
+	Printer   *output.Printer
+	Inspector func() (*inspect.Inspector, error)
+
+	Subscription string
+	Aggregate    string
+	ShowPayload  bool
+}
+
+func newParkedShowCmd(f *Factory) *cobra.Command {
+	opts := &parkedShowOptions{IO: f.IOStreams, Inspector: f.Inspector}
+	cmd := &cobra.Command{
+		Use:   "show SUBSCRIPTION AGGREGATE",
+		Short: "Show a parked entry and its failing record, decoded (payload hidden unless --show-payload)",
+		Long: `Show one entry of the failure ledger and, for a Redis partition, the failing
+entry itself with its envelope decoded: headers always, the payload (the
+envelope's data) only with --show-payload. An entry whose body was deleted
+is reported as missing. Exits 4 when nothing is parked for SUBSCRIPTION and
+AGGREGATE.`,
+		Example: `  protctl parked show app.OrderProjector o-1
+  protctl parked show app.OrderProjector o-1 --show-payload -o json`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Subscription, opts.Aggregate = args[0], args[1]
+			opts.Printer = f.Printer()
+			return runParkedShow(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().BoolVar(&opts.ShowPayload, "show-payload", false, "show the failing record's payload")
+	return cmd
+}
+
+// parkedDetail is `parked show`: the entry and its failing record (null
+// when it cannot be read from Redis, e.g. a Kafka record).
+type parkedDetail struct {
+	parkedItem
+	Record        *inspect.Entry `json:"record"`
+	PayloadHidden bool           `json:"payloadHidden"`
+}
+
+func runParkedShow(ctx context.Context, opts *parkedShowOptions) error {
+	ins, err := opts.Inspector()
+	if err != nil {
+		return err
+	}
+	p, err := ins.ParkedEntry(ctx, opts.Subscription, opts.Aggregate)
+	if errors.Is(err, runtime.ErrNotParked) {
+		return clierr.NotFound.Errorf("nothing is parked for subscription %q and aggregate %q", opts.Subscription, opts.Aggregate)
+	}
+	if err != nil {
+		return dataErr(err)
+	}
+	d := parkedDetail{parkedItem: parkedItemOf(p), PayloadHidden: !opts.ShowPayload}
+	if p.Source == runtime.SourceRedis && p.Stream != "" && p.Position != "" {
+		e, err := ins.ReadEntry(ctx, p.Stream, p.Position)
+		if err != nil {
+			return dataErr(err)
+		}
+		if !opts.ShowPayload {
+			d.Record = hidePayload(&e)
+		} else {
+			d.Record = &e
+		}
+	}
+	pr := opts.Printer
+	return pr.PrintObject("ParkedEntry", d, func(w io.Writer, st output.Styles) error {
+		where := d.Partition
+		if d.Category != nil {
+			where = *d.Category + " " + d.Partition
+		} else if d.Topic != nil {
+			where = *d.Topic + "/" + d.Partition
+		}
+		status := d.Status
+		if d.Request != nil {
+			status += " (" + d.Request.Action + " requested by " + strCell(d.Request.By) + ")"
+		}
+		fields := []output.Field{
+			{Label: "Subscription", Value: d.Subscription},
+			{Label: "Aggregate", Value: d.Aggregate},
+			{Label: "Partition", Value: where},
+			{Label: "Position", Value: d.Position},
+			{Label: "Status", Value: status, Tone: parkedStatusTone(d.Status)},
+			{Label: "Attempts", Value: fmt.Sprint(d.Attempts)},
+			{Label: "Parked", Value: timeCell(pr, d.ParkedAt)},
+			{Label: "Last attempt", Value: timeCell(pr, d.LastAttemptAt)},
+			{Label: "Owner", Value: strCell(d.Owner) + " (generation " + intCell(d.Generation) + ")"},
+			{Label: "Error", Value: d.Error, Tone: output.ToneBad},
+		}
+		if d.Record != nil {
+			fields = append(fields, recordFields(d.Record)...)
+		}
+		if err := output.WriteFields(w, st, fields...); err != nil {
+			return err
+		}
+		if d.PayloadHidden && d.Record != nil && !d.Record.Missing {
+			fmt.Fprintln(w, st.Tone(output.ToneMuted, "Payload hidden; --show-payload shows it."))
+		}
+		return nil
+	})
+}
+
+// recordFields describe a stream entry: its id and envelope headers, and
+// the payload when it was not hidden.
+func recordFields(e *inspect.Entry) []output.Field {
+	fs := []output.Field{{Label: "Record", Value: e.ID + " on " + e.Stream}}
+	switch {
+	case e.Missing:
+		fs = append(fs, output.Field{Label: "Body", Value: "missing: the entry was deleted from the stream", Tone: output.ToneBad})
+	case e.Envelope != nil:
+		h := e.Envelope.Metadata.Headers
+		fs = append(fs,
+			output.Field{Label: "Type", Value: orDashStr(h.Type)},
+			output.Field{Label: "Event id", Value: orDashStr(h.ID)},
+			output.Field{Label: "Time", Value: orDashStr(h.Time)},
+		)
+		if e.Envelope.Data != nil {
+			fs = append(fs, output.Field{Label: "Data", Value: string(e.Envelope.Data)})
+		}
+	default:
+		if e.Raw != nil {
+			fs = append(fs, output.Field{Label: "Raw", Value: *e.Raw})
+		} else {
+			fs = append(fs, output.Field{Label: "Body", Value: "not an envelope"})
+		}
+	}
+	return fs
+}

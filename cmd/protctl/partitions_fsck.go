@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/internal/output"
+)
+
+type partitionsFsckOptions struct {
+	IO        *output.IOStreams
+	Printer   *output.Printer
+	Inspector func() (*inspect.Inspector, error)
+
+	Category string
+}
+
+func newPartitionsFsckCmd(f *Factory) *cobra.Command {
+	opts := &partitionsFsckOptions{IO: f.IOStreams, Inspector: f.Inspector}
+	return &cobra.Command{
+		Use:   "fsck CATEGORY",
+		Short: "Find orphans: partition streams missing from the index, index entries without streams",
+		Long: `Check a category's index against its streams, by an explicit, paced SCAN of
+the keyspace for CATEGORY:* (progress on stderr; the only keyspace scan
+besides listing every category):
+
+  unindexed-stream  a partition stream whose key is not in the index:
+                    consumers never discover it, its entries wait forever
+  missing-stream    an index entry with no stream: harmless, listed until
+                    reaped or published to again
+
+It changes nothing and exits 0 whatever it finds; -o json lists the
+findings for scripts.`,
+		Example: `  protctl partitions fsck shop::order
+  protctl partitions fsck shop::order -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Category = args[0]
+			opts.Printer = f.Printer()
+			return runPartitionsFsck(cmd.Context(), opts)
+		},
+	}
+}
+
+func runPartitionsFsck(ctx context.Context, opts *partitionsFsckOptions) error {
+	ins, err := opts.Inspector()
+	if err != nil {
+		return err
+	}
+	prog := opts.IO.NewProgress("scanning " + opts.Category + ":*")
+	rep, err := ins.Fsck(ctx, opts.Category, inspect.ScanOptions{Progress: func(p inspect.ScanProgress) {
+		prog.Update("%d keys scanned, %d partition streams", p.Scanned, p.Found)
+	}})
+	prog.Done()
+	if err != nil {
+		return dataErr(err)
+	}
+	if rep.Orphans == nil {
+		rep.Orphans = []inspect.Orphan{}
+	}
+	return opts.Printer.PrintObject("FsckReport", rep, func(w io.Writer, st output.Styles) error {
+		tone := output.ToneGood
+		if len(rep.Orphans) > 0 {
+			tone = output.ToneWarn
+		}
+		if err := output.WriteFields(w, st,
+			output.Field{Label: "Category", Value: rep.Category},
+			output.Field{Label: "Index entries", Value: fmt.Sprint(rep.Indexed)},
+			output.Field{Label: "Partition streams", Value: fmt.Sprint(rep.Streams)},
+			output.Field{Label: "Orphans", Value: fmt.Sprint(len(rep.Orphans)), Tone: tone},
+		); err != nil {
+			return err
+		}
+		if len(rep.Orphans) == 0 {
+			return nil
+		}
+		fmt.Fprintln(w)
+		return viewPrinter(opts.IO, w).PrintList("Orphan", rep.Orphans, output.TableSpec{Columns: []output.Column{
+			output.Col("KIND", func(o inspect.Orphan) string { return string(o.Kind) }),
+			output.Col("KEY", func(o inspect.Orphan) string { return o.Key }),
+			output.Col("STREAM", func(o inspect.Orphan) string { return o.Stream }),
+			output.Col("LENGTH", func(o inspect.Orphan) string { return fmt.Sprint(o.Length) }),
+		}})
+	})
+}

@@ -1,0 +1,403 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/protctl/protctl/internal/config"
+	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/internal/output"
+)
+
+type partitionsListOptions struct {
+	IO        *output.IOStreams
+	Printer   *output.Printer
+	Inspector func() (*inspect.Inspector, error)
+	Settings  func() (*config.Settings, error)
+
+	Categories []string
+	Group      string
+	Lagging    bool
+	Owner      string
+	SortBy     string
+	Limit      int
+	Watch      bool
+	Interval   time.Duration
+}
+
+var partitionSortKeys = []string{"key", "lag", "age", "ttl"}
+
+func newPartitionsListCmd(f *Factory) *cobra.Command {
+	opts := &partitionsListOptions{IO: f.IOStreams, Inspector: f.Inspector, Settings: f.Settings}
+	cmd := &cobra.Command{
+		Use:     "ls [CATEGORY...]",
+		Aliases: []string{"list"},
+		Short:   "List partitions: lanes, length, and per group pending, lag, lease, generation, TTL, parked",
+		Long: `List the partitions of the named categories, read from each category's index
+(never a keyspace scan) in pipelined pages. Without CATEGORY, every category:
+those named in the context, plus those found by a paced SCAN for
+*:__partitions__ keys (progress on stderr).
+
+The table has one row per partition and group; -o json has one item per
+partition with its groups. Lag counts the entries a group has not been
+delivered yet (a group not created on a lane will read it from id 0);
+pending counts the entries delivered and not acked. TTL is the time left on
+the group's lease; "-" means no lease is held.
+
+--sort-by orders by key (the default), lag (most behind first), age (the
+newest entry's age, oldest first) or ttl (the lease closest to expiry
+first). --limit keeps the first N after sorting. -w/--watch lists again
+every --watch-interval until interrupted.`,
+		Example: `  protctl partitions ls
+  protctl partitions ls shop::order --group app.OrderProjector --lagging
+  protctl partitions ls shop::order --owner worker-1 --sort-by ttl
+  protctl partitions ls shop::order --sort-by lag --limit 20 -o json
+  protctl partitions ls shop::order -w`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Categories = args
+			if !slices.Contains(partitionSortKeys, opts.SortBy) {
+				return usageError(fmt.Errorf("invalid --sort-by %q: want one of %s", opts.SortBy, strings.Join(partitionSortKeys, ", ")))
+			}
+			if opts.Limit < 0 {
+				return usageError(fmt.Errorf("invalid --limit %d: want 0 (no limit) or more", opts.Limit))
+			}
+			if opts.Watch && opts.Interval <= 0 {
+				return usageError(fmt.Errorf("invalid --watch-interval %s: want more than 0", opts.Interval))
+			}
+			opts.Printer = f.Printer()
+			return runPartitionsList(cmd.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&opts.Group, "group", "", "show only this consumer group (listed even where it has not read yet)")
+	fl.BoolVar(&opts.Lagging, "lagging", false, "only partitions where a group has entries not delivered yet")
+	fl.StringVar(&opts.Owner, "owner", "", "only partitions with a lease held by this owner")
+	fl.StringVar(&opts.SortBy, "sort-by", "key", "order: key, lag, age or ttl")
+	fl.IntVar(&opts.Limit, "limit", 0, "list at most N partitions (after sorting); 0 for all")
+	fl.BoolVarP(&opts.Watch, "watch", "w", false, "list again every --watch-interval until interrupted")
+	fl.DurationVar(&opts.Interval, "watch-interval", 2*time.Second, "how often -w lists again")
+	_ = cmd.RegisterFlagCompletionFunc("sort-by", cobra.FixedCompletions(partitionSortKeys, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+func runPartitionsList(ctx context.Context, opts *partitionsListOptions) error {
+	ins, err := opts.Inspector()
+	if err != nil {
+		return err
+	}
+	if !opts.Watch {
+		return listPartitionsOnce(ctx, opts, ins)
+	}
+	for round := 0; ; round++ {
+		if round > 0 && opts.IO.IsStdoutTTY() && !opts.Printer.Structured() {
+			// Redraw in place, like watch(1).
+			fmt.Fprint(opts.IO.Out, "\x1b[H\x1b[2J")
+		}
+		if err := listPartitionsOnce(ctx, opts, ins); err != nil {
+			return err
+		}
+		t := time.NewTimer(opts.Interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func listPartitionsOnce(ctx context.Context, opts *partitionsListOptions, ins *inspect.Inspector) error {
+	cats := opts.Categories
+	if len(cats) == 0 {
+		var err error
+		if cats, err = resolveCategories(ctx, opts.IO, ins, opts.Settings); err != nil {
+			return err
+		}
+	} else if err := requireCategories(ctx, ins, cats); err != nil {
+		return err
+	}
+	parts, err := readPartitions(ctx, opts.IO, ins, cats, inspect.PartitionOptions{
+		Group:  opts.Group,
+		Filter: partitionFilter(opts.Lagging, opts.Owner),
+	})
+	if err != nil {
+		return err
+	}
+	sortPartitions(parts, opts.SortBy)
+	if opts.Limit > 0 && len(parts) > opts.Limit {
+		parts = parts[:opts.Limit]
+	}
+	return printPartitions(opts.IO, opts.Printer, parts)
+}
+
+// readPartitions lists the partitions of cats, reporting progress on
+// stderr.
+func readPartitions(ctx context.Context, ios *output.IOStreams, ins *inspect.Inspector, cats []string, po inspect.PartitionOptions) ([]inspect.Partition, error) {
+	var parts []inspect.Partition
+	prog := ios.NewProgress("reading partitions")
+	defer prog.Done()
+	for _, c := range cats {
+		n := 0
+		err := ins.EachPartition(ctx, c, po, func(p inspect.Partition) error {
+			parts = append(parts, p)
+			n++
+			prog.Update("%s: %d partitions", c, n)
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return parts, nil
+}
+
+// partitionFilter keeps lagging partitions and those owned by owner.
+func partitionFilter(lagging bool, owner string) func(*inspect.Partition) bool {
+	if !lagging && owner == "" {
+		return nil
+	}
+	return func(p *inspect.Partition) bool {
+		if lagging && !isLagging(p) {
+			return false
+		}
+		if owner != "" && !slices.ContainsFunc(p.Groups, func(g inspect.Group) bool {
+			return g.Lease != nil && g.Lease.Owner == owner
+		}) {
+			return false
+		}
+		return true
+	}
+}
+
+// isLagging: some group has entries not delivered yet (or Redis cannot
+// tell how many), or entries wait and no group reads the partition.
+func isLagging(p *inspect.Partition) bool {
+	if len(p.Groups) == 0 {
+		return p.Length > 0
+	}
+	for _, g := range p.Groups {
+		if g.Lag == nil || *g.Lag > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// totalLag sums the groups' lag; unknown lag sorts first.
+func totalLag(p *inspect.Partition) int64 {
+	var n int64
+	for _, g := range p.Groups {
+		if g.Lag == nil {
+			return 1<<63 - 1
+		}
+		n += *g.Lag
+	}
+	return n
+}
+
+// minTTL is the shortest lease TTL of the partition's groups; -1 when no
+// lease with an expiry is held.
+func minTTL(p *inspect.Partition) int64 {
+	best := int64(-1)
+	for _, g := range p.Groups {
+		if g.Lease != nil && g.Lease.TTLMs != nil && (best < 0 || *g.Lease.TTLMs < best) {
+			best = *g.Lease.TTLMs
+		}
+	}
+	return best
+}
+
+func sortPartitions(parts []inspect.Partition, by string) {
+	byKey := func(a, b *inspect.Partition) int {
+		return cmp.Or(cmp.Compare(a.Category, b.Category), cmp.Compare(a.Key, b.Key))
+	}
+	var f func(a, b *inspect.Partition) int
+	switch by {
+	case "lag":
+		f = func(a, b *inspect.Partition) int { return cmp.Compare(totalLag(b), totalLag(a)) }
+	case "age":
+		idle := func(p *inspect.Partition) int64 {
+			if p.IdleMs == nil {
+				return -1
+			}
+			return *p.IdleMs
+		}
+		f = func(a, b *inspect.Partition) int { return cmp.Compare(idle(b), idle(a)) }
+	case "ttl":
+		// Held leases closest to expiry first; partitions without one last.
+		f = func(a, b *inspect.Partition) int {
+			ta, tb := minTTL(a), minTTL(b)
+			switch {
+			case ta < 0 && tb < 0:
+				return 0
+			case ta < 0:
+				return 1
+			case tb < 0:
+				return -1
+			}
+			return cmp.Compare(ta, tb)
+		}
+	default:
+		f = func(a, b *inspect.Partition) int { return 0 }
+	}
+	slices.SortStableFunc(parts, func(a, b inspect.Partition) int { return cmp.Or(f(&a, &b), byKey(&a, &b)) })
+}
+
+// partitionRow is one table row: a partition and one of its groups (nil
+// for a partition without groups).
+type partitionRow struct {
+	p *inspect.Partition
+	g *inspect.Group
+}
+
+func printPartitions(ios *output.IOStreams, pr *output.Printer, parts []inspect.Partition) error {
+	switch pr.Format() {
+	case output.FormatJSON:
+		// Streamed item by item: 100,000 partitions never sit in memory
+		// as one encoded document (see docs/benchmarks-cli.md).
+		return writeJSONList(ios.Out, "Partition", parts)
+	case output.FormatJSONL, output.FormatYAML:
+		return pr.PrintList("Partition", parts, output.TableSpec{})
+	}
+	var rows []partitionRow
+	for i := range parts {
+		p := &parts[i]
+		if len(p.Groups) == 0 {
+			rows = append(rows, partitionRow{p: p})
+		}
+		for j := range p.Groups {
+			rows = append(rows, partitionRow{p: p, g: &p.Groups[j]})
+		}
+	}
+	return pr.PrintList("Partition", rows, partitionTable(pr))
+}
+
+func partitionTable(pr *output.Printer) output.TableSpec {
+	g := func(f func(g *inspect.Group) string) func(r partitionRow) string {
+		return func(r partitionRow) string {
+			if r.g == nil {
+				return "-"
+			}
+			return f(r.g)
+		}
+	}
+	return output.TableSpec{
+		Empty: "No partitions found.",
+		Columns: []output.Column{
+			output.Col("CATEGORY", func(r partitionRow) string { return r.p.Category }),
+			output.Col("KEY", func(r partitionRow) string { return r.p.Key }),
+			output.Col("LENGTH", func(r partitionRow) string { return fmt.Sprint(r.p.Length) }),
+			output.Col("GROUP", g(func(g *inspect.Group) string { return g.Name })),
+			output.Col("PENDING", g(func(g *inspect.Group) string { return fmt.Sprint(g.Pending) }),
+				output.Toned(func(r partitionRow) output.Tone {
+					if r.g != nil && r.g.Pending > 0 {
+						return output.ToneWarn
+					}
+					return output.ToneNone
+				})),
+			output.Col("LAG", g(func(g *inspect.Group) string {
+				if g.Lag == nil {
+					return "?"
+				}
+				return fmt.Sprint(*g.Lag)
+			}), output.Toned(func(r partitionRow) output.Tone {
+				if r.g != nil && (r.g.Lag == nil || *r.g.Lag > 0) {
+					return output.ToneWarn
+				}
+				return output.ToneNone
+			})),
+			output.Col("OWNER", g(func(g *inspect.Group) string {
+				if g.Lease == nil {
+					return "-"
+				}
+				return g.Lease.Owner
+			})),
+			output.Col("GEN", g(func(g *inspect.Group) string { return intCell(g.Generation) })),
+			output.Col("TTL", g(func(g *inspect.Group) string {
+				if g.Lease == nil {
+					if g.Generation != nil {
+						return "expired"
+					}
+					return "-"
+				}
+				if g.Lease.TTLMs == nil {
+					return "none"
+				}
+				return msCell(g.Lease.TTLMs)
+			}), output.Toned(func(r partitionRow) output.Tone {
+				if r.g != nil && r.g.Lease == nil && r.g.Generation != nil {
+					return output.ToneMuted
+				}
+				return output.ToneNone
+			})),
+			output.Col("PARKED", g(func(g *inspect.Group) string { return boolCell(g.Parked) }),
+				output.Toned(func(r partitionRow) output.Tone {
+					if r.g != nil && r.g.Parked != nil && *r.g.Parked {
+						return output.ToneBad
+					}
+					return output.ToneNone
+				})),
+			output.Col("IDLE", func(r partitionRow) string { return msCell(r.p.IdleMs) }),
+			output.Col("LANES", func(r partitionRow) string { return lanesText(r.p.Lanes) }, output.WideOnly()),
+			output.Col("LAST-ENTRY", func(r partitionRow) string { return strCell(r.p.LastEntryID) }, output.WideOnly()),
+			output.Col("DELIVERED", g(func(g *inspect.Group) string { return strCell(g.LastDeliveredID) }), output.WideOnly()),
+			output.Col("ERROR", func(r partitionRow) string { return orDashStr(r.p.Error) }, output.WideOnly()),
+		},
+	}
+}
+
+// lanesText is "main:5 backfill:4".
+func lanesText(lanes []inspect.Lane) string {
+	parts := make([]string, 0, len(lanes))
+	for _, l := range lanes {
+		if !l.Exists {
+			parts = append(parts, l.Name+":missing")
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s:%d", l.Name, l.Length))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+// writeJSONList writes the document Printer.PrintList writes for -o json,
+// byte for byte, but one item at a time through a buffer, so the memory
+// it needs is one item's encoding, not the whole document's twice over.
+func writeJSONList[T any](w io.Writer, kind string, items []T) error {
+	bw := bufio.NewWriterSize(w, 256<<10)
+	kindJSON, _ := json.Marshal(kind + "List")
+	apiJSON, _ := json.Marshal(output.APIVersion)
+	fmt.Fprintf(bw, "{\n  \"apiVersion\": %s,\n  \"kind\": %s,\n  \"items\": [", apiJSON, kindJSON)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("    ", "  ")
+	for i := range items {
+		buf.Reset()
+		if err := enc.Encode(&items[i]); err != nil {
+			return fmt.Errorf("output: encoding %s: %w", kind, err)
+		}
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		bw.WriteString("\n    ")
+		bw.Write(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+	}
+	if len(items) > 0 {
+		bw.WriteString("\n  ")
+	}
+	bw.WriteString("]\n}\n")
+	return bw.Flush()
+}

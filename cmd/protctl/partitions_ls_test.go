@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/protctl/protctl/internal/clierr"
+	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/internal/output"
+)
+
+type lsItem struct {
+	Category string  `json:"category"`
+	Key      string  `json:"key"`
+	IdleMs   *int64  `json:"idleMs"`
+	Groups   []group `json:"groups"`
+}
+
+type group struct {
+	Name    string `json:"name"`
+	Pending int64  `json:"pending"`
+	Lag     *int64 `json:"lag"`
+	Lease   *struct {
+		Owner string `json:"owner"`
+		TTLMs *int64 `json:"ttlMs"`
+	} `json:"lease"`
+}
+
+func lsKeys(t *testing.T, r result) []string {
+	t.Helper()
+	var doc struct {
+		Kind  string   `json:"kind"`
+		Items []lsItem `json:"items"`
+	}
+	decode(t, r.stdout, &doc)
+	if doc.Kind != "PartitionList" {
+		t.Fatalf("kind %q", doc.Kind)
+	}
+	keys := []string{}
+	for _, it := range doc.Items {
+		keys = append(keys, it.Key)
+	}
+	return keys
+}
+
+func TestPartitionsListFiltersSortsAndLimits(t *testing.T) {
+	e := newOpsEnv(t)
+	s := e.s
+	cases := []struct {
+		name string
+		args []string
+		want string // keys in order
+	}{
+		{"every category, by key", nil, "p-1 p-ghost o-backfill o-cold o-halted o-healthy o-lagging o-never"},
+		{"one category", []string{s.Orders}, "o-backfill o-cold o-halted o-healthy o-lagging o-never"},
+		{"lagging", []string{s.Orders, "--lagging"}, "o-backfill o-halted o-lagging o-never"},
+		{"owner", []string{s.Orders, "--owner", "node-a"}, "o-healthy"},
+		{"by lag, most behind first", []string{s.Orders, "--group", s.Projector, "--sort-by", "lag"}, "o-lagging o-halted o-backfill o-never o-cold o-healthy"},
+		{"by age, oldest first", []string{s.Orders, "--sort-by", "age", "--limit", "1"}, "o-cold"},
+		// o-healthy's and o-backfill's 30s leases were set a moment apart.
+		{"by ttl, closest to expiry first", []string{s.Orders, "--sort-by", "ttl", "--owner", "worker-1", "--limit", "1"}, "o-halted"},
+		{"by ttl, leases before none", []string{s.Orders, "--sort-by", "ttl", "--lagging", "--limit", "2"}, "o-backfill o-halted"},
+		{"limit after sorting", []string{s.Orders, "--limit", "2"}, "o-backfill o-cold"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := e.run(append([]string{"partitions", "ls", "-o", "json"}, c.args...)...)
+			r.wantCode(t, 0)
+			if got := strings.Join(lsKeys(t, r), " "); got != c.want {
+				t.Fatalf("keys %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+func TestPartitionsListGroupFilterShowsOnlyThatGroup(t *testing.T) {
+	e := newOpsEnv(t)
+	r := e.run("partitions", "ls", e.s.Payments, "--group", e.s.Audit, "-o", "json")
+	r.wantCode(t, 0)
+	var doc struct{ Items []lsItem }
+	decode(t, r.stdout, &doc)
+	for _, it := range doc.Items {
+		for _, g := range it.Groups {
+			if g.Name != e.s.Audit {
+				t.Fatalf("%s lists group %s with --group %s", it.Key, g.Name, e.s.Audit)
+			}
+		}
+	}
+}
+
+func TestPartitionsListUsageAndNotFound(t *testing.T) {
+	e := newOpsEnv(t)
+	e.run("partitions", "ls", "--sort-by", "size").wantCode(t, clierr.ExitUsage)
+	e.run("partitions", "ls", "--limit", "-1").wantCode(t, clierr.ExitUsage)
+	r := e.run("partitions", "ls", "no::such", "-o", "json")
+	r.wantCode(t, clierr.ExitNotFound)
+	if !strings.Contains(r.stderr, `"code":"NOT_FOUND"`) || r.stdout != "" {
+		t.Fatalf("stdout %q stderr %q", r.stdout, r.stderr)
+	}
+}
+
+// TestPartitionsListCategoriesFromContextAndScan: without CATEGORY the
+// context's categories are listed (even one the scan cannot find, as it
+// has no index yet) with those the scan finds, and on a terminal the
+// scan's progress goes to stderr, never to stdout.
+func TestPartitionsListCategoriesFromContextAndScan(t *testing.T) {
+	e := newOpsEnv(t)
+	cl := e.cli(true)
+	dir := cl.env["XDG_CONFIG_HOME"] + "/protctl"
+	writeFile(t, dir+"/config.yaml", "currentContext: local\ncontexts:\n  - name: local\n    redis: {url: "+e.srv.URL()+"}\n    categories: [empty::cat]\n")
+	delete(cl.env, "PROTCTL_REDIS")
+	r := cl.run("partitions", "ls", "-o", "json")
+	r.wantCode(t, 0)
+	if got := strings.Join(lsKeys(t, r), " "); got != "p-1 p-ghost o-backfill o-cold o-halted o-healthy o-lagging o-never" {
+		t.Fatalf("keys %q", got)
+	}
+	if strings.Contains(r.stdout, "scanning") {
+		t.Fatal("progress on stdout")
+	}
+}
+
+// TestPartitionsListWatchStopsOnInterrupt: -w lists again until the
+// command is interrupted, then exits 130.
+func TestPartitionsListWatchStopsOnInterrupt(t *testing.T) {
+	e := newOpsEnv(t)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	cl := e.cli(false)
+	cl.ctx = ctx
+	out := &syncBuffer{}
+	cl.configure = func(ios *output.IOStreams) { ios.Out = out }
+	go func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if strings.Count(out.String(), `"kind": "PartitionList"`) >= 2 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel(clierr.ErrInterrupted)
+	}()
+	r := cl.run("partitions", "ls", e.s.Orders, "-w", "--watch-interval", "10ms", "-o", "json")
+	r.wantCode(t, clierr.ExitInterrupted)
+	if n := strings.Count(out.String(), `"kind": "PartitionList"`); n < 2 {
+		t.Fatalf("listed %d times before the interrupt", n)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestStreamedJSONListIsThePrintersDocument: partitions ls streams its
+// JSON item by item; the bytes must be exactly what Printer.PrintList
+// writes, so -o json means one thing across commands.
+func TestStreamedJSONListIsThePrintersDocument(t *testing.T) {
+	lag := int64(3)
+	id := "1-2"
+	for _, items := range [][]inspect.Partition{
+		nil,
+		{{Category: "c", Key: "k<&>", LastEntryID: &id, Lanes: []inspect.Lane{{Name: "main"}}, Groups: []inspect.Group{{Name: "g", Lag: &lag}}}},
+		{{Category: "c", Key: "a"}, {Category: "c", Key: "b", Error: "boom"}},
+	} {
+		ios, _, out, _ := output.Test()
+		pr := output.NewPrinter(ios, output.PrinterOptions{Format: output.FormatJSON})
+		if err := pr.PrintList("Partition", items, output.TableSpec{}); err != nil {
+			t.Fatal(err)
+		}
+		var streamed bytes.Buffer
+		if err := writeJSONList(&streamed, "Partition", items); err != nil {
+			t.Fatal(err)
+		}
+		if streamed.String() != out.String() {
+			t.Fatalf("streamed:\n%s\nprinter:\n%s", streamed.String(), out.String())
+		}
+	}
+}

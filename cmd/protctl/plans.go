@@ -1,0 +1,347 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/protctl/protctl/internal/clierr"
+	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/repair"
+)
+
+// mutation is what every mutator (reap, release, skip-head, trim, parked
+// retry and skip, apply) shares: the guard rails and the plan/apply flow.
+// Build it in RunE with newMutation; runMutation does the rest:
+//
+//  1. unless --dry-run, refuse at once in read-only mode (exit 6);
+//  2. build the plan (reads only);
+//  3. --dry-run: print the plan (-o json is the file `apply -f` takes)
+//     and exit with its predicted outcome: 0 when it would apply cleanly,
+//     6 when every item would be refused, 7 when some would;
+//  4. when some item is allowed: on a terminal show the plan on stderr and
+//     ask; without one, --yes or exit 6 having changed nothing;
+//  5. apply (each item's precondition re-checked atomically) and print
+//     the plan with each item's result; exit 0, 5, 6 or 7 by the outcome.
+type mutation struct {
+	IO            *output.IOStreams
+	Printer       *output.Printer
+	DryRun        bool
+	Yes           bool
+	CheckWritable func() error
+	Confirm       func(context.Context, string) error
+	Repairer      func() (*repair.Repairer, error)
+	ApplyOptions  repair.ApplyOptions
+}
+
+func newMutation(f *Factory) *mutation {
+	return &mutation{
+		IO:            f.IOStreams,
+		Printer:       f.Printer(),
+		DryRun:        f.DryRun(),
+		Yes:           f.assumeYes(),
+		CheckWritable: f.CheckWritable,
+		Confirm:       f.Confirm,
+		Repairer:      f.Repairer,
+	}
+}
+
+// runMutation plans with plan and then prints or applies the plan.
+func runMutation(ctx context.Context, m *mutation, plan func(context.Context, *repair.Repairer) (*repair.Plan, error)) error {
+	if !m.DryRun {
+		if err := m.CheckWritable(); err != nil {
+			return err
+		}
+	}
+	r, err := m.Repairer()
+	if err != nil {
+		return err
+	}
+	p, err := plan(ctx, r)
+	if err != nil {
+		return dataErr(err)
+	}
+	return applyPlan(ctx, m, r, p)
+}
+
+// applyPlan is runMutation after planning (apply -f starts here).
+func applyPlan(ctx context.Context, m *mutation, r *repair.Repairer, p *repair.Plan) error {
+	if m.DryRun {
+		if err := printPlan(m.IO, m.Printer, p, true); err != nil {
+			return err
+		}
+		return dryRunErr(p)
+	}
+	if n := pendingItems(p); n > 0 {
+		if m.IO.CanPrompt() && !m.Yes {
+			if err := previewPlan(m.IO, p); err != nil {
+				return err
+			}
+		}
+		if err := m.Confirm(ctx, applyQuestion(p, n)); err != nil {
+			return err
+		}
+	}
+	outcome, err := r.Apply(ctx, p, m.ApplyOptions)
+	if err != nil {
+		return dataErr(err)
+	}
+	if err := printPlan(m.IO, m.Printer, p, false); err != nil {
+		return err
+	}
+	return outcome.Err(p)
+}
+
+// pendingItems counts the items Apply would try: allowed and not
+// already settled by the plan (a lease already free is skipped).
+func pendingItems(p *repair.Plan) int {
+	n := 0
+	for _, it := range p.Items {
+		if it.Allowed && it.Result == repair.ResultNone {
+			n++
+		}
+	}
+	return n
+}
+
+func applyQuestion(p *repair.Plan, n int) string {
+	refused := 0
+	for _, it := range p.Items {
+		if !it.Allowed && it.Result != repair.ResultSkipped {
+			refused++
+		}
+	}
+	q := fmt.Sprintf("Apply %d %s", n, plural(n, "change", "changes"))
+	if refused > 0 {
+		q += fmt.Sprintf(" (%d refused by the plan)", refused)
+	}
+	return q + "?"
+}
+
+// dryRunErr is the exit of a dry run: nil when the plan would apply
+// cleanly, else the predicted refusal or partial outcome, naming the
+// first refused item's reason.
+func dryRunErr(p *repair.Plan) error {
+	var refused []repair.Item
+	for _, it := range p.Items {
+		if !it.Allowed && it.Result != repair.ResultSkipped {
+			refused = append(refused, it)
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	why := fmt.Sprintf("%s: %s", refused[0].Target, refused[0].Reason)
+	if len(refused) > 1 {
+		why += fmt.Sprintf(" (and %d more)", len(refused)-1)
+	}
+	switch p.Predicted() {
+	case repair.OutcomePartial:
+		return clierr.Partial.Errorf("dry run: %d of %d items would be refused; %s", len(refused), len(p.Items), why)
+	default:
+		return clierr.Refused.Errorf("dry run: nothing would be applied; %s", why)
+	}
+}
+
+// planDoc prints a plan as the document ParsePlan reads back: apiVersion
+// and kind come from the printer (the embedded Plan's own are hidden by
+// these empty, omitted fields of the same JSON names), and createdAt is
+// the contract's RFC 3339 UTC with milliseconds.
+type planDoc struct {
+	APIVersion string `json:"apiVersion,omitempty"`
+	Kind       string `json:"kind,omitempty"`
+	CreatedAt  string `json:"createdAt"`
+	*repair.Plan
+}
+
+// printPlan prints p to stdout: the plan document in structured formats,
+// a table of its items otherwise (with a one-line summary on stderr).
+func printPlan(ios *output.IOStreams, pr *output.Printer, p *repair.Plan, dryRun bool) error {
+	if pr.Structured() {
+		return pr.PrintObject(repair.PlanKind, planDoc{CreatedAt: output.Timestamp(p.CreatedAt), Plan: p}, nil)
+	}
+	if err := pr.PrintList("PlanItem", p.Items, planItemSpec(!dryRun, "The plan has no items: nothing to do.")); err != nil {
+		return err
+	}
+	if len(p.Items) == 0 {
+		return nil
+	}
+	summary := "Dry run, nothing was changed: " + predictedSummary(p) + "."
+	if !dryRun {
+		summary = strings.ToUpper(p.Summary()[:1]) + p.Summary()[1:] + "."
+	}
+	_, err := fmt.Fprintln(ios.ErrOut, summary)
+	return err
+}
+
+// previewPlan shows the plan on stderr before the confirmation question.
+func previewPlan(ios *output.IOStreams, p *repair.Plan) error {
+	s := *ios
+	s.Out = ios.ErrOut
+	pr := output.NewPrinter(&s, output.PrinterOptions{Format: output.FormatWide})
+	if _, err := fmt.Fprintln(ios.ErrOut, "Plan:"); err != nil {
+		return err
+	}
+	return pr.PrintList("PlanItem", p.Items, planItemSpec(false, ""))
+}
+
+func predictedSummary(p *repair.Plan) string {
+	var allowed, refused, skipped int
+	for _, it := range p.Items {
+		switch {
+		case it.Result == repair.ResultSkipped:
+			skipped++
+		case it.Allowed:
+			allowed++
+		default:
+			refused++
+		}
+	}
+	var parts []string
+	if allowed > 0 {
+		parts = append(parts, fmt.Sprintf("%d to apply", allowed))
+	}
+	if refused > 0 {
+		parts = append(parts, fmt.Sprintf("%d refused", refused))
+	}
+	if skipped > 0 {
+		parts = append(parts, fmt.Sprintf("%d with nothing to do", skipped))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// planItemSpec is the table of a plan's items. withResult adds the
+// RESULT column (after an apply).
+func planItemSpec(withResult bool, empty string) output.TableSpec {
+	cols := []output.Column{
+		output.Col("ACTION", func(it repair.Item) string { return string(it.Action) }),
+		output.Col("TARGET", func(it repair.Item) string { return it.Target.String() }),
+		output.Col("SEEN", func(it repair.Item) string { return seenText(it) }),
+		output.Col("ALLOWED", func(it repair.Item) string { return yesNo(it.Allowed) },
+			output.Toned(func(it repair.Item) output.Tone {
+				if it.Allowed {
+					return output.ToneGood
+				}
+				return output.ToneBad
+			})),
+	}
+	if withResult {
+		cols = append(cols, output.Col("RESULT", func(it repair.Item) string { return orDashStr(string(it.Result)) },
+			output.Toned(func(it repair.Item) output.Tone { return resultTone(it.Result) })))
+	}
+	cols = append(cols,
+		output.Col("REASON", func(it repair.Item) string {
+			if it.Detail != "" {
+				return it.Detail
+			}
+			return it.Reason
+		}),
+		output.Col("PARAMS", func(it repair.Item) string { return paramsText(it.Params) }, output.WideOnly()),
+	)
+	return output.TableSpec{Columns: cols, Empty: empty}
+}
+
+func resultTone(r repair.Result) output.Tone {
+	switch r {
+	case repair.ResultApplied:
+		return output.ToneGood
+	case repair.ResultConflict, repair.ResultRefused:
+		return output.ToneBad
+	case repair.ResultSkipped:
+		return output.ToneMuted
+	}
+	return output.ToneNone
+}
+
+// seenText sums up the state an item was planned against: the fence it
+// is applied on.
+func seenText(it repair.Item) string {
+	pc := it.Precondition
+	var parts []string
+	switch it.Action {
+	case repair.ActionTrim:
+		if t := pc.Trim; t != nil {
+			floor := "none"
+			if t.Floor != nil {
+				floor = *t.Floor
+			}
+			s := "floor " + floor
+			if t.PinnedBy != "" {
+				s += " pinned by " + t.PinnedBy
+			}
+			parts = append(parts, s, fmt.Sprintf("removes %d of %d", t.Removes, t.Length))
+		}
+	case repair.ActionRetry, repair.ActionSkip:
+		if ps := pc.Parked; ps != nil {
+			parts = append(parts, fmt.Sprintf("%s at %s, %d attempts", ps.Status, ps.Position, ps.Attempts))
+		}
+	case repair.ActionDeadLetter:
+		if pe := pc.Pending; pe != nil {
+			parts = append(parts, fmt.Sprintf("delivered %d times to %s", pe.Deliveries, pe.Consumer))
+		}
+	case repair.ActionReap:
+		if pc.LastEntryID != nil {
+			parts = append(parts, "last entry "+*pc.LastEntryID)
+		}
+	}
+	switch it.Action {
+	case repair.ActionRelease, repair.ActionDeadLetter:
+		if pc.Lease != nil {
+			parts = append(parts, "lease "+*pc.Lease)
+		} else {
+			gen := "never leased"
+			if pc.Generation != nil {
+				gen = fmt.Sprintf("generation %d", *pc.Generation)
+			}
+			parts = append(parts, "lease free ("+gen+")")
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, "; ")
+}
+
+func paramsText(p repair.Params) string {
+	var parts []string
+	if p.MinIdleMs > 0 {
+		parts = append(parts, "minIdle="+output.HumanDuration(msDuration(p.MinIdleMs)))
+	}
+	if p.MaxLen > 0 {
+		parts = append(parts, fmt.Sprintf("maxLen=%d", p.MaxLen))
+	}
+	if p.Force {
+		parts = append(parts, "force")
+	}
+	if p.DLQStream != "" {
+		parts = append(parts, "dlq="+p.DLQStream)
+	}
+	if p.Reason != "" {
+		parts = append(parts, fmt.Sprintf("reason=%q", p.Reason))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func orDashStr(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
