@@ -35,11 +35,12 @@ type config struct {
 type Option func(*config)
 
 // WithLayout selects the key layout. Default: broker.ProteanLayout, the
-// layout a Protean deployment writes.
-//
-// The cluster layout's hash-tagged key names are produced, but the
-// single-slot ordering of publish and reap it needs is not implemented
-// yet: use it only against a single node.
+// layout a Protean deployment writes, whose publish and reap scripts
+// touch the index and the lanes together and so need a single node (or
+// Sentinel). broker.ClusterLayout runs on Redis Cluster (and on a single
+// node too): every script touches one slot, and publish, reap and trim
+// order their steps across slots instead (see PublishPartitioned and
+// ReapPartition).
 func WithLayout(l broker.Layout) Option { return func(c *config) { c.layout = l } }
 
 // WithBackfillSuffix names the backfill lane that partition keys are
@@ -103,6 +104,14 @@ func (b *Broker) Append(ctx context.Context, stream string, data []byte) (string
 // RecordPartition adds key to category's index (SADD). A single SADD is
 // atomic and refuses a non-set key without changing it, so no script is
 // needed.
+//
+// It is also the repair for the cluster layout's crash windows: a
+// publisher that died between its append and its record, or a reaper
+// that died between removing an index entry and putting it back, leaves a
+// non-empty stream outside the index until the key's next publish;
+// RecordPartition(category, key) puts it back at once, and recording a
+// key whose streams are empty or missing is harmless (the next reap
+// removes it).
 func (b *Broker) RecordPartition(ctx context.Context, category, key string) error {
 	const op = "record partition"
 	if err := b.validCategory(op, category); err != nil {

@@ -9,9 +9,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/brokertest"
+	"github.com/protctl/protctl/pkg/broker/redisbroker"
 )
 
+// TestConformance runs the suite on the Protean layout against one
+// redis-server.
 func TestConformance(t *testing.T) {
 	brokertest.Run(t, func(t *testing.T) brokertest.Target {
 		b, c := newBroker(t)
@@ -19,9 +23,33 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceCluster runs the suite on the cluster layout against a
+// real 3-master Redis Cluster (one per package test run, every master
+// flushed before each case). Every script must keep to one slot here, or
+// the cluster refuses it with CROSSSLOT; and the races of publish with
+// reap and trim run across masters.
+func TestConformanceCluster(t *testing.T) {
+	cl := sharedCluster(t)
+	brokertest.Run(t, func(t *testing.T) brokertest.Target {
+		cl.FlushAll(t)
+		c := cl.Client(t)
+		b := redisbroker.New(c, redisbroker.WithLayout(broker.ClusterLayout))
+		return brokertest.Target{Broker: b, Advance: time.Sleep, Faults: faults{c}}
+	})
+}
+
+// TestConformanceClusterLayoutOnOneNode runs the suite on the cluster
+// layout against one redis-server: the layout is not tied to Cluster.
+func TestConformanceClusterLayoutOnOneNode(t *testing.T) {
+	brokertest.Run(t, func(t *testing.T) brokertest.Target {
+		b, c := newBroker(t, redisbroker.WithLayout(broker.ClusterLayout))
+		return brokertest.Target{Broker: b, Advance: time.Sleep, Faults: faults{c}}
+	})
+}
+
 // faults corrupts the server the way outside tools do, with plain
 // commands.
-type faults struct{ c *redis.Client }
+type faults struct{ c redis.UniversalClient }
 
 func (f faults) DeleteEntry(ctx context.Context, stream, id string) error {
 	return f.c.XDel(ctx, stream, id).Err()

@@ -26,7 +26,11 @@
 //	trim.lua        safe floor over groups (and registered groups not on
 //	                the stream yet), cutoff at maxLen, XTRIM MINID
 //	reap.lua        every lane drained and cold? SREM index, DEL lanes
+//	                (the checks are reaplib.lua's, shared with reaplanes.lua)
 //	publish.lua     XADD, SADD index, PUBLISH wake channel
+//	reaplanes.lua   cluster layout: every lane drained and cold? DEL lanes
+//	append.lua      cluster layout: XADD
+//	record.lua      cluster layout: SADD index, PUBLISH wake channel
 //
 // Redis does not roll a script back when a command in it fails, so every
 // script checks the TYPE of each key it will touch before its first
@@ -63,12 +67,26 @@
 //
 // # Layouts
 //
-// The Protean layout is complete. The cluster layout's key names exist
-// in broker.Layout, but the publish, reap and trim scripts touch
-// category-wide keys (the index, the group registry) together with the
-// partition's streams, which live in different cluster slots; the
-// cross-slot ordering the cluster layout needs is not implemented yet.
-// The per-partition scripts (leases, read, ack, reclaim, dead-letter)
-// touch only one partition's keys, which share a slot in the cluster
-// layout.
+// In the Protean layout (the default) publish and reap are each one
+// script touching the category's index, its group registry and the
+// partition's lanes, so they need every key on one server.
+//
+// In the cluster layout (broker.ClusterLayout) a partition's lanes,
+// leases and generations share the hash tag {K}, so every per-partition
+// script touches one Redis Cluster slot. The index and the registry live
+// in slots of their own, and no script touches them together with a
+// partition's keys:
+//
+//	publish   TYPE index, append.lua on {K} (XADD), then record.lua on the
+//	          index (SADD, PUBLISH wake)
+//	reap      SMEMBERS registry, reaplanes.lua "check" on {K}; if cold:
+//	          SREM index, reaplanes.lua "delete" on {K}, SADD index back
+//	          if it refused
+//	trim      SMEMBERS registries, trim.lua on the stream with the groups
+//	          as arguments
+//
+// Append before record, and remove-from-index before delete, keep a
+// stream that a publish racing a reap leaves non-empty in the index;
+// docs/decisions/0005-cluster-layout.md walks through the interleavings
+// and the crash windows, which RecordPartition repairs.
 package redisbroker

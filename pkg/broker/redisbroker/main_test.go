@@ -22,6 +22,28 @@ import (
 // start from an empty database (see newBroker).
 var server *testenv.Redis
 
+// clusterDir holds the package's Redis Cluster, started on first use by
+// sharedCluster (one per package test run) and stopped by TestMain.
+var (
+	clusterDir  string
+	clusterOnce sync.Once
+	clusterEnv  *testenv.Cluster
+	clusterErr  error
+)
+
+// sharedCluster returns the package's 3-master cluster, starting it on
+// first use.
+func sharedCluster(t *testing.T) *testenv.Cluster {
+	t.Helper()
+	clusterOnce.Do(func() {
+		clusterEnv, clusterErr = testenv.NewCluster(clusterDir)
+	})
+	if clusterErr != nil {
+		t.Fatalf("start the cluster: %v", clusterErr)
+	}
+	return clusterEnv
+}
+
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
@@ -39,6 +61,12 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer server.Stop()
+	clusterDir = dir + "/cluster"
+	defer func() {
+		if clusterEnv != nil {
+			clusterEnv.Stop()
+		}
+	}()
 	return m.Run()
 }
 

@@ -22,6 +22,15 @@ import (
 // a publish racing a reap either blocks it (its entry is newer than
 // minIdle, or not delivered) or lands after it and recreates both the
 // stream and the index entry.
+//
+// In the cluster layout the index and the registry live in slots of
+// their own, so the reap is a sequence (see reapCluster): read the
+// registry, check the lanes (a hot partition stops here, the index
+// untouched), remove the index entry, then check again and delete in one
+// script on the partition's slot, and put the index entry back if that
+// script refused. Removing the entry before the delete, and publish
+// recording after its append, is what keeps a racing publish's stream in
+// the index (docs/decisions/0005-cluster-layout.md).
 func (b *Broker) ReapPartition(ctx context.Context, category, key string, minIdle time.Duration, backfillSuffix string) (broker.ReapResult, error) {
 	const op = "reap"
 	if err := b.validCategory(op, category); err != nil {
@@ -42,6 +51,9 @@ func (b *Broker) ReapPartition(ctx context.Context, category, key string, minIdl
 		return broker.ReapResult{}, err
 	}
 	l := b.cfg.layout
+	if l.IsCluster() {
+		return b.reapCluster(ctx, category, key, idle, backfillSuffix)
+	}
 	keys := []string{
 		l.IndexKey(category),
 		l.GroupsKey(category),
@@ -53,6 +65,68 @@ func (b *Broker) ReapPartition(ctx context.Context, category, key string, minIdl
 		return broker.ReapResult{}, mapErr(call{op: op, keys: keys}, err)
 	}
 	return reapVerdict(reply)
+}
+
+// reapCluster is ReapPartition in the cluster layout:
+//
+//  1. SMEMBERS the registry (its own slot);
+//  2. reaplanes.lua "check": a partition that is not cold stops here, and
+//     the index is never touched for it;
+//  3. SREM the key from the index (its own slot);
+//  4. reaplanes.lua "delete": check again, delete the lanes if still cold;
+//  5. if step 4 refused or failed, SADD the key back.
+//
+// Only step 3 removes an index entry, and it always comes before the
+// delete; a publish records its key after its append. So whatever the
+// interleaving with publishes, a stream that is non-empty once both are
+// done is in the index (the decision record walks through each order).
+// The cost of this: between steps 3 and 5 a partition a racing publish
+// made hot again is missing from PartitionKeys for a moment, and a reaper
+// that dies between them leaves it out until the key's next publish or a
+// RecordPartition. A group registered after step 1 is not seen by this
+// reap, exactly as if it had registered after the reap.
+func (b *Broker) reapCluster(ctx context.Context, category, key string, idle int64, backfillSuffix string) (broker.ReapResult, error) {
+	const op = "reap"
+	l := b.cfg.layout
+	groupsKey := l.GroupsKey(category)
+	registered, err := b.client.SMembers(ctx, groupsKey).Result()
+	if err != nil {
+		return broker.ReapResult{}, mapErr(call{op: op, key: groupsKey, want: "set"}, err)
+	}
+	lanes := []string{l.Stream(category, key), l.LaneStream(category, key, backfillSuffix)}
+	run := func(mode string) (broker.ReapResult, error) {
+		args := make([]any, 0, 2+len(registered))
+		args = append(args, idle, mode)
+		for _, g := range registered {
+			args = append(args, g)
+		}
+		reply, err := reapLanesScript.Run(ctx, b.client, lanes, args...).Slice()
+		if err != nil {
+			return broker.ReapResult{}, mapErr(call{op: op, keys: lanes}, err)
+		}
+		return reapVerdict(reply)
+	}
+	if res, err := run("check"); err != nil || !res.Reaped {
+		return res, err
+	}
+	index := l.IndexKey(category)
+	if err := b.client.SRem(ctx, index, key).Err(); err != nil {
+		return broker.ReapResult{}, mapErr(call{op: op, key: index, want: "set"}, err)
+	}
+	res, err := run("delete")
+	if err == nil && res.Reaped {
+		return res, nil
+	}
+	if rerr := b.client.SAdd(ctx, index, key).Err(); rerr != nil {
+		rerr = mapErr(call{op: op, key: index, want: "set"}, rerr)
+		if err == nil {
+			err = fmt.Errorf("%w (the reap refused, %s, but could not put %q back in %s; RecordPartition repairs it)", rerr, res.Reason, key, index)
+		} else {
+			err = fmt.Errorf("%w; and putting %q back in %s failed: %w", err, key, index, rerr)
+		}
+		return broker.ReapResult{}, err
+	}
+	return res, err
 }
 
 // reapVerdict turns the script's {1} or {0, lane, group, reason, detail}
@@ -112,8 +186,37 @@ func (b *Broker) Trim(ctx context.Context, stream string, maxLen int64) (int64, 
 	if err := positive(op, "maxLen", maxLen); err != nil {
 		return 0, err
 	}
+	if b.cfg.layout.IsCluster() {
+		return b.trimCluster(ctx, stream, maxLen)
+	}
 	keys := append([]string{stream}, b.registriesOf(stream)...)
 	n, err := trimScript.Run(ctx, b.client, keys, maxLen).Int64()
+	if err != nil {
+		return 0, mapErr(call{op: op, keys: keys}, err)
+	}
+	return n, nil
+}
+
+// trimCluster is Trim in the cluster layout: the registries live in
+// other slots than the stream, so it reads them first and passes their
+// groups to trim.lua as arguments. A group registered after that read is
+// not seen by this trim, as if it had registered after the trim; the
+// groups present on the stream are read inside the script, atomically
+// with the trim.
+func (b *Broker) trimCluster(ctx context.Context, stream string, maxLen int64) (int64, error) {
+	const op = "trim"
+	args := []any{maxLen}
+	for _, reg := range b.registriesOf(stream) {
+		groups, err := b.client.SMembers(ctx, reg).Result()
+		if err != nil {
+			return 0, mapErr(call{op: op, key: reg, want: "set"}, err)
+		}
+		for _, g := range groups {
+			args = append(args, g)
+		}
+	}
+	keys := []string{stream}
+	n, err := trimScript.Run(ctx, b.client, keys, args...).Int64()
 	if err != nil {
 		return 0, mapErr(call{op: op, keys: keys}, err)
 	}

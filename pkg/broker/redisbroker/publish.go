@@ -2,6 +2,7 @@ package redisbroker
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -9,14 +10,28 @@ import (
 )
 
 // PublishPartitioned appends data to a lane of partition key and records
-// key in category's index, in one script, then publishes key on the
-// category's wake channel (Layout.WakeChannel) for WatchPartitions.
+// key in category's index, then publishes key on the category's wake
+// channel (Layout.WakeChannel) for WatchPartitions. Lane "" is the main
+// lane; any other lane is a suffix (e.g. broker.DefaultBackfillSuffix),
+// except "dlq", which is reserved for dead letters.
 //
-// Recording in the same atomic step as the append is what keeps a
-// non-empty stream from ever being out of the index: a reap cannot run
-// between the two. Lane "" is the main lane; any other lane is a suffix
-// (e.g. broker.DefaultBackfillSuffix), except "dlq", which is reserved
-// for dead letters.
+// In the Protean layout all of it is one script: recording in the same
+// atomic step as the append keeps a non-empty stream from ever being out
+// of the index, as a reap cannot run between the two.
+//
+// In the cluster layout the lane and the index live in different slots,
+// so no script can touch both. Publish then takes three round trips: it
+// checks the index's type (so that a wrong-type index is refused before
+// anything is appended), appends (append.lua, on the partition's slot),
+// and then records the key and wakes watchers (record.lua, on the index's
+// slot). Append first, then record: a reap that runs between the two
+// either sees the new entry and refuses (and restores the index entry it
+// removed), or ran its delete before the append, and then the record that
+// follows puts the key back; either way no non-empty stream is left out
+// of the index (docs/decisions/0005-cluster-layout.md walks through the
+// interleavings). A publisher that dies between the append and the record
+// leaves a non-empty stream outside the index until the key's next
+// publish, or until RecordPartition repairs it.
 func (b *Broker) PublishPartitioned(ctx context.Context, category, key, lane string, data []byte) (string, error) {
 	const op = "publish"
 	if err := b.validCategory(op, category); err != nil {
@@ -32,10 +47,56 @@ func (b *Broker) PublishPartitioned(ctx context.Context, category, key, lane str
 		return "", &broker.InvalidArgumentError{Op: op, Arg: "partition key", Value: strconv.Quote(key), Reason: "is the lane's suffix"}
 	}
 	l := b.cfg.layout
+	if l.IsCluster() {
+		return b.publishCluster(ctx, category, key, lane, data)
+	}
 	keys := []string{l.LaneStream(category, key, lane), l.IndexKey(category)}
 	id, err := publishScript.Run(ctx, b.client, keys, key, data, l.WakeChannel(category)).Text()
 	if err != nil {
 		return "", mapErr(call{op: op, keys: keys}, err)
 	}
 	return id, nil
+}
+
+// publishCluster is PublishPartitioned in the cluster layout: check the
+// index, append, record (see PublishPartitioned).
+func (b *Broker) publishCluster(ctx context.Context, category, key, lane string, data []byte) (string, error) {
+	const op = "publish"
+	l := b.cfg.layout
+	index := l.IndexKey(category)
+	if err := b.wantType(ctx, op, index, "set"); err != nil {
+		return "", err
+	}
+	stream := []string{l.LaneStream(category, key, lane)}
+	id, err := appendScript.Run(ctx, b.client, stream, data).Text()
+	if err != nil {
+		return "", mapErr(call{op: op, keys: stream}, err)
+	}
+	if err := b.record(ctx, op, index, key, l.WakeChannel(category)); err != nil {
+		return "", fmt.Errorf("%w (entry %s was appended to %s; RecordPartition(%q, %q) records it)", err, id, stream[0], category, key)
+	}
+	return id, nil
+}
+
+// record adds key to index and wakes the category's watchers
+// (record.lua), the cluster layout's second publish step.
+func (b *Broker) record(ctx context.Context, op, index, key, channel string) error {
+	keys := []string{index}
+	if err := recordScript.Run(ctx, b.client, keys, key, channel).Err(); err != nil {
+		return mapErr(call{op: op, keys: keys}, err)
+	}
+	return nil
+}
+
+// wantType fails with a *broker.WrongTypeError, before anything is
+// written, when key holds something other than want (or nothing).
+func (b *Broker) wantType(ctx context.Context, op, key, want string) error {
+	t, err := b.client.Type(ctx, key).Result()
+	if err != nil {
+		return mapErr(call{op: op, key: key, want: want}, err)
+	}
+	if t != "none" && t != want {
+		return &broker.WrongTypeError{Op: op, Key: key, Want: want, Got: t}
+	}
+	return nil
 }

@@ -39,10 +39,18 @@ var (
 	deadLetterLua string
 	//go:embed trim.lua
 	trimLua string
+	//go:embed reaplib.lua
+	reapLibLua string
 	//go:embed reap.lua
 	reapLua string
+	//go:embed reaplanes.lua
+	reapLanesLua string
 	//go:embed publish.lua
 	publishLua string
+	//go:embed append.lua
+	appendLua string
+	//go:embed record.lua
+	recordLua string
 )
 
 var (
@@ -55,8 +63,11 @@ var (
 	reclaimScript    = newScript(reclaimLua)
 	deadLetterScript = newScript(deadLetterLua)
 	trimScript       = newScript(trimLua)
-	reapScript       = newScript(reapLua)
+	reapScript       = newScript(reapLibLua, reapLua)
+	reapLanesScript  = newScript(reapLibLua, reapLanesLua)
 	publishScript    = newScript(publishLua)
+	appendScript     = newScript(appendLua)
+	recordScript     = newScript(recordLua)
 )
 
 // newScript composes lib.lua and parts into one script.

@@ -2,7 +2,9 @@ package redisbroker_test
 
 import (
 	"context"
+	"crypto/sha1"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,7 +20,12 @@ import (
 // scriptKeys records the KEYS of every script call a client sends.
 type scriptKeys struct {
 	mu   sync.Mutex
-	keys [][]string
+	keys []scriptCall
+}
+
+type scriptCall struct {
+	sha  string // the script's SHA1 (computed for an EVAL)
+	keys []string
 }
 
 func (h *scriptKeys) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -32,8 +39,12 @@ func (h *scriptKeys) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			for _, k := range args[3 : 3+n] {
 				keys = append(keys, fmt.Sprint(k))
 			}
+			sha := fmt.Sprint(args[1])
+			if name == "eval" {
+				sha = fmt.Sprintf("%x", sha1.Sum([]byte(sha)))
+			}
 			h.mu.Lock()
-			h.keys = append(h.keys, keys)
+			h.keys = append(h.keys, scriptCall{sha: sha, keys: keys})
 			h.mu.Unlock()
 		}
 		return next(ctx, cmd)
@@ -44,7 +55,7 @@ func (h *scriptKeys) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	return next
 }
 
-func (h *scriptKeys) take() [][]string {
+func (h *scriptKeys) take() []scriptCall {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := h.keys
@@ -81,57 +92,139 @@ func TestSlotFunction(t *testing.T) {
 			t.Fatalf("slot(%q) = %d, want %d", key, got, want)
 		}
 	}
+	// And the server agrees on random keys, hash tags and edge cases
+	// included ("{}" and "{" do not make a tag).
+	cl := sharedCluster(t)
+	c := cl.Client(t)
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	t.Logf("seed %d", seed)
+	keys := []string{"", "{}", "{", "}", "a{}b", "a{b}c{d}", "{{a}}", "x{y", "cat:{k}:__lease__"}
+	for i := 0; i < 300; i++ {
+		keys = append(keys, randomString(rng, "abc:{}-_é/", 0, 12))
+	}
+	for _, k := range keys {
+		want, err := c.ClusterKeySlot(t.Context(), k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := slot(k); int64(got) != want {
+			t.Fatalf("slot(%q) = %d, CLUSTER KEYSLOT says %d", k, got, want)
+		}
+	}
 }
 
-// TestPerPartitionScriptsUseOneSlot proves that, in the cluster layout,
-// every script that works on one partition (leases, fenced read, ack,
-// reclaim, dead-letter) only touches keys of one Cluster slot. Publish,
-// reap and trim also touch category-wide keys (index, group registry);
-// their cluster form is not implemented yet.
-func TestPerPartitionScriptsUseOneSlot(t *testing.T) {
+// randomString returns a string of n in [minLen, maxLen] characters
+// drawn from alphabet.
+func randomString(rng *rand.Rand, alphabet string, minLen, maxLen int) string {
+	runes := []rune(alphabet)
+	n := minLen + rng.IntN(maxLen-minLen+1)
+	var sb strings.Builder
+	for i := 0; i < n; i++ {
+		sb.WriteRune(runes[rng.IntN(len(runes))])
+	}
+	return sb.String()
+}
+
+// TestEveryScriptUsesOneSlot is a property test: for random categories
+// (with ':' in them), partition keys, groups and lanes, every script call
+// of every operation in the cluster layout, publish, reap and trim
+// included, passes KEYS that all map to one Redis Cluster slot (CRC16,
+// with hash tags). It also checks that every script the cluster layout
+// uses was exercised, and that the Protean layout's cross-slot scripts
+// (publish.lua, reap.lua) never are.
+func TestEveryScriptUsesOneSlot(t *testing.T) {
 	server.FlushAll(t)
 	c := server.Client(t)
 	rec := &scriptKeys{}
 	c.AddHook(rec)
 	l := broker.ClusterLayout
 	b := redisbroker.New(c, redisbroker.WithLayout(l))
-	ctx := t.Context()
-	st := l.Stream(cat, key)
-	if _, err := b.Append(ctx, st, []byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	lease, ok, err := b.AcquirePartitionLease(ctx, l.LeaseKey(group, key), l.GenerationKey(group, key), owner, time.Minute)
-	if err != nil || !ok {
-		t.Fatal(ok, err)
-	}
-	msgs, err := b.ReadPartitionFenced(ctx, lease.Fence, st, group, 10, broker.ReadPendingThenNew)
-	if err != nil || len(msgs) != 1 {
-		t.Fatal(len(msgs), err)
-	}
-	calls := []func() error{
-		func() error { _, err := b.RenewPartitionLease(ctx, lease.Fence, time.Minute); return err },
-		func() error { _, err := b.AckPartitionFenced(ctx, lease.Fence, st, group, msgs[0].ID); return err },
-		func() error { _, err := b.ReclaimPartitionPending(ctx, lease.Fence, st, group, 0, 10); return err },
-		func() error {
-			_, err := b.DeadLetterPartitionFenced(ctx, lease.Fence, st, group, msgs[0].ID, l.DLQStream(cat, key), "x")
-			return err
-		},
-		func() error { _, err := b.ReleasePartitionLease(ctx, lease.Fence); return err },
-	}
-	for _, call := range calls {
-		if err := call(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	all := rec.take()
-	if len(all) < 7 {
-		t.Fatalf("recorded %d script calls, want at least 7", len(all))
-	}
-	for _, keys := range all {
-		for _, k := range keys[1:] {
-			if slot(k) != slot(keys[0]) {
-				t.Fatalf("script keys %v span slots %d and %d", keys, slot(keys[0]), slot(k))
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewPCG(uint64(seed), 1))
+	t.Logf("seed %d", seed)
+	const names = "abcxyz019:._-é€/ "
+	shaSeen := map[string]bool{}
+	for iter := 0; iter < 60; iter++ {
+		category := randomString(rng, names, 1, 24)
+		grp := randomString(rng, names, 1, 16)
+		var k string
+		for {
+			k = randomString(rng, strings.ReplaceAll(names, ":", ""), 1, 20)
+			if l.ValidateKey(k, "") == nil {
+				break
 			}
 		}
+		exercise(t, b, l, category, k, grp)
+		for _, keys := range rec.take() {
+			shaSeen[keys.sha] = true
+			for _, key := range keys.keys[1:] {
+				if slot(key) != slot(keys.keys[0]) {
+					t.Fatalf("category %q key %q group %q: script keys %q span slots %d and %d", category, k, grp, keys.keys, slot(keys.keys[0]), slot(key))
+				}
+			}
+		}
+	}
+	for name, s := range redisbroker.Scripts {
+		protean := name == "publish" || name == "reap"
+		switch {
+		case protean && shaSeen[s.Hash()]:
+			t.Errorf("the cluster layout sent the Protean layout's cross-slot %s script", name)
+		case !protean && !shaSeen[s.Hash()]:
+			t.Errorf("script %s was never exercised", name)
+		}
+	}
+}
+
+// exercise calls every operation of the contract that runs a script, on
+// one partition, so that each script runs at least once, the reap both
+// refused and through to its delete.
+func exercise(t *testing.T, b *redisbroker.Broker, l broker.Layout, category, k, grp string) {
+	t.Helper()
+	ctx := t.Context()
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("category %q key %q group %q: %s: %v", category, k, grp, what, err)
+		}
+	}
+	must("register", b.RegisterGroup(ctx, category, grp))
+	_, err := b.PublishPartitioned(ctx, category, k, "", []byte("a"))
+	must("publish", err)
+	_, err = b.PublishPartitioned(ctx, category, k, broker.DefaultBackfillSuffix, []byte("b"))
+	must("publish backfill", err)
+	must("record", b.RecordPartition(ctx, category, k))
+	res, err := b.ReapPartition(ctx, category, k, 0, "")
+	must("reap", err)
+	if res.Reaped {
+		t.Fatal("reaped a partition with unread entries")
+	}
+	lease, ok, err := b.AcquirePartitionLease(ctx, l.LeaseKey(grp, k), l.GenerationKey(grp, k), owner, time.Minute)
+	must("acquire", err)
+	if !ok {
+		t.Fatal("lease not free")
+	}
+	f := lease.Fence
+	_, err = b.RenewPartitionLease(ctx, f, time.Minute)
+	must("renew", err)
+	main, bf := l.Stream(category, k), l.LaneStream(category, k, broker.DefaultBackfillSuffix)
+	msgs, err := b.ReadPartitionFenced(ctx, f, main, grp, 10, broker.ReadPendingThenNew)
+	must("read", err)
+	_, err = b.ReclaimPartitionPending(ctx, f, main, grp, 0, 10)
+	must("reclaim", err)
+	_, err = b.AckPartitionFenced(ctx, f, main, grp, msgIDs(msgs)...)
+	must("ack", err)
+	bmsgs, err := b.AckAndReadPartitionFenced(ctx, f, bf, grp, nil, 10, broker.ReadPendingThenNew)
+	must("ack and read", err)
+	_, err = b.DeadLetterPartitionFenced(ctx, f, bf, grp, bmsgs[0].ID, l.DLQStream(category, k), "x")
+	must("dead-letter", err)
+	_, err = b.Trim(ctx, main, 1)
+	must("trim", err)
+	_, err = b.ReleasePartitionLease(ctx, f)
+	must("release", err)
+	res, err = b.ReapPartition(ctx, category, k, 0, "")
+	must("reap", err)
+	if !res.Reaped {
+		t.Fatalf("category %q key %q group %q: a drained partition was not reaped: %s", category, k, grp, res.Reason)
 	}
 }

@@ -1,7 +1,9 @@
 -- trim: cap a stream at its newest maxLen entries without removing
 -- anything a consumer group still needs.
 -- KEYS[1] stream, KEYS[2..] group registries (SETs) the stream may belong to
--- ARGV[1] maxLen (positive)
+-- ARGV[1] maxLen (positive), ARGV[2..] registered groups read by the caller
+-- (the cluster layout, whose registries live in other slots, passes the
+-- groups instead of the registries)
 -- Returns the number of entries removed.
 --
 -- The safe floor is the smallest, over all groups, of the group's
@@ -35,6 +37,11 @@ for i = 2, #KEYS do
     if not present[name] then
       return 0
     end
+  end
+end
+for i = 2, #ARGV do
+  if not present[ARGV[i]] then
+    return 0
   end
 end
 if #groups == 0 then
