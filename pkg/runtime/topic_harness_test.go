@@ -137,6 +137,7 @@ type topicEnv struct {
 	mem     *memorybroker.Broker  // nil on Redis
 	cluster *memberCluster
 	parts   int32
+	clk     clock.Clock // the nodes' clock; default the system's
 
 	mu    sync.Mutex
 	nodes map[string]*topicNode
@@ -220,7 +221,11 @@ func (e *topicEnv) start(id string, cfg runtime.TopicConfig, obs *runtime.Observ
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	h := &testHost{cluster: e.cluster, id: id, log: testLogger().With("node", id), obs: obs, clk: clock.System()}
+	clk := e.clk
+	if clk == nil {
+		clk = clock.System()
+	}
+	h := &testHost{cluster: e.cluster, id: id, log: testLogger().With("node", id), obs: obs, clk: clk}
 	e.cluster.add(id)
 	if err := ts.Start(context.Background(), h); err != nil {
 		e.t.Fatal(err)
