@@ -452,3 +452,53 @@ func TestClusterPublishersRacingSuccessfulReaps(t *testing.T) {
 	}
 	t.Logf("%d reaps succeeded while %d entries were published", reaped.Load(), len(keys)*perKey)
 }
+
+// On a cluster the wake signal (PUBLISH in record.lua, on the index's
+// master) reaches a watcher subscribed through any master, for keys on
+// every master, and only once the key is in the index.
+func TestClusterWatchPartitionsSeesPublishesOnEveryMaster(t *testing.T) {
+	cl := sharedCluster(t)
+	cl.FlushAll(t)
+	c := cl.Client(t)
+	l := broker.ClusterLayout
+	b := redisbroker.New(c, redisbroker.WithLayout(l))
+	ctx, cancel := context.WithCancel(t.Context())
+	wake, err := b.WatchPartitions(ctx, cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Keys until every master holds at least one partition.
+	masters := map[string]bool{}
+	var keys []string
+	for i := 0; len(masters) < len(cl.Masters); i++ {
+		k := fmt.Sprintf("w%d", i)
+		n, err := c.MasterForKey(t.Context(), l.Stream(cat, k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		masters[n.Options().Addr] = true
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		if _, err := b.PublishPartitioned(t.Context(), cat, k, "", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]bool{}
+	timeout := time.After(10 * time.Second)
+	for len(got) < len(keys) {
+		select {
+		case k := <-wake:
+			got[k] = true
+			if in := c.SIsMember(t.Context(), l.IndexKey(cat), k).Val(); !in {
+				t.Fatalf("woken for %s before it was in the index", k)
+			}
+		case <-timeout:
+			t.Fatalf("woken for %d of %d keys: %v", len(got), len(keys), got)
+		}
+	}
+	cancel()
+	for range wake {
+	}
+	wantNoWatchGoroutines(t)
+}
