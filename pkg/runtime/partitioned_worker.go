@@ -64,6 +64,15 @@ type worker struct {
 
 	acks      map[string][]string // per stream, ids handled and not yet acked
 	readSince bool                // a message was read since the last wake
+	// empty marks lanes that had no entry when the generation began (their
+	// tail was 0-0): rounds skip them until a wake-up says otherwise, so
+	// an unused lane (most backfill lanes) costs no read.
+	empty map[string]bool
+	// drainedPending marks lanes whose pending list this generation has
+	// seen empty: their reads skip the pending check (XREADGROUP 0) and
+	// ask for new entries only. It holds because every entry read is
+	// acked (or the worker ends) before the next read of its lane.
+	drainedPending map[string]bool
 	retrying  *Parked             // an operator's retry being carried out
 	skipping  *Parked             // an operator's skip being carried out
 	resolved  bool
@@ -83,6 +92,9 @@ func newWorker(p *Partitioned, pt *part) *worker {
 		ctx:         ctx,
 		cancel:      cancel,
 		acks:        make(map[string][]string),
+		empty:       make(map[string]bool),
+
+		drainedPending: make(map[string]bool),
 	}
 	maps.Copy(w.after, pt.after)
 	return w
@@ -147,11 +159,21 @@ func (w *worker) run() (res result) {
 // process runs the partition from a fresh lease to its end.
 func (w *worker) process() result {
 	p := w.p
-	// A generation right after one this node released clean proves that
-	// nobody held the key in between: nothing can be pending for earlier
-	// generations and nobody can have parked it.
-	fresh := !w.checkLedger && w.cleanGen > 0 && w.lease.gen == w.cleanGen+1
-	if !fresh {
+	// The first generation ever, or the one right after a generation this
+	// node released clean, proves that nobody else held the key: nothing
+	// can be pending for earlier generations and nobody can have parked
+	// it (parking is fenced).
+	fresh := !w.checkLedger && (w.lease.gen == 1 || (w.cleanGen > 0 && w.lease.gen == w.cleanGen+1))
+	if p.tailer != nil && p.waiter != nil {
+		if r, done := w.tails(); done {
+			return r
+		}
+	}
+	if fresh {
+		for _, ln := range w.lanes {
+			w.drainedPending[ln.stream] = true
+		}
+	} else {
 		if r, done := w.checkParked(); done {
 			return r
 		}
@@ -181,6 +203,7 @@ func (w *worker) process() result {
 		}
 		select { // a wake for what the next round reads anyway
 		case <-w.wake:
+			clear(w.empty)
 		default:
 		}
 		got, r, done := w.round()
@@ -194,6 +217,35 @@ func (w *worker) process() result {
 			return r
 		}
 	}
+}
+
+// tails takes every lane's newest id before anything is read. Every read
+// of this generation comes after it, so once a lane reads empty, all its
+// entries up to the tail are known delivered: the tail (or a newer id
+// read since) is where the node waits from when the partition goes idle,
+// with no extra call. A lane whose tail is 0-0 has no entry at all and is
+// not read until a wake-up.
+func (w *worker) tails() (result, bool) {
+	p := w.p
+	streams := make([]string, len(w.lanes))
+	for i, ln := range w.lanes {
+		streams[i] = ln.stream
+	}
+	tails, err := p.tailer.LastEntryIDs(w.ctx, streams)
+	if err != nil {
+		return w.ioFail("last entry ids", err), true
+	}
+	for _, ln := range w.lanes {
+		id := tails[ln.stream]
+		if id == "" || id == "0-0" {
+			id = "0-0"
+			w.empty[ln.stream] = true
+		}
+		if newer(id, w.after[ln.stream]) {
+			w.after[ln.stream] = id
+		}
+	}
+	return result{}, false
 }
 
 // checkParked reads the key's ledger entry. done means the worker ends
@@ -343,7 +395,7 @@ func (w *worker) round() (got bool, r result, done bool) {
 	for _, backfill := range []bool{false, true} {
 		progressed := false
 		for _, ln := range w.lanes {
-			if ln.backfill != backfill {
+			if ln.backfill != backfill || w.empty[ln.stream] {
 				continue
 			}
 			msgs, r, done := w.read(ln)
@@ -376,22 +428,31 @@ func (w *worker) read(ln lane) ([]broker.Message, result, bool) {
 	var (
 		msgs []broker.Message
 		err  error
+		mode = broker.ReadPendingThenNew
 	)
+	if w.drainedPending[ln.stream] {
+		mode = broker.ReadNew
+	}
 	if ack := w.acks[ln.stream]; len(ack) > 0 && p.ackReader != nil {
 		// The last batch's ack rides on this read: one round trip per
 		// batch, under one lease check.
-		msgs, err = p.ackReader.AckAndReadPartitionFenced(w.ctx, w.lease.fence, ln.stream, p.cfg.Name, ack, int64(p.cfg.BatchSize), broker.ReadPendingThenNew)
+		msgs, err = p.ackReader.AckAndReadPartitionFenced(w.ctx, w.lease.fence, ln.stream, p.cfg.Name, ack, int64(p.cfg.BatchSize), mode)
 		if err == nil {
 			p.c.acks.Add(1)
 			delete(w.acks, ln.stream)
 		}
 	} else {
-		msgs, err = p.cfg.Broker.ReadPartitionFenced(w.ctx, w.lease.fence, ln.stream, p.cfg.Name, int64(p.cfg.BatchSize), broker.ReadPendingThenNew)
+		msgs, err = p.cfg.Broker.ReadPartitionFenced(w.ctx, w.lease.fence, ln.stream, p.cfg.Name, int64(p.cfg.BatchSize), mode)
 	}
 	if err != nil {
 		return nil, w.ioFail("read", err), true
 	}
 	p.c.reads.Add(1)
+	if mode == broker.ReadPendingThenNew && len(msgs) < p.cfg.BatchSize {
+		// Short of a full batch: whether these were pending or new, no
+		// pending entry is left once they are handled and acked.
+		w.drainedPending[ln.stream] = true
+	}
 	if len(msgs) > 0 {
 		w.readSince = true
 		last := msgs[len(msgs)-1].ID
@@ -458,8 +519,7 @@ func (w *worker) handleBatch(ln lane, msgs []broker.Message) (result, bool) {
 // the worker ends.
 func (w *worker) handle(ln lane, m broker.Message) (result, bool) {
 	p := w.p
-	retry := newBackoff(p.cfg.Retry.Backoff, p.cfg.Retry.MaxBackoff)
-	pause := newBackoff(p.cfg.SystemicBackoff, p.cfg.SystemicMaxBackoff)
+	var retry, pause *backoff // made on the first failure only
 	for attempt := 1; ; attempt++ {
 		if !w.lease.trusted(p.clk.Now()) {
 			w.lease.lose(errUntrusted)
@@ -492,6 +552,9 @@ func (w *worker) handle(ln lane, m broker.Message) (result, bool) {
 			p.log.Error("fatal handler failure: stopping the subscription", "subscription", p.cfg.Name, "key", w.key, "id", m.ID, "err", err)
 			return w.release(result{kind: resFatal, err: fmt.Errorf("runtime: %s: key %q entry %s: %w", p.cfg.Name, w.key, m.ID, err)}, "fatal"), true
 		case FailSystemic:
+			if pause == nil {
+				pause = newBackoff(p.cfg.SystemicBackoff, p.cfg.SystemicMaxBackoff)
+			}
 			wait = pause.next()
 			if p.paused.set(w.key, true) {
 				p.log.Warn("partition paused by a systemic failure", "subscription", p.cfg.Name, "key", w.key, "id", m.ID, "err", err)
@@ -500,6 +563,9 @@ func (w *worker) handle(ln lane, m broker.Message) (result, bool) {
 		default:
 			if attempt >= p.cfg.Retry.Attempts {
 				return w.park(ln, m, err, attempt)
+			}
+			if retry == nil {
+				retry = newBackoff(p.cfg.Retry.Backoff, p.cfg.Retry.MaxBackoff)
 			}
 			wait = retry.next()
 			p.log.Debug("handler failed; retrying", "subscription", p.cfg.Name, "key", w.key, "id", m.ID, "attempt", attempt, "err", err)
@@ -530,10 +596,17 @@ func (w *worker) call(ln lane, m broker.Message, attempt int) (err error) {
 		Generation:   w.lease.gen,
 		Attempt:      attempt,
 	}
-	start := p.clk.Now()
+	observe := p.obs != nil && p.obs.OnHandled != nil
+	var start time.Time
+	if observe {
+		start = p.clk.Now()
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("runtime: handler panicked: %v", r)
+		}
+		if !observe {
+			return
 		}
 		var class FailureClass
 		if err != nil {
@@ -696,6 +769,7 @@ func (w *worker) drained() (result, bool) {
 			continue
 		case <-w.wake:
 			t.Stop()
+			clear(w.empty)
 			p.watch.remove(w.key)
 			if r, stop := w.takeSlot(); stop {
 				return r, true
