@@ -73,9 +73,9 @@ type worker struct {
 	// ask for new entries only. It holds because every entry read is
 	// acked (or the worker ends) before the next read of its lane.
 	drainedPending map[string]bool
-	retrying  *Parked             // an operator's retry being carried out
-	skipping  *Parked             // an operator's skip being carried out
-	resolved  bool
+	retrying       *Parked // an operator's retry being carried out
+	skipping       *Parked // an operator's skip being carried out
+	resolved       bool
 }
 
 func newWorker(p *Partitioned, pt *part) *worker {
