@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -84,12 +85,31 @@ func applyPlan(ctx context.Context, m *mutation, r *repair.Repairer, p *repair.P
 	}
 	outcome, err := r.Apply(ctx, p, m.ApplyOptions)
 	if err != nil {
+		// Show what was done before the failure, then fail with it.
+		if perr := printPlan(m.IO, m.Printer, p, false); perr != nil {
+			return errors.Join(dataErr(err), perr)
+		}
 		return dataErr(err)
 	}
 	if err := printPlan(m.IO, m.Printer, p, false); err != nil {
 		return err
 	}
-	return outcome.Err(p)
+	return outcomeErr(outcome, p)
+}
+
+// outcomeErr is the error (and so the exit code) of an apply's outcome,
+// saying what happened in words: nil when every item applied or had
+// nothing to do.
+func outcomeErr(o repair.Outcome, p *repair.Plan) error {
+	switch o {
+	case repair.OutcomeApplied:
+		return nil
+	case repair.OutcomeConflict:
+		return clierr.Conflict.Errorf("%s: the state moved since the plan, nothing was changed", p.Summary())
+	case repair.OutcomeRefused:
+		return clierr.Refused.Errorf("%s: nothing was changed", p.Summary())
+	}
+	return clierr.Partial.Errorf("partly applied: %s", p.Summary())
 }
 
 // pendingItems counts the items Apply would try: allowed and not
@@ -98,6 +118,18 @@ func pendingItems(p *repair.Plan) int {
 	n := 0
 	for _, it := range p.Items {
 		if it.Allowed && it.Result == repair.ResultNone {
+			n++
+		}
+	}
+	return n
+}
+
+// failedItems counts the items an apply did not apply: conflicts and
+// refusals.
+func failedItems(p *repair.Plan) int {
+	n := 0
+	for _, it := range p.Items {
+		if it.Result == repair.ResultConflict || it.Result == repair.ResultRefused {
 			n++
 		}
 	}
@@ -168,6 +200,9 @@ func printPlan(ios *output.IOStreams, pr *output.Printer, p *repair.Plan, dryRun
 	}
 	summary := "Dry run, nothing was changed: " + predictedSummary(p) + "."
 	if !dryRun {
+		if pendingItems(p) > 0 || failedItems(p) > 0 {
+			return nil // the command's error says what went wrong
+		}
 		summary = strings.ToUpper(p.Summary()[:1]) + p.Summary()[1:] + "."
 	}
 	_, err := fmt.Fprintln(ios.ErrOut, summary)

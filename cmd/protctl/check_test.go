@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/internal/clierr"
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+type checkDoc struct {
+	OK     bool `json:"ok"`
+	Checks []struct {
+		Name      string   `json:"name"`
+		OK        bool     `json:"ok"`
+		Value     *int64   `json:"value"`
+		Offenders []string `json:"offenders"`
+	} `json:"checks"`
+}
+
+// TestCheckThresholds: check exits 8 when a threshold is crossed and 0
+// otherwise, for parked entries, lag, lag age and expired leases (and
+// paused nodes), naming the offenders.
+func TestCheckThresholds(t *testing.T) {
+	e := newOpsEnv(t)
+	s := e.s
+	orders := []string{"--category", s.Orders}
+	cases := []struct {
+		name     string
+		setup    func(e *opsEnv)
+		args     []string
+		code     int
+		offender string
+	}{
+		{"parked: none parked", nil, []string{"--max-parked", "0"}, 0, ""},
+		{"parked: one parked", (*opsEnv).parkOnly, []string{"--max-parked", "0"}, 8, s.Halted},
+		{"parked: one allowed", (*opsEnv).parkOnly, []string{"--max-parked", "1"}, 0, ""},
+		{"lag: under", nil, append([]string{"--max-lag", "5"}, orders...), 0, ""},
+		{"lag: over", nil, append([]string{"--max-lag", "4"}, orders...), 8, s.Lagging + " " + s.Projector + ": 5"},
+		{"lag age: the cold entries are acked", nil, append([]string{"--max-lag-age", "1h"}, orders...), 0, ""},
+		{"lag age: a day-old entry waits", (*opsEnv).unackCold, append([]string{"--max-lag-age", "1h"}, orders...), 8, s.Cold},
+		{"expired leases: with entries waiting", nil, append([]string{"--no-expired-leases"}, orders...), 8, s.Lagging},
+		{"expired leases: caught up", (*opsEnv).catchUpLagging, append([]string{"--no-expired-leases"}, orders...), 0, ""},
+		{"paused: a node reports one", (*opsEnv).heartbeat, []string{"--no-paused", "--service", "shop"}, 8, "node-b"},
+		{"paused: no node of that service", nil, []string{"--no-paused", "--service", "other"}, 0, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newOpsEnv(t)
+			if c.setup != nil {
+				c.setup(e)
+			}
+			r := e.run(append([]string{"check", "-o", "json"}, c.args...)...)
+			r.wantCode(t, c.code)
+			var doc checkDoc
+			decode(t, r.stdout, &doc)
+			if doc.OK != (c.code == 0) || len(doc.Checks) != 1 {
+				t.Fatalf("report %+v", doc)
+			}
+			if c.offender != "" && !strings.Contains(strings.Join(doc.Checks[0].Offenders, "\n"), c.offender) {
+				t.Fatalf("offenders %q lack %q", doc.Checks[0].Offenders, c.offender)
+			}
+			if c.code == clierr.ExitCheckFailed && !strings.Contains(r.stderr, `"code":"CHECK_FAILED"`) {
+				t.Fatalf("stderr %q", r.stderr)
+			}
+		})
+	}
+	t.Run("usage", func(t *testing.T) {
+		e.run("check", "--no-paused").wantCode(t, clierr.ExitUsage)
+		e.run("check", "--max-lag-age", "0s").wantCode(t, clierr.ExitUsage)
+	})
+}
+
+func (e *opsEnv) parkOnly() { e.park() }
+
+// unackCold delivers o-cold's day-old entries to a new group that does not
+// ack them.
+func (e *opsEnv) unackCold() {
+	e.t.Helper()
+	ctx := context.Background()
+	st := broker.ProteanLayout.Stream(e.s.Orders, e.s.Cold)
+	if err := e.c.XGroupCreate(ctx, st, "slow", "0").Err(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// catchUpLagging delivers and acks o-lagging's waiting entries.
+func (e *opsEnv) catchUpLagging() {
+	e.t.Helper()
+	ctx := context.Background()
+	st := broker.ProteanLayout.Stream(e.s.Orders, e.s.Lagging)
+	msgs, err := e.c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: e.s.Projector, Consumer: "c", Streams: []string{st, ">"}}).Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, m := range msgs[0].Messages {
+		if err := e.c.XAck(ctx, st, e.s.Projector, m.ID).Err(); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
