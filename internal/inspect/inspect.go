@@ -45,6 +45,7 @@ type config struct {
 	members  Members
 	pageSize int64
 	chunk    int
+	workers  int
 }
 
 // Option configures New.
@@ -62,15 +63,23 @@ func WithLedger(l Ledger) Option { return func(c *config) { c.ledger = l } }
 func WithMembers(m Members) Option { return func(c *config) { c.members = m } }
 
 // WithChunk sets how many partitions are read per pipelined round trip.
-// Default 500; non-positive means the default.
+// Default 250; non-positive means the default.
 func WithChunk(n int) Option { return func(c *config) { c.chunk = n } }
+
+// WithConcurrency sets how many chunks Partitions reads at once (each on
+// its own connection), so that decoding one overlaps the server's work
+// on the next. Default 4; non-positive means the default.
+func WithConcurrency(n int) Option { return func(c *config) { c.workers = n } }
 
 func (c *config) validate() {
 	if c.backfill == "" {
 		c.backfill = broker.DefaultBackfillSuffix
 	}
 	if c.chunk <= 0 {
-		c.chunk = 500
+		c.chunk = 250
+	}
+	if c.workers <= 0 {
+		c.workers = 4
 	}
 	if c.pageSize <= 0 {
 		c.pageSize = 1000

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -185,6 +186,45 @@ func TestPartitionsManyChunks(t *testing.T) {
 	}
 	if len(byKey(t, ps)) != 1234 {
 		t.Fatalf("got %d", len(ps))
+	}
+}
+
+func TestPartitionsStopEarlyWithoutLeakingWorkers(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartRedis(t)
+	c := srv.Client(t)
+	cat := testenv.Protean(t, c).Category("big")
+	for i := 0; i < 300; i++ {
+		cat.Partition("k" + strconv.Itoa(i)).Entries(1)
+	}
+	in := inspect.New(c, broker.ProteanLayout, inspect.WithChunk(10), inspect.WithConcurrency(3))
+	before := goruntime.NumGoroutine()
+	ps, err := in.Partitions(ctx, "big", inspect.PartitionOptions{Limit: 15, PageSize: 7})
+	if err != nil || len(ps) != 15 {
+		t.Fatalf("limit: %d %v", len(ps), err)
+	}
+	stop := errors.New("stop")
+	n := 0
+	err = in.EachPartition(ctx, "big", inspect.PartitionOptions{}, func(inspect.Partition) error {
+		if n++; n == 25 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) {
+		t.Fatalf("fn's error not returned: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := in.EachPartition(cctx, "big", inspect.PartitionOptions{}, func(inspect.Partition) error { return nil }); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for goruntime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutines: %d before, %d after", before, goruntime.NumGoroutine())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

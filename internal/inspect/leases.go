@@ -109,22 +109,37 @@ func (in *Inspector) readLeases(ctx context.Context, pairs []groupKey) ([]Lease,
 	for start := 0; start < len(pairs); start += in.cfg.chunk * 4 {
 		end := min(start+in.cfg.chunk*4, len(pairs))
 		p := in.client.Pipeline()
-		cmds := make([]leaseCmds, end-start)
+		type cmds struct {
+			lease, gen *redis.StringCmd
+			pttl       *redis.DurationCmd
+		}
+		cs := make([]cmds, end-start)
 		for i, gk := range pairs[start:end] {
 			lk := in.layout.LeaseKey(gk.group, gk.key)
-			cmds[i] = leaseCmds{lease: p.Get(ctx, lk), pttl: p.PTTL(ctx, lk), gen: p.Get(ctx, in.layout.GenerationKey(gk.group, gk.key))}
+			cs[i] = cmds{lease: p.Get(ctx, lk), pttl: p.PTTL(ctx, lk), gen: p.Get(ctx, in.layout.GenerationKey(gk.group, gk.key))}
 		}
 		if _, err := p.Exec(ctx); pipeErr(op, err) != nil {
 			return nil, pipeErr(op, err)
 		}
 		for i, gk := range pairs[start:end] {
 			lk := in.layout.LeaseKey(gk.group, gk.key)
-			for _, c := range []*redis.StringCmd{cmds[i].lease, cmds[i].gen} {
-				if err := c.Err(); err != nil && err != redis.Nil {
+			r := leaseRead{}
+			if d, err := cs[i].pttl.Result(); err == nil {
+				r.pttl, r.pttlOK = ttlMs(d), true
+			}
+			for _, c := range []struct {
+				cmd *redis.StringCmd
+				dst *any
+			}{{cs[i].lease, &r.lease}, {cs[i].gen, &r.gen}} {
+				v, err := c.cmd.Result()
+				switch {
+				case err == nil:
+					*c.dst = v
+				case err != redis.Nil:
 					return nil, wrapErr(op, lk, "string", err)
 				}
 			}
-			li, gen := leaseOf(cmds[i])
+			li, gen := leaseOf(r)
 			out = append(out, leaseRow("", gk.group, gk.key, lk, li, gen))
 		}
 	}
