@@ -544,3 +544,34 @@ func TestUnreachableServerIsUnavailable(t *testing.T) {
 		t.Fatalf("err %v, want ErrUnavailable", err)
 	}
 }
+
+func TestClusterLayoutKeys(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartRedis(t)
+	c := srv.Client(t)
+	f := testenv.Protean(t, c).WithLayout(broker.ClusterLayout)
+	cat := f.Category("shop::order")
+	cat.Partition("o-1").Entries(3).Group("g").Lease("node-a", 2, time.Minute).Read(2).Ack(1).
+		Backfill().Entries(1)
+	cat.Partition("o-2").Entries(1).Group("g").Unindexed()
+	if n := c.Exists(ctx, "shop::order:{o-1}", "shop::order:{o-1}:backfill", "g:{o-1}:__lease__").Val(); n != 3 {
+		t.Fatalf("fixture keys: %d of 3", n)
+	}
+	in := inspect.New(c, broker.ClusterLayout)
+	ps, err := in.Partitions(ctx, "shop::order", inspect.PartitionOptions{})
+	if err != nil || len(ps) != 1 {
+		t.Fatalf("%+v %v", ps, err)
+	}
+	g, _ := ps[0].Group("g")
+	if ps[0].Stream != "shop::order:{o-1}" || len(ps[0].Lanes) != 2 || g.Pending != 1 || val(t, "lag", g.Lag) != 2 || g.Lease == nil || g.Lease.Token != "node-a:2" {
+		t.Fatalf("partition %+v group %+v", ps[0], g)
+	}
+	ls, err := in.Leases(ctx, inspect.LeaseQuery{})
+	if err != nil || len(ls) != 1 || ls[0].Key != "o-1" || ls[0].Group != "g" || ls[0].State != inspect.LeaseHeld {
+		t.Fatalf("leases %+v %v", ls, err)
+	}
+	rep, err := in.Fsck(ctx, "shop::order", inspect.ScanOptions{})
+	if err != nil || len(rep.Orphans) != 1 || rep.Orphans[0].Key != "o-2" || rep.Orphans[0].Kind != inspect.OrphanUnindexedStream {
+		t.Fatalf("fsck %+v %v", rep, err)
+	}
+}
