@@ -17,6 +17,7 @@ type (
 	evDiscovered struct {
 		keys     []string
 		complete bool
+		started  time.Time // when the scan began
 	}
 	// evSignal: partitions published to (PartitionWatcher).
 	evSignal struct{ keys []string }
@@ -24,8 +25,12 @@ type (
 	evWake struct{ keys []string }
 	// evResync: wake-up signals may have been lost.
 	evResync struct{}
-	// evLedgerList: the subscription's parked entries.
-	evLedgerList struct{ entries []Parked }
+	// evLedgerList: the subscription's parked entries, as read from
+	// started on.
+	evLedgerList struct {
+		entries []Parked
+		started time.Time
+	}
 	// evLedgerSignal: an operator request on key.
 	evLedgerSignal struct{ key string }
 	// evWorkerDone: a worker returned.
@@ -78,19 +83,20 @@ type part struct {
 	// between.
 	cleanGen int64
 
-	dirty        bool      // woken while a worker ran: activate again when it returns
-	checkLedger  bool      // the next worker must read the ledger even when fresh
-	retryAt      time.Time // pContested, pBackoff
-	since        time.Time // when pContested began
-	backoff      time.Duration
-	sweepAt      time.Time // pWatched without a usable wait
-	idleSince    time.Time // pWatched
-	reapAt       time.Time // next reap attempt (ReapAfter > 0)
-	reapBackoff  time.Duration
-	reaping      bool
-	parked       *Parked
-	inIndex      bool // seen in the last complete discovery
-	lastAssigned bool
+	dirty       bool      // woken while a worker ran: activate again when it returns
+	checkLedger bool      // the next worker must read the ledger even when fresh
+	retryAt     time.Time // pContested, pBackoff
+	since       time.Time // when pContested began
+	backoff     time.Duration
+	sweepAt     time.Time // pWatched without a usable wait
+	idleSince   time.Time // pWatched
+	reapAt      time.Time // next reap attempt (ReapAfter > 0)
+	reapBackoff time.Duration
+	reaping     bool
+	parked      *Parked
+	reaped      bool      // retired by this node; not reaped again until active
+	created     time.Time // when the coordinator learnt of the key
+	ledgerAt    time.Time // when a worker last parked or resolved the key
 }
 
 // coordinator owns the partition map: it decides which keys this node
@@ -293,6 +299,7 @@ func (c *coordinator) activate(pt *part, fromWaiter bool) {
 	}
 	c.setState(pt, pActive)
 	p.watch.remove(pt.key)
+	pt.reaped = false
 	w := newWorker(p, pt)
 	w.fromWaiter.Store(fromWaiter)
 	pt.checkLedger = false
@@ -311,7 +318,7 @@ func (c *coordinator) activate(pt *part, fromWaiter bool) {
 func (c *coordinator) part(key string) *part {
 	pt := c.parts[key]
 	if pt == nil {
-		pt = &part{key: key}
+		pt = &part{key: key, created: c.now()}
 		c.parts[key] = pt
 	}
 	return pt
@@ -328,11 +335,10 @@ func (c *coordinator) handle(ev event) {
 			if c.parts[k] == nil {
 				added = append(added, k)
 			}
-			pt := c.part(k)
-			pt.inIndex = true
+			c.part(k)
 		}
 		if ev.complete {
-			c.forgetUnindexed(ev.keys)
+			c.forgetUnindexed(ev.keys, ev.started)
 		}
 		if len(added) > 0 && !c.stopping {
 			c.reassign(added)
@@ -384,7 +390,7 @@ func (c *coordinator) handle(ev event) {
 			}
 		}
 	case evLedgerList:
-		c.ledgerList(ev.entries)
+		c.ledgerList(ev.entries, ev.started)
 	case evReaped:
 		if ev.last {
 			c.reaping = false
@@ -396,6 +402,7 @@ func (c *coordinator) handle(ev event) {
 		pt.reaping = false
 		if ev.reaped {
 			p.c.reaped.Add(1)
+			pt.reaped = true
 			// The streams are gone: any entry a publisher appends from
 			// now on is news, whatever its id.
 			pt.after = nil
@@ -436,14 +443,15 @@ func (c *coordinator) wake(pt *part, fromWaiter bool) {
 }
 
 // forgetUnindexed drops idle partitions that left every index (reaped):
-// a publish records them again.
-func (c *coordinator) forgetUnindexed(indexed []string) {
+// a publish records them again. Keys learnt of after the scan began (from
+// a publish signal) are kept: the scan may simply have missed them.
+func (c *coordinator) forgetUnindexed(indexed []string, started time.Time) {
 	in := make(map[string]bool, len(indexed))
 	for _, k := range indexed {
 		in[k] = true
 	}
 	for k, pt := range c.parts {
-		if in[k] || pt.state == pActive || pt.state == pParked || pt.parked != nil {
+		if in[k] || pt.state == pActive || pt.state == pParked || pt.parked != nil || !pt.created.Before(started) {
 			continue
 		}
 		if pt.mine {
@@ -485,8 +493,10 @@ func (c *coordinator) workerDone(w *worker, res result) {
 	switch {
 	case res.kind == resParked:
 		pt.parked = res.parked
+		pt.ledgerAt = now
 	case res.resolved:
 		pt.parked = nil
+		pt.ledgerAt = now
 	}
 	if res.kind == resFatal {
 		p.fail(res.err)
@@ -550,8 +560,10 @@ func (c *coordinator) watchIdle(pt *part, now time.Time) {
 	pt.sweepAt = now.Add(p.cfg.SweepEvery)
 }
 
-// ledgerList applies a full read of the parked entries.
-func (c *coordinator) ledgerList(entries []Parked) {
+// ledgerList applies a full read of the parked entries. A key a worker
+// parked or resolved after the read began keeps what the worker knew: the
+// read is older.
+func (c *coordinator) ledgerList(entries []Parked, started time.Time) {
 	parked := make(map[string]*Parked, len(entries))
 	for i := range entries {
 		e := &entries[i]
@@ -561,6 +573,9 @@ func (c *coordinator) ledgerList(entries []Parked) {
 		parked[e.Aggregate] = e
 	}
 	for key, e := range parked {
+		if pt := c.parts[key]; pt != nil && !pt.ledgerAt.Before(started) {
+			continue
+		}
 		pt := c.parts[key]
 		if pt == nil {
 			pt = c.part(key)
@@ -589,7 +604,7 @@ func (c *coordinator) ledgerList(entries []Parked) {
 	// Parked here but no longer in the ledger: resolved by someone else
 	// (or the entry was deleted): process the partition again.
 	for key, pt := range c.parts {
-		if _, ok := parked[key]; ok || pt.parked == nil {
+		if _, ok := parked[key]; ok || pt.parked == nil || !pt.ledgerAt.Before(started) {
 			continue
 		}
 		pt.parked = nil
@@ -620,7 +635,7 @@ func (c *coordinator) tick() {
 				c.activate(pt, false)
 				continue
 			}
-			if p.cfg.ReapAfter > 0 && !pt.reaping && !now.Before(pt.reapAt) && len(reap) < 100 {
+			if p.cfg.ReapAfter > 0 && !pt.reaping && !pt.reaped && !now.Before(pt.reapAt) && len(reap) < 100 {
 				reap = append(reap, pt.key)
 			}
 		}

@@ -196,6 +196,7 @@ func (p *Partitioned) discoverLoop(ctx context.Context) {
 	const page = 1000
 	backoff := newBackoff(time.Second, p.cfg.DiscoverEvery)
 	for {
+		started := p.clk.Now()
 		keys := make(map[string]struct{})
 		var scanErr error
 		for _, cat := range p.cfg.Categories {
@@ -230,7 +231,7 @@ func (p *Partitioned) discoverLoop(ctx context.Context) {
 			backoff.reset()
 		}
 		if len(keys) > 0 || scanErr == nil {
-			p.send(evDiscovered{keys: keysOf(keys), complete: scanErr == nil})
+			p.send(evDiscovered{keys: keysOf(keys), complete: scanErr == nil, started: started})
 		}
 		if !p.sleep(ctx, wait) {
 			return
@@ -314,6 +315,7 @@ func (p *Partitioned) ledgerLoop(ctx context.Context) {
 	}()
 	backoff := newBackoff(time.Second, p.cfg.LedgerPollEvery)
 	for {
+		started := p.clk.Now()
 		entries, err := p.cfg.Ledger.ListParked(ctx, p.cfg.Name)
 		if ctx.Err() != nil {
 			return
@@ -325,7 +327,7 @@ func (p *Partitioned) ledgerLoop(ctx context.Context) {
 			wait = backoff.next()
 		} else {
 			backoff.reset()
-			p.send(evLedgerList{entries: entries})
+			p.send(evLedgerList{entries: entries, started: started})
 		}
 		if !p.sleep(ctx, wait) {
 			return

@@ -245,6 +245,8 @@ func (w *worker) tails() (result, bool) {
 			w.after[ln.stream] = id
 		}
 	}
+	// The ids are exact now: a wake that found nothing needs no re-tail.
+	w.fromWaiter.Store(false)
 	return result{}, false
 }
 
