@@ -12,6 +12,8 @@
 // and trim never delete an entry some group has not received and acked,
 // even under concurrent publishers; a publish racing a reap never leaves a
 // non-empty stream outside the index; bad input is refused and changes
-// nothing. A broker without StreamPartitioning must refuse every
-// partitioning method with broker.ErrPartitioningUnsupported.
+// nothing. Optional capabilities (broker.AckReader) get their own cases,
+// run only when the adapter implements them. A broker without
+// StreamPartitioning must refuse every partitioning method, optional ones
+// included, with broker.ErrPartitioningUnsupported.
 package brokertest

@@ -55,6 +55,12 @@ func runCapabilityGate(t *testing.T, target Target) {
 			return err
 		},
 	}
+	if ar, ok := b.(broker.AckReader); ok {
+		calls["AckAndReadPartitionFenced"] = func() error {
+			_, err := ar.AckAndReadPartitionFenced(ctx, f, l.Stream(cat, key), group, []string{"1-1"}, 10, broker.ReadPendingThenNew)
+			return err
+		}
+	}
 	for name, call := range calls {
 		err := call()
 		if !errors.Is(err, broker.ErrPartitioningUnsupported) {
