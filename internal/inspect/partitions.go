@@ -196,14 +196,34 @@ func (r *laneRead) readGroups(c *redis.XInfoGroupsCmd) {
 	}
 }
 
-func (r *laneRead) readTail(length *redis.IntCmd, last *redis.XMessageSliceCmd) {
+func (r *laneRead) readTail(length *redis.IntCmd, last *redis.Cmd) {
 	if !r.lane.Exists {
 		return
 	}
 	r.lane.Length = length.Val()
-	if msgs := last.Val(); len(msgs) > 0 {
-		r.lane.LastEntryID = ptr(msgs[0].ID)
+	if id := newestID(last); id != "" {
+		r.lane.LastEntryID = ptr(id)
 	}
+}
+
+// newestID reads a lane's newest entry id from XREVRANGE + - COUNT 1. It is sent as a generic
+// command: go-redis's typed XREVRANGE decodes each entry's fields into a
+// map, which cost more than everything else a listing reads.
+func newestID(c *redis.Cmd) string {
+	entries, _ := c.Val().([]any)
+	if len(entries) == 0 {
+		return ""
+	}
+	e, _ := entries[0].([]any)
+	if len(e) == 0 {
+		return ""
+	}
+	id, _ := e[0].(string)
+	return id
+}
+
+func queueNewest(ctx context.Context, p redis.Pipeliner, stream string) *redis.Cmd {
+	return p.Do(ctx, "xrevrange", stream, "+", "-", "count", 1)
 }
 
 // leaseRead is one (group, key)'s lease and generation.
@@ -235,7 +255,7 @@ func (in *Inspector) readLanes(ctx context.Context, w *walk, keys []string) ([]P
 	const op = "read partitions"
 	type phase1 struct {
 		mainLen              *redis.IntCmd
-		mainLast             *redis.XMessageSliceCmd
+		mainLast             *redis.Cmd
 		mainGroups, bfGroups *redis.XInfoGroupsCmd
 	}
 	cmds1 := make([]phase1, len(keys))
@@ -246,7 +266,7 @@ func (in *Inspector) readLanes(ctx context.Context, w *walk, keys []string) ([]P
 		lanes[i] = [2]laneRead{{lane: Lane{Name: "main", Stream: main}}, {lane: Lane{Name: in.cfg.backfill, Stream: bf}}}
 		cmds1[i] = phase1{
 			mainLen:    p.XLen(ctx, main),
-			mainLast:   p.XRevRangeN(ctx, main, "+", "-", 1),
+			mainLast:   queueNewest(ctx, p, main),
 			mainGroups: p.XInfoGroups(ctx, main),
 			bfGroups:   p.XInfoGroups(ctx, bf),
 		}
@@ -258,7 +278,7 @@ func (in *Inspector) readLanes(ctx context.Context, w *walk, keys []string) ([]P
 
 	type phase2 struct {
 		bfLen  *redis.IntCmd
-		bfLast *redis.XMessageSliceCmd
+		bfLast *redis.Cmd
 		mget   *redis.SliceCmd
 		pttl   []*redis.DurationCmd
 	}
@@ -271,7 +291,7 @@ func (in *Inspector) readLanes(ctx context.Context, w *walk, keys []string) ([]P
 		l[1].readGroups(c.bfGroups)
 		if l[1].lane.Exists {
 			cmds2[i].bfLen = p.XLen(ctx, l[1].lane.Stream)
-			cmds2[i].bfLast = p.XRevRangeN(ctx, l[1].lane.Stream, "+", "-", 1)
+			cmds2[i].bfLast = queueNewest(ctx, p, l[1].lane.Stream)
 		}
 		names[i] = groupNames(w, *l)
 		if len(names[i]) == 0 {
