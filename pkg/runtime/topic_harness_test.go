@@ -603,12 +603,16 @@ func (f *flakyLeases) AcquirePartitionLease(ctx context.Context, leaseKey, gener
 	return f.LeaseManager.AcquirePartitionLease(ctx, leaseKey, generationKey, owner, ttl)
 }
 
-// waitFor polls cond every 10ms until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+// waitFor polls cond every 10ms until it holds or d passes; explain, if
+// given, says what was seen instead.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool, explain ...func() string) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
+			if len(explain) > 0 {
+				t.Fatalf("timed out after %s waiting for %s: %s", d, what, explain[0]())
+			}
 			t.Fatalf("timed out after %s waiting for %s", d, what)
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -54,8 +54,11 @@ type subPart struct {
 
 // parkState is an aggregate parked on this partition.
 type parkState struct {
-	entry    Parked
-	retrying bool      // a retry's records are queued (or being scanned)
+	entry Parked
+	// retrying: a retry's records are queued (or being scanned), or a
+	// skip is resolving the entry. The aggregate's new records are then
+	// queued, not skipped.
+	retrying bool
 	at       time.Time // when this node learned of it
 }
 
@@ -252,6 +255,19 @@ func (sp *subPart) laneLocked(agg string) *aggLane {
 		sp.lanes[agg] = ln
 	}
 	return ln
+}
+
+// releaseHoldLocked lets a held lane run again (or forgets it if empty).
+func (sp *subPart) releaseHoldLocked(ln *aggLane) {
+	ln.hold = false
+	if ln.len() == 0 && !ln.active {
+		if sp.lanes[ln.agg] == ln {
+			delete(sp.lanes, ln.agg)
+		}
+		return
+	}
+	sp.activateLocked(ln)
+	sp.kickLocked()
 }
 
 func (sp *subPart) activateLocked(ln *aggLane) {
@@ -668,9 +684,7 @@ func (sp *subPart) retry(ctx context.Context, e Parked) error {
 		if unpark {
 			delete(sp.parked, agg)
 		}
-		ln.hold = false
-		sp.activateLocked(ln)
-		sp.kickLocked()
+		sp.releaseHoldLocked(ln)
 		tp.mu.Unlock()
 	}
 	octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
@@ -726,29 +740,47 @@ func (sp *subPart) retry(ctx context.Context, e Parked) error {
 	items = append(items, laneItem{kind: itemResolve})
 	items = append(items, ln.items[ln.head:]...)
 	ln.items, ln.head = items, 0
-	ln.hold = false
-	sp.activateLocked(ln)
-	sp.kickLocked()
+	sp.releaseHoldLocked(ln)
 	tp.mu.Unlock()
 	t.log.Info("retrying parked aggregate", "subscription", sp.sr.cfg.Name, "partition", tp.p, "aggregate", agg,
 		"from", from, "records", len(recs))
 	return nil
 }
 
-// skip resolves a parked entry without handling its records.
+// skip resolves a parked entry without handling its records. While the
+// entry is being resolved, the aggregate's new records wait in its lane
+// (hold) instead of being skipped: once the entry is gone nothing would
+// cover them. If the resolve fails they are skipped after all (the entry
+// still covers them).
 func (sp *subPart) skip(ctx context.Context, e Parked) error {
 	tp := sp.tp
 	t := tp.t
 	agg := e.Aggregate
 	tp.mu.Lock()
-	if st := sp.parked[agg]; st != nil && st.retrying {
+	st := sp.parked[agg]
+	if st != nil && st.retrying {
 		tp.mu.Unlock()
 		return fmt.Errorf("runtime: skip %q of %q: a retry is under way", agg, sp.sr.cfg.Name)
 	}
+	if st == nil {
+		st = &parkState{entry: e, at: t.clk.Now()}
+		sp.parked[agg] = st
+	}
+	st.retrying = true
+	ln := sp.laneLocked(agg)
+	ln.hold = true
 	tp.mu.Unlock()
+
 	octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
 	err := t.cfg.Ledger.Resolve(octx, tp.lease.fence, sp.sr.cfg.Name, agg)
 	cancel()
+	tp.mu.Lock()
+	st.retrying = false
+	if err == nil {
+		delete(sp.parked, agg)
+	}
+	sp.releaseHoldLocked(ln)
+	tp.mu.Unlock()
 	if err != nil {
 		if errors.Is(err, broker.ErrLeaseLost) {
 			t.c.leaseLost.Add(1)
@@ -756,9 +788,6 @@ func (sp *subPart) skip(ctx context.Context, e Parked) error {
 		}
 		return err
 	}
-	tp.mu.Lock()
-	delete(sp.parked, agg)
-	tp.mu.Unlock()
 	sp.sr.c.resolved.Add(1)
 	t.log.Info("parked aggregate skipped", "subscription", sp.sr.cfg.Name, "partition", tp.p, "aggregate", agg, "position", e.Position)
 	t.obs.resolved(ResolvedEvent{Subscription: sp.sr.cfg.Name, Aggregate: agg, Position: e.Position, Action: ActionSkip})
