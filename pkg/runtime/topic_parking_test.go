@@ -303,5 +303,7 @@ func TestTopicSkipHoldsNewRecords(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "a0000 #2 handled after the skip", func() bool {
 		return slices.Equal(rec.handled(topicSub, "a0000"), []int{2})
-	}, func() string { return fmt.Sprintf("a0000 handled %v, counters %v", rec.handled(topicSub, "a0000"), n.ts.Counters()) })
+	}, func() string {
+		return fmt.Sprintf("a0000 handled %v, counters %v", rec.handled(topicSub, "a0000"), n.ts.Counters())
+	})
 }
