@@ -1,0 +1,152 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/protctl/protctl/pkg/runtime"
+)
+
+// ExecConfig configures NewExec.
+type ExecConfig struct {
+	// Command is the program and its arguments (no shell). Required. A
+	// relative program path with a '/' is resolved against Dir; a bare
+	// name is looked up in PATH.
+	Command []string
+	// Dir is the working directory. Default: the node's.
+	Dir string
+	// Env adds variables to the node's environment (minus the node's
+	// secrets, see SecretEnv).
+	Env map[string]string
+	// Timeout bounds one run; then the command's whole process group is
+	// killed and the message fails (an aggregate failure). Default: 30s.
+	Timeout time.Duration
+	// OutputLimit is how many bytes of the command's combined stdout and
+	// stderr are kept for the error of a failed run (and the debug log of
+	// a successful one). Default: 512.
+	OutputLimit int
+	// Logger receives a debug line per run. Default: discard.
+	Logger *slog.Logger
+}
+
+// SecretEnv are the node's own secrets: they are removed from the
+// environment exec handlers inherit.
+var SecretEnv = []string{"PROTCTL_REDIS_PASSWORD", "PROTCTL_KAFKA_PASSWORD", "PROTCTL_ADMIN_TOKEN"}
+
+// Exec runs a command per message: the envelope on stdin, the metadata in
+// the environment (EnvSubscription, ...). Exit 0 is success, exit 75
+// (ExitTempFail) a systemic failure, anything else an aggregate failure
+// carrying the tail of the command's output. Each run is its own process
+// group, so that a timeout kills whatever the command started too.
+//
+// It is safe for concurrent use: the runtime calls it once per partition
+// at a time, for many partitions at once.
+type Exec struct {
+	cfg  ExecConfig
+	base []string // the inherited environment plus Env
+}
+
+// NewExec returns an exec handler. It starts nothing.
+func NewExec(cfg ExecConfig) (*Exec, error) {
+	if len(cfg.Command) == 0 || cfg.Command[0] == "" {
+		return nil, errors.New("handlers: exec: a command is required")
+	}
+	if cfg.Timeout < 0 || cfg.OutputLimit < 0 {
+		return nil, errors.New("handlers: exec: negative timeout or output limit")
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	if cfg.OutputLimit == 0 {
+		cfg.OutputLimit = 512
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	base := make([]string, 0, len(os.Environ())+len(cfg.Env))
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		secret := false
+		for _, s := range SecretEnv {
+			secret = secret || name == s
+		}
+		if !secret {
+			base = append(base, kv)
+		}
+	}
+	for k, v := range cfg.Env {
+		base = append(base, k+"="+v)
+	}
+	return &Exec{cfg: cfg, base: base}, nil
+}
+
+// Handle runs the command for m.
+func (e *Exec) Handle(ctx context.Context, m runtime.Message) error {
+	start := time.Now()
+	runCtx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
+	defer cancel()
+
+	cmd := exec.CommandContext(runCtx, e.cfg.Command[0], e.cfg.Command[1:]...)
+	cmd.Dir = e.cfg.Dir
+	env := make([]string, len(e.base), len(e.base)+12)
+	copy(env, e.base)
+	for _, kv := range metadata(m) {
+		env = append(env, kv[0]+"="+kv[1])
+	}
+	cmd.Env = env
+	cmd.Stdin = bytes.NewReader(m.Data)
+	out := &tail{n: e.cfg.OutputLimit}
+	cmd.Stdout, cmd.Stderr = out, out
+	setProcessGroup(cmd)
+	// Kill the whole group, not just the command: a shell script's
+	// children would otherwise keep running (and keep the output pipe
+	// open) after a timeout.
+	cmd.Cancel = func() error { return killProcessGroup(cmd) }
+	// After the command exits, wait at most this long for whatever it left
+	// behind to close stdout and stderr.
+	cmd.WaitDelay = time.Second
+
+	err := cmd.Run()
+	took := time.Since(start)
+	switch {
+	case err == nil:
+		e.cfg.Logger.Debug("exec handler ok", "subscription", m.Subscription, "partition", m.Key, "position", m.Position, "took", took, "output", out.String())
+		return nil
+	case ctx.Err() != nil:
+		return runtime.Systemic(fmt.Errorf("exec %s: stopped: %w", e.cfg.Command[0], context.Cause(ctx)))
+	case errors.Is(runCtx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("exec %s: timed out after %s, process group killed%s", e.cfg.Command[0], e.cfg.Timeout, outputSuffix(out))
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		if errors.Is(err, exec.ErrWaitDelay) {
+			// The command exited 0 but left a process holding its output.
+			return nil
+		}
+		// It did not start (not found, not executable): the message is
+		// not at fault; pause and retry until the command is there.
+		return runtime.Systemic(fmt.Errorf("exec %s: %w", e.cfg.Command[0], err))
+	}
+	if exit.ExitCode() == ExitTempFail {
+		return runtime.Systemic(fmt.Errorf("exec %s: exit %d (try again later)%s", e.cfg.Command[0], ExitTempFail, outputSuffix(out)))
+	}
+	return fmt.Errorf("exec %s: %s%s", e.cfg.Command[0], exit.ProcessState.String(), outputSuffix(out))
+}
+
+func outputSuffix(out *tail) string {
+	s := strings.TrimSpace(out.String())
+	if s == "" {
+		return ""
+	}
+	return ": " + s
+}
+
+var _ io.Writer = (*tail)(nil)

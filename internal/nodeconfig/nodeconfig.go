@@ -1,0 +1,328 @@
+// Package nodeconfig loads the configuration of `protctl run node`: a YAML
+// file whose field names are API (docs/node-config.md documents every
+// field; testdata/node.yaml is a commented example).
+//
+// Load decodes strictly: an unknown field, a value of the wrong type or an
+// invalid value is rejected before anything starts, and every problem is
+// reported with the file, the line and the field's path:
+//
+//	node.yaml:14: subscriptions[1].handler: exactly one of exec, http, log is required
+//
+// After decoding, Load fills in the defaults (written on each field below
+// and in the docs) and reads the secrets: the Redis password from
+// PROTCTL_REDIS_PASSWORD or redis.passwordFile, the Kafka SASL password
+// from PROTCTL_KAFKA_PASSWORD or kafka.sasl.passwordFile, and the admin
+// token from PROTCTL_ADMIN_TOKEN or admin.tokenFile. Secrets never appear
+// in the file itself, in error messages or in logs.
+package nodeconfig
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Environment variables Load reads. Each wins over the matching file
+// setting.
+const (
+	EnvRedisPassword = "PROTCTL_REDIS_PASSWORD"
+	EnvKafkaPassword = "PROTCTL_KAFKA_PASSWORD"
+	EnvAdminToken    = "PROTCTL_ADMIN_TOKEN"
+)
+
+// Defaults.
+const (
+	DefaultAdminListen  = "127.0.0.1:7070"
+	DefaultLeaseTTL     = 15 * time.Second
+	DefaultDrainTimeout = 30 * time.Second
+	DefaultExecTimeout  = 30 * time.Second
+	DefaultHTTPTimeout  = 10 * time.Second
+	DefaultLayout       = "protean"
+	DefaultStartFrom    = "earliest"
+)
+
+// Config is a node's configuration. Field names (the yaml tags) are API:
+// fields are added, never renamed.
+type Config struct {
+	// Service groups the nodes that share partitions. Required.
+	Service string `yaml:"service"`
+	// Node is this node's id in leases and membership. Default:
+	// hostname-pid.
+	Node string `yaml:"node"`
+	// Redis holds leases, membership, the failure ledger and checkpoints,
+	// and the partition streams of Redis subscriptions. Required.
+	Redis Redis `yaml:"redis"`
+	// Kafka is required when a subscription reads a Kafka topic.
+	Kafka *Kafka `yaml:"kafka"`
+	// Admin is the HTTP admin endpoint.
+	Admin Admin `yaml:"admin"`
+	// Lease sets the partition leases' TTL and renewal period.
+	Lease Lease `yaml:"lease"`
+	// Drain bounds the graceful stop.
+	Drain Drain `yaml:"drain"`
+	// Subscriptions are the node's consumers. At least one.
+	Subscriptions []Subscription `yaml:"subscriptions"`
+
+	// File is the path the config was loaded from ("" when parsed from
+	// bytes); relative paths in it are resolved against its directory.
+	File string `yaml:"-"`
+}
+
+// Redis is the Redis connection.
+type Redis struct {
+	// URL is redis://[user@]host:port/db, rediss:// for TLS, or
+	// unix:///path. A password in the URL is allowed but discouraged: use
+	// PROTCTL_REDIS_PASSWORD or PasswordFile. Required.
+	URL string `yaml:"url"`
+	// Layout is the key layout: protean (default) or cluster (Redis
+	// Cluster hash tags; the URL then seeds a cluster client).
+	Layout string `yaml:"layout"`
+	// Username is the ACL user (overrides the URL's).
+	Username string `yaml:"username"`
+	// PasswordFile holds the password (trailing newline ignored).
+	PasswordFile string `yaml:"passwordFile"`
+	// TLS configures TLS; rediss:// alone uses the system roots.
+	TLS TLS `yaml:"tls"`
+
+	// Password is the resolved secret (env, file, or URL).
+	Password string `yaml:"-"`
+}
+
+// TLS configures a TLS client.
+type TLS struct {
+	// Enabled turns TLS on (Kafka; for Redis, rediss:// or any file below
+	// turns it on too).
+	Enabled bool `yaml:"enabled"`
+	// CA is a PEM file of the CAs that sign the server's certificate.
+	// Default: the system roots.
+	CA string `yaml:"ca"`
+	// Cert and Key are PEM files of a client certificate (both or
+	// neither).
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+	// ServerName overrides the name checked in the server's certificate.
+	ServerName string `yaml:"serverName"`
+	// InsecureSkipVerify disables certificate verification (tests only).
+	InsecureSkipVerify bool `yaml:"insecureSkipVerify"`
+}
+
+// On reports whether TLS is configured at all.
+func (t TLS) On() bool {
+	return t.Enabled || t.CA != "" || t.Cert != "" || t.ServerName != "" || t.InsecureSkipVerify
+}
+
+// Kafka is the Kafka connection.
+type Kafka struct {
+	// Brokers are host:port seeds. Required.
+	Brokers []string `yaml:"brokers"`
+	// TLS configures TLS (enabled: true, or any file, turns it on).
+	TLS TLS `yaml:"tls"`
+	// SASL authenticates the connections.
+	SASL *SASL `yaml:"sasl"`
+	// ClientID names the client in the brokers' logs. Default: protctl.
+	ClientID string `yaml:"clientId"`
+}
+
+// SASL is Kafka SASL authentication.
+type SASL struct {
+	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512. Required.
+	Mechanism string `yaml:"mechanism"`
+	// Username is required.
+	Username string `yaml:"username"`
+	// PasswordFile holds the password, unless PROTCTL_KAFKA_PASSWORD is
+	// set.
+	PasswordFile string `yaml:"passwordFile"`
+
+	// Password is the resolved secret.
+	Password string `yaml:"-"`
+}
+
+// Admin is the admin HTTP endpoint.
+type Admin struct {
+	// Listen is host:port. Default: 127.0.0.1:7070. Port 0 picks a free
+	// port (logged at start). A token is required when the host is not a
+	// loopback address.
+	Listen string `yaml:"listen"`
+	// Disabled turns the endpoint off.
+	Disabled bool `yaml:"disabled"`
+	// TokenFile holds the bearer token, unless PROTCTL_ADMIN_TOKEN is set.
+	// With a token every request must carry "Authorization: Bearer
+	// <token>", on loopback too.
+	TokenFile string `yaml:"tokenFile"`
+	// PublicProbes serves /healthz and /readyz without the token (they
+	// reveal only ok or not), for orchestrators' probes.
+	PublicProbes bool `yaml:"publicProbes"`
+
+	// Token is the resolved secret ("" for none).
+	Token string `yaml:"-"`
+}
+
+// Lease sets the partition leases' timing.
+type Lease struct {
+	// TTL is the leases' time to live: a dead node's partitions move after
+	// at most TTL + RenewEvery. Default: 15s.
+	TTL Duration `yaml:"ttl"`
+	// RenewEvery is the renewal (and heartbeat) period; it must be less
+	// than half of TTL. Default: TTL/5.
+	RenewEvery Duration `yaml:"renewEvery"`
+}
+
+// Drain bounds the graceful stop after SIGTERM or SIGINT.
+type Drain struct {
+	// Timeout is how long in-flight messages may take to finish before
+	// their handlers are cancelled (they then stay pending for the next
+	// owner). Default: 30s.
+	Timeout Duration `yaml:"timeout"`
+}
+
+// Subscription is one consumer: a name, a source and a handler.
+type Subscription struct {
+	// Name is the consumer group (Redis) or the subscription's name under
+	// its topic (Kafka). Unique in the node. Required.
+	Name string `yaml:"name"`
+	// Redis and Kafka are the source: exactly one.
+	Redis *RedisSource `yaml:"redis"`
+	Kafka *KafkaSource `yaml:"kafka"`
+	// Handler handles each message. Required.
+	Handler Handler `yaml:"handler"`
+	// Retry governs aggregate failures before parking.
+	Retry Retry `yaml:"retry"`
+	// MaxPartitions caps the partitions this node takes (HRW with a cap).
+	// 0 means no cap.
+	MaxPartitions int `yaml:"maxPartitions"`
+	// MaxInFlight is the in-flight window: Redis, the entries read in one
+	// fenced batch (default 100); Kafka, records of one partition delivered
+	// and not yet done (default 1000).
+	MaxInFlight int `yaml:"maxInFlight"`
+	// Workers bounds the handler calls running at once: Redis, partitions
+	// handled at once (default 32); Kafka, aggregates of one partition
+	// handled at once (default 16).
+	Workers int `yaml:"workers"`
+}
+
+// RedisSource reads Redis partitioned streams.
+type RedisSource struct {
+	// Categories are read together under one lease per key. At least one.
+	Categories []string `yaml:"categories"`
+	// BackfillSuffix names the low-priority lane. Default: backfill.
+	BackfillSuffix string `yaml:"backfillSuffix"`
+	// ReapAfter retires partitions idle this long (conservative reap).
+	// Default: 0, never.
+	ReapAfter Duration `yaml:"reapAfter"`
+}
+
+// KafkaSource reads a Kafka topic.
+type KafkaSource struct {
+	// Topic is required.
+	Topic string `yaml:"topic"`
+	// Aggregate is where a record's aggregate is: key (default),
+	// header:NAME or json:PATH.
+	Aggregate string `yaml:"aggregate"`
+	// StartFrom is where a subscription without a checkpoint starts:
+	// earliest (default) or head.
+	StartFrom string `yaml:"startFrom"`
+}
+
+// Handler is exactly one of Exec, HTTP and Log.
+type Handler struct {
+	Exec *Exec `yaml:"exec"`
+	HTTP *HTTP `yaml:"http"`
+	Log  *Log  `yaml:"log"`
+}
+
+// Exec runs a command per message.
+type Exec struct {
+	// Command is the program and its arguments (no shell). Required.
+	Command []string `yaml:"command"`
+	// Timeout kills the command's process group. Default: 30s.
+	Timeout Duration `yaml:"timeout"`
+	// Dir is the working directory; a relative Command[0] is resolved
+	// against it. Default: the config file's directory.
+	Dir string `yaml:"dir"`
+	// Env adds environment variables to the node's own.
+	Env map[string]string `yaml:"env"`
+}
+
+// HTTP posts each message to a URL.
+type HTTP struct {
+	// URL is an http:// or https:// URL. Required.
+	URL string `yaml:"url"`
+	// Timeout bounds one request; a timeout is a systemic failure.
+	// Default: 10s.
+	Timeout Duration `yaml:"timeout"`
+	// Headers are added to every request.
+	Headers map[string]string `yaml:"headers"`
+}
+
+// Log prints each message (for demos).
+type Log struct {
+	// Payload prints the envelope too.
+	Payload bool `yaml:"payload"`
+}
+
+// Retry is the retry policy of aggregate failures.
+type Retry struct {
+	// Attempts before parking. Default: 3.
+	Attempts int `yaml:"attempts"`
+	// Backoff before the second attempt; it doubles. Default: 200ms.
+	Backoff Duration `yaml:"backoff"`
+	// MaxBackoff caps the backoff. Default: 10s.
+	MaxBackoff Duration `yaml:"maxBackoff"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("15s",
+// "200ms").
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// Load reads, decodes and validates the config at path. getenv (nil means
+// os.Getenv) supplies the secrets' environment variables. A failure is an
+// *Error listing every problem found.
+func Load(path string, getenv func(string) string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &Error{File: path, Problems: []Problem{{Msg: fmt.Sprintf("cannot read the config: %v", unwrapPathError(err))}}}
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		abs = path
+	}
+	return parse(data, path, abs, getenv)
+}
+
+// Parse decodes and validates a config held in memory; relative paths are
+// resolved against dir.
+func Parse(data []byte, name, dir string, getenv func(string) string) (*Config, error) {
+	return parse(data, name, filepath.Join(dir, filepath.Base(name)), getenv)
+}
+
+func parse(data []byte, name, abs string, getenv func(string) string) (*Config, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	c := &Config{}
+	d := &decoder{}
+	d.decodeDocument(data, c)
+	if len(d.problems) > 0 {
+		return nil, &Error{File: name, Problems: d.problems}
+	}
+	c.File = abs
+	v := &validator{c: c, lines: d.lines, getenv: getenv, dir: filepath.Dir(abs)}
+	v.run()
+	if len(v.problems) > 0 {
+		return nil, &Error{File: name, Problems: v.problems}
+	}
+	return c, nil
+}
+
+func unwrapPathError(err error) error {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Err
+	}
+	return err
+}

@@ -1,0 +1,272 @@
+package nodeconfig_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/protctl/protctl/internal/nodeconfig"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// minimal is the smallest valid config; tests append to or edit it.
+const minimal = `service: shop
+node: n1
+redis:
+  url: redis://127.0.0.1:6379/0
+subscriptions:
+  - name: projector
+    redis: {categories: [shop::order]}
+    handler:
+      log: {}
+`
+
+func parse(t *testing.T, yaml string, getenv map[string]string) (*nodeconfig.Config, error) {
+	t.Helper()
+	return nodeconfig.Parse([]byte(yaml), "node.yaml", t.TempDir(), env(getenv))
+}
+
+func mustParse(t *testing.T, yaml string, getenv map[string]string) *nodeconfig.Config {
+	t.Helper()
+	c, err := parse(t, yaml, getenv)
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	return c
+}
+
+func TestNodeConfigExampleLoads(t *testing.T) {
+	c, err := nodeconfig.Load(filepath.Join("..", "..", "testdata", "node.yaml"), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Service != "shop" || c.Node != "node-1" || len(c.Subscriptions) != 3 {
+		t.Fatalf("unexpected config: %+v", c)
+	}
+	e := c.Subscriptions[0].Handler.Exec
+	if e == nil || e.Command[0] != "./project-order.sh" || e.Timeout.D() != 30*time.Second {
+		t.Fatalf("exec handler: %+v", e)
+	}
+	wantDir, _ := filepath.Abs(filepath.Join("..", "..", "testdata"))
+	if e.Dir != wantDir {
+		t.Errorf("exec dir %q, want the config's directory %q", e.Dir, wantDir)
+	}
+	if h := c.Subscriptions[1].Handler.HTTP; h == nil || h.Timeout.D() != 5*time.Second {
+		t.Fatalf("http handler: %+v", h)
+	}
+	if c.Subscriptions[2].Handler.Log == nil {
+		t.Fatal("log handler not decoded from log: {}")
+	}
+}
+
+func TestNodeConfigDefaults(t *testing.T) {
+	c := mustParse(t, minimal, nil)
+	if c.Lease.TTL.D() != 15*time.Second || c.Lease.RenewEvery.D() != 3*time.Second {
+		t.Errorf("lease defaults %s/%s", c.Lease.TTL, c.Lease.RenewEvery)
+	}
+	if c.Admin.Listen != "127.0.0.1:7070" || c.Admin.Token != "" {
+		t.Errorf("admin defaults %+v", c.Admin)
+	}
+	if c.Drain.Timeout.D() != 30*time.Second {
+		t.Errorf("drain default %s", c.Drain.Timeout)
+	}
+	if c.Redis.Layout != "protean" || c.Subscriptions[0].Redis.BackfillSuffix != "backfill" {
+		t.Errorf("redis defaults %+v %+v", c.Redis, c.Subscriptions[0].Redis)
+	}
+	noNode := mustParse(t, strings.Replace(minimal, "node: n1\n", "", 1), nil)
+	if host, _ := os.Hostname(); !strings.HasPrefix(noNode.Node, host+"-") {
+		t.Errorf("default node id %q, want hostname-pid", noNode.Node)
+	}
+	withExec := mustParse(t, strings.Replace(minimal, "log: {}", "exec: {command: [sh, -c, 'true']}", 1), nil)
+	if withExec.Subscriptions[0].Handler.Exec.Timeout.D() != 30*time.Second {
+		t.Errorf("exec timeout default %s", withExec.Subscriptions[0].Handler.Exec.Timeout)
+	}
+	withHTTP := mustParse(t, strings.Replace(minimal, "log: {}", "http: {url: 'http://x:1/e'}", 1), nil)
+	if withHTTP.Subscriptions[0].Handler.HTTP.Timeout.D() != 10*time.Second {
+		t.Errorf("http timeout default %s", withHTTP.Subscriptions[0].Handler.HTTP.Timeout)
+	}
+}
+
+// Every rejected config names the field's path (and line) in its message.
+func TestNodeConfigRejects(t *testing.T) {
+	cases := []struct {
+		name  string
+		yaml  string
+		field string // the path the problem must carry
+		msg   string // a fragment of the message
+		line  int    // 0: not checked
+	}{
+		{"unknown top-level field", minimal + "servce: x\n", "servce", "unknown field", 10},
+		{"unknown nested field with a suggestion", strings.Replace(minimal, "url:", "ur1:", 1), "redis.ur1", "did you mean url?", 4},
+		{"unknown handler field", strings.Replace(minimal, "log: {}", "log: {colour: true}", 1), "subscriptions[0].handler.log.colour", "unknown field", 9},
+		{"missing handler", strings.Replace(minimal, "    handler:\n      log: {}\n", "", 1), "subscriptions[0].handler", "exactly one of exec, http, log is required", 0},
+		{"two handlers", strings.Replace(minimal, "log: {}", "log: {}\n      http: {url: 'http://x/'}", 1), "subscriptions[0].handler", "exactly one of exec, http, log is required", 8},
+		{"bad http url", strings.Replace(minimal, "log: {}", "http: {url: 'ftp://x/y'}", 1), "subscriptions[0].handler.http.url", "http:// or https://", 9},
+		{"http url without host", strings.Replace(minimal, "log: {}", "http: {url: 'http:///y'}", 1), "subscriptions[0].handler.http.url", "with a host", 9},
+		{"bad redis url", strings.Replace(minimal, "redis://127.0.0.1:6379/0", "http://127.0.0.1:6379", 1), "redis.url", "invalid Redis URL", 4},
+		{"missing redis url", strings.Replace(minimal, "  url: redis://127.0.0.1:6379/0\n", "", 1), "redis.url", "is required", 0},
+		{"bad layout", strings.Replace(minimal, "redis:\n", "redis:\n  layout: ring\n", 1), "redis.layout", "protean or cluster", 4},
+		{"no source", strings.Replace(minimal, "    redis: {categories: [shop::order]}\n", "", 1), "subscriptions[0]", "exactly one of redis, kafka", 6},
+		{"no categories", strings.Replace(minimal, "[shop::order]", "[]", 1), "subscriptions[0].redis.categories", "at least one", 7},
+		{"missing service", strings.Replace(minimal, "service: shop\n", "", 1), "service", "is required", 0},
+		{"service with a brace", strings.Replace(minimal, "service: shop", "service: 'sh{op'", 1), "service", "key names", 1},
+		{"duration without unit", strings.Replace(minimal, "node: n1\n", "node: n1\nlease: {ttl: 15}\n", 1), "lease.ttl", "duration", 3},
+		{"negative duration", strings.Replace(minimal, "node: n1\n", "node: n1\nlease: {ttl: -1s}\n", 1), "lease.ttl", "negative", 3},
+		{"renew too slow", strings.Replace(minimal, "node: n1\n", "node: n1\nlease: {ttl: 2s, renewEvery: 1s}\n", 1), "lease.renewEvery", "less than half", 3},
+		{"int as string", strings.Replace(minimal, "    handler:", "    maxPartitions: '3'\n    handler:", 1), "subscriptions[0].maxPartitions", "want an integer", 8},
+		{"negative workers", strings.Replace(minimal, "    handler:", "    workers: -1\n    handler:", 1), "subscriptions[0].workers", "negative", 8},
+		{"list for a string", strings.Replace(minimal, "service: shop", "service: [a, b]", 1), "service", "want a string", 1},
+		{"duplicate key", minimal + "service: other\n", "service", "set twice", 10},
+		{"duplicate subscription name", minimal + "  - name: projector\n    redis: {categories: [c]}\n    handler: {log: {}}\n", "subscriptions[1].name", "also the name of subscriptions[0]", 10},
+		{"exec command missing", strings.Replace(minimal, "log: {}", "exec: {command: [./missing.sh]}", 1), "subscriptions[0].handler.exec.command", "no such file", 9},
+		{"exec command not in PATH", strings.Replace(minimal, "log: {}", "exec: {command: [no-such-program-xyz]}", 1), "subscriptions[0].handler.exec.command", "not found in PATH", 9},
+		{"empty exec command", strings.Replace(minimal, "log: {}", "exec: {command: []}", 1), "subscriptions[0].handler.exec.command", "is required", 9},
+		{"kafka without brokers section", strings.Replace(minimal, "redis: {categories: [shop::order]}", "kafka: {topic: orders}", 1), "subscriptions[0].kafka", "top-level kafka", 7},
+		{"kafka bad broker", minimal + "kafka: {brokers: [localhost]}\n", "kafka.brokers[0]", "host:port", 10},
+		{"kafka bad start", strings.Replace(minimal, "redis: {categories: [shop::order]}", "kafka: {topic: orders, startFrom: latest}", 1) + "kafka: {brokers: ['k:9092']}\n", "subscriptions[0].kafka.startFrom", "earliest or head", 7},
+		{"kafka sasl without password", minimal + "kafka:\n  brokers: ['k:9092']\n  sasl: {mechanism: plain, username: u}\n", "kafka.sasl.passwordFile", "PROTCTL_KAFKA_PASSWORD", 12},
+		{"kafka sasl bad mechanism", minimal + "kafka:\n  brokers: ['k:9092']\n  sasl: {mechanism: GSSAPI, username: u, passwordFile: /dev/null}\n", "kafka.sasl.mechanism", "SCRAM-SHA-512", 12},
+		{"admin elsewhere without token", minimal + "admin: {listen: '0.0.0.0:7070'}\n", "admin.tokenFile", "token is required", 10},
+		{"admin all interfaces without token", minimal + "admin: {listen: ':7070'}\n", "admin.tokenFile", "not a loopback", 10},
+		{"admin bad listen", minimal + "admin: {listen: 'localhost'}\n", "admin.listen", "host:port", 10},
+		{"unreadable password file", strings.Replace(minimal, "redis:\n", "redis:\n  passwordFile: /nonexistent/pw\n", 1), "redis.passwordFile", "cannot read", 4},
+		{"tls cert without key", strings.Replace(minimal, "redis:\n", "redis:\n  tls: {cert: c.pem}\n", 1), "redis.tls", "set both or neither", 4},
+		{"tls ca missing", strings.Replace(minimal, "redis:\n", "redis:\n  tls: {ca: /nonexistent/ca.pem}\n", 1), "redis.tls.ca", "no such file", 4},
+		{"two kafka subscriptions of one topic disagree", strings.Replace(minimal, "redis: {categories: [shop::order]}", "kafka: {topic: orders}", 1) +
+			"  - name: b\n    kafka: {topic: orders}\n    maxPartitions: 2\n    handler: {log: {}}\n" + "kafka: {brokers: ['k:9092']}\n", "subscriptions[1].maxPartitions", "must equal subscriptions[0].maxPartitions", 12},
+		{"empty file", "", "", "empty", 0},
+		{"not yaml", "service: [\n", "", "invalid YAML", 0},
+		{"not a mapping", "- a\n- b\n", "", "want a mapping", 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parse(t, tc.yaml, nil)
+			if err == nil {
+				t.Fatalf("accepted:\n%s", tc.yaml)
+			}
+			var ce *nodeconfig.Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("error %T %v, want *nodeconfig.Error", err, err)
+			}
+			found := false
+			for _, p := range ce.Problems {
+				if p.Field == tc.field && strings.Contains(p.Msg, tc.msg) && (tc.line == 0 || p.Line == tc.line) {
+					found = true
+				}
+			}
+			if !found {
+				t.Fatalf("no problem at %q (line %d) containing %q in:\n%v", tc.field, tc.line, tc.msg, err)
+			}
+			if tc.field != "" && !strings.Contains(err.Error(), tc.field+": ") {
+				t.Errorf("message does not name the path %q:\n%v", tc.field, err)
+			}
+			if !strings.HasPrefix(err.Error(), "node.yaml") {
+				t.Errorf("message does not name the file: %v", err)
+			}
+		})
+	}
+}
+
+// Several problems are reported together, in file order, one per line.
+func TestNodeConfigReportsEveryProblem(t *testing.T) {
+	yaml := `service: shop
+redis: {url: redis://h:1}
+subscriptions:
+  - name: a
+    redis: {categories: [c]}
+    handler: {}
+  - name: b
+    redis: {categories: [c]}
+    handler: {http: {url: "nope"}}
+    bogus: 1
+`
+	_, err := parse(t, yaml, nil)
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	want := []string{
+		"node.yaml:6: subscriptions[0].handler: exactly one of exec, http, log is required",
+		`node.yaml:9: subscriptions[1].handler.http.url: want an http:// or https:// URL with a host, got "nope"`,
+		"node.yaml:10: subscriptions[1].bogus: unknown field",
+	}
+	got := strings.Split(err.Error(), "\n")
+	// The decoder reports unknown fields before validation runs, so the
+	// validation problems only appear once the file decodes.
+	if len(got) != 1 || !strings.HasPrefix(got[0], want[2]) {
+		t.Fatalf("decode problems:\n%v", err)
+	}
+	yaml = strings.Replace(yaml, "    bogus: 1\n", "", 1)
+	_, err = parse(t, yaml, nil)
+	got = strings.Split(err.Error(), "\n")
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("got:\n%s\nwant:\n%s", err, strings.Join(want[:2], "\n"))
+	}
+}
+
+func TestNodeConfigSecrets(t *testing.T) {
+	dir := t.TempDir()
+	writeFile := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	writeFile("redis-pw", "from-file\n")
+	writeFile("token", "tok-file\n")
+	writeFile("kafka-pw", "kafka-file\n")
+	yaml := strings.Replace(minimal, "redis:\n", "redis:\n  passwordFile: redis-pw\n", 1) +
+		"admin: {listen: '0.0.0.0:0', tokenFile: token}\n" +
+		"kafka: {brokers: ['k:9092'], sasl: {mechanism: scram-sha-256, username: u, passwordFile: kafka-pw}}\n"
+	path := writeFile("node.yaml", yaml)
+
+	c, err := nodeconfig.Load(path, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Redis.Password != "from-file" || c.Admin.Token != "tok-file" || c.Kafka.SASL.Password != "kafka-file" {
+		t.Errorf("secrets from files (relative to the config): %q %q %q", c.Redis.Password, c.Admin.Token, c.Kafka.SASL.Password)
+	}
+	if c.Kafka.SASL.Mechanism != "SCRAM-SHA-256" {
+		t.Errorf("mechanism %q", c.Kafka.SASL.Mechanism)
+	}
+	c, err = nodeconfig.Load(path, env(map[string]string{
+		nodeconfig.EnvRedisPassword: "from-env", nodeconfig.EnvAdminToken: "tok-env", nodeconfig.EnvKafkaPassword: "kafka-env",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Redis.Password != "from-env" || c.Admin.Token != "tok-env" || c.Kafka.SASL.Password != "kafka-env" {
+		t.Errorf("secrets from the environment win: %q %q %q", c.Redis.Password, c.Admin.Token, c.Kafka.SASL.Password)
+	}
+
+	// A password in the URL is used, and never shown in a message.
+	bad := strings.Replace(minimal, "redis://127.0.0.1:6379/0", "redis://u:s3cret@127.0.0.1:6379/x", 1)
+	_, err = parse(t, bad, nil)
+	if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "redis.url") {
+		t.Errorf("bad URL with a password: %v", err)
+	}
+	c = mustParse(t, strings.Replace(minimal, "redis://127.0.0.1", "redis://u:s3cret@127.0.0.1", 1), nil)
+	if c.Redis.Password != "s3cret" {
+		t.Errorf("URL password %q", c.Redis.Password)
+	}
+}
+
+func TestNodeConfigLoopback(t *testing.T) {
+	for host, want := range map[string]bool{
+		"127.0.0.1": true, "::1": true, "localhost": true, "127.1.2.3": true,
+		"": false, "0.0.0.0": false, "::": false, "10.0.0.1": false, "example.com": false,
+	} {
+		if got := nodeconfig.IsLoopback(host); got != want {
+			t.Errorf("IsLoopback(%q) = %v, want %v", host, got, want)
+		}
+	}
+	// Loopback needs no token.
+	mustParse(t, minimal+"admin: {listen: 'localhost:0'}\n", nil)
+}
