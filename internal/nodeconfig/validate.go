@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/protctl/protctl/internal/admin"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
@@ -237,16 +238,9 @@ func (v *validator) admin() {
 	}
 }
 
-// IsLoopback reports whether host (an IP or a name) only ever means this
-// machine: a loopback IP or "localhost". An empty host (all interfaces)
-// and any other name are not.
-func IsLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+// IsLoopback reports whether host only ever means this machine (see
+// admin.IsLoopback, which enforces the same rule when it listens).
+func IsLoopback(host string) bool { return admin.IsLoopback(host) }
 
 func (v *validator) lease() {
 	l := &v.c.Lease

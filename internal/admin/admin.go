@@ -1,0 +1,333 @@
+// Package admin serves a node's admin HTTP endpoint:
+//
+//	/healthz     200 while the process works (503 once every subscription failed)
+//	/readyz      200 once the node has joined its service, 503 before and while leaving
+//	/metrics     Prometheus text format (Metrics)
+//	/v1/status   the node's status as JSON (apiVersion protctl.dev/v1, kind NodeStatus)
+//
+// It listens on loopback by default. Bound to any other address it refuses
+// to start without a bearer token, and with a token every request must
+// carry "Authorization: Bearer <token>" (on loopback too), except the two
+// probes when PublicProbes is set.
+package admin
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/protctl/protctl/pkg/runtime"
+)
+
+// Node is what the endpoint reports on. *runtime.Node implements it.
+type Node interface {
+	Status() runtime.NodeStatus
+	JoinState() runtime.JoinState
+	Subscriptions() []runtime.Subscription
+}
+
+// joiner is a subscription that joins on its own after the node has
+// (Kafka topic subscriptions): the node is ready once they have joined.
+type joiner interface {
+	JoinState() runtime.JoinState
+}
+
+// Config configures New.
+type Config struct {
+	// Listen is host:port; port 0 picks a free port (see Addr). Default:
+	// 127.0.0.1:7070.
+	Listen string
+	// Token is the bearer token; "" for none, which only a loopback
+	// Listen allows.
+	Token string
+	// PublicProbes serves /healthz and /readyz without the token.
+	PublicProbes bool
+	// Node is reported on. Required.
+	Node Node
+	// Metrics are written at /metrics. Default: empty metrics (gauges
+	// only).
+	Metrics *Metrics
+	// Lag, when set, is called at each /metrics scrape (bounded by
+	// LagTimeout) for the protctl_lag gauge; an error leaves it out.
+	Lag func(ctx context.Context) (map[string]int64, error)
+	// LagTimeout bounds Lag. Default: 2s.
+	LagTimeout time.Duration
+	// Logger receives the server's errors. Default: discard.
+	Logger *slog.Logger
+}
+
+// ErrTokenRequired is returned by New and Start for a non-loopback
+// address without a token.
+var ErrTokenRequired = errors.New("admin: a bearer token is required when the admin endpoint listens on a non-loopback address")
+
+// Server is the admin endpoint. New does no I/O; Start listens; Shutdown
+// stops it.
+type Server struct {
+	cfg Config
+	ln  net.Listener
+	srv *http.Server
+}
+
+// New validates cfg and returns a server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Node == nil {
+		return nil, errors.New("admin: Node is required")
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:7070"
+	}
+	host, _, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("admin: listen address %q: %w", cfg.Listen, err)
+	}
+	if !IsLoopback(host) && cfg.Token == "" {
+		return nil, fmt.Errorf("%w (listen %s)", ErrTokenRequired, cfg.Listen)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	if cfg.LagTimeout <= 0 {
+		cfg.LagTimeout = 2 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Server{cfg: cfg}, nil
+}
+
+// IsLoopback reports whether host (an IP or a name) only ever means this
+// machine: a loopback IP or "localhost". An empty host (every interface)
+// and any other name are not.
+func IsLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Start listens and serves in the background until Shutdown.
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("admin: listen on %s: %w", s.cfg.Listen, err)
+	}
+	// "localhost" may resolve to something else on a strange host: check
+	// what was actually bound.
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && s.cfg.Token == "" {
+		_ = ln.Close()
+		return fmt.Errorf("%w (bound %s)", ErrTokenRequired, tcp)
+	}
+	s.ln = ln
+	s.srv = &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelDebug),
+	}
+	go func() {
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.cfg.Logger.Error("admin endpoint stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// Addr is the address listened on (with the port picked for port 0); ""
+// before Start.
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Shutdown stops the server, waiting for requests in progress up to ctx.
+// A no-op before Start.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if s.srv == nil {
+		return nil
+	}
+	return s.srv.Shutdown(ctx)
+}
+
+// Handler is the endpoint's handler, token check included.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", s.healthz)
+	mux.HandleFunc("/readyz", s.readyz)
+	mux.HandleFunc("/metrics", s.metrics)
+	mux.HandleFunc("/v1/status", s.status)
+	mux.HandleFunc("/{$}", s.index)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		probe := r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
+		if s.cfg.Token != "" && !(probe && s.cfg.PublicProbes) && !s.authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="protctl"`)
+			http.Error(w, "unauthorized: a bearer token is required", http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) == 1
+}
+
+func (s *Server) index(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprint(w, "protctl node admin endpoint: /healthz /readyz /metrics /v1/status\n")
+}
+
+// Ready reports whether the node has joined its service, and every
+// subscription that joins on its own has too; why says what is awaited.
+func (s *Server) Ready() (ready bool, why string) {
+	n := s.cfg.Node
+	if st := n.JoinState(); st != runtime.JoinJoined {
+		return false, "node " + string(st)
+	}
+	for _, sub := range n.Subscriptions() {
+		if j, ok := sub.(joiner); ok {
+			if st := j.JoinState(); st != runtime.JoinJoined {
+				return false, sub.Name() + " " + string(st)
+			}
+		}
+	}
+	return true, "joined"
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if st := s.cfg.Node.Status().JoinState; st == runtime.JoinFailed {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "failed: every subscription stopped on a fatal error")
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	ready, why := s.Ready()
+	if !ready {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "not ready: "+why)
+		return
+	}
+	fmt.Fprintln(w, "ready")
+}
+
+func (s *Server) snapshot(ctx context.Context) Snapshot {
+	n := s.cfg.Node
+	snap := Snapshot{Status: n.Status()}
+	snap.Ready, _ = s.Ready()
+	for _, sub := range n.Subscriptions() {
+		snap.Subscriptions = append(snap.Subscriptions, sub.Status())
+	}
+	if s.cfg.Lag != nil {
+		lctx, cancel := context.WithTimeout(ctx, s.cfg.LagTimeout)
+		lag, err := s.cfg.Lag(lctx)
+		cancel()
+		if err != nil {
+			s.cfg.Logger.Debug("admin: reading the lag failed", "err", err)
+		} else {
+			snap.Lag = lag
+		}
+	}
+	return snap
+}
+
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", ContentType)
+	if err := s.cfg.Metrics.Write(w, s.snapshot(r.Context())); err != nil {
+		s.cfg.Logger.Debug("admin: writing metrics failed", "err", err)
+	}
+}
+
+// StatusJSON is the /v1/status document: the node's status record (what
+// `protctl nodes ls` reads from Redis) plus readiness and the
+// subscriptions' detail. Times are RFC 3339 UTC.
+type StatusJSON struct {
+	APIVersion    string                  `json:"apiVersion"`
+	Kind          string                  `json:"kind"`
+	Service       string                  `json:"service"`
+	Node          string                  `json:"node"`
+	AdminAddr     string                  `json:"adminAddr,omitempty"`
+	JoinState     runtime.JoinState       `json:"joinState"`
+	Ready         bool                    `json:"ready"`
+	StartedAt     time.Time               `json:"startedAt"`
+	Held          []runtime.HeldPartition `json:"held"`
+	Paused        []string                `json:"paused"`
+	Throttled     []string                `json:"throttled"`
+	Parked        int                     `json:"parked"`
+	Counters      map[string]int64        `json:"counters"`
+	Subscriptions []SubscriptionJSON      `json:"subscriptions"`
+}
+
+// SubscriptionJSON is one subscription in StatusJSON.
+type SubscriptionJSON struct {
+	Name      string                    `json:"name"`
+	Source    runtime.SourceKind        `json:"source"`
+	State     runtime.SubscriptionState `json:"state"`
+	Held      int                       `json:"held"`
+	Paused    []string                  `json:"paused"`
+	Throttled []string                  `json:"throttled"`
+	Parked    int                       `json:"parked"`
+	Counters  map[string]int64          `json:"counters"`
+	Error     *string                   `json:"error"`
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	snap := s.snapshot(r.Context())
+	st := snap.Status
+	doc := StatusJSON{
+		APIVersion: "protctl.dev/v1", Kind: "NodeStatus",
+		Service: st.Service, Node: st.Node, AdminAddr: st.AdminAddr, JoinState: st.JoinState, Ready: snap.Ready,
+		StartedAt: st.StartedAt.UTC(), Held: nonNil(st.Held), Paused: nonNil(st.Paused), Throttled: nonNil(st.Throttled),
+		Parked: st.Parked, Counters: st.Counters, Subscriptions: []SubscriptionJSON{},
+	}
+	if doc.Counters == nil {
+		doc.Counters = map[string]int64{}
+	}
+	for _, ss := range snap.Subscriptions {
+		sj := SubscriptionJSON{
+			Name: ss.Name, Source: ss.Source, State: ss.State, Held: len(ss.Held),
+			Paused: nonNil(ss.Paused), Throttled: nonNil(ss.Throttled), Parked: ss.Parked, Counters: ss.Counters,
+		}
+		if sj.Counters == nil {
+			sj.Counters = map[string]int64{}
+		}
+		if ss.Err != nil {
+			msg := ss.Err.Error()
+			sj.Error = &msg
+		}
+		doc.Subscriptions = append(doc.Subscriptions, sj)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(doc)
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

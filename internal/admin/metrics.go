@@ -1,0 +1,287 @@
+package admin
+
+import (
+	"bufio"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/protctl/protctl/pkg/runtime"
+)
+
+// Bucket bounds of the latency histograms, in seconds.
+var (
+	HandlerBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+	RenewBuckets   = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
+)
+
+// Metrics counts what the runtime reports through its Observer hooks and
+// the lease renewals timed by the caller (ObserveRenew), and writes them,
+// with gauges read from the node's status, in the Prometheus text format.
+// Every method is safe for concurrent use; the hooks take no lock on the
+// hot path once a subscription has been seen.
+type Metrics struct {
+	subs sync.Map // subscription name -> *subMetrics
+
+	renew         *histogram
+	renewFailures atomic.Uint64
+}
+
+type subMetrics struct {
+	processed atomic.Uint64
+	failed    [3]atomic.Uint64 // by runtime.FailureClass
+	parked    atomic.Uint64
+	resolved  atomic.Uint64
+	handler   *histogram
+
+	mu     sync.Mutex
+	leases map[runtime.LeaseEventKind]uint64
+}
+
+// NewMetrics returns empty metrics.
+func NewMetrics() *Metrics {
+	return &Metrics{renew: newHistogram(RenewBuckets)}
+}
+
+func (m *Metrics) sub(name string) *subMetrics {
+	if s, ok := m.subs.Load(name); ok {
+		return s.(*subMetrics)
+	}
+	s, _ := m.subs.LoadOrStore(name, &subMetrics{handler: newHistogram(HandlerBuckets), leases: map[runtime.LeaseEventKind]uint64{}})
+	return s.(*subMetrics)
+}
+
+// Observer returns hooks that count into m and then call next's (nil for
+// none), so that the node can have other observers too.
+func (m *Metrics) Observer(next *runtime.Observer) *runtime.Observer {
+	if next == nil {
+		next = &runtime.Observer{}
+	}
+	return &runtime.Observer{
+		OnHandled: func(e runtime.HandledEvent) {
+			s := m.sub(e.Subscription)
+			if e.Err == nil {
+				s.processed.Add(1)
+			} else if c := int(e.Class); c >= 0 && c < len(s.failed) {
+				s.failed[c].Add(1)
+			}
+			s.handler.observe(e.Duration.Seconds())
+			if next.OnHandled != nil {
+				next.OnHandled(e)
+			}
+		},
+		OnParked: func(p runtime.Parked) {
+			m.sub(p.Subscription).parked.Add(1)
+			if next.OnParked != nil {
+				next.OnParked(p)
+			}
+		},
+		OnResolved: func(e runtime.ResolvedEvent) {
+			m.sub(e.Subscription).resolved.Add(1)
+			if next.OnResolved != nil {
+				next.OnResolved(e)
+			}
+		},
+		OnLease: func(e runtime.LeaseEvent) {
+			s := m.sub(e.Subscription)
+			s.mu.Lock()
+			s.leases[e.Kind]++
+			s.mu.Unlock()
+			if next.OnLease != nil {
+				next.OnLease(e)
+			}
+		},
+		OnMissing:    next.OnMissing,
+		OnPause:      next.OnPause,
+		OnAssignment: next.OnAssignment,
+		OnFatal:      next.OnFatal,
+		OnError:      next.OnError,
+	}
+}
+
+// ObserveRenew records one lease renewal call (one lease, or a batch in
+// one round trip) that took d; err non-nil counts a failed call.
+func (m *Metrics) ObserveRenew(d time.Duration, err error) {
+	m.renew.observe(d.Seconds())
+	if err != nil {
+		m.renewFailures.Add(1)
+	}
+}
+
+// Snapshot is what the gauges are read from at each scrape.
+type Snapshot struct {
+	Status        runtime.NodeStatus
+	Ready         bool
+	Subscriptions []runtime.SubscriptionStatus
+	// Lag is the number of entries (Redis) or offsets (Kafka) not yet
+	// handled on the partitions this node is given, by subscription; nil
+	// when unknown.
+	Lag map[string]int64
+}
+
+// Write writes every metric in the text format.
+func (m *Metrics) Write(w io.Writer, s Snapshot) error {
+	bw := bufio.NewWriter(w)
+	e := &expo{w: bw}
+	st := s.Status
+
+	e.family("protctl_node_info", "gauge", "The node's identity; the value is always 1.")
+	e.sample("protctl_node_info", []label{{"service", st.Service}, {"node", st.Node}, {"join_state", string(st.JoinState)}}, 1)
+	e.family("protctl_node_ready", "gauge", "1 when the node has joined its service (the /readyz answer), else 0.")
+	e.sample("protctl_node_ready", nil, b2f(s.Ready))
+	e.family("protctl_node_start_time_seconds", "gauge", "When the node started, in seconds since the Unix epoch.")
+	e.sample("protctl_node_start_time_seconds", nil, unixSeconds(st.StartedAt))
+
+	// Gauges from the subscriptions' status (no I/O).
+	held := map[string]int{}
+	for _, ss := range s.Subscriptions {
+		for _, h := range ss.Held {
+			held[h.Subscription]++
+		}
+	}
+	names := make([]string, 0, len(s.Subscriptions))
+	byName := map[string]runtime.SubscriptionStatus{}
+	for _, ss := range s.Subscriptions {
+		names = append(names, ss.Name)
+		byName[ss.Name] = ss
+	}
+	heldNames := sortedKeys(held)
+	e.family("protctl_partitions_held", "gauge", "Partitions whose lease this node holds, by subscription.")
+	for _, n := range heldNames {
+		e.sample("protctl_partitions_held", []label{{"subscription", n}}, float64(held[n]))
+	}
+	e.family("protctl_partitions_assigned", "gauge", "Partitions rendezvous hashing gives this node (held or idle), by subscription.")
+	for _, n := range names {
+		if v, ok := byName[n].Counters[runtime.CounterAssigned]; ok {
+			e.sample("protctl_partitions_assigned", []label{{"subscription", n}}, float64(v))
+		}
+	}
+	e.family("protctl_partitions_paused", "gauge", "Partitions paused by a systemic failure, by subscription.")
+	for _, n := range names {
+		e.sample("protctl_partitions_paused", []label{{"subscription", n}}, float64(len(byName[n].Paused)))
+	}
+	e.family("protctl_parked", "gauge", "Aggregates (Redis: partition keys) of this node's partitions parked in the failure ledger, by subscription.")
+	for _, n := range names {
+		e.sample("protctl_parked", []label{{"subscription", n}}, float64(byName[n].Parked))
+	}
+	e.family("protctl_subscription_up", "gauge", "1 while the subscription runs, 0 once it stopped or failed.")
+	for _, n := range names {
+		e.sample("protctl_subscription_up", []label{{"subscription", n}, {"state", string(byName[n].State)}}, b2f(byName[n].State == runtime.StateRunning))
+	}
+	if s.Lag != nil {
+		e.family("protctl_lag", "gauge", "Entries (Redis) or offsets (Kafka) not yet handled on the partitions this node is given, by subscription.")
+		for _, n := range sortedKeys(s.Lag) {
+			e.sample("protctl_lag", []label{{"subscription", n}}, float64(s.Lag[n]))
+		}
+	}
+
+	// Counters and histograms from the hooks.
+	var subNames []string
+	m.subs.Range(func(k, _ any) bool {
+		subNames = append(subNames, k.(string))
+		return true
+	})
+	sort.Strings(subNames)
+	subs := make([]*subMetrics, len(subNames))
+	for i, n := range subNames {
+		subs[i] = m.sub(n)
+	}
+	e.family("protctl_messages_processed_total", "counter", "Handler calls that succeeded, by subscription.")
+	for i, n := range subNames {
+		e.sample("protctl_messages_processed_total", []label{{"subscription", n}}, float64(subs[i].processed.Load()))
+	}
+	e.family("protctl_messages_failed_total", "counter", "Handler calls that failed, by subscription and failure class (aggregate, systemic, fatal).")
+	for i, n := range subNames {
+		for c := range subs[i].failed {
+			e.sample("protctl_messages_failed_total", []label{{"subscription", n}, {"class", runtime.FailureClass(c).String()}}, float64(subs[i].failed[c].Load()))
+		}
+	}
+	e.family("protctl_parked_total", "counter", "Aggregates (Redis: partition keys) this node parked after their retries ran out, by subscription.")
+	for i, n := range subNames {
+		e.sample("protctl_parked_total", []label{{"subscription", n}}, float64(subs[i].parked.Load()))
+	}
+	e.family("protctl_resolved_total", "counter", "Parked entries this node resolved after an operator's retry or skip, by subscription.")
+	for i, n := range subNames {
+		e.sample("protctl_resolved_total", []label{{"subscription", n}}, float64(subs[i].resolved.Load()))
+	}
+	e.family("protctl_lease_events_total", "counter", "Lease changes (acquired, released, lost, untrusted, contested), by subscription.")
+	for i, n := range subNames {
+		s := subs[i]
+		s.mu.Lock()
+		kinds := sortedKeys(s.leases)
+		counts := make([]uint64, len(kinds))
+		for j, k := range kinds {
+			counts[j] = s.leases[k]
+		}
+		s.mu.Unlock()
+		for j, k := range kinds {
+			e.sample("protctl_lease_events_total", []label{{"subscription", n}, {"event", string(k)}}, float64(counts[j]))
+		}
+	}
+	e.family("protctl_handler_duration_seconds", "histogram", "Time spent in the handler per call, by subscription.")
+	for i, n := range subNames {
+		e.histogram("protctl_handler_duration_seconds", []label{{"subscription", n}}, subs[i].handler)
+	}
+	e.family("protctl_lease_renew_duration_seconds", "histogram", "Latency of lease renewal calls (one round trip renews a batch of leases).")
+	e.histogram("protctl_lease_renew_duration_seconds", nil, m.renew)
+	e.family("protctl_lease_renew_failures_total", "counter", "Lease renewal calls that failed (the store could not be reached).")
+	e.sample("protctl_lease_renew_failures_total", nil, float64(m.renewFailures.Load()))
+	return bw.Flush()
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixNano()) / 1e9
+}
+
+func sortedKeys[K ~string, V any](m map[K]V) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// histogram is a fixed-bucket histogram updated with atomics.
+type histogram struct {
+	bounds  []float64
+	counts  []atomic.Uint64 // per bucket, not cumulative; the last is +Inf
+	sumBits atomic.Uint64
+}
+
+func newHistogram(bounds []float64) *histogram {
+	return &histogram{bounds: bounds, counts: make([]atomic.Uint64, len(bounds)+1)}
+}
+
+func (h *histogram) observe(v float64) {
+	i := sort.SearchFloat64s(h.bounds, v) // first bound >= v: le is inclusive
+	h.counts[i].Add(1)
+	for {
+		old := h.sumBits.Load()
+		if h.sumBits.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)+v)) {
+			return
+		}
+	}
+}
+
+func (h *histogram) snapshot() ([]uint64, float64) {
+	out := make([]uint64, len(h.counts))
+	for i := range h.counts {
+		out[i] = h.counts[i].Load()
+	}
+	return out, math.Float64frombits(h.sumBits.Load())
+}
