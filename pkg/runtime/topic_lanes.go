@@ -796,8 +796,11 @@ func (sp *subPart) skip(ctx context.Context, e Parked) error {
 
 // reconcile applies a re-read of the ledger's entries of this partition:
 // entries that are gone (deleted by hand) stop holding their aggregate
-// back; entries this node did not know are adopted. Entries this node
-// parked after the read began are kept.
+// back, and known entries take the ledger's view (status, request).
+// Entries this node parked after the read began are kept. Entries it does
+// not know are not adopted: only the owner parks, so such an entry can
+// only be one this node resolved after the read, and adopting it would
+// skip records nothing covers.
 func (sp *subPart) reconcile(entries []Parked, listed time.Time) {
 	tp := sp.tp
 	tp.mu.Lock()
@@ -805,9 +808,7 @@ func (sp *subPart) reconcile(entries []Parked, listed time.Time) {
 	in := make(map[string]bool, len(entries))
 	for _, e := range entries {
 		in[e.Aggregate] = true
-		if st := sp.parked[e.Aggregate]; st == nil {
-			sp.parked[e.Aggregate] = &parkState{entry: e, at: listed}
-		} else if !st.retrying {
+		if st := sp.parked[e.Aggregate]; st != nil && !st.retrying {
 			st.entry = e
 		}
 	}
