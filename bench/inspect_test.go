@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,6 +58,8 @@ func BenchmarkInspectPartitions100k(b *testing.B) {
 		debug.FreeOSMemory()
 		resetHWM()
 		stopHeap := sampleHeap()
+		load0 := loadAvg()
+		cpu0, srv0 := processCPU(), serverCPU(ctx, b, c)
 		rts.n.Store(0)
 		start := time.Now()
 		parts, err := in.Partitions(ctx, category, inspect.PartitionOptions{})
@@ -64,6 +67,8 @@ func BenchmarkInspectPartitions100k(b *testing.B) {
 			b.Fatal(err)
 		}
 		listed := time.Since(start)
+		pipeRTs := rts.n.Load()
+		pipeCPU, pipeSrv := processCPU()-cpu0, serverCPU(ctx, b, c)-srv0
 		jsonStart := time.Now()
 		if err := encodeList(io.Discard, parts); err != nil {
 			b.Fatal(err)
@@ -71,7 +76,6 @@ func BenchmarkInspectPartitions100k(b *testing.B) {
 		encoded := time.Since(jsonStart)
 		peakHeap := stopHeap()
 		hwm := readHWM()
-		pipeRTs := rts.n.Load()
 		if len(parts) != n {
 			b.Fatalf("listed %d partitions, want %d", len(parts), n)
 		}
@@ -79,6 +83,7 @@ func BenchmarkInspectPartitions100k(b *testing.B) {
 		parts = nil
 
 		// Baseline: the same reads, one round trip per command.
+		cpu0, srv0 = processCPU(), serverCPU(ctx, b, c)
 		rts.n.Store(0)
 		start = time.Now()
 		base, err := listOneByOne(ctx, c, broker.ProteanLayout, category)
@@ -87,6 +92,7 @@ func BenchmarkInspectPartitions100k(b *testing.B) {
 		}
 		baseline := time.Since(start)
 		baseRTs := rts.n.Load()
+		baseCPU, baseSrv := processCPU()-cpu0, serverCPU(ctx, b, c)-srv0
 		if len(base) != n {
 			b.Fatalf("baseline listed %d partitions, want %d", len(base), n)
 		}
@@ -97,11 +103,15 @@ func BenchmarkInspectPartitions100k(b *testing.B) {
 		b.ReportMetric(baseline.Seconds()/listed.Seconds(), "x-faster")
 		b.ReportMetric(float64(pipeRTs), "pipelined-roundtrips")
 		b.ReportMetric(float64(baseRTs), "baseline-roundtrips")
+		b.ReportMetric(pipeCPU+pipeSrv, "pipelined-cpu-s")
+		b.ReportMetric(baseCPU+baseSrv, "baseline-cpu-s")
 		b.ReportMetric(float64(hwm)/(1<<20), "peak-rss-MB")
 		b.ReportMetric(float64(peakHeap)/(1<<20), "peak-heap-MB")
 		b.Logf("%d partitions: pipelined %s (+%s JSON) in %d round trips, baseline %s in %d round trips: %.1fx; peak RSS %.0f MB, peak heap %.0f MB",
 			n, listed.Round(time.Millisecond), encoded.Round(time.Millisecond), pipeRTs, baseline.Round(time.Millisecond), baseRTs,
 			baseline.Seconds()/listed.Seconds(), float64(hwm)/(1<<20), float64(peakHeap)/(1<<20))
+		b.Logf("CPU seconds (client + redis-server): pipelined %.2f + %.2f, baseline %.2f + %.2f; load average %s before, %s after",
+			pipeCPU, pipeSrv, baseCPU, baseSrv, load0, loadAvg())
 	}
 }
 
@@ -295,6 +305,41 @@ func (c *rtCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		c.n.Add(1)
 		return next(ctx, cmds)
 	}
+}
+
+// processCPU is this process's user+system CPU time in seconds.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+// serverCPU is redis-server's used_cpu_user + used_cpu_sys in seconds.
+func serverCPU(ctx context.Context, tb testing.TB, c *redis.Client) float64 {
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_user" || name == "used_cpu_sys") {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return total
+}
+
+// loadAvg is the 1-minute load average, to tell a busy machine's run.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(b))[0]
 }
 
 // resetHWM resets the process's peak RSS (VmHWM) to its current RSS
