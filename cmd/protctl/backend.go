@@ -49,8 +49,9 @@ func (f *Factory) Repairer() (*repair.Repairer, error) {
 	), nil
 }
 
-// Publisher returns the broker that appends envelopes for `publish`.
-func (f *Factory) Publisher() (*redisbroker.Broker, error) {
+// Broker returns the Redis broker over the factory's client and layout
+// (publish appends through it; partitions ls pages indexes with it).
+func (f *Factory) Broker() (*redisbroker.Broker, error) {
 	c, err := f.RedisClient()
 	if err != nil {
 		return nil, err

@@ -17,6 +17,7 @@ import (
 	"github.com/protctl/protctl/internal/config"
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/pkg/broker/redisbroker"
 )
 
 type partitionsListOptions struct {
@@ -24,6 +25,7 @@ type partitionsListOptions struct {
 	Printer   *output.Printer
 	Inspector func() (*inspect.Inspector, error)
 	Settings  func() (*config.Settings, error)
+	Broker    func() (*redisbroker.Broker, error)
 
 	Categories []string
 	Group      string
@@ -38,7 +40,7 @@ type partitionsListOptions struct {
 var partitionSortKeys = []string{"key", "lag", "age", "ttl"}
 
 func newPartitionsListCmd(f *Factory) *cobra.Command {
-	opts := &partitionsListOptions{IO: f.IOStreams, Inspector: f.Inspector, Settings: f.Settings}
+	opts := &partitionsListOptions{IO: f.IOStreams, Inspector: f.Inspector, Settings: f.Settings, Broker: f.Broker}
 	cmd := &cobra.Command{
 		Use:     "ls [CATEGORY...]",
 		Aliases: []string{"list"},
@@ -126,18 +128,116 @@ func listPartitionsOnce(ctx context.Context, opts *partitionsListOptions, ins *i
 	} else if err := requireCategories(ctx, ins, cats); err != nil {
 		return err
 	}
-	parts, err := readPartitions(ctx, opts.IO, ins, cats, inspect.PartitionOptions{
-		Group:  opts.Group,
-		Filter: partitionFilter(opts.Lagging, opts.Owner),
-	})
+	po := inspect.PartitionOptions{Group: opts.Group, Filter: partitionFilter(opts.Lagging, opts.Owner)}
+	if f := opts.Printer.Format(); opts.SortBy == "key" && (f == output.FormatJSON || f == output.FormatJSONL) {
+		return streamPartitions(ctx, opts, ins, cats, po)
+	}
+	parts, err := readPartitions(ctx, opts.IO, ins, cats, po)
 	if err != nil {
 		return err
 	}
-	sortPartitions(parts, opts.SortBy)
-	if opts.Limit > 0 && len(parts) > opts.Limit {
-		parts = parts[:opts.Limit]
+	sorted := sortPartitions(parts, opts.SortBy)
+	if opts.Limit > 0 && len(sorted) > opts.Limit {
+		sorted = sorted[:opts.Limit]
 	}
-	return printPartitions(opts.IO, opts.Printer, parts)
+	return printPartitions(opts.IO, opts.Printer, sorted)
+}
+
+// streamBatch is how many partitions streamPartitions reads per call.
+const streamBatch = 2000
+
+// streamPartitions prints the partitions of cats as -o json or jsonl in
+// category and key order without holding them all: it reads each index's
+// keys (SSCAN pages) and sorts them, then a goroutine reads the
+// partitions in batches of keys while the previous batch is encoded and
+// written. Memory stays at the keys plus two batches, and encoding
+// overlaps with Redis's work (docs/benchmarks-cli.md).
+func streamPartitions(ctx context.Context, opts *partitionsListOptions, ins *inspect.Inspector, cats []string, po inspect.PartitionOptions) error {
+	b, err := opts.Broker()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type batch struct {
+		parts []inspect.Partition
+		err   error
+	}
+	batches := make(chan batch, 1)
+	go func() {
+		defer close(batches)
+		send := func(bt batch) bool {
+			select {
+			case batches <- bt:
+				return bt.err == nil
+			case <-ctx.Done():
+				return false
+			}
+		}
+		for _, c := range cats {
+			keys, err := indexKeys(ctx, b, c)
+			if err != nil {
+				send(batch{err: err})
+				return
+			}
+			for lo := 0; lo < len(keys); lo += streamBatch {
+				parts, err := ins.PartitionsByKey(ctx, c, keys[lo:min(lo+streamBatch, len(keys))], po)
+				if !send(batch{parts: parts, err: err}) {
+					return
+				}
+			}
+		}
+	}()
+
+	w := newJSONListWriter(opts.IO.Out, "Partition", opts.Printer.Format() == output.FormatJSONL)
+	prog := opts.IO.NewProgress("reading partitions")
+	defer prog.Done()
+	n := 0
+	for bt := range batches {
+		if bt.err != nil {
+			return bt.err
+		}
+		for i := range bt.parts {
+			p := &bt.parts[i]
+			if po.Filter != nil && !po.Filter(p) {
+				continue
+			}
+			if err := w.Add(p); err != nil {
+				return err
+			}
+			n++
+			if opts.Limit > 0 && n >= opts.Limit {
+				cancel()
+				prog.Done()
+				return w.Close()
+			}
+		}
+		prog.Update("%d partitions", n)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	prog.Done()
+	return w.Close()
+}
+
+// indexKeys reads category's index with SSCAN pages, deduplicated (SSCAN
+// may return a key twice) and sorted.
+func indexKeys(ctx context.Context, b *redisbroker.Broker, category string) ([]string, error) {
+	var keys []string
+	var cursor uint64
+	for {
+		page, next, err := b.ScanPartitionKeys(ctx, category, cursor, 1000)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, page...)
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys), nil
 }
 
 // readPartitions lists the partitions of cats, reporting progress on
@@ -217,7 +317,14 @@ func minTTL(p *inspect.Partition) int64 {
 	return best
 }
 
-func sortPartitions(parts []inspect.Partition, by string) {
+// sortPartitions orders parts by by (then category and key, so the
+// order is total). It sorts pointers: swapping 100,000 Partition values
+// costs more than listing them.
+func sortPartitions(parts []inspect.Partition, by string) []*inspect.Partition {
+	ptrs := make([]*inspect.Partition, len(parts))
+	for i := range parts {
+		ptrs[i] = &parts[i]
+	}
 	byKey := func(a, b *inspect.Partition) int {
 		return cmp.Or(cmp.Compare(a.Category, b.Category), cmp.Compare(a.Key, b.Key))
 	}
@@ -250,7 +357,8 @@ func sortPartitions(parts []inspect.Partition, by string) {
 	default:
 		f = func(a, b *inspect.Partition) int { return 0 }
 	}
-	slices.SortStableFunc(parts, func(a, b inspect.Partition) int { return cmp.Or(f(&a, &b), byKey(&a, &b)) })
+	slices.SortFunc(ptrs, func(a, b *inspect.Partition) int { return cmp.Or(f(a, b), byKey(a, b)) })
+	return ptrs
 }
 
 // partitionRow is one table row: a partition and one of its groups (nil
@@ -260,18 +368,17 @@ type partitionRow struct {
 	g *inspect.Group
 }
 
-func printPartitions(ios *output.IOStreams, pr *output.Printer, parts []inspect.Partition) error {
+func printPartitions(ios *output.IOStreams, pr *output.Printer, parts []*inspect.Partition) error {
 	switch pr.Format() {
 	case output.FormatJSON:
-		// Streamed item by item: 100,000 partitions never sit in memory
+		// Written item by item: 100,000 partitions never sit in memory
 		// as one encoded document (see docs/benchmarks-cli.md).
 		return writeJSONList(ios.Out, "Partition", parts)
 	case output.FormatJSONL, output.FormatYAML:
 		return pr.PrintList("Partition", parts, output.TableSpec{})
 	}
 	var rows []partitionRow
-	for i := range parts {
-		p := &parts[i]
+	for _, p := range parts {
 		if len(p.Groups) == 0 {
 			rows = append(rows, partitionRow{p: p})
 		}
@@ -372,32 +479,79 @@ func lanesText(lanes []inspect.Lane) string {
 	return strings.Join(parts, " ")
 }
 
-// writeJSONList writes the document Printer.PrintList writes for -o json,
-// byte for byte, but one item at a time through a buffer, so the memory
-// it needs is one item's encoding, not the whole document's twice over.
+// writeJSONList writes items as Printer.PrintList writes them for -o
+// json, byte for byte, one item at a time (jsonListWriter).
 func writeJSONList[T any](w io.Writer, kind string, items []T) error {
-	bw := bufio.NewWriterSize(w, 256<<10)
-	kindJSON, _ := json.Marshal(kind + "List")
-	apiJSON, _ := json.Marshal(output.APIVersion)
-	fmt.Fprintf(bw, "{\n  \"apiVersion\": %s,\n  \"kind\": %s,\n  \"items\": [", apiJSON, kindJSON)
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("    ", "  ")
+	lw := newJSONListWriter(w, kind, false)
 	for i := range items {
-		buf.Reset()
-		if err := enc.Encode(&items[i]); err != nil {
-			return fmt.Errorf("output: encoding %s: %w", kind, err)
+		if err := lw.Add(items[i]); err != nil {
+			return err
 		}
-		if i > 0 {
-			bw.WriteByte(',')
+	}
+	return lw.Close()
+}
+
+// jsonListWriter writes a list as Printer.PrintList does for -o json (the
+// indented document with apiVersion, kind and items) or -o jsonl (one
+// compact item per line), byte for byte, an item at a time through a
+// buffer: the memory it needs is one item's encoding, not the whole
+// document's twice over.
+type jsonListWriter struct {
+	bw    *bufio.Writer
+	buf   bytes.Buffer
+	enc   *json.Encoder
+	kind  string
+	lines bool // jsonl
+	n     int
+	err   error
+}
+
+func newJSONListWriter(w io.Writer, kind string, lines bool) *jsonListWriter {
+	lw := &jsonListWriter{bw: bufio.NewWriterSize(w, 256<<10), kind: kind, lines: lines}
+	lw.enc = json.NewEncoder(&lw.buf)
+	lw.enc.SetEscapeHTML(false)
+	if !lines {
+		lw.enc.SetIndent("    ", "  ")
+		kindJSON, _ := json.Marshal(kind + "List")
+		apiJSON, _ := json.Marshal(output.APIVersion)
+		fmt.Fprintf(lw.bw, "{\n  \"apiVersion\": %s,\n  \"kind\": %s,\n  \"items\": [", apiJSON, kindJSON)
+	}
+	return lw
+}
+
+// Add writes one item.
+func (lw *jsonListWriter) Add(item any) error {
+	if lw.err != nil {
+		return lw.err
+	}
+	lw.buf.Reset()
+	if err := lw.enc.Encode(item); err != nil {
+		lw.err = fmt.Errorf("output: encoding %s: %w", lw.kind, err)
+		return lw.err
+	}
+	if lw.lines {
+		_, lw.err = lw.bw.Write(lw.buf.Bytes())
+	} else {
+		if lw.n > 0 {
+			lw.bw.WriteByte(',')
 		}
-		bw.WriteString("\n    ")
-		bw.Write(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+		lw.bw.WriteString("\n    ")
+		_, lw.err = lw.bw.Write(bytes.TrimSuffix(lw.buf.Bytes(), []byte("\n")))
 	}
-	if len(items) > 0 {
-		bw.WriteString("\n  ")
+	lw.n++
+	return lw.err
+}
+
+// Close ends the document and flushes it.
+func (lw *jsonListWriter) Close() error {
+	if lw.err != nil {
+		return lw.err
 	}
-	bw.WriteString("]\n}\n")
-	return bw.Flush()
+	if !lw.lines {
+		if lw.n > 0 {
+			lw.bw.WriteString("\n  ")
+		}
+		lw.bw.WriteString("]\n}\n")
+	}
+	return lw.bw.Flush()
 }

@@ -3,14 +3,20 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/protctl/protctl/internal/clierr"
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/testenv"
+	"github.com/protctl/protctl/pkg/broker"
 )
 
 type lsItem struct {
@@ -168,8 +174,8 @@ func (s *syncBuffer) String() string {
 }
 
 // TestStreamedJSONListIsThePrintersDocument: partitions ls streams its
-// JSON item by item; the bytes must be exactly what Printer.PrintList
-// writes, so -o json means one thing across commands.
+// JSON and JSONL item by item; the bytes must be exactly what
+// Printer.PrintList writes, so -o json means one thing across commands.
 func TestStreamedJSONListIsThePrintersDocument(t *testing.T) {
 	lag := int64(3)
 	id := "1-2"
@@ -178,17 +184,65 @@ func TestStreamedJSONListIsThePrintersDocument(t *testing.T) {
 		{{Category: "c", Key: "k<&>", LastEntryID: &id, Lanes: []inspect.Lane{{Name: "main"}}, Groups: []inspect.Group{{Name: "g", Lag: &lag}}}},
 		{{Category: "c", Key: "a"}, {Category: "c", Key: "b", Error: "boom"}},
 	} {
-		ios, _, out, _ := output.Test()
-		pr := output.NewPrinter(ios, output.PrinterOptions{Format: output.FormatJSON})
-		if err := pr.PrintList("Partition", items, output.TableSpec{}); err != nil {
-			t.Fatal(err)
+		for _, format := range []output.Format{output.FormatJSON, output.FormatJSONL} {
+			ios, _, out, _ := output.Test()
+			pr := output.NewPrinter(ios, output.PrinterOptions{Format: format})
+			if err := pr.PrintList("Partition", items, output.TableSpec{}); err != nil {
+				t.Fatal(err)
+			}
+			var streamed bytes.Buffer
+			w := newJSONListWriter(&streamed, "Partition", format == output.FormatJSONL)
+			for i := range items {
+				if err := w.Add(&items[i]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if streamed.String() != out.String() {
+				t.Fatalf("%s streamed:\n%s\nprinter:\n%s", format, streamed.String(), out.String())
+			}
 		}
-		var streamed bytes.Buffer
-		if err := writeJSONList(&streamed, "Partition", items); err != nil {
-			t.Fatal(err)
-		}
-		if streamed.String() != out.String() {
-			t.Fatalf("streamed:\n%s\nprinter:\n%s", streamed.String(), out.String())
-		}
+	}
+}
+
+// TestPartitionsListStreamsInBatches lists more partitions than one
+// streamed batch, in key order, with a limit ending mid-batch, and the
+// same in JSONL and in the table (which holds every row).
+func TestPartitionsListStreamsInBatches(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := srv.Client(t)
+	n := streamBatch + 500
+	cat := testenv.Protean(t, c).Category("big::cat")
+	ctx := context.Background()
+	pipe := c.Pipeline()
+	var want []string
+	for i := 0; i < n; i++ {
+		k := fmt.Sprintf("k%05d", i)
+		want = append(want, k)
+		pipe.SAdd(ctx, broker.ProteanLayout.IndexKey(cat.Name()), k)
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: broker.ProteanLayout.Stream(cat.Name(), k), Values: []string{broker.DataField, "{}"}})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl := newCLI(t)
+	cl.env["PROTCTL_REDIS"] = srv.URL()
+	r := cl.run("partitions", "ls", cat.Name(), "-o", "json")
+	r.wantCode(t, 0)
+	if got := lsKeys(t, r); !slices.Equal(got, want) {
+		t.Fatalf("%d keys listed, want %d in order", len(got), len(want))
+	}
+	r = cl.run("partitions", "ls", cat.Name(), "-o", "jsonl", "--limit", fmt.Sprint(streamBatch+1))
+	r.wantCode(t, 0)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != streamBatch+1 || !strings.Contains(lines[streamBatch], `"key":"`+want[streamBatch]+`"`) {
+		t.Fatalf("%d lines, last %q", len(lines), lines[len(lines)-1])
+	}
+	r = cl.run("partitions", "ls", cat.Name(), "--no-headers")
+	r.wantCode(t, 0)
+	if rows := strings.Count(r.stdout, "\n"); rows != n {
+		t.Fatalf("%d table rows, want %d", rows, n)
 	}
 }

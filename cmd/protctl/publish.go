@@ -30,7 +30,7 @@ type publishOptions struct {
 }
 
 func newPublishCmd(f *Factory) *cobra.Command {
-	opts := &publishOptions{IO: f.IOStreams, Publisher: f.Publisher, Layout: f.Layout, CheckWritable: f.CheckWritable, Confirm: f.Confirm}
+	opts := &publishOptions{IO: f.IOStreams, Publisher: f.Broker, Layout: f.Layout, CheckWritable: f.CheckWritable, Confirm: f.Confirm}
 	cmd := &cobra.Command{
 		Use:   "publish CATEGORY KEY",
 		Short: "Append an envelope to a partition (and record the key in the category's index)",
