@@ -118,8 +118,12 @@ func newCoordinator(p *Partitioned) *coordinator {
 	return &coordinator{p: p, parts: make(map[string]*part)}
 }
 
+// tickEvery is the coordinator's timer: contested partitions are retried,
+// idle ones swept and reaps started on it. It is fine-grained because it
+// bounds failover: a dead owner's partition is taken at most one tick
+// after its retry is due.
 func (c *coordinator) tickEvery() time.Duration {
-	d := c.p.cfg.RenewEvery / 4
+	d := c.p.cfg.RenewEvery / 8
 	return max(d, 10*time.Millisecond)
 }
 
@@ -515,8 +519,10 @@ func (c *coordinator) workerDone(w *worker, res result) {
 			pt.since = now
 		}
 		// Retry often for a lease TTL and a renewal period (the time a
-		// dead owner's lease can take to expire), then back off.
-		d := p.cfg.RenewEvery / 2
+		// dead owner's lease can take to expire), then back off. With
+		// the tick, a lease that expires is taken within 3/8 of a
+		// renewal period, which keeps failover under TTL + RenewEvery.
+		d := p.cfg.RenewEvery / 4
 		if now.Sub(pt.since) > p.cfg.LeaseTTL+p.cfg.RenewEvery {
 			if pt.backoff == 0 {
 				pt.backoff = d
