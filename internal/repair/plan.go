@@ -369,6 +369,9 @@ func (p *Plan) Validate() error {
 		switch it.Action {
 		case ActionReap:
 			errs = append(errs, need("category", t.Category), need("key", t.Key))
+			if it.Params.MinIdleMs < 0 {
+				errs = append(errs, bad("item %d (reap): params.minIdleMs must not be negative", i))
+			}
 		case ActionRelease:
 			errs = append(errs, need("group", t.Group), need("key", t.Key))
 			if it.Allowed && it.Precondition.Lease == nil {

@@ -536,18 +536,20 @@ func TestParsePlanRejectsMalformedPlans(t *testing.T) {
 		t.Fatalf("valid plan: %v", err)
 	}
 	tests := map[string]string{
-		"not json":         `{"apiVersion":`,
-		"unknown field":    strings.Replace(valid, `"allowed":true`, `"allowed":true,"extra":1`, 1),
-		"unknown action":   strings.Replace(valid, `"action":"release"`, `"action":"drop"`, 1),
-		"api version":      strings.Replace(valid, `protctl.dev/v1`, `protctl.dev/v2`, 1),
-		"kind":             strings.Replace(valid, `"kind":"Plan"`, `"kind":"PartitionList"`, 1),
-		"layout":           strings.Replace(valid, `"layout":"protean"`, `"layout":"kafka"`, 1),
-		"missing target":   strings.Replace(valid, `"key":"k"`, `"key":""`, 1),
-		"missing lease":    strings.Replace(valid, `"lease":"a:1"`, `"lease":null`, 1),
-		"unknown result":   strings.Replace(valid, `"result":null`, `"result":"done"`, 1),
-		"trailing data":    valid + ` {}`,
-		"wrong type":       strings.Replace(valid, `"allowed":true`, `"allowed":"yes"`, 1),
-		"unknown precond":  strings.Replace(valid, `"generation":1`, `"generation":1,"owner":"a"`, 1),
+		"not json":        `{"apiVersion":`,
+		"unknown field":   strings.Replace(valid, `"allowed":true`, `"allowed":true,"extra":1`, 1),
+		"unknown action":  strings.Replace(valid, `"action":"release"`, `"action":"drop"`, 1),
+		"api version":     strings.Replace(valid, `protctl.dev/v1`, `protctl.dev/v2`, 1),
+		"kind":            strings.Replace(valid, `"kind":"Plan"`, `"kind":"PartitionList"`, 1),
+		"layout":          strings.Replace(valid, `"layout":"protean"`, `"layout":"kafka"`, 1),
+		"missing target":  strings.Replace(valid, `"key":"k"`, `"key":""`, 1),
+		"missing lease":   strings.Replace(valid, `"lease":"a:1"`, `"lease":null`, 1),
+		"unknown result":  strings.Replace(valid, `"result":null`, `"result":"done"`, 1),
+		"trailing data":   valid + ` {}`,
+		"wrong type":      strings.Replace(valid, `"allowed":true`, `"allowed":"yes"`, 1),
+		"unknown precond": strings.Replace(valid, `"generation":1`, `"generation":1,"owner":"a"`, 1),
+		"negative min idle": strings.Replace(strings.Replace(strings.Replace(valid, `"action":"release"`, `"action":"reap"`, 1),
+			`"group":"g","key":"k"`, `"category":"c","key":"k"`, 1), `"force":true`, `"minIdleMs":-1`, 1),
 		"trim without max": strings.Replace(strings.Replace(valid, `"action":"release"`, `"action":"trim"`, 1), `"group":"g","key":"k"`, `"stream":"s"`, 1),
 	}
 	for name, doc := range tests {
