@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -171,6 +172,32 @@ func rtWait(tb testing.TB, d, step time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(step)
 	}
+}
+
+// rtRedisCPU is the server's CPU time so far (INFO cpu, user + sys).
+func rtRedisCPU(ctx context.Context, tb testing.TB, c *redis.Client) time.Duration {
+	tb.Helper()
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, f := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+			if v, ok := strings.CutPrefix(line, f); ok {
+				s, _ := strconv.ParseFloat(v, 64)
+				total += s
+			}
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+// rtProcessCPU is this process's CPU time so far (user + system).
+func rtProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // rtEnvDuration reads a duration from the environment (benchmarks'

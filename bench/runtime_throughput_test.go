@@ -100,14 +100,28 @@ func BenchmarkRuntimeThroughput(b *testing.B) {
 	defer plain.Close()
 
 	type result struct {
-		dur  time.Duration
-		msgs int64
+		dur      time.Duration
+		msgs     int64
+		redisCPU time.Duration // the server's CPU time (INFO cpu)
+		procCPU  time.Duration // this process's CPU time (consumer side)
+	}
+	measure := func(r *result, run func() int64) {
+		rc, pc := rtRedisCPU(ctx, b, admin), rtProcessCPU()
+		start := time.Now()
+		r.msgs += run()
+		r.dur += time.Since(start)
+		r.redisCPU += rtRedisCPU(ctx, b, admin) - rc
+		r.procCPU += rtProcessCPU() - pc
 	}
 	var (
 		plain16, plain1, rt result
 		rtSent              int64
 	)
 	total := int64(partitions * entries)
+	var (
+		runNode func() int64
+		stopped chan struct{}
+	)
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		if err := admin.FlushAll(ctx).Err(); err != nil {
@@ -118,12 +132,11 @@ func BenchmarkRuntimeThroughput(b *testing.B) {
 
 		runPlain := func(r *result, group string, workers int) func() {
 			return func() {
-				start := time.Now()
-				r.msgs += rtPlainConsume(ctx, b, plain, streams, group, batch, workers)
-				r.dur += time.Since(start)
+				measure(r, func() int64 { return rtPlainConsume(ctx, b, plain, streams, group, batch, workers) })
 			}
 		}
-		runRuntime := func() {
+		runRuntime := func() { measure(&rt, runNode) }
+		runNode = func() int64 {
 			var handled atomic.Int64
 			done := make(chan struct{})
 			h := runtime.HandlerFunc(func(context.Context, runtime.Message) error {
@@ -132,7 +145,6 @@ func BenchmarkRuntimeThroughput(b *testing.B) {
 				}
 				return nil
 			})
-			start := time.Now()
 			n, _, calls, c := rtNode(b, srv.Addr, "node-1", rtCategory, h, func(cfg *runtime.PartitionedConfig) {
 				cfg.BatchSize = batch
 				cfg.Workers = workers
@@ -142,21 +154,31 @@ func BenchmarkRuntimeThroughput(b *testing.B) {
 			case <-time.After(5 * time.Minute):
 				b.Fatalf("runtime handled %d of %d", handled.Load(), total)
 			}
-			rt.dur += time.Since(start)
-			rt.msgs += handled.Load()
 			rtSent += calls.n.Load()
-			b.StopTimer()
-			sctx, cancel := context.WithTimeout(ctx, time.Minute)
-			if err := n.Stop(sctx); err != nil {
-				b.Error(err)
-			}
-			cancel()
-			_ = c.Close()
-			b.StartTimer()
+			// Stopping is not part of consuming: it runs after the
+			// measurement (measure reads the clocks when this returns,
+			// so stop in the background and wait before the next run).
+			stopped = make(chan struct{})
+			go func() {
+				defer close(stopped)
+				sctx, cancel := context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+				if err := n.Stop(sctx); err != nil {
+					b.Error(err)
+				}
+				_ = c.Close()
+			}()
+			return handled.Load()
 		}
 		runs := []func(){runPlain(&plain16, "plain16.Consumer", workers), runRuntime, runPlain(&plain1, "plain1.Consumer", 1)}
 		for k := range runs {
 			runs[(i+k)%len(runs)]()
+			if stopped != nil {
+				b.StopTimer()
+				<-stopped
+				stopped = nil
+				b.StartTimer()
+			}
 		}
 	}
 	b.StopTimer()
@@ -171,4 +193,12 @@ func BenchmarkRuntimeThroughput(b *testing.B) {
 	b.ReportMetric(rate(rt)/rate(plain16), "ratio-vs-plain16")
 	b.ReportMetric(rate(rt)/rate(plain1), "ratio-vs-plain1")
 	b.ReportMetric(float64(rtSent)/float64(rt.msgs), "runtime-calls/msg")
+	perMsg := func(d time.Duration, r result) float64 { return float64(d.Microseconds()) / float64(r.msgs) }
+	b.ReportMetric(perMsg(rt.redisCPU, rt), "runtime-redis-cpu-µs/msg")
+	b.ReportMetric(perMsg(plain16.redisCPU, plain16), "plain16-redis-cpu-µs/msg")
+	b.ReportMetric(perMsg(rt.procCPU, rt), "runtime-client-cpu-µs/msg")
+	b.ReportMetric(perMsg(plain16.procCPU, plain16), "plain16-client-cpu-µs/msg")
+	// On a machine where CPU, not latency, bounds both, this is the
+	// throughput ratio to expect at equal parallelism.
+	b.ReportMetric(float64(plain16.redisCPU+plain16.procCPU)/float64(plain16.msgs)/(float64(rt.redisCPU+rt.procCPU)/float64(rt.msgs)), "cpu-ratio-vs-plain16")
 }
