@@ -143,15 +143,20 @@ func listPartitionsOnce(ctx context.Context, opts *partitionsListOptions, ins *i
 	return printPartitions(opts.IO, opts.Printer, sorted)
 }
 
-// streamBatch is how many partitions streamPartitions reads per call.
-const streamBatch = 2000
+// streamBatch is how many partitions streamPartitions reads per call,
+// and streamReaders how many batches it reads at once.
+const (
+	streamBatch   = 2000
+	streamReaders = 2
+)
 
 // streamPartitions prints the partitions of cats as -o json or jsonl in
 // category and key order without holding them all: it reads each index's
-// keys (SSCAN pages) and sorts them, then a goroutine reads the
-// partitions in batches of keys while the previous batch is encoded and
-// written. Memory stays at the keys plus two batches, and encoding
-// overlaps with Redis's work (docs/benchmarks-cli.md).
+// keys (SSCAN pages) and sorts them, then reads the partitions in batches
+// of keys, two batches at a time, while earlier batches are encoded and
+// written in order. Memory stays at the keys plus a few batches, and
+// Redis's work, the replies' parsing and the encoding overlap
+// (docs/benchmarks-cli.md).
 func streamPartitions(ctx context.Context, opts *partitionsListOptions, ins *inspect.Inspector, cats []string, po inspect.PartitionOptions) error {
 	b, err := opts.Broker()
 	if err != nil {
@@ -163,26 +168,34 @@ func streamPartitions(ctx context.Context, opts *partitionsListOptions, ins *ins
 		parts []inspect.Partition
 		err   error
 	}
-	batches := make(chan batch, 1)
+	// Each batch's result arrives on its own channel; the channels are
+	// queued in key order, and the queue's capacity bounds the batches in
+	// flight.
+	queue := make(chan chan batch, streamReaders)
 	go func() {
-		defer close(batches)
-		send := func(bt batch) bool {
+		defer close(queue)
+		enqueue := func(read func() batch) bool {
+			res := make(chan batch, 1)
 			select {
-			case batches <- bt:
-				return bt.err == nil
+			case queue <- res:
 			case <-ctx.Done():
 				return false
 			}
+			go func() { res <- read() }()
+			return true
 		}
 		for _, c := range cats {
 			keys, err := indexKeys(ctx, b, c)
 			if err != nil {
-				send(batch{err: err})
+				enqueue(func() batch { return batch{err: err} })
 				return
 			}
 			for lo := 0; lo < len(keys); lo += streamBatch {
-				parts, err := ins.PartitionsByKey(ctx, c, keys[lo:min(lo+streamBatch, len(keys))], po)
-				if !send(batch{parts: parts, err: err}) {
+				chunk := keys[lo:min(lo+streamBatch, len(keys))]
+				if !enqueue(func() batch {
+					parts, err := ins.PartitionsByKey(ctx, c, chunk, po)
+					return batch{parts, err}
+				}) {
 					return
 				}
 			}
@@ -193,7 +206,8 @@ func streamPartitions(ctx context.Context, opts *partitionsListOptions, ins *ins
 	prog := opts.IO.NewProgress("reading partitions")
 	defer prog.Done()
 	n := 0
-	for bt := range batches {
+	for res := range queue {
+		bt := <-res
 		if bt.err != nil {
 			return bt.err
 		}
@@ -207,7 +221,6 @@ func streamPartitions(ctx context.Context, opts *partitionsListOptions, ins *ins
 			}
 			n++
 			if opts.Limit > 0 && n >= opts.Limit {
-				cancel()
 				prog.Done()
 				return w.Close()
 			}
