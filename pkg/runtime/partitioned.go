@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime/clock"
@@ -52,6 +53,9 @@ type Partitioned struct {
 
 	events chan event
 	sem    chan struct{} // the worker limit
+	// rediscover asks the discovery loop for a scan now (a wake-up
+	// subscription was just (re)established: signals may have been lost).
+	rediscover chan struct{}
 
 	leases   leaseTable
 	assigned assignedSet
@@ -99,7 +103,9 @@ func NewPartitioned(cfg PartitionedConfig) (*Partitioned, error) {
 		coordDone: make(chan struct{}),
 		events:    make(chan event, 64),
 		sem:       make(chan struct{}, cfg.Workers),
-		watch:     newWatchSet(),
+
+		rediscover: make(chan struct{}, 1),
+		watch:      newWatchSet(),
 	}
 	w, wok := cfg.Broker.(broker.EntryWaiter)
 	t, tok := cfg.Broker.(StreamTailer)
@@ -124,20 +130,17 @@ func (p *Partitioned) Name() string { return p.cfg.Name }
 // Config returns the validated configuration, defaults filled in.
 func (p *Partitioned) Config() PartitionedConfig { return p.cfg }
 
-// Start registers the group on every category (so that reaps keep what it
-// has not read yet) and starts the subscription's goroutines. It returns
-// once they run; partitions are taken in the background as the host
-// reports the membership.
+// Start starts the subscription's goroutines and returns once they run;
+// it does no I/O. In the background the subscription first registers its
+// group on every category (RegisterGroup, retried with backoff while
+// Redis is unreachable: no partition is read before it succeeds, so a
+// reap always keeps what the group has not read), then takes partitions
+// as the host reports the membership.
 func (p *Partitioned) Start(ctx context.Context, host Host) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.state != StateNew {
 		return errors.New("runtime: partitioned subscription already started")
-	}
-	for _, cat := range p.cfg.Categories {
-		if err := p.cfg.Broker.RegisterGroup(ctx, cat, p.cfg.Name); err != nil {
-			return err
-		}
 	}
 	p.host = host
 	p.clk = host.Clock()
@@ -152,6 +155,8 @@ func (p *Partitioned) Start(ctx context.Context, host Host) error {
 	c := newCoordinator(p)
 	p.wg.Add(1)
 	go c.run()
+	p.wg.Add(1)
+	go p.registerLoop(p.bgCtx)
 	p.wg.Add(1)
 	go p.renewLoop(p.bgCtx)
 	p.wg.Add(1)
@@ -171,6 +176,30 @@ func (p *Partitioned) Start(ctx context.Context, host Host) error {
 	p.log.Info("subscription started", "subscription", p.cfg.Name, "categories", p.cfg.Categories,
 		"entryWaiter", p.waiter != nil, "partitionWatcher", p.pwatch != nil, "batchRenewer", p.batchRenewer != nil)
 	return nil
+}
+
+// registerLoop registers the group on every category, retrying with
+// backoff, then tells the coordinator that partitions may be read.
+func (p *Partitioned) registerLoop(ctx context.Context) {
+	defer p.wg.Done()
+	backoff := newBackoff(100*time.Millisecond, p.cfg.RenewEvery)
+	for _, cat := range p.cfg.Categories {
+		for {
+			err := p.cfg.Broker.RegisterGroup(ctx, cat, p.cfg.Name)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			p.log.Warn("registering the group failed; retrying", "subscription", p.cfg.Name, "category", cat, "err", err)
+			p.obs.error(ErrorEvent{Subscription: p.cfg.Name, Op: "register group", Err: err})
+			if !p.sleep(ctx, backoff.next()) {
+				return
+			}
+		}
+	}
+	p.send(evRegistered{})
 }
 
 // Stop stops the subscription gracefully: no new message is started,

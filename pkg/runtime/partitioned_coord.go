@@ -38,6 +38,9 @@ type (
 		w   *worker
 		res result
 	}
+	// evRegistered: the group is registered on every category; partitions
+	// may be read.
+	evRegistered struct{}
 	// evReaped: a reap attempt finished.
 	evReaped struct {
 		key    string
@@ -54,6 +57,7 @@ func (evLedgerList) isEvent()   {}
 func (evLedgerSignal) isEvent() {}
 func (evWorkerDone) isEvent()   {}
 func (evReaped) isEvent()       {}
+func (evRegistered) isEvent()   {}
 
 // pstate is a known partition's state on this node.
 type pstate uint8
@@ -112,6 +116,9 @@ type coordinator struct {
 	stopping bool
 	active   int
 	reaping  bool
+	// registered: the group is registered on every category. Until then
+	// no worker starts: assigned partitions wait in pBackoff.
+	registered bool
 }
 
 func newCoordinator(p *Partitioned) *coordinator {
@@ -301,6 +308,11 @@ func (c *coordinator) activate(pt *part, fromWaiter bool) {
 		pt.w.poke(fromWaiter)
 		return
 	}
+	if !c.registered {
+		pt.retryAt = time.Time{}
+		c.setState(pt, pBackoff)
+		return
+	}
 	c.setState(pt, pActive)
 	p.watch.remove(pt.key)
 	pt.reaped = false
@@ -331,6 +343,10 @@ func (c *coordinator) part(key string) *part {
 func (c *coordinator) handle(ev event) {
 	p := c.p
 	switch ev := ev.(type) {
+	case evRegistered:
+		c.registered = true
+		p.log.Debug("group registered", "subscription", p.cfg.Name, "categories", p.cfg.Categories)
+		c.tick()
 	case evWorkerDone:
 		c.workerDone(ev.w, ev.res)
 	case evDiscovered:

@@ -450,3 +450,42 @@ func TestRedisPoisonParkRetrySkip(t *testing.T) {
 		t.Errorf("ledger after retry and skip: %+v", l)
 	}
 }
+
+// Start does no I/O: a node started while Redis is down joins, registers
+// its group and consumes once Redis is back (here restarted empty).
+func TestRedisNodeStartsWhileRedisIsDown(t *testing.T) {
+	ctx := context.Background()
+	e := newRedisEnv(t)
+	rec := newRecorder(t)
+	server.Kill()
+	restarted := false
+	defer func() {
+		if !restarted {
+			if err := server.Restart(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}()
+	start := time.Now()
+	n := e.start("node-1", rec.handler("node-1"), nil, nil)
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Start took %s with Redis down", d)
+	}
+	if n.JoinState() != runtime.JoinJoining {
+		t.Errorf("join state with Redis down = %s", n.JoinState())
+	}
+	time.Sleep(2 * redisRenew) // a few failed heartbeats and registrations
+	if err := server.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	eventually(t, 20*time.Second, 20*time.Millisecond, "joined", func() bool { return n.JoinState() == runtime.JoinJoined })
+	eventually(t, 20*time.Second, 20*time.Millisecond, "group registered", func() bool {
+		g, _ := e.c.SMembers(ctx, cat+":__groups__").Result()
+		return slices.Contains(g, group)
+	})
+	keys := keyNames(5)
+	publishAll(t, e.pub, keys, 1, 3)
+	eventually(t, 30*time.Second, 20*time.Millisecond, "handled after the restart", func() bool { return rec.complete(wantAll(keys, 3)) })
+	rec.checkOrder(t, wantAll(keys, 3))
+}

@@ -194,7 +194,7 @@ func (p *Partitioned) waitLoop(ctx context.Context) {
 func (p *Partitioned) discoverLoop(ctx context.Context) {
 	defer p.wg.Done()
 	const page = 1000
-	backoff := newBackoff(time.Second, p.cfg.DiscoverEvery)
+	backoff := newBackoff(time.Second, min(p.cfg.DiscoverEvery, 5*time.Second))
 	for {
 		started := p.clk.Now()
 		keys := make(map[string]struct{})
@@ -233,16 +233,24 @@ func (p *Partitioned) discoverLoop(ctx context.Context) {
 		if len(keys) > 0 || scanErr == nil {
 			p.send(evDiscovered{keys: keysOf(keys), complete: scanErr == nil, started: started})
 		}
-		if !p.sleep(ctx, wait) {
+		t := p.clk.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
 			return
+		case <-t.C():
+		case <-p.rediscover:
+			t.Stop()
 		}
 	}
 }
 
 // signalLoop forwards the wake-up signals of category's publishes to the
-// coordinator, batching those already queued. When the watch breaks (a
-// lost connection) it watches again, and asks the coordinator to resync:
-// signals may have been lost meanwhile.
+// coordinator, batching those already queued. Each time the watch is
+// established (at start, and again after a lost connection) signals may
+// have been missed: it asks for a discovery scan at once, which finds new
+// keys, and for a resync, which re-reads idle partitions when there is no
+// blocking wait to notice their entries.
 func (p *Partitioned) signalLoop(ctx context.Context, category string) {
 	defer p.wg.Done()
 	backoff := newBackoff(100*time.Millisecond, 5*time.Second)
@@ -260,6 +268,10 @@ func (p *Partitioned) signalLoop(ctx context.Context, category string) {
 			continue
 		}
 		backoff.reset()
+		select {
+		case p.rediscover <- struct{}{}:
+		default:
+		}
 		if !first {
 			p.send(evResync{})
 		}
