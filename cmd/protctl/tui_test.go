@@ -1,0 +1,354 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/tui"
+)
+
+// TestTUIWithoutTerminal: without a terminal on stdin and stdout, `tui`
+// (and its alias) exits 2 with a clear message, before reading the
+// config or dialling anything (the Redis URL points nowhere).
+func TestTUIWithoutTerminal(t *testing.T) {
+	cases := []struct {
+		name      string
+		args      []string
+		configure func(*output.IOStreams)
+	}{
+		{"no terminal", []string{"tui"}, nil},
+		{"the alias", []string{"dashboard"}, nil},
+		{"stdout is not a terminal", []string{"tui"}, func(s *output.IOStreams) { s.SetStdinTTY(true) }},
+		{"stdin is not a terminal", []string{"tui"}, func(s *output.IOStreams) { s.SetStdoutTTY(true) }},
+		{"json errors", []string{"tui", "-o", "json"}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cl := newCLI(t)
+			cl.env["PROTCTL_REDIS"] = "redis://127.0.0.1:1/0"
+			cl.configure = c.configure
+			r := cl.run(c.args...)
+			r.wantCode(t, 2)
+			if !strings.Contains(r.stderr, "needs a terminal") {
+				t.Fatalf("stderr %q does not say a terminal is needed", r.stderr)
+			}
+			if slices.Contains(c.args, "json") && !strings.Contains(r.stderr, `"code":"USAGE"`) {
+				t.Fatalf("stderr %q", r.stderr)
+			}
+			if r.stdout != "" {
+				t.Fatalf("stdout %q", r.stdout)
+			}
+		})
+	}
+}
+
+func TestTUIFlagErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"tui", "--refresh", "10ms"},
+		{"tui", "--view", "bogus"},
+		{"tui", "--reap-min-idle", "-1s"},
+		{"tui", "extra"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			cl := newCLI(t)
+			cl.tty = true
+			cl.run(args...).wantCode(t, 2)
+		})
+	}
+}
+
+// TestTUIOnATerminal runs the real program on (simulated) terminal
+// streams against a Redis fixture: it draws the dashboard and quits on q.
+func TestTUIOnATerminal(t *testing.T) {
+	e := newOpsEnv(t)
+	cl := e.cli(true)
+	// q after the first reads: the frames drawn until then are on stdout.
+	cl.configure = func(s *output.IOStreams) { s.In = &delayedReader{after: 500 * time.Millisecond, data: []byte("q")} }
+	r := cl.run("tui", "--refresh", "1h")
+	r.wantCode(t, 0)
+	for _, want := range []string{"protctl", "partitions [9]", "o-healthy"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("stdout has no %q:\n%q", want, r.stdout)
+		}
+	}
+}
+
+// delayedReader yields data once after a delay, then EOF.
+type delayedReader struct {
+	after time.Duration
+	data  []byte
+	done  bool
+}
+
+func (d *delayedReader) Read(p []byte) (int, error) {
+	if d.done {
+		return 0, io.EOF
+	}
+	time.Sleep(d.after)
+	d.done = true
+	return copy(p, d.data), nil
+}
+
+// dashboard drives a tui.Model built exactly as `protctl tui` builds it
+// (dashboardOptions over the factory's Inspector and Repairer), running
+// the commands its keys start until they finish.
+type dashboard struct {
+	t *testing.T
+	m *tui.Model
+}
+
+func newDashboard(t *testing.T, e *opsEnv) *dashboard {
+	t.Helper()
+	ios, _, _, _ := output.Test()
+	ios.SetTTY(true)
+	f := newFactory(ios)
+	f.Getenv = func(k string) string {
+		if k == "PROTCTL_REDIS" {
+			return e.srv.URL()
+		}
+		return ""
+	}
+	t.Cleanup(f.close)
+	root := newRootCmd(f) // binds the global flags' defaults
+	_ = root
+	opts := &tuiOptions{IO: ios, Settings: f.Settings, Inspector: f.Inspector, Repairer: f.Repairer,
+		Operator: "protctl:test", Refresh: time.Hour, View: "partitions", ReapMinIdle: tui.DefaultReapMinIdle}
+	dash, err := dashboardOptions(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dash.Refresh = -1 // no ticks: the test reads by hand
+	d := &dashboard{t: t, m: tui.New(dash)}
+	d.m.Update(tea.WindowSizeMsg{Width: 160, Height: 40})
+	d.run(d.m.Init())
+	return d
+}
+
+func (d *dashboard) run(cmd tea.Cmd) {
+	d.t.Helper()
+	queue := []tea.Cmd{cmd}
+	for len(queue) > 0 {
+		c := queue[0]
+		queue = queue[1:]
+		if c == nil {
+			continue
+		}
+		done := make(chan tea.Msg, 1)
+		go func() { done <- c() }()
+		var msg tea.Msg
+		select {
+		case msg = <-done:
+		case <-time.After(20 * time.Second):
+			d.t.Fatal("a dashboard command did not return within 20s")
+		}
+		if b, ok := msg.(tea.BatchMsg); ok {
+			queue = append(queue, b...)
+			continue
+		}
+		_, next := d.m.Update(msg)
+		queue = append(queue, next)
+	}
+}
+
+func (d *dashboard) keys(ks ...string) {
+	d.t.Helper()
+	for _, k := range ks {
+		var msg tea.KeyMsg
+		switch k {
+		case "enter":
+			msg = tea.KeyMsg{Type: tea.KeyEnter}
+		case "esc":
+			msg = tea.KeyMsg{Type: tea.KeyEsc}
+		default:
+			msg = tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)}
+		}
+		_, cmd := d.m.Update(msg)
+		d.run(cmd)
+	}
+}
+
+func (d *dashboard) typeText(s string) {
+	for _, r := range s {
+		d.keys(string(r))
+	}
+}
+
+func (d *dashboard) wantView(parts ...string) {
+	d.t.Helper()
+	v := d.m.View()
+	for _, p := range parts {
+		if !strings.Contains(v, p) {
+			d.t.Fatalf("the dashboard does not show %q:\n%s", p, v)
+		}
+	}
+}
+
+// TestTUIActionsMatchCLI: an action taken in the dashboard changes Redis
+// exactly as the equivalent CLI command does. Two identical Protean
+// fixtures on two servers; the dashboard acts on one, the CLI on the
+// other; the state of both servers, normalised for what differs between
+// two fixtures (entry ids and bodies carry the time they were written),
+// must be the same afterwards, and differ from before.
+func TestTUIActionsMatchCLI(t *testing.T) {
+	cases := []struct {
+		name    string
+		filter  string   // selects the partition row
+		keys    []string // the action and its answers
+		cmdline string   // what the dialog shows
+		cli     func(e *opsEnv) []string
+	}{
+		{
+			name: "release a held lease", filter: "o-halted", keys: []string{"L"},
+			cmdline: "protctl partitions release shop::order o-halted --group app.OrderProjector --force",
+			cli: func(e *opsEnv) []string {
+				return []string{"partitions", "release", e.s.Orders, e.s.Halted, "--group", e.s.Projector, "--force", "--yes"}
+			},
+		},
+		{
+			name: "reap a cold partition", filter: "o-cold", keys: []string{"R"},
+			cmdline: "protctl partitions reap shop::order o-cold --min-idle 1h0m0s",
+			cli: func(e *opsEnv) []string {
+				return []string{"partitions", "reap", e.s.Orders, e.s.Cold, "--min-idle", "1h", "--yes"}
+			},
+		},
+		{
+			name: "dead-letter a poison head", filter: "o-halted", keys: []string{"D", "p", "o", "i", "s", "o", "n", "enter"},
+			cmdline: "protctl partitions skip-head shop::order o-halted --group app.OrderProjector --reason poison",
+			cli: func(e *opsEnv) []string {
+				return []string{"partitions", "skip-head", e.s.Orders, e.s.Halted, "--group", e.s.Projector, "--reason", "poison", "--yes"}
+			},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			viaTUI, viaCLI := newOpsEnv(t), newOpsEnv(t)
+			before := redisState(t, viaTUI.c)
+			if other := redisState(t, viaCLI.c); other != before {
+				t.Fatalf("the two fixtures differ before the action:\n%s", diffLines(before, other))
+			}
+
+			d := newDashboard(t, viaTUI)
+			d.keys("/")
+			d.typeText(c.filter)
+			d.keys("enter")
+			d.wantView(c.filter)
+			d.keys(c.keys...)
+			d.wantView(c.cmdline, "Apply 1 change?")
+			d.keys("y")
+			d.wantView("Result: 1 applied")
+			d.keys("esc")
+
+			viaCLI.run(c.cli(viaCLI)...).wantCode(t, 0)
+
+			tuiState, cliState := redisState(t, viaTUI.c), redisState(t, viaCLI.c)
+			if tuiState != cliState {
+				t.Fatalf("the dashboard and the CLI left different states:\n%s", diffLines(cliState, tuiState))
+			}
+			if tuiState == before {
+				t.Fatal("the action changed nothing")
+			}
+		})
+	}
+}
+
+// redisState dumps every key of the server, normalised so that two
+// fixtures built the same way at different times compare equal: stream
+// entry ids become their position in the stream ("#3"), entry bodies
+// their field names, and TTLs whether one is set.
+func redisState(t *testing.T, c redis.UniversalClient) string {
+	t.Helper()
+	ctx := context.Background()
+	keys, err := c.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		typ := c.Type(ctx, k).Val()
+		ttl := ""
+		if d := c.PTTL(ctx, k).Val(); d > 0 {
+			ttl = " (ttl)"
+		}
+		fmt.Fprintf(&b, "%s %s%s\n", typ, k, ttl)
+		switch typ {
+		case "string":
+			fmt.Fprintf(&b, "  = %s\n", c.Get(ctx, k).Val())
+		case "set":
+			m := c.SMembers(ctx, k).Val()
+			sort.Strings(m)
+			fmt.Fprintf(&b, "  = %v\n", m)
+		case "hash":
+			h := c.HGetAll(ctx, k).Val()
+			names := make([]string, 0, len(h))
+			for n := range h {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			for _, n := range names {
+				fmt.Fprintf(&b, "  %s = %s\n", n, h[n])
+			}
+		case "stream":
+			writeStream(t, &b, c, k)
+		}
+	}
+	return b.String()
+}
+
+func writeStream(t *testing.T, b *strings.Builder, c redis.UniversalClient, k string) {
+	ctx := context.Background()
+	entries := c.XRange(ctx, k, "-", "+").Val()
+	pos := map[string]string{"0-0": "#0"}
+	for i, e := range entries {
+		pos[e.ID] = fmt.Sprintf("#%d", i+1)
+		fields := make([]string, 0, len(e.Values))
+		for f := range e.Values {
+			fields = append(fields, f)
+		}
+		sort.Strings(fields)
+		fmt.Fprintf(b, "  entry #%d %v\n", i+1, fields)
+	}
+	at := func(id string) string {
+		if p, ok := pos[id]; ok {
+			return p
+		}
+		return "gone"
+	}
+	groups := c.XInfoGroups(ctx, k).Val()
+	for _, g := range groups {
+		fmt.Fprintf(b, "  group %s pending %d delivered-up-to %s\n", g.Name, g.Pending, at(g.LastDeliveredID))
+		pend, err := c.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: k, Group: g.Name, Start: "-", End: "+", Count: 1000}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pend {
+			fmt.Fprintf(b, "    pending %s to %s delivered %d\n", at(p.ID), p.Consumer, p.RetryCount)
+		}
+	}
+}
+
+func diffLines(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	var out []string
+	for _, l := range w {
+		if !slices.Contains(g, l) {
+			out = append(out, "- "+l)
+		}
+	}
+	for _, l := range g {
+		if !slices.Contains(w, l) {
+			out = append(out, "+ "+l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -1,0 +1,214 @@
+package tui
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/charmbracelet/x/ansi"
+
+	"github.com/protctl/protctl/internal/repair"
+)
+
+// confirmState is where a confirm dialog is.
+type confirmState int
+
+const (
+	confirmPlanning confirmState = iota // the plan is being built
+	confirmShown                        // the plan is shown: y applies, n cancels
+	confirmApplying                     // Apply runs
+	confirmDone                         // per-item results are shown
+	confirmFailed                       // planning or applying failed
+)
+
+// confirm is the dialog an action opens: the equivalent command line, the
+// plan the CLI would build (each item with the state it saw and whether
+// it is allowed), a confirming keystroke, then each item's result.
+type confirm struct {
+	seq     int
+	req     ActionRequest
+	cmdline string
+	state   confirmState
+	plan    *repair.Plan
+	outcome repair.Outcome
+	err     error
+	// back is the mode to return to when the dialog closes.
+	back mode
+}
+
+// pending counts the items Apply would try (the CLI's pendingItems).
+func (c *confirm) pending() int {
+	if c.plan == nil {
+		return 0
+	}
+	n := 0
+	for _, it := range c.plan.Items {
+		if it.Allowed && it.Result == repair.ResultNone {
+			n++
+		}
+	}
+	return n
+}
+
+func actionTitle(r ActionRequest) string {
+	switch r.Action {
+	case repair.ActionReap:
+		return "Reap partition " + r.Category + "/" + r.Key
+	case repair.ActionRelease:
+		return "Release the lease of " + r.Group + " on " + r.Key
+	case repair.ActionTrim:
+		return fmt.Sprintf("Trim %s to %d entries", r.Stream, r.MaxLen)
+	case repair.ActionDeadLetter:
+		return "Dead-letter the head of " + r.Group + " on " + r.Key
+	case repair.ActionRetry:
+		return "Retry parked " + r.Subscription + "/" + r.Aggregate
+	case repair.ActionSkip:
+		return "Skip parked " + r.Subscription + "/" + r.Aggregate
+	}
+	return string(r.Action)
+}
+
+// clonePlan copies p deeply enough for Apply to record results in the
+// copy while the dialog still renders the original.
+func clonePlan(p *repair.Plan) *repair.Plan {
+	c := *p
+	c.Items = slices.Clone(p.Items)
+	return &c
+}
+
+func (c *confirm) view(st *Styles, width, height int, readOnly bool) string {
+	var lines []string
+	add := func(s ...string) { lines = append(lines, s...) }
+	add(st.DialogHead.Render(actionTitle(c.req)), "")
+	add(st.Label.Render("Equivalent command:"), "  "+st.Command.Render(c.cmdline), "")
+	switch c.state {
+	case confirmPlanning:
+		add(st.Status.Render("Planning (reads only)…"))
+	case confirmFailed:
+		add(st.Error.Render("error: "+oneLine(c.err.Error())), "", st.Status.Render("esc closes"))
+	default:
+		if c.plan == nil {
+			break
+		}
+		title := fmt.Sprintf("Plan (%d %s):", len(c.plan.Items), plural(len(c.plan.Items), "item", "items"))
+		if c.state == confirmDone {
+			title = "Result: " + c.plan.Summary() + " (" + string(c.outcome) + ")"
+		}
+		add(st.Label.Render(title))
+		add(indent(planTable(c.plan, c.state == confirmDone), "  ")...)
+		add("")
+		switch c.state {
+		case confirmShown:
+			switch n := c.pending(); {
+			case readOnly:
+				add(st.Error.Render("read-only: nothing can be applied"), st.Status.Render("esc closes"))
+			case n == 0:
+				add(st.Status.Render("Nothing to apply (every item is refused or has nothing to do). esc closes"))
+			default:
+				add(st.DialogHead.Render(fmt.Sprintf("Apply %d %s? ", n, plural(n, "change", "changes"))) +
+					st.HintKey.Render("y") + st.HintDesc.Render(" apply  ") + st.HintKey.Render("n/esc") + st.HintDesc.Render(" cancel"))
+			}
+		case confirmApplying:
+			add(st.Status.Render("Applying (each item re-checked atomically)…"))
+		case confirmDone:
+			add(st.Status.Render("esc/enter closes and refreshes"))
+		}
+	}
+	for i, l := range lines {
+		lines[i] = ansi.Truncate(l, width, "…")
+	}
+	if len(lines) > height {
+		lines = append(lines[:height-1], st.Status.Render("…"))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// planTable lists the items as the CLI's plan table does: action, target,
+// the state seen, allowed, and the reason (or, applied, result and
+// detail).
+func planTable(p *repair.Plan, results bool) []string {
+	head := []string{"ACTION", "TARGET", "SEEN", "ALLOWED"}
+	if results {
+		head = append(head, "RESULT")
+	}
+	head = append(head, "REASON")
+	out := plainTable(head, func(yield func([]string)) {
+		for _, it := range p.Items {
+			r := []string{string(it.Action), it.Target.String(), seenText(it), yesNo(it.Allowed)}
+			if results {
+				r = append(r, orDash(string(it.Result)))
+			}
+			reason := it.Reason
+			if it.Detail != "" {
+				reason = it.Detail
+			}
+			yield(append(r, oneLine(reason)))
+		}
+	})
+	return strings.Split(strings.TrimRight(out, "\n"), "\n")
+}
+
+// seenText sums up the state an item was planned against (the CLI's SEEN
+// column).
+func seenText(it repair.Item) string {
+	pc := it.Precondition
+	var parts []string
+	switch it.Action {
+	case repair.ActionTrim:
+		if t := pc.Trim; t != nil {
+			floor := "none"
+			if t.Floor != nil {
+				floor = *t.Floor
+			}
+			s := "floor " + floor
+			if t.PinnedBy != "" {
+				s += " pinned by " + t.PinnedBy
+			}
+			parts = append(parts, s, fmt.Sprintf("removes %d of %d", t.Removes, t.Length))
+		}
+	case repair.ActionRetry, repair.ActionSkip:
+		if ps := pc.Parked; ps != nil {
+			parts = append(parts, fmt.Sprintf("%s at %s, %d attempts", ps.Status, ps.Position, ps.Attempts))
+		}
+	case repair.ActionDeadLetter:
+		if pe := pc.Pending; pe != nil {
+			parts = append(parts, fmt.Sprintf("delivered %d times to %s", pe.Deliveries, pe.Consumer))
+		}
+	case repair.ActionReap:
+		if pc.LastEntryID != nil {
+			parts = append(parts, "last entry "+*pc.LastEntryID)
+		}
+	}
+	switch it.Action {
+	case repair.ActionRelease, repair.ActionDeadLetter:
+		if pc.Lease != nil {
+			parts = append(parts, "lease "+*pc.Lease)
+		} else {
+			gen := "never leased"
+			if pc.Generation != nil {
+				gen = fmt.Sprintf("generation %d", *pc.Generation)
+			}
+			parts = append(parts, "lease free ("+gen+")")
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, "; ")
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
+
+func indent(lines []string, pre string) []string {
+	for i, l := range lines {
+		lines[i] = pre + l
+	}
+	return lines
+}
