@@ -44,6 +44,10 @@ type Config struct {
 	// Listen is host:port; port 0 picks a free port (see Addr). Default:
 	// 127.0.0.1:7070.
 	Listen string
+	// Listener, when set, is served instead of listening on Listen: get
+	// it from Listen (the function), which applies the same rules, when
+	// the bound address must be known before the server can be built.
+	Listener net.Listener
 	// Token is the bearer token; "" for none, which only a loopback
 	// Listen allows.
 	Token string
@@ -83,6 +87,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:7070"
 	}
+	if cfg.Listener != nil {
+		cfg.Listen = cfg.Listener.Addr().String()
+	}
 	host, _, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("admin: listen address %q: %w", cfg.Listen, err)
@@ -113,17 +120,38 @@ func IsLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// Start listens and serves in the background until Shutdown.
-func (s *Server) Start() error {
-	ln, err := net.Listen("tcp", s.cfg.Listen)
+// Listen binds addr for a server, refusing (ErrTokenRequired) a
+// non-loopback address when token is empty.
+func Listen(addr, token string) (net.Listener, error) {
+	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("admin: listen on %s: %w", s.cfg.Listen, err)
+		return nil, fmt.Errorf("admin: listen address %q: %w", addr, err)
+	}
+	if !IsLoopback(host) && token == "" {
+		return nil, fmt.Errorf("%w (listen %s)", ErrTokenRequired, addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("admin: listen on %s: %w", addr, err)
 	}
 	// "localhost" may resolve to something else on a strange host: check
 	// what was actually bound.
-	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && s.cfg.Token == "" {
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && token == "" {
 		_ = ln.Close()
-		return fmt.Errorf("%w (bound %s)", ErrTokenRequired, tcp)
+		return nil, fmt.Errorf("%w (bound %s)", ErrTokenRequired, tcp)
+	}
+	return ln, nil
+}
+
+// Start listens (unless Config.Listener was given) and serves in the
+// background until Shutdown.
+func (s *Server) Start() error {
+	ln := s.cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = Listen(s.cfg.Listen, s.cfg.Token); err != nil {
+			return err
+		}
 	}
 	s.ln = ln
 	s.srv = &http.Server{

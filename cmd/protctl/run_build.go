@@ -1,0 +1,393 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/internal/admin"
+	"github.com/protctl/protctl/internal/clierr"
+	"github.com/protctl/protctl/internal/handlers"
+	"github.com/protctl/protctl/internal/nodeconfig"
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/broker/redisbroker"
+	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+	"github.com/protctl/protctl/pkg/runtime/redisstore"
+)
+
+// runningNode is a node assembled from its config: the runtime node, its
+// clients and its admin endpoint.
+type runningNode struct {
+	cfg     *nodeconfig.Config
+	log     *slog.Logger
+	redis   redis.UniversalClient
+	kafka   *kafkasource.Source
+	node    *runtime.Node
+	metrics *admin.Metrics
+	ln      net.Listener
+	admin   *admin.Server
+}
+
+// buildNode assembles the node of cfg. It dials nothing; it binds the
+// admin endpoint's address (so that the node's status record carries the
+// bound port).
+func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runningNode, err error) {
+	n := &runningNode{cfg: cfg, log: log, metrics: admin.NewMetrics()}
+	defer func() {
+		if err != nil {
+			n.close()
+		}
+	}()
+	layout, err := broker.ParseLayout(cfg.Redis.Layout)
+	if err != nil {
+		return nil, clierr.Usage.Wrap(err)
+	}
+	if n.redis, err = nodeRedisClient(cfg.Redis, layout); err != nil {
+		return nil, clierr.Usage.Wrap(err)
+	}
+	goRedisLog.Store(log)
+	store := redisstore.New(n.redis)
+	ttl, renew := cfg.Lease.TTL.D(), cfg.Lease.RenewEvery.D()
+
+	if cfg.Kafka != nil {
+		kopts := []kafkasource.Option{kafkasource.WithClientID(cfg.Kafka.ClientID), kafkasource.WithLogger(log.With("component", "kafka"))}
+		if cfg.Kafka.TLS.On() {
+			tc, err := cfg.Kafka.TLS.Config("")
+			if err != nil {
+				return nil, clierr.Usage.Errorf("kafka.tls: %w", err)
+			}
+			kopts = append(kopts, kafkasource.WithTLS(tc))
+		}
+		if s := cfg.Kafka.SASL; s != nil {
+			kopts = append(kopts, kafkasource.WithSASL(s.Mechanism, s.Username, s.Password))
+		}
+		if n.kafka, err = kafkasource.New(cfg.Kafka.Brokers, kopts...); err != nil {
+			return nil, clierr.Usage.Errorf("kafka: %w", err)
+		}
+	}
+
+	var subs []runtime.Subscription
+	topics := map[string]*runtime.TopicConfig{}
+	var topicOrder []string
+	for i, sc := range cfg.Subscriptions {
+		h, err := buildHandler(sc.Handler, log.With("subscription", sc.Name), out)
+		if err != nil {
+			return nil, clierr.Usage.Errorf("subscriptions[%d].handler: %w", i, err)
+		}
+		retry := runtime.RetryPolicy{Attempts: sc.Retry.Attempts, Backoff: sc.Retry.Backoff.D(), MaxBackoff: sc.Retry.MaxBackoff.D()}
+		if sc.Redis != nil {
+			b := timedRedisBroker{redisbroker.New(n.redis, redisbroker.WithLayout(layout), redisbroker.WithBackfillSuffix(sc.Redis.BackfillSuffix)), n.metrics}
+			p, err := runtime.NewPartitioned(runtime.PartitionedConfig{
+				Name:           sc.Name,
+				Categories:     sc.Redis.Categories,
+				Handler:        h,
+				Broker:         b,
+				Ledger:         store,
+				BackfillSuffix: sc.Redis.BackfillSuffix,
+				LeaseTTL:       ttl,
+				RenewEvery:     renew,
+				BatchSize:      sc.MaxInFlight,
+				Workers:        sc.Workers,
+				MaxPartitions:  sc.MaxPartitions,
+				Retry:          retry,
+				ReapAfter:      sc.Redis.ReapAfter.D(),
+			})
+			if err != nil {
+				return nil, clierr.Usage.Errorf("subscriptions[%d]: %w", i, err)
+			}
+			subs = append(subs, p)
+			continue
+		}
+		tc := topics[sc.Kafka.Topic]
+		if tc == nil {
+			agg, err := kafkasource.ParseAggregateFrom(sc.Kafka.Aggregate)
+			if err != nil {
+				return nil, clierr.Usage.Errorf("subscriptions[%d].kafka.aggregate: %w", i, err)
+			}
+			start := kafkasource.FromEarliest
+			if sc.Kafka.StartFrom == "head" {
+				start = kafkasource.FromHead
+			}
+			tc = &runtime.TopicConfig{
+				Topic:         sc.Kafka.Topic,
+				Source:        n.kafka,
+				Leases:        timedRedisBroker{redisbroker.New(n.redis, redisbroker.WithLayout(layout)), n.metrics},
+				LeaseGroup:    redisstore.TopicLeaseGroup(cfg.Service, sc.Kafka.Topic),
+				Checkpoints:   store,
+				Ledger:        store,
+				Aggregate:     agg,
+				StartFrom:     start,
+				LeaseTTL:      ttl,
+				RenewEvery:    renew,
+				MaxPartitions: sc.MaxPartitions,
+				Lanes:         sc.Workers,
+				MaxInFlight:   sc.MaxInFlight,
+			}
+			topics[sc.Kafka.Topic] = tc
+			topicOrder = append(topicOrder, sc.Kafka.Topic)
+		}
+		tc.Subscriptions = append(tc.Subscriptions, runtime.TopicSubscription{Name: sc.Name, Handler: h, Retry: retry})
+	}
+	for _, topic := range topicOrder {
+		ts, err := runtime.NewTopicSubscriptions(*topics[topic])
+		if err != nil {
+			return nil, clierr.Usage.Errorf("kafka topic %s: %w", topic, err)
+		}
+		subs = append(subs, ts)
+	}
+
+	adminAddr := ""
+	if !cfg.Admin.Disabled {
+		if n.ln, err = admin.Listen(cfg.Admin.Listen, cfg.Admin.Token); err != nil {
+			if errors.Is(err, admin.ErrTokenRequired) {
+				return nil, clierr.Usage.Wrap(err)
+			}
+			return nil, err
+		}
+		adminAddr = n.ln.Addr().String()
+	}
+	n.node, err = runtime.NewNode(runtime.NodeConfig{
+		Service:        cfg.Service,
+		NodeID:         cfg.Node,
+		AdminAddr:      adminAddr,
+		Membership:     store,
+		HeartbeatEvery: renew,
+		// A dead node leaves the membership after MemberTTL, and its
+		// leases expire after ttl: keep the first no later than the
+		// second so that its partitions move within ttl + renew.
+		MemberTTL: ttl,
+		Logger:    log,
+		Observer:  n.metrics.Observer(nil),
+	}, subs...)
+	if err != nil {
+		return nil, clierr.Usage.Wrap(err)
+	}
+	if n.ln != nil {
+		n.admin, err = admin.New(admin.Config{
+			Listener:     n.ln,
+			Token:        cfg.Admin.Token,
+			PublicProbes: cfg.Admin.PublicProbes,
+			Node:         n.node,
+			Metrics:      n.metrics,
+			Lag:          n.lag,
+			Logger:       log.With("component", "admin"),
+		})
+		if err != nil {
+			return nil, clierr.Usage.Wrap(err)
+		}
+	}
+	return n, nil
+}
+
+func (n *runningNode) startAdmin() error {
+	if n.admin == nil {
+		return nil
+	}
+	return n.admin.Start()
+}
+
+func (n *runningNode) adminAddr() string {
+	if n.ln == nil {
+		return ""
+	}
+	return n.ln.Addr().String()
+}
+
+func (n *runningNode) stopAdmin(ctx context.Context) {
+	if n.admin != nil {
+		_ = n.admin.Shutdown(ctx)
+	}
+}
+
+func (n *runningNode) close() {
+	if n.ln != nil && n.admin == nil {
+		_ = n.ln.Close()
+	}
+	if n.kafka != nil {
+		n.kafka.Close()
+	}
+	if n.redis != nil {
+		_ = n.redis.Close()
+	}
+}
+
+func buildHandler(h nodeconfig.Handler, log *slog.Logger, out io.Writer) (runtime.Handler, error) {
+	switch {
+	case h.Exec != nil:
+		return handlers.NewExec(handlers.ExecConfig{
+			Command: h.Exec.Command, Dir: h.Exec.Dir, Env: h.Exec.Env, Timeout: h.Exec.Timeout.D(), Logger: log,
+		})
+	case h.HTTP != nil:
+		return handlers.NewHTTP(handlers.HTTPConfig{URL: h.HTTP.URL, Timeout: h.HTTP.Timeout.D(), Headers: h.HTTP.Headers})
+	case h.Log != nil:
+		return handlers.NewLog(out, h.Log.Payload), nil
+	}
+	return nil, errors.New("exactly one of exec, http, log is required")
+}
+
+// nodeRedisClient builds the client of the node's Redis section: a
+// cluster client for the cluster layout (or addr= seeds), else a single
+// server's.
+func nodeRedisClient(r nodeconfig.Redis, layout broker.Layout) (redis.UniversalClient, error) {
+	u, err := url.Parse(r.URL)
+	if err != nil {
+		return nil, fmt.Errorf("redis.url: invalid URL %s", nodeconfig.RedactURL(r.URL))
+	}
+	tc, err := r.TLS.Config(u.Hostname())
+	if err != nil {
+		return nil, fmt.Errorf("redis.tls: %w", err)
+	}
+	if layout.IsCluster() || u.Query().Has("addr") {
+		o, err := redis.ParseClusterURL(r.URL)
+		if err != nil {
+			return nil, fmt.Errorf("redis.url: %w", redactErr(err, r.URL))
+		}
+		if r.Username != "" {
+			o.Username = r.Username
+		}
+		if r.Password != "" {
+			o.Password = r.Password
+		}
+		if tc != nil {
+			o.TLSConfig = tc
+		}
+		if o.ClientName == "" {
+			o.ClientName = "protctl-node"
+		}
+		return redis.NewClusterClient(o), nil
+	}
+	o, err := redis.ParseURL(r.URL)
+	if err != nil {
+		return nil, fmt.Errorf("redis.url: %w", redactErr(err, r.URL))
+	}
+	if r.Username != "" {
+		o.Username = r.Username
+	}
+	if r.Password != "" {
+		o.Password = r.Password
+	}
+	if tc != nil {
+		o.TLSConfig = tc
+	}
+	if o.ClientName == "" {
+		o.ClientName = "protctl-node"
+	}
+	return redis.NewClient(o), nil
+}
+
+// timedRedisBroker times lease renewals for the
+// protctl_lease_renew_duration_seconds histogram. It embeds the broker,
+// so every optional capability the runtime finds by type assertion
+// (EntryWaiter, PartitionWatcher, AckReader, StreamTailer) stays visible.
+type timedRedisBroker struct {
+	*redisbroker.Broker
+	m *admin.Metrics
+}
+
+func (b timedRedisBroker) RenewPartitionLease(ctx context.Context, f broker.Fence, ttl time.Duration) (bool, error) {
+	start := time.Now()
+	ok, err := b.Broker.RenewPartitionLease(ctx, f, ttl)
+	b.m.ObserveRenew(time.Since(start), err)
+	return ok, err
+}
+
+// RenewPartitionLeases is runtime.BatchRenewer: every lease in one round
+// trip.
+func (b timedRedisBroker) RenewPartitionLeases(ctx context.Context, fences []broker.Fence, ttl time.Duration) ([]bool, error) {
+	start := time.Now()
+	ok, err := b.Broker.RenewPartitionLeases(ctx, fences, ttl)
+	b.m.ObserveRenew(time.Since(start), err)
+	return ok, err
+}
+
+var _ runtime.BatchRenewer = timedRedisBroker{}
+
+// lag reads, for /metrics, how far each subscription is behind on the
+// partitions this node is given: Redis, the entries of each assigned
+// partition's lanes not yet delivered to the group (XINFO GROUPS lag,
+// Redis 7+), in one pipeline; Kafka, head minus checkpoint of each held
+// partition.
+func (n *runningNode) lag(ctx context.Context) (map[string]int64, error) {
+	out := map[string]int64{}
+	layout, _ := broker.ParseLayout(n.cfg.Redis.Layout)
+	type probe struct {
+		sub string
+		cmd *redis.XInfoGroupsCmd
+	}
+	var probes []probe
+	pipe := n.redis.Pipeline()
+	store := redisstore.New(n.redis)
+	var kafkaErr error
+	for _, s := range n.node.Subscriptions() {
+		switch sub := s.(type) {
+		case *runtime.Partitioned:
+			c := sub.Config()
+			out[sub.Name()] = 0
+			for _, key := range sub.Assigned() {
+				for _, cat := range c.Categories {
+					for _, stream := range []string{layout.Stream(cat, key), layout.LaneStream(cat, key, c.BackfillSuffix)} {
+						probes = append(probes, probe{sub.Name(), pipe.XInfoGroups(ctx, stream)})
+					}
+				}
+			}
+		case *runtime.TopicSubscriptions:
+			held := sub.Held()
+			parts := make([]int32, 0, len(held))
+			for p := range held {
+				parts = append(parts, p)
+			}
+			c := sub.Config()
+			var marks map[int32]kafkasource.Watermarks
+			if len(parts) > 0 {
+				var err error
+				if marks, err = n.kafka.Watermarks(ctx, sub.Topic(), parts...); err != nil {
+					kafkaErr = err
+					continue
+				}
+			}
+			for _, ts := range c.Subscriptions {
+				out[ts.Name] = 0
+				next, err := store.LoadAll(ctx, c.LeaseGroup.String(), ts.Name)
+				if err != nil {
+					kafkaErr = err
+					continue
+				}
+				for _, p := range parts {
+					from, ok := next[p]
+					if !ok {
+						from = marks[p].Earliest
+					}
+					if d := marks[p].Head - from; d > 0 {
+						out[ts.Name] += d
+					}
+				}
+			}
+		}
+	}
+	if len(probes) > 0 {
+		_, _ = pipe.Exec(ctx) // a missing stream (an empty lane) fails its own command only
+		for _, p := range probes {
+			groups, err := p.cmd.Result()
+			if err != nil {
+				continue
+			}
+			for _, g := range groups {
+				if g.Name == p.sub && g.Lag > 0 {
+					out[p.sub] += g.Lag
+				}
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return out, kafkaErr
+}

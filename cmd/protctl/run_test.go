@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/protctl/protctl/internal/testenv"
+)
+
+// A node config with a problem exits 2 (a config error) and names the
+// field's path (and line) in its message, before anything is dialled.
+func TestRunNodeBadConfigExits2(t *testing.T) {
+	good := `service: shop
+node: n1
+redis:
+  url: redis://127.0.0.1:1/0
+admin: {listen: "127.0.0.1:0"}
+subscriptions:
+  - name: projector
+    redis: {categories: [shop::order]}
+    handler:
+      http: {url: "http://127.0.0.1:1/events"}
+`
+	cases := []struct {
+		name, yaml, want string
+	}{
+		{"unknown field", strings.Replace(good, "node: n1", "node: n1\nnodes: 3", 1), "node.yaml:3: nodes: unknown field"},
+		{"unknown nested field", strings.Replace(good, "categories:", "categorys:", 1), "node.yaml:8: subscriptions[0].redis.categorys: unknown field (did you mean categories?)"},
+		{"missing handler", strings.Replace(good, "    handler:\n      http: {url: \"http://127.0.0.1:1/events\"}\n", "", 1), "subscriptions[0].handler: exactly one of exec, http, log is required"},
+		{"bad handler URL", strings.Replace(good, "http://127.0.0.1:1/events", "127.0.0.1:1/events", 1), `node.yaml:10: subscriptions[0].handler.http.url: want an http:// or https:// URL with a host, got "127.0.0.1:1/events"`},
+		{"bad Redis URL", strings.Replace(good, "redis://127.0.0.1:1/0", "tcp://127.0.0.1:1", 1), "node.yaml:4: redis.url: invalid Redis URL"},
+		{"admin off loopback without a token", strings.Replace(good, "127.0.0.1:0", "0.0.0.0:0", 1), "admin.tokenFile: a token is required"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := newCLI(t)
+			path := filepath.Join(t.TempDir(), "node.yaml")
+			writeFile(t, path, tc.yaml)
+			r := cl.run("run", "node", "--config", path)
+			r.wantCode(t, 2)
+			if !strings.Contains(r.stderr, tc.want) {
+				t.Fatalf("stderr lacks %q:\n%s", tc.want, r.stderr)
+			}
+			cl.run("run", "node", "--config", path, "-o", "json").wantCode(t, 2)
+		})
+	}
+
+	cl := newCLI(t)
+	r := cl.run("run", "node", "--config", filepath.Join(t.TempDir(), "missing.yaml"))
+	r.wantCode(t, 2)
+	if !strings.Contains(r.stderr, "missing.yaml: cannot read the config") {
+		t.Errorf("missing file: %s", r.stderr)
+	}
+	cl.run("run", "node").wantCode(t, 2)
+	path := filepath.Join(t.TempDir(), "node.yaml")
+	writeFile(t, path, good)
+	cl.run("run", "node", "--config", path, "--log-format", "xml").wantCode(t, 2)
+	cl.run("run", "node", "--config", path, "--log-level", "loud").wantCode(t, 2)
+	cl.run("run", "node", "--config", path, "--redis", "redis://x:1").wantCode(t, 2)
+}
+
+// Redis unreachable at start exits 3 (UNAVAILABLE), without waiting
+// forever.
+func TestRunNodeRedisUnreachableExits3(t *testing.T) {
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "node.yaml")
+	writeFile(t, path, `service: shop
+redis: {url: "redis://127.0.0.1:`+strconv.Itoa(port)+`/0"}
+admin: {listen: "127.0.0.1:0"}
+subscriptions:
+  - name: p
+    redis: {categories: [c]}
+    handler: {log: {}}
+`)
+	cl := newCLI(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl.ctx = ctx
+	r := cl.run("run", "node", "--config", path)
+	r.wantCode(t, 3)
+	if !strings.Contains(r.stderr, "redis redis://127.0.0.1:") {
+		t.Errorf("stderr: %s", r.stderr)
+	}
+}
