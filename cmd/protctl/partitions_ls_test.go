@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -245,4 +248,58 @@ func TestPartitionsListStreamsInBatches(t *testing.T) {
 	if rows := strings.Count(r.stdout, "\n"); rows != n {
 		t.Fatalf("%d table rows, want %d", rows, n)
 	}
+}
+
+// TestAppendIndentIsJSONIndent: the list writer's indenter gives exactly
+// json.Indent's bytes, on tricky documents and on every golden file's
+// compact form.
+func TestAppendIndentIsJSONIndent(t *testing.T) {
+	docs := []string{
+		`{}`, `[]`, `{"a":{}}`, `{"a":[]}`, `[[],{},[{}]]`, `"x"`, `12`, `null`,
+		`{"a":"{[,:]}\"\\","b":[1,2,{"c":null}],"d":"\u00e9\u2028<>&"}`,
+		`{"k":"ends with backslash \\","n":-1.5e3,"t":true,"f":false}`,
+		"{\"a\": [1, 2],\n \"b\":\t{}}",
+	}
+	golden, _ := filepath.Glob(filepath.Join("testdata", "golden", "*.json"))
+	for _, g := range golden {
+		b, err := os.ReadFile(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c bytes.Buffer
+		if err := json.Compact(&c, b); err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, c.String())
+	}
+	for _, d := range docs {
+		var want bytes.Buffer
+		if err := json.Indent(&want, []byte(d), "    ", "  "); err != nil {
+			t.Fatalf("%q: %v", d, err)
+		}
+		if got := appendIndent(nil, []byte(d), "    ", "  "); string(got) != want.String() {
+			t.Fatalf("appendIndent(%q):\n%s\njson.Indent:\n%s", d, got, want.String())
+		}
+	}
+}
+
+func FuzzAppendIndent(f *testing.F) {
+	f.Add(`{"a":[1,{"b":"c\"d"}],"e":{}}`)
+	f.Fuzz(func(t *testing.T, d string) {
+		if !json.Valid([]byte(d)) {
+			return
+		}
+		var want bytes.Buffer
+		if err := json.Indent(&want, []byte(d), "    ", "  "); err != nil {
+			return
+		}
+		// json.Indent keeps trailing whitespace; encoding/json never
+		// writes any, so compare on what the writer is given.
+		if strings.TrimRight(d, " \t\r\n") != d {
+			return
+		}
+		if got := appendIndent(nil, []byte(d), "    ", "  "); string(got) != want.String() {
+			t.Fatalf("appendIndent(%q) = %q, json.Indent %q", d, got, want.String())
+		}
+	})
 }
