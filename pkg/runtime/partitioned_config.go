@@ -52,7 +52,11 @@ type PartitionedConfig struct {
 	// fenced ack acknowledges). Default: 100.
 	BatchSize int
 	// Workers bounds how many partitions are being read or handled at
-	// once across all keys. Default: 32.
+	// once across all keys. Each busy worker uses one Redis connection at
+	// a time; keep Workers plus the blocking wait's connections (one per
+	// 8,192 idle lanes) plus a few (heartbeat, renewals) within the
+	// client's PoolSize (go-redis: 10 x GOMAXPROCS by default). Default:
+	// 16.
 	Workers int
 	// MaxPartitions caps the partitions this subscription takes per node
 	// (HRW with a cap). Default: 0, no cap.
@@ -190,7 +194,7 @@ func (c *PartitionedConfig) validate() error {
 		c.BatchSize = 100
 	}
 	if c.Workers == 0 {
-		c.Workers = 32
+		c.Workers = 16
 	}
 	if c.Retry.Attempts == 0 {
 		c.Retry.Attempts = 3
