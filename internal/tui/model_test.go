@@ -462,7 +462,9 @@ func TestUpdateNeverPerformsIO(t *testing.T) {
 		t.Helper()
 		start := time.Now()
 		f()
-		if d := time.Since(start); d > 100*time.Millisecond {
+		// A blocked source blocks forever; a second is decisive even on a
+		// machine shared with other test runs.
+		if d := time.Since(start); d > time.Second {
 			t.Fatalf("%s took %s", what, d)
 		}
 	}
