@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -79,5 +80,32 @@ func TestGoldenJSON(t *testing.T) {
 				t.Fatal("a read or a dry run changed Redis")
 			}
 		})
+	}
+}
+
+// TestJSONTimesAreRFC3339UTCMilliseconds: every time a command prints in
+// JSON is RFC 3339 in UTC with milliseconds (the contract), whatever type
+// the data layer holds it in.
+func TestJSONTimesAreRFC3339UTCMilliseconds(t *testing.T) {
+	e := newOpsEnv(t)
+	e.park()
+	e.heartbeat()
+	s := e.s
+	for _, args := range [][]string{
+		{"partitions", "show", s.Orders, s.Halted},
+		{"parked", "ls"},
+		{"parked", "show", s.Projector, s.Halted},
+		{"nodes", "ls", "--service", "shop"},
+		{"partitions", "release", s.Orders, s.Halted, "--group", s.Projector, "--force", "--dry-run"},
+	} {
+		r := e.run(append(args, "-o", "json")...)
+		r.wantCode(t, 0)
+		for _, field := range []string{"serverTime", "parkedAt", "lastAttemptAt", "startedAt", "lastSeen", "createdAt"} {
+			for _, m := range regexp.MustCompile(`"`+field+`": "([^"]*)"`).FindAllStringSubmatch(r.stdout, -1) {
+				if !regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`).MatchString(m[1]) {
+					t.Errorf("%v: %s %q is not RFC 3339 UTC with milliseconds", args, field, m[1])
+				}
+			}
+		}
 	}
 }

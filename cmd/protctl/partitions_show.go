@@ -61,6 +61,9 @@ when the key is neither in the category's index nor has a stream.`,
 // with payloads hidden unless asked for.
 type partitionDetail struct {
 	inspect.PartitionDetail
+	// ServerTime replaces the embedded time.Time (which encodes with
+	// nanoseconds) with the contract's RFC 3339 UTC milliseconds.
+	ServerTime string `json:"serverTime"`
 	// PayloadHidden says that the entries' data was left out
 	// (--show-payload shows it).
 	PayloadHidden bool `json:"payloadHidden"`
@@ -80,7 +83,7 @@ func runPartitionsShow(ctx context.Context, opts *partitionsShowOptions) error {
 			d.Groups[i].Head = hidePayload(d.Groups[i].Head)
 		}
 	}
-	doc := partitionDetail{PartitionDetail: d, PayloadHidden: !opts.ShowPayload}
+	doc := partitionDetail{PartitionDetail: d, ServerTime: output.Timestamp(d.ServerTime), PayloadHidden: !opts.ShowPayload}
 	return opts.Printer.PrintObject("PartitionDetail", doc, func(w io.Writer, st output.Styles) error {
 		return writePartitionDetail(w, st, opts.IO, &doc)
 	})
