@@ -130,6 +130,13 @@ func TestPartitionsListCategoriesFromContextAndScan(t *testing.T) {
 	if strings.Contains(r.stdout, "scanning") {
 		t.Fatal("progress on stdout")
 	}
+	if !strings.Contains(r.stderr, "scanning for categories") {
+		t.Fatalf("no progress on the terminal's stderr: %q", r.stderr)
+	}
+	cl.tty = false
+	if r = cl.run("partitions", "ls", "-o", "json"); r.code != 0 || r.stderr != "" {
+		t.Fatalf("without a terminal: exit %d, stderr %q", r.code, r.stderr)
+	}
 }
 
 // TestPartitionsListWatchStopsOnInterrupt: -w lists again until the
