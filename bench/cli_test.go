@@ -29,8 +29,9 @@ import (
 // envelopes each, one pending, lag 2, a lease on every other one, a
 // backfill lane on every tenth), with stdout to a file. It reports the
 // wall time of the process, its peak RSS (VmHWM, sampled; see
-// watchHWM), the size of the document, and the same for the variant without
-// a category (a paced SCAN of the keyspace for categories first). After
+// watchHWM), its CPU seconds and redis-server's (INFO cpu), the size of
+// the document, and wall and memory of the variant without a category (a
+// paced SCAN of the keyspace for categories first). After
 // the clock it checks the document: one PartitionList of n items.
 //
 // Targets (issue 10): under 2 s wall with JSON output, under 200 MB peak.
@@ -56,7 +57,29 @@ func BenchmarkCLIPartitionsList100k(b *testing.B) {
 	const category = "bench::cli"
 	populateCLIBench(ctx, b, c, category, n)
 
-	run := func(args ...string) (wall time.Duration, rssMB, outMB float64) {
+	// serverCPU is redis-server's CPU seconds so far (INFO cpu).
+	serverCPU := func() float64 {
+		info, err := c.Info(ctx, "cpu").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var total float64
+		for _, line := range strings.Split(info, "\r\n") {
+			for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+				if v, ok := strings.CutPrefix(line, k); ok {
+					f, _ := strconv.ParseFloat(v, 64)
+					total += f
+				}
+			}
+		}
+		return total
+	}
+	type figures struct {
+		wall                 time.Duration
+		rssMB, outMB         float64
+		clientCPU, serverCPU float64
+	}
+	run := func(args ...string) figures {
 		b.Helper()
 		out := filepath.Join(dir, "out.json")
 		f, err := os.Create(out)
@@ -67,38 +90,60 @@ func BenchmarkCLIPartitionsList100k(b *testing.B) {
 		cmd.Env = []string{"HOME=" + home, "XDG_CONFIG_HOME=" + home, "PATH=" + os.Getenv("PATH")}
 		cmd.Stdout = f
 		cmd.Stderr = os.Stderr
+		cpu0 := serverCPU()
 		start := time.Now()
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
 		hwm := watchHWM(cmd.Process.Pid)
 		err = cmd.Wait()
-		wall = time.Since(start)
-		peak := hwm()
+		fig := figures{wall: time.Since(start), serverCPU: serverCPU() - cpu0}
+		fig.rssMB = float64(hwm()) / (1 << 20)
 		f.Close()
 		if err != nil {
 			b.Fatalf("%v: %v", args, err)
 		}
+		fig.clientCPU = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 		st, err := os.Stat(out)
 		if err != nil {
 			b.Fatal(err)
 		}
+		fig.outMB = float64(st.Size()) / (1 << 20)
 		checkCLIList(b, out, n)
-		return wall, float64(peak) / (1 << 20), float64(st.Size()) / (1 << 20)
+		return fig
 	}
 
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		wall, rss, size := run("partitions", "ls", category)
-		swall, srss, _ := run("partitions", "ls")
-		b.ReportMetric(wall.Seconds(), "wall-s")
-		b.ReportMetric(rss, "peak-rss-MB")
-		b.ReportMetric(size, "json-MB")
-		b.ReportMetric(swall.Seconds(), "scan-wall-s")
-		b.ReportMetric(srss, "scan-peak-rss-MB")
-		b.Logf("%d partitions: %s, peak RSS %.0f MB, %.0f MB of JSON; without a category (SCAN first): %s, %.0f MB",
-			n, wall.Round(time.Millisecond), rss, size, swall.Round(time.Millisecond), srss)
+		load0 := loadAverage()
+		one := run("partitions", "ls", category)
+		scan := run("partitions", "ls")
+		b.ReportMetric(one.wall.Seconds(), "wall-s")
+		b.ReportMetric(one.rssMB, "peak-rss-MB")
+		b.ReportMetric(one.clientCPU, "client-cpu-s")
+		b.ReportMetric(one.serverCPU, "server-cpu-s")
+		b.ReportMetric(one.outMB, "json-MB")
+		b.ReportMetric(scan.wall.Seconds(), "scan-wall-s")
+		b.ReportMetric(scan.rssMB, "scan-peak-rss-MB")
+		b.Logf("%d partitions: %s wall, peak RSS %.0f MB, CPU client %.2f s + server %.2f s, %.0f MB of JSON; "+
+			"without a category (SCAN first): %s, %.0f MB, CPU %.2f + %.2f s; load average %s -> %s",
+			n, one.wall.Round(time.Millisecond), one.rssMB, one.clientCPU, one.serverCPU, one.outMB,
+			scan.wall.Round(time.Millisecond), scan.rssMB, scan.clientCPU, scan.serverCPU, load0, loadAverage())
 	}
+}
+
+// loadAverage is the 1-minute load average (Linux), for the log: wall
+// times on a busy machine say little without it.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
 }
 
 // checkCLIList fails unless path holds one PartitionList document of n
