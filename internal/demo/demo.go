@@ -114,12 +114,14 @@ type Demo struct {
 	cfg   Config
 	runID string
 
-	mem        *memorybroker.Broker // nil on Redis
-	brk        broker.PartitionedBroker
-	ledger     runtime.Ledger
-	members    runtime.Membership
-	reader     runtime.LedgerReader
-	membersRd  interface{ Members(context.Context, string) ([]runtime.NodeStatus, error) }
+	mem       *memorybroker.Broker // nil on Redis
+	brk       broker.PartitionedBroker
+	ledger    runtime.Ledger
+	members   runtime.Membership
+	reader    runtime.LedgerReader
+	membersRd interface {
+		Members(context.Context, string) ([]runtime.NodeStatus, error)
+	}
 	leases     leaseReader
 	checkpoint runtime.Checkpoints
 	pub        *runtime.Publisher
