@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,6 +93,12 @@ type TopicSubscriptions struct {
 	name string
 	subs []*SubscriptionRuntime
 
+	// Derived from cfg: the aggregate is the record key, and the identity
+	// headers (kafkasource.IdentityFrom's defaults filled in).
+	keyAggregate            bool
+	idHeader, versionHeader string
+	idPathKey               []byte // `"<first key of the id path>"`
+
 	// Set by Start.
 	host   Host
 	clk    clock.Clock
@@ -165,6 +172,20 @@ func NewTopicSubscriptions(cfg TopicConfig) (*TopicSubscriptions, error) {
 	for _, sc := range cfg.Subscriptions {
 		t.subs = append(t.subs, &SubscriptionRuntime{t: t, cfg: sc, dedup: make(map[int32]*dedupSet)})
 	}
+	t.keyAggregate = cfg.Aggregate.Header == "" && cfg.Aggregate.JSONPath == ""
+	t.idHeader, t.versionHeader = cfg.Identity.IDHeader, cfg.Identity.VersionHeader
+	if t.idHeader == "" {
+		t.idHeader = kafkasource.DefaultIdentity.IDHeader
+	}
+	if t.versionHeader == "" {
+		t.versionHeader = kafkasource.DefaultIdentity.VersionHeader
+	}
+	idPath := cfg.Identity.IDPath
+	if idPath == "" {
+		idPath = kafkasource.DefaultIdentity.IDPath
+	}
+	first, _, _ := strings.Cut(idPath, ".")
+	t.idPathKey = []byte(strconv.Quote(first))
 	return t, nil
 }
 

@@ -1,11 +1,15 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -48,8 +52,10 @@ type subPart struct {
 	workers  int // worker goroutines
 	busy     int // workers holding a lane
 	paused   bool
-	parked   map[string]*parkState
-	parks    []time.Time // recent parks, for the burst rule
+	// pausedFlag mirrors paused for workers between records.
+	pausedFlag atomic.Bool
+	parked     map[string]*parkState
+	parks      []time.Time // recent parks, for the burst rule
 }
 
 // parkState is an aggregate parked on this partition.
@@ -179,42 +185,104 @@ func (w *window) low(next int64) int64 {
 	return next
 }
 
-// dedupSet remembers the identities of records handled, bounded by keeping
-// two generations: when the current one is full it becomes the old one.
+// dedupSet remembers the identities of records handled, as 64-bit
+// hashes of (aggregate, identity), bounded by keeping two generations:
+// when the current one is full it becomes the old one. A hash collision
+// (about 2^-64 per pair) would drop a record as a duplicate; the memory
+// and CPU saved per record are worth that.
 type dedupSet struct {
 	mu       sync.Mutex
 	half     int
-	cur, old map[string]struct{}
+	cur, old map[uint64]struct{}
 }
 
 func newDedupSet(size int) *dedupSet {
-	half := max(size/2, 1)
-	return &dedupSet{half: half, cur: make(map[string]struct{}, half)}
+	return &dedupSet{half: max(size/2, 1), cur: make(map[uint64]struct{})}
 }
 
-func (d *dedupSet) seen(key string) bool {
+// seenAll sets dup[i] for each known ids[i] that was handled before.
+func (d *dedupSet) seenAll(ids []uint64, known []bool, dup []bool) []bool {
+	dup = dup[:0]
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, ok := d.cur[key]; ok {
-		return true
+	for i, id := range ids {
+		seen := false
+		if known[i] {
+			if _, ok := d.cur[id]; ok {
+				seen = true
+			} else if _, ok := d.old[id]; ok {
+				seen = true
+			}
+		}
+		dup = append(dup, seen)
 	}
-	_, ok := d.old[key]
-	return ok
+	return dup
 }
 
-func (d *dedupSet) add(key string) {
+// addAll records ids as handled.
+func (d *dedupSet) addAll(ids []uint64) {
+	if len(ids) == 0 {
+		return
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(d.cur) >= d.half {
-		d.old, d.cur = d.cur, make(map[string]struct{}, d.half)
+	for _, id := range ids {
+		if len(d.cur) >= d.half {
+			d.old, d.cur = d.cur, make(map[uint64]struct{}, d.half)
+		}
+		d.cur[id] = struct{}{}
 	}
-	d.cur[key] = struct{}{}
+}
+
+// dedupSeed and dedupSeed2 key the dedup hashes; dedup memory never
+// leaves the process.
+var dedupSeed, dedupSeed2 = maphash.MakeSeed(), maphash.MakeSeed()
+
+// identityHash hashes the record's aggregate and identity (Identity.Key:
+// ID, or ID@Version); ok is false when the record has no identity. The
+// id header is read in place (no allocation); only records without one
+// have their envelope parsed.
+func (t *TopicSubscriptions) identityHash(agg string, r *kgo.Record) (uint64, bool) {
+	h := maphash.String(dedupSeed, agg)
+	if id, ok := lastHeader(r, t.idHeader); ok && len(id) > 0 {
+		h = h*0x9e3779b97f4a7c15 ^ maphash.Bytes(dedupSeed2, id)
+		if v, ok := lastHeader(r, t.versionHeader); ok && len(v) > 0 {
+			h = h*0x9e3779b97f4a7c15 ^ maphash.Bytes(dedupSeed, v)
+		}
+		return h, true
+	}
+	// No id header: the envelope may carry the id. A value that does not
+	// even contain the path's first key cannot, and is not parsed (a
+	// failed lookup costs an error value per record).
+	if !bytes.Contains(r.Value, t.idPathKey) {
+		return 0, false
+	}
+	id, err := t.cfg.Identity.Identity(r)
+	if err != nil {
+		return 0, false
+	}
+	h = h*0x9e3779b97f4a7c15 ^ maphash.String(dedupSeed2, id.ID)
+	if id.Version != "" {
+		h = h*0x9e3779b97f4a7c15 ^ maphash.String(dedupSeed, id.Version)
+	}
+	return h, true
+}
+
+// lastHeader returns the value of the last header named name, as
+// kafkasource reads identities (Kafka allows repeats; the last wins).
+func lastHeader(r *kgo.Record, name string) ([]byte, bool) {
+	for i := len(r.Headers) - 1; i >= 0; i-- {
+		if r.Headers[i].Key == name {
+			return r.Headers[i].Value, true
+		}
+	}
+	return nil, false
 }
 
 // aggregateOf is the record's aggregate; a record without one is ordered
 // with the others of its partition.
 func (t *TopicSubscriptions) aggregateOf(r *kgo.Record, pstr string) string {
-	if t.cfg.Aggregate.Header == "" && t.cfg.Aggregate.JSONPath == "" && len(r.Key) > 0 {
+	if t.keyAggregate && len(r.Key) > 0 {
 		return string(r.Key)
 	}
 	if a, err := t.cfg.Aggregate.Aggregate(r); err == nil {
@@ -236,14 +304,31 @@ func (sp *subPart) deliverOneLocked(r *kgo.Record) {
 		return
 	}
 	sp.next = r.Offset + 1
-	agg := sp.tp.t.aggregateOf(r, sp.tp.pstr)
 	seq := sp.win.push(r.Offset)
-	if st := sp.parked[agg]; st != nil && !st.retrying {
-		sp.win.markDone(seq)
-		sp.sr.c.skipped.Add(1)
-		return
+	t := sp.tp.t
+	var ln *aggLane
+	if t.keyAggregate && len(r.Key) > 0 {
+		// Map lookups by string(bytes) do not allocate: the common case
+		// (a key aggregate with a lane or no parked entry) costs nothing.
+		if len(sp.parked) > 0 {
+			if st := sp.parked[string(r.Key)]; st != nil && !st.retrying {
+				sp.win.markDone(seq)
+				sp.sr.c.skipped.Add(1)
+				return
+			}
+		}
+		if ln = sp.lanes[string(r.Key)]; ln == nil {
+			ln = sp.laneLocked(string(r.Key))
+		}
+	} else {
+		agg := t.aggregateOf(r, sp.tp.pstr)
+		if st := sp.parked[agg]; st != nil && !st.retrying {
+			sp.win.markDone(seq)
+			sp.sr.c.skipped.Add(1)
+			return
+		}
+		ln = sp.laneLocked(agg)
 	}
-	ln := sp.laneLocked(agg)
 	ln.push(laneItem{rec: r, seq: seq})
 	sp.activateLocked(ln)
 }
@@ -291,39 +376,96 @@ func (sp *subPart) kickLocked() {
 	}
 }
 
-// laneTurn is how many records a worker handles from one lane before it
-// lets the lanes waiting behind it go first.
+// laneTurn is how many records a worker takes from one lane at once: it
+// handles them without the lock, then lets the lanes waiting behind it go
+// first.
 const laneTurn = 64
 
-// work takes ready lanes and handles their records one at a time, until
-// none is ready (or the partition pauses or ends).
+// outcome is how process left an item.
+type outcome uint8
+
+const (
+	outDone      outcome = iota // done
+	outChanged                  // done, and the aggregate was parked or resolved
+	outAbandoned                // not done: the partition ends or the subscription failed
+)
+
+// work takes ready lanes and handles their records, one at a time per
+// lane, until none is ready (or the partition pauses or ends). It takes
+// up to laneTurn records of a lane under one lock and marks them done
+// under one more, so the lock costs little per record.
 func (sp *subPart) work() {
 	tp := sp.tp
 	defer tp.wg.Done()
+	var (
+		batch   = make([]laneItem, 0, laneTurn)
+		ids     = make([]uint64, 0, laneTurn)
+		known   = make([]bool, 0, laneTurn) // the record has an identity
+		dup     = make([]bool, 0, laneTurn)
+		handled = make([]uint64, 0, laneTurn)
+	)
 	tp.mu.Lock()
-	defer tp.mu.Unlock()
 	for {
 		if sp.ready.len() == 0 || !sp.runnableLocked() {
 			sp.workers--
 			tp.cond.Broadcast()
+			tp.mu.Unlock()
 			return
 		}
 		ln := sp.ready.pop()
 		sp.busy++
-		for turn := 0; turn < laneTurn && ln.len() > 0 && !ln.hold && sp.runnableLocked(); turn++ {
-			it := ln.pop()
-			if sp.settleLocked(ln.agg, it) {
+		batch = batch[:0]
+		for len(batch) < laneTurn && ln.len() > 0 && !ln.hold {
+			if it := ln.pop(); !sp.settleLocked(ln.agg, it) {
+				batch = append(batch, it)
+			}
+		}
+		tp.mu.Unlock()
+
+		// Dedup for the whole batch at once: one lock for the checks, one
+		// for recording what was handled.
+		ids, known, dup, handled = ids[:0], known[:0], dup[:0], handled[:0]
+		for _, it := range batch {
+			var h uint64
+			ok := false
+			if it.kind != itemResolve {
+				h, ok = tp.t.identityHash(ln.agg, it.rec)
+			}
+			ids, known = append(ids, h), append(known, ok)
+		}
+		dup = sp.dedup.seenAll(ids, known, dup)
+		n := 0
+		for n < len(batch) {
+			if n > 0 && sp.pausedFlag.Load() {
+				break // another lane paused the partition
+			}
+			if dup[n] || (known[n] && slices.Contains(handled, ids[n])) {
+				sp.sr.c.duplicates.Add(1)
+				n++
 				continue
 			}
-			tp.mu.Unlock()
-			done := sp.process(ln.agg, it)
-			tp.mu.Lock()
-			if !done {
-				ln.unpop(it) // abandoned: not done, the checkpoint stays below it
-				break
+			res := sp.process(ln.agg, batch[n])
+			if res == outAbandoned {
+				break // not done: the checkpoint stays below it
 			}
+			if res == outDone && known[n] {
+				handled = append(handled, ids[n])
+			}
+			n++
+			if res == outChanged {
+				break // the rest is settled anew under the lock
+			}
+		}
+		sp.dedup.addAll(handled)
+
+		tp.mu.Lock()
+		for _, it := range batch[:n] {
 			sp.doneLocked(it)
 		}
+		for i := len(batch) - 1; i >= n; i-- {
+			ln.unpop(batch[i])
+		}
+		clear(batch)
 		sp.busy--
 		switch {
 		case ln.hold:
@@ -332,7 +474,11 @@ func (sp *subPart) work() {
 			sp.ready.push(ln)
 		default:
 			ln.active = false
-			delete(sp.lanes, ln.agg)
+			// Idle lanes are kept (a hot aggregate would otherwise be
+			// allocated again and again) up to a bound.
+			if len(sp.lanes) > max(tp.t.cfg.MaxInFlight, 4*tp.t.cfg.Lanes) {
+				delete(sp.lanes, ln.agg)
+			}
 		}
 	}
 }
@@ -382,38 +528,36 @@ func (sp *subPart) doneLocked(it laneItem) {
 	}
 }
 
-// process handles one item and reports whether it is done: handled,
-// dropped as a duplicate, or parked. Not done means abandoned: the
-// partition ends (lease lost, handoff timeout, stop) or the subscription
-// failed.
-func (sp *subPart) process(agg string, it laneItem) bool {
+// process handles one item and says how it left it: done (handled,
+// dropped as a duplicate, parked), or abandoned: the partition ends
+// (lease lost, handoff timeout, stop) or the subscription failed.
+func (sp *subPart) process(agg string, it laneItem) outcome {
 	if it.kind == itemResolve {
-		return sp.resolveRetry(agg)
+		if sp.resolveRetry(agg) {
+			return outChanged
+		}
+		return outAbandoned
 	}
 	tp := sp.tp
 	t := tp.t
 	sr := sp.sr
 	r := it.rec
-	dkey := ""
-	if id, err := t.cfg.Identity.Identity(r); err == nil {
-		dkey = agg + "\x00" + id.Key()
-		if sp.dedup.seen(dkey) {
-			sr.c.duplicates.Add(1)
-			return true
-		}
+	key := agg // the aggregate is the key unless configured otherwise
+	if !t.keyAggregate || len(r.Key) == 0 {
+		key = string(r.Key)
 	}
 	msg := Message{
 		Subscription: sr.cfg.Name,
 		Source:       SourceKafka,
 		Topic:        t.cfg.Topic,
 		Partition:    tp.p,
-		Key:          string(r.Key),
+		Key:          key,
 		Aggregate:    agg,
 		Position:     strconv.FormatInt(r.Offset, 10),
 		Data:         r.Value,
 		Generation:   tp.lease.gen,
 	}
-	if len(r.Headers) > 0 {
+	if len(r.Headers) > 0 && !sr.cfg.SkipHeaders {
 		msg.Headers = make(map[string]string, len(r.Headers))
 		for _, h := range r.Headers {
 			msg.Headers[h.Key] = string(h.Value)
@@ -422,34 +566,31 @@ func (sp *subPart) process(agg string, it laneItem) bool {
 	retry := newBackoff(sr.cfg.Retry.Backoff, sr.cfg.Retry.MaxBackoff)
 	pause := newBackoff(t.cfg.SystemicBackoff, t.cfg.SystemicMaxBackoff)
 	for attempt := 1; ; attempt++ {
-		if !tp.lease.trusted(t.clk.Now()) {
-			tp.lease.lose(errUntrusted)
-			return false
-		}
-		if tp.ctx.Err() != nil || sr.failed.Load() {
-			return false
+		// The trust window is enforced by the lease's watchTrust (it
+		// marks the lease lost the moment the window passes).
+		if tp.lease.lost.Load() || tp.ctx.Err() != nil || sr.failed.Load() {
+			return outAbandoned
 		}
 		msg.Attempt = attempt
 		err := sp.call(msg)
 		if err == nil {
 			sr.c.processed.Add(1)
-			if dkey != "" {
-				sp.dedup.add(dkey)
+			if attempt > 1 {
+				sp.setPaused(false, nil, 0)
 			}
-			sp.setPaused(false, nil, 0)
-			return true
+			return outDone
 		}
 		sr.c.failed.Add(1)
 		if tp.ctx.Err() != nil {
 			// The lease went (or the partition is being stopped) while the
 			// handler ran: its failure says nothing about the record.
-			return false
+			return outAbandoned
 		}
 		var wait time.Duration
 		switch sr.cfg.Classify(err) {
 		case FailFatal:
 			sr.fail(fmt.Errorf("runtime: %s: partition %d offset %d: %w", sr.cfg.Name, tp.p, r.Offset, err))
-			return false
+			return outAbandoned
 		case FailSystemic:
 			wait = pause.next()
 			sp.setPaused(true, err, wait)
@@ -465,10 +606,13 @@ func (sp *subPart) process(agg string, it laneItem) bool {
 				sp.setPaused(true, fmt.Errorf("%d aggregates parked within %s: %w", n, t.cfg.ParkBurstWindow, err), wait)
 				break
 			}
-			return sp.park(agg, it, err, attempt)
+			if !sp.park(agg, it, err, attempt) {
+				return outAbandoned
+			}
+			return outChanged
 		}
 		if !t.sleep(tp.ctx, wait) {
-			return false
+			return outAbandoned
 		}
 	}
 }
@@ -506,6 +650,7 @@ func (sp *subPart) setPaused(paused bool, err error, retryIn time.Duration) {
 	tp.mu.Lock()
 	changed := sp.paused != paused
 	sp.paused = paused
+	sp.pausedFlag.Store(paused)
 	if changed && !paused {
 		sp.kickLocked()
 	}

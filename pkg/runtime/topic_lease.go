@@ -42,6 +42,33 @@ func (l *topicLease) extend(from time.Time, window time.Duration) {
 	}
 }
 
+// watchTrust drops the lease when its trust window passes without a
+// renewal: it sleeps until the trust deadline, and when it wakes to a
+// deadline a renewal moved, it sleeps again. Handlers then need only
+// check lost (an atomic load) before each call instead of reading the
+// clock per record; the renewer also drops untrusted leases each round.
+func (l *topicLease) watchTrust(ctx context.Context, t *TopicSubscriptions) {
+	tm := t.clk.NewTimer(time.Duration(l.trustedUntil.Load() - t.clk.Now().UnixNano()))
+	defer tm.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tm.C():
+		}
+		if l.lost.Load() {
+			return
+		}
+		left := time.Duration(l.trustedUntil.Load() - t.clk.Now().UnixNano())
+		if left <= 0 {
+			t.c.untrusted.Add(1)
+			l.lose(errUntrusted)
+			return
+		}
+		tm.Reset(left)
+	}
+}
+
 // lose marks the lease lost and stops its partition; only the first
 // cause counts.
 func (l *topicLease) lose(cause error) {

@@ -159,8 +159,12 @@ func (tp *topicPart) start() {
 	tp.pending = nil
 	tp.mu.Unlock()
 
-	tp.wg.Add(1)
+	tp.wg.Add(2)
 	go tp.fetchLoop()
+	go func() {
+		defer tp.wg.Done()
+		tp.lease.watchTrust(tp.ctx, t)
+	}()
 	t.wg.Add(1)
 	go tp.supervise()
 	for _, a := range pending {

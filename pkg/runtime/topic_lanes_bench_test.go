@@ -1,0 +1,109 @@
+package runtime
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/broker/memorybroker"
+	"github.com/protctl/protctl/pkg/runtime/clock"
+	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+)
+
+type benchLeaseGroup struct{}
+
+func (benchLeaseGroup) String() string               { return "bench|topic:t" }
+func (benchLeaseGroup) LeaseKey(p int32) string      { return "lease:" + strconv.Itoa(int(p)) }
+func (benchLeaseGroup) GenerationKey(p int32) string { return "gen:" + strconv.Itoa(int(p)) }
+
+// BenchmarkTopicLanes measures what the runtime adds per record on top of
+// reading it: delivery into the window and lanes, dedup, the handler
+// call (a no-op) and marking it done. One partition, 100 aggregates,
+// records with a key and (idHeader) an id header, as in
+// bench/kafka_test.go, or (noIdentity) no header and no envelope id, so
+// nothing to deduplicate on. The test's own allocations (the header
+// slice and its value, 2 per record) are included.
+func BenchmarkTopicLanes(b *testing.B) {
+	for _, c := range []struct {
+		name              string
+		headers, skipHdrs bool
+	}{
+		{"idHeader", true, false},
+		{"idHeader/SkipHeaders", true, true},
+		{"noIdentity", false, false},
+	} {
+		headers := c.headers
+		b.Run(c.name, func(b *testing.B) {
+			t, err := NewTopicSubscriptions(TopicConfig{
+				Topic: "t",
+				Subscriptions: []TopicSubscription{{Name: "s", SkipHeaders: c.skipHdrs,
+					Handler: HandlerFunc(func(context.Context, Message) error { return nil })}},
+				Source:      (*kafkasource.Source)(nil),
+				Leases:      memorybroker.New(),
+				LeaseGroup:  benchLeaseGroup{},
+				Checkpoints: noCheckpoints{},
+				Ledger:      nil2Ledger(),
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			t.clk = clock.System()
+			t.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+			t.runCtx, t.runCancel = context.WithCancelCause(context.Background())
+			defer t.runCancel(nil)
+			l := &topicLease{p: 0, fence: broker.Fence{LeaseKey: "l", Token: "n:1"}, gen: 1}
+			l.trustedUntil.Store(time.Now().Add(time.Hour).UnixNano())
+			tp := newTopicPart(t, l)
+			tp.addSub(t.subs[0], 0, -1)
+			sp := tp.subs[0]
+			const chunk = 1000
+			recs := make([]*kgo.Record, chunk)
+			for i := range recs {
+				agg := "agg-" + strconv.Itoa(i%100)
+				recs[i] = &kgo.Record{Key: []byte(agg), Value: []byte(`{"data":{"n":1},"type":"Bench"}`)}
+			}
+			b.ReportAllocs()
+			cpu0 := benchCPU()
+			b.ResetTimer()
+			for done := 0; done < b.N; done += chunk {
+				// Records are reused (all are done by now); each round has
+				// new offsets and identities.
+				for i, r := range recs {
+					r.Offset = int64(done + i)
+					if headers {
+						r.Headers = []kgo.RecordHeader{{Key: "id", Value: strconv.AppendInt([]byte("id-"), r.Offset, 10)}}
+					}
+				}
+				tp.mu.Lock()
+				sp.deliverLocked(recs)
+				for sp.win.inflight() > 0 {
+					tp.cond.Wait()
+				}
+				tp.mu.Unlock()
+			}
+			b.StopTimer()
+			b.ReportMetric(float64((benchCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu_ns/rec")
+		})
+	}
+}
+
+type noCheckpoints struct{ Checkpoints }
+
+func nil2Ledger() Ledger { return struct{ Ledger }{} }
+
+// benchCPU is the process's CPU time (user + system): on a shared machine
+// it moves much less than wall time.
+func benchCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
