@@ -236,3 +236,35 @@ func runHandover(t *testing.T, kind storeKind) {
 	}
 	noTopicGoroutines(t)
 }
+
+// TestTopicMaxPartitions: with a cap per node, no node holds more than
+// the cap; the partitions over the nodes' total room wait unheld.
+func TestTopicMaxPartitions(t *testing.T) {
+	e := newTopicEnv(t, onMemory, 6)
+	defer e.stopAll()
+	rec := newTopicRecorder(t)
+	for _, id := range []string{"n1", "n2"} {
+		cfg := e.config(tsub(topicSub, rec.handler(id)))
+		cfg.MaxPartitions = 2
+		e.start(id, cfg, nil)
+	}
+	want := hrw.Assign([]string{topicName + "/0", topicName + "/1", topicName + "/2", topicName + "/3", topicName + "/4", topicName + "/5"},
+		[]string{"n1", "n2"}, 2)
+	waitFor(t, 10*time.Second, "each node to hold its capped share", func() bool {
+		owner, _ := holders(t, e.live())
+		if len(owner) != len(want) {
+			return false
+		}
+		for p, o := range owner {
+			if want[topicName+"/"+strconv.Itoa(int(p))] != o {
+				return false
+			}
+		}
+		return true
+	})
+	for _, n := range e.live() {
+		if h := n.ts.Held(); len(h) > 2 {
+			t.Fatalf("%s holds %v, over its cap of 2", n.id, h)
+		}
+	}
+}
