@@ -21,7 +21,7 @@ import (
 // The dashboard's frame cost with 100,000 partitions: the partitions view
 // is virtualised (a frame renders the rows in view only), so View must
 // stay far under the 50 ms target whatever the row count. The figures and
-// the command are in docs/benchmarks-tui.md:
+// the command are in docs/benchmarks.md, "Dashboard benchmarks":
 //
 //	go test -run '^$' -bench BenchmarkTUI -benchtime 2s ./bench/
 

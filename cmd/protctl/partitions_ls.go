@@ -156,7 +156,7 @@ const (
 // of keys, two batches at a time, while earlier batches are encoded and
 // written in order. Memory stays at the keys plus a few batches, and
 // Redis's work, the replies' parsing and the encoding overlap
-// (docs/benchmarks-cli.md).
+// (docs/benchmarks.md, "CLI").
 func streamPartitions(ctx context.Context, opts *partitionsListOptions, ins *inspect.Inspector, cats []string, po inspect.PartitionOptions) error {
 	b, err := opts.Broker()
 	if err != nil {
@@ -385,7 +385,7 @@ func printPartitions(ios *output.IOStreams, pr *output.Printer, parts []*inspect
 	switch pr.Format() {
 	case output.FormatJSON:
 		// Written item by item: 100,000 partitions never sit in memory
-		// as one encoded document (see docs/benchmarks-cli.md).
+		// as one encoded document (see docs/benchmarks.md, "CLI").
 		return writeJSONList(ios.Out, "Partition", parts)
 	case output.FormatJSONL, output.FormatYAML:
 		return pr.PrintList("Partition", parts, output.TableSpec{})

@@ -46,7 +46,7 @@
 // sort in force. The new snapshot replaces the old one only when the read
 // is complete. A filter or sort change rebuilds the index in Update (one
 // pass over the rows); View renders only the rows in view, so a frame's
-// cost does not grow with the number of rows (docs/benchmarks-tui.md).
+// cost does not grow with the number of rows (docs/benchmarks.md, "Dashboard benchmarks").
 //
 // # Actions
 //
