@@ -588,15 +588,20 @@ func (a *auditedCheckpoints) report() (int, []string) {
 	return a.saves, slices.Clone(a.violations)
 }
 
-// flakyLeases is a lease manager the test can make unreachable.
+// flakyLeases is a lease manager the test can make unreachable, at once
+// (down) or after some acquires succeeded (upFor).
 type flakyLeases struct {
 	broker.LeaseManager
-	down atomic.Bool
+	down  atomic.Bool
+	upFor atomic.Int32 // when > 0, acquires left before going down
 }
 
 var errLeaseStoreDown = errors.New("lease store unreachable (test)")
 
 func (f *flakyLeases) AcquirePartitionLease(ctx context.Context, leaseKey, generationKey, owner string, ttl time.Duration) (broker.Lease, bool, error) {
+	if f.upFor.Load() > 0 && f.upFor.Add(-1) == 0 {
+		f.down.Store(true)
+	}
 	if f.down.Load() {
 		return broker.Lease{}, false, errLeaseStoreDown
 	}

@@ -146,6 +146,43 @@ func TestTopicJoinLeaseStoreDown(t *testing.T) {
 	waitFor(t, 5*time.Second, "all partitions held", func() bool { return len(n.ts.Held()) == 3 })
 }
 
+// TestTopicJoinUndone: a join that fails after taking some leases gives
+// them back before it retries.
+func TestTopicJoinUndone(t *testing.T) {
+	e := newTopicEnv(t, onMemory, 4)
+	flaky := &flakyLeases{LeaseManager: e.leases}
+	flaky.upFor.Store(3) // two acquires succeed, the third fails
+	var acquired, released atomic.Int32
+	obs := &runtime.Observer{OnLease: func(ev runtime.LeaseEvent) {
+		switch ev.Kind {
+		case runtime.LeaseAcquired:
+			acquired.Add(1)
+		case runtime.LeaseReleased:
+			released.Add(1)
+		}
+	}}
+	cfg := e.config(tsub(topicSub, newTopicRecorder(t).handler("n1")))
+	cfg.Leases = flaky
+	cfg.JoinBackoff, cfg.JoinMaxBackoff = time.Hour, time.Hour // one attempt only
+	n := e.start("n1", cfg, obs)
+	defer e.stopAll()
+	waitFor(t, 10*time.Second, "a failed join", func() bool { return n.ts.JoinFailures() == 1 })
+	if !errors.Is(n.ts.LastJoinError(), errLeaseStoreDown) {
+		t.Fatalf("LastJoinError = %v", n.ts.LastJoinError())
+	}
+	if a, r := acquired.Load(), released.Load(); a != 2 || r != 2 {
+		t.Fatalf("acquired %d and released %d leases, want the 2 taken given back", a, r)
+	}
+	for p := int32(0); p < 4; p++ {
+		if _, held, _ := e.mem.Faults().GetString(context.Background(), e.leaseGroup().LeaseKey(p)); held {
+			t.Errorf("lease of partition %d still held after the join was undone", p)
+		}
+	}
+	if h := n.ts.Held(); len(h) != 0 {
+		t.Fatalf("held %v after a failed join", h)
+	}
+}
+
 // TestTopicJoinRedisUnreachable runs a real Node (membership in memory)
 // whose lease store, checkpoints and ledger are on a redis-server that
 // first listens on no port (connection refused), then is paused (every
