@@ -175,7 +175,7 @@ func waitMembers(t *testing.T, store *redisstore.Store, n int) {
 
 // handlerEvent is one line of the handlers' shared record: a handler call
 // began (B) or ended (E), or the test killed a node (K: its open calls
-// ended with it). The record's order is the order things happened in:
+// ended with it), stopped it (S) or let it continue (C). The record's order is the order things happened in:
 // each line is one atomic append (O_APPEND, a single short write) made
 // by the handler itself, before and after its work.
 type handlerEvent struct {
@@ -193,8 +193,8 @@ func parseEvents(t *testing.T, text string) []handlerEvent {
 	sc := bufio.NewScanner(strings.NewReader(text))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) == 2 && f[0] == "K" {
-			out = append(out, handlerEvent{kind: 'K', node: f[1]})
+		if len(f) == 2 && (f[0] == "K" || f[0] == "S" || f[0] == "C") {
+			out = append(out, handlerEvent{kind: f[0][0], node: f[1]})
 			continue
 		}
 		if len(f) != 6 || (f[0] != "B" && f[0] != "E") {
@@ -288,6 +288,28 @@ func checkHandling(t *testing.T, events []handlerEvent, keys []string, perKey in
 	}
 }
 
+// takenOver counts the keys node had begun before its from marker that
+// another node began after that marker (and before the until marker, when
+// until is not 0).
+func takenOver(events []handlerEvent, node string, from, until byte) int {
+	before := map[string]bool{}
+	moved := map[string]bool{}
+	phase := 0
+	for _, e := range events {
+		switch {
+		case e.node == node && e.kind == from:
+			phase = 1
+		case e.node == node && until != 0 && e.kind == until:
+			phase = 2
+		case e.kind == 'B' && phase == 0 && e.node == node:
+			before[e.key] = true
+		case e.kind == 'B' && phase == 1 && e.node != node && before[e.key]:
+			moved[e.key] = true
+		}
+	}
+	return len(moved)
+}
+
 // countEnds counts E lines (finished handler calls, replays included).
 func countEnds(text string) int {
 	return strings.Count(text, "\nE ") + boolInt(strings.HasPrefix(text, "E "))
@@ -342,8 +364,8 @@ type failoverRun struct {
 	handlerYAML func(id string) string
 	// record returns the record so far (B/E/K lines in order).
 	record func() string
-	// kill records that node (as the record names it) was SIGKILLed.
-	kill func(p *nodeProc)
+	// mark appends a marker line to the record.
+	mark func(line string)
 	// name is how the record names a node.
 	name func(p *nodeProc) string
 }
@@ -374,16 +396,18 @@ func runFailover(t *testing.T, f failoverRun) {
 	victim := procs[1]
 	victim.signal(syscall.SIGKILL)
 	<-victim.done
-	f.kill(victim)
+	f.mark("K " + f.name(victim))
 	t.Logf("%s SIGKILLed after %s", victim.id, time.Since(start).Round(time.Millisecond))
 
 	// SIGSTOP node-3 for longer than the lease TTL once half were handled.
 	waitFor(t, 4*time.Minute, "5,000 handled", func() bool { return countEnds(f.record()) >= 5000 })
 	paused := procs[2]
 	paused.signal(syscall.SIGSTOP)
+	f.mark("S " + f.name(paused))
 	stopFor := procTTL + 2*procRenew + time.Second
 	t.Logf("%s SIGSTOPped for %s after %s", paused.id, stopFor, time.Since(start).Round(time.Millisecond))
 	time.Sleep(stopFor)
+	f.mark("C " + f.name(paused))
 	paused.signal(syscall.SIGCONT)
 
 	if err := <-pubDone; err != nil {
@@ -411,6 +435,18 @@ func runFailover(t *testing.T, f failoverRun) {
 		}
 	}
 	t.Logf("handler calls by node: %v (%d calls for %d events)", handledBy, countEnds(record), nKeys*perKey)
+	// The faults did move partitions: keys the victims were handling
+	// before were handled by the others while the victims were gone.
+	if n := takenOver(events, f.name(victim), 'K', 0); n == 0 {
+		t.Errorf("no key of the SIGKILLed %s was taken over", victim.id)
+	} else {
+		t.Logf("%d keys of the SIGKILLed %s taken over", n, victim.id)
+	}
+	if n := takenOver(events, f.name(paused), 'S', 'C'); n == 0 {
+		t.Errorf("no key of the SIGSTOPped %s was taken over while it was stopped", paused.id)
+	} else {
+		t.Logf("%d keys of the SIGSTOPped %s taken over while it was stopped", n, paused.id)
+	}
 	for _, p := range []*nodeProc{procs[0], paused} {
 		if handledBy[f.name(p)] == 0 {
 			t.Errorf("%s handled nothing", p.id)
@@ -521,8 +557,8 @@ func TestRunNodeFailoverExec(t *testing.T) {
 		handlerYAML: func(string) string { return execHandlerYAML(script, record, "") },
 		record:      func() string { return readFile(t, record) },
 		// A SIGKILLed node's running handler dies with it (its parent
-		// death signal): its open calls end here.
-		kill: func(p *nodeProc) { appendLine(t, record, "K "+strconv.Itoa(p.pid())) },
+		// death signal): its open calls end at the K marker.
+		mark: func(line string) { appendLine(t, record, line) },
 		name: func(p *nodeProc) string { return strconv.Itoa(p.pid()) },
 	})
 }
@@ -565,8 +601,11 @@ func TestRunNodeFailoverHTTP(t *testing.T) {
 			defer mu.Unlock()
 			return record.String()
 		},
-		// The server finishes the killed node's requests on its own.
-		kill: func(*nodeProc) {},
+		mark: func(l string) {
+			mu.Lock()
+			defer mu.Unlock()
+			record.WriteString(l + "\n")
+		},
 		name: func(p *nodeProc) string { return p.id },
 	})
 }
