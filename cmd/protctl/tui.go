@@ -136,6 +136,7 @@ func dashboardOptions(ctx context.Context, opts *tuiOptions) (tui.Options, error
 		Categories: cats,
 		Scan:       len(opts.Categories) == 0, // like partitions ls without CATEGORY
 		Services:   opts.Services,
+		Topics:     dashboardTopics(s, DefaultTimeout, ins, opts.Services),
 	})
 	r := lipgloss.NewRenderer(opts.IO.Out)
 	if !opts.IO.ColorEnabled() {

@@ -1,0 +1,344 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/protctl/protctl/internal/clierr"
+	"github.com/protctl/protctl/internal/config"
+	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/tui"
+	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+)
+
+func newTopicsCmd(f *Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "topics",
+		Aliases: []string{"topic"},
+		Short:   "Kafka lease groups: partitions, owner, generation, per-subscription checkpoint, head and lag",
+		Example: `  protctl topics ls --service shop
+  protctl topics show orders --service shop`,
+	}
+	cmd.AddCommand(newTopicsListCmd(f), newTopicsShowCmd(f))
+	return cmd
+}
+
+// topicsOptions are shared by topics ls and topics show.
+type topicsOptions struct {
+	IO        *output.IOStreams
+	Printer   *output.Printer
+	Inspector func() (*inspect.Inspector, error)
+	// Kafka returns a new Source; the run function closes it.
+	Kafka func() (*kafkasource.Source, error)
+
+	Service       string
+	Topics        []string
+	Subscriptions []string
+}
+
+func newTopicsOptions(f *Factory) *topicsOptions {
+	return &topicsOptions{IO: f.IOStreams, Inspector: f.Inspector, Kafka: func() (*kafkasource.Source, error) {
+		s, err := f.Settings()
+		if err != nil {
+			return nil, err
+		}
+		return newKafkaSource(s, f.Timeout())
+	}}
+}
+
+// newKafkaSource is the Kafka reader of the operator commands, from the
+// resolved --kafka brokers. --timeout bounds each request and the retry
+// budget. Creating it does no I/O.
+func newKafkaSource(s *config.Settings, timeout time.Duration) (*kafkasource.Source, error) {
+	if len(s.Kafka) == 0 {
+		return nil, clierr.Usage.Errorf("no Kafka brokers: set --kafka, %s or the context's kafka.brokers", config.EnvKafka)
+	}
+	opts := []kafkasource.Option{kafkasource.WithClientID("protctl")}
+	if timeout > 0 {
+		opts = append(opts, kafkasource.WithDialTimeout(timeout), kafkasource.WithRequestTimeout(timeout), kafkasource.WithRetry(2, timeout))
+	}
+	src, err := kafkasource.New(s.Kafka, opts...)
+	if err != nil {
+		return nil, clierr.Usage.Wrap(err)
+	}
+	return src, nil
+}
+
+func addTopicsFlags(cmd *cobra.Command, opts *topicsOptions) {
+	fl := cmd.Flags()
+	fl.StringVar(&opts.Service, "service", "", "the service whose lease groups to read")
+	fl.StringArrayVar(&opts.Subscriptions, "subscription", nil, "show this subscription (repeatable; default: every subscription with checkpoints, found by a scan)")
+	_ = cmd.MarkFlagRequired("service")
+}
+
+func newTopicsListCmd(f *Factory) *cobra.Command {
+	opts := newTopicsOptions(f)
+	cmd := &cobra.Command{
+		Use:     "ls --service S [TOPIC...]",
+		Aliases: []string{"list"},
+		Short:   "List Kafka topics' lease groups: owner, generation, checkpoint, head and lag per partition",
+		Long: `List the lease groups of a service's Kafka topics (protctl:{S|topic:T}:*): for
+every partition the lease (owner, generation, TTL left, state held, expired
+or free), Kafka's earliest offset and head, and for each subscription its
+checkpoint (the next offset it reads) and lag (head - checkpoint).
+
+Without TOPIC the topics are those with lease-group keys in Redis, found by a
+paced SCAN (progress on stderr); a topic found there that Kafka no longer has
+is listed with an error. Subscriptions are found by the same scan unless
+--subscription names them. A TOPIC Kafka does not know exits 4; an
+unreachable Kafka or Redis exits 3.`,
+		Example: `  protctl topics ls --service shop
+  protctl topics ls --service shop orders payments --subscription ledger-sync
+  protctl topics ls --service shop -o json`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Topics = args
+			opts.Printer = f.Printer()
+			return runTopicsList(cmd.Context(), opts)
+		},
+	}
+	addTopicsFlags(cmd, opts)
+	return cmd
+}
+
+func newTopicsShowCmd(f *Factory) *cobra.Command {
+	opts := newTopicsOptions(f)
+	cmd := &cobra.Command{
+		Use:   "show TOPIC --service S",
+		Short: "Show one Kafka topic's lease group: every partition's lease, head and subscriptions' lag",
+		Long: `Show the lease group of one Kafka topic of a service: the lease group name,
+the subscriptions, and per partition the lease (owner, generation, TTL left,
+state), Kafka's earliest offset and head, and each subscription's checkpoint
+and lag. A topic Kafka does not know exits 4; an unreachable Kafka or Redis
+exits 3.`,
+		Example: `  protctl topics show orders --service shop
+  protctl topics show orders --service shop --subscription ledger-sync -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Topics = args
+			opts.Printer = f.Printer()
+			return runTopicsShow(cmd.Context(), opts)
+		},
+	}
+	addTopicsFlags(cmd, opts)
+	return cmd
+}
+
+// readTopics reads the snapshots of opts.Topics (all those found when
+// none are named), mapping the errors to the contract's exit codes.
+func readTopics(ctx context.Context, opts *topicsOptions) ([]inspect.Topic, error) {
+	ins, err := opts.Inspector()
+	if err != nil {
+		return nil, err
+	}
+	src, err := opts.Kafka()
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	prog := opts.IO.NewProgress("scanning for topics and subscriptions")
+	topics, err := ins.Topics(ctx, src, opts.Service, opts.Topics, inspect.TopicOptions{
+		Subscriptions: opts.Subscriptions,
+		Scan: inspect.ScanOptions{Progress: func(p inspect.ScanProgress) {
+			prog.Update("%d keys scanned, %d lease-group keys", p.Scanned, p.Found)
+		}},
+	})
+	prog.Done()
+	return topics, topicsErr(err)
+}
+
+func topicsErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, kafkasource.ErrUnreachable):
+		return clierr.Unavailable.Wrap(err)
+	}
+	return dataErr(err)
+}
+
+// topicRow is one table row: a partition and one of its subscriptions.
+type topicRow struct {
+	topic *inspect.Topic
+	part  *inspect.TopicPartition
+	sub   *inspect.TopicSubscription // nil when the topic has none
+}
+
+func topicRows(topics []inspect.Topic) []topicRow {
+	var rows []topicRow
+	for i := range topics {
+		t := &topics[i]
+		for j := range t.Partitions {
+			p := &t.Partitions[j]
+			if len(p.Subscriptions) == 0 {
+				rows = append(rows, topicRow{topic: t, part: p})
+			}
+			for k := range p.Subscriptions {
+				rows = append(rows, topicRow{topic: t, part: p, sub: &p.Subscriptions[k]})
+			}
+		}
+	}
+	return rows
+}
+
+func topicColumns(withTopic bool) []output.Column {
+	var cols []output.Column
+	if withTopic {
+		cols = append(cols, output.Col("TOPIC", func(r topicRow) string { return r.topic.Topic }))
+	}
+	return append(cols,
+		output.Col("PARTITION", func(r topicRow) string { return strconv.FormatInt(int64(r.part.Partition), 10) }),
+		output.Col("STATE", func(r topicRow) string { return string(r.part.State) },
+			output.Toned(func(r topicRow) output.Tone {
+				switch r.part.State {
+				case inspect.LeaseHeld:
+					return output.ToneGood
+				case inspect.LeaseExpired:
+					return output.ToneWarn
+				}
+				return output.ToneMuted
+			})),
+		output.Col("OWNER", func(r topicRow) string { return strCell(r.part.Owner) }),
+		output.Col("GEN", func(r topicRow) string { return intCell(r.part.Generation) }),
+		output.Col("TTL", func(r topicRow) string { return msCell(r.part.TTLMs) }),
+		output.Col("HEAD", func(r topicRow) string { return r.part.HeadOffset }),
+		output.Col("SUBSCRIPTION", func(r topicRow) string {
+			if r.sub == nil {
+				return "-"
+			}
+			return r.sub.Name
+		}),
+		output.Col("CHECKPOINT", func(r topicRow) string {
+			if r.sub == nil {
+				return "-"
+			}
+			return strCell(r.sub.Checkpoint)
+		}),
+		output.Col("LAG", func(r topicRow) string {
+			if r.sub == nil {
+				return "-"
+			}
+			return intCell(r.sub.Lag)
+		}, output.Toned(func(r topicRow) output.Tone {
+			if r.sub != nil && r.sub.Lag != nil && *r.sub.Lag > 0 {
+				return output.ToneWarn
+			}
+			return output.ToneNone
+		})),
+		output.Col("EARLIEST", func(r topicRow) string { return r.part.EarliestOffset }, output.WideOnly()),
+		output.Col("TOKEN", func(r topicRow) string { return strCell(r.part.Token) }, output.WideOnly()),
+	)
+}
+
+func runTopicsList(ctx context.Context, opts *topicsOptions) error {
+	topics, err := readTopics(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if opts.Printer.Structured() {
+		return opts.Printer.PrintList("Topic", topics, output.TableSpec{})
+	}
+	for _, t := range topics {
+		if t.Error != "" {
+			fmt.Fprintf(opts.IO.ErrOut, "topic %s: %s\n", t.Topic, t.Error)
+		}
+	}
+	return opts.Printer.PrintList("TopicPartition", topicRows(topics), output.TableSpec{
+		Empty:   fmt.Sprintf("No Kafka lease groups of service %q found.", opts.Service),
+		Columns: topicColumns(true),
+	})
+}
+
+func runTopicsShow(ctx context.Context, opts *topicsOptions) error {
+	topics, err := readTopics(ctx, opts)
+	if err != nil {
+		return err
+	}
+	t := topics[0]
+	return opts.Printer.PrintObject("Topic", t, func(w io.Writer, st output.Styles) error {
+		subs := "-"
+		if len(t.Subscriptions) > 0 {
+			subs = strings.Join(t.Subscriptions, ", ")
+		}
+		if err := output.WriteFields(w, st,
+			output.Field{Label: "Service", Value: t.Service},
+			output.Field{Label: "Topic", Value: t.Topic},
+			output.Field{Label: "Lease group", Value: t.LeaseGroup},
+			output.Field{Label: "Partitions", Value: strconv.Itoa(len(t.Partitions))},
+			output.Field{Label: "Subscriptions", Value: subs},
+		); err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintln(w); err != nil {
+			return err
+		}
+		return viewPrinter(opts.IO, w).PrintList("TopicPartition", topicRows(topics), output.TableSpec{
+			Empty:   "The topic has no partitions.",
+			Columns: topicColumns(false),
+		})
+	})
+}
+
+// dashboardTopics is the dashboard's topics view reader: every topic of
+// each service with lease-group keys in Redis, read as topics ls reads
+// them. It returns nil (the view says there is no reader) without Kafka
+// brokers or services. The Kafka source is created on the first read and
+// lives as long as the process.
+func dashboardTopics(s *config.Settings, timeout time.Duration, ins *inspect.Inspector, services []string) func(context.Context) ([]tui.TopicPartition, error) {
+	if len(s.Kafka) == 0 || len(services) == 0 {
+		return nil
+	}
+	var src *kafkasource.Source
+	return func(ctx context.Context) ([]tui.TopicPartition, error) {
+		// The dashboard never reads a view twice at once, so src needs no lock.
+		if src == nil {
+			var err error
+			if src, err = newKafkaSource(s, timeout); err != nil {
+				return nil, err
+			}
+		}
+		var out []tui.TopicPartition
+		for _, svc := range services {
+			topics, err := ins.Topics(ctx, src, svc, nil, inspect.TopicOptions{})
+			if err != nil {
+				return out, fmt.Errorf("topics of service %s: %w", svc, err)
+			}
+			out = append(out, tuiTopicPartitions(topics)...)
+		}
+		return out, nil
+	}
+}
+
+func tuiTopicPartitions(topics []inspect.Topic) []tui.TopicPartition {
+	var out []tui.TopicPartition
+	for _, t := range topics {
+		for _, p := range t.Partitions {
+			tp := tui.TopicPartition{
+				Service: t.Service, Topic: t.Topic, Partition: p.Partition,
+				Head:          &p.Head,
+				Subscriptions: make([]tui.TopicSubscription, 0, len(p.Subscriptions)),
+			}
+			if p.State == inspect.LeaseHeld {
+				tp.Owner, tp.Generation, tp.TTLMs = p.Owner, p.Generation, p.TTLMs
+			}
+			for _, s := range p.Subscriptions {
+				ts := tui.TopicSubscription{Name: s.Name, Lag: s.Lag}
+				if s.Checkpoint != nil {
+					next := s.Next
+					ts.Checkpoint = &next
+				}
+				tp.Subscriptions = append(tp.Subscriptions, ts)
+			}
+			out = append(out, tp)
+		}
+	}
+	return out
+}
