@@ -114,14 +114,11 @@ type Demo struct {
 	cfg   Config
 	runID string
 
-	mem       *memorybroker.Broker // nil on Redis
-	brk       broker.PartitionedBroker
-	ledger    runtime.Ledger
-	members   runtime.Membership
-	reader    runtime.LedgerReader
-	membersRd interface {
-		Members(context.Context, string) ([]runtime.NodeStatus, error)
-	}
+	mem        *memorybroker.Broker // nil on Redis
+	brk        broker.PartitionedBroker
+	ledger     runtime.Ledger
+	members    runtime.Membership
+	reader     runtime.LedgerReader
 	leases     leaseReader
 	checkpoint runtime.Checkpoints
 	pub        *runtime.Publisher
@@ -160,13 +157,13 @@ func New(cfg Config) (*Demo, error) {
 	if cfg.Redis == nil {
 		d.mem = memorybroker.New()
 		store := memstore.New(d.mem.Faults())
-		d.brk, d.ledger, d.members, d.reader, d.membersRd, d.checkpoint = d.mem, store, store, store, store, store
+		d.brk, d.ledger, d.members, d.reader, d.checkpoint = d.mem, store, store, store, store
 		faults := d.mem.Faults()
 		d.leases = faults.GetString
 	} else {
 		store := redisstore.New(cfg.Redis)
 		d.brk = redisbroker.New(cfg.Redis, redisbroker.WithLayout(cfg.Layout))
-		d.ledger, d.members, d.reader, d.membersRd, d.checkpoint = store, store, store, store, store
+		d.ledger, d.members, d.reader, d.checkpoint = store, store, store, store
 		c := cfg.Redis
 		d.leases = func(ctx context.Context, key string) (string, bool, error) {
 			v, err := c.Get(ctx, key).Result()

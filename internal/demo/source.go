@@ -229,7 +229,7 @@ func (s *Source) Parked(ctx context.Context) ([]runtime.Parked, error) {
 
 // Nodes lists the demo's live nodes.
 func (s *Source) Nodes(ctx context.Context) ([]runtime.NodeStatus, error) {
-	return s.d.membersRd.Members(ctx, Service)
+	return s.d.members.Members(ctx, Service)
 }
 
 // Topics lists the demo topic's partitions with -- Kafka on -- their

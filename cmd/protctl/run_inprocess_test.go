@@ -1,0 +1,267 @@
+//go:build unix
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/protctl/protctl/internal/testenv"
+	"github.com/protctl/protctl/pkg/runtime/redisstore"
+)
+
+// startRunNode runs runNode in the test process until the returned stop
+// is called; it returns the admin address once the node has started.
+func startRunNode(t *testing.T, config string) (addr string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	var logs procOutput
+	opts := &runNodeOptions{
+		Out: io.Discard, ErrOut: &logs, Getenv: func(string) string { return "" },
+		ConfigPath: config, LogFormat: "text", LogLevel: slog.LevelDebug,
+		Ready: func(a string) { ready <- a },
+	}
+	go func() { done <- runNode(ctx, opts) }()
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("run node: %v\n%s", err, logs.String())
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("run node did not start within 30s")
+	}
+	stopped := false
+	stop = func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatal("run node did not return within 30s of the signal")
+			return nil
+		}
+	}
+	t.Cleanup(func() {
+		_ = stop()
+		if t.Failed() {
+			t.Logf("node logs:\n%s", logs.String())
+		}
+	})
+	return "http://" + addr, stop
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// metricValue finds one sample's value in an exposition.
+func metricValue(text, series string) (float64, bool) {
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`)
+	m := re.FindStringSubmatch(text)
+	if m == nil {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	return v, err == nil
+}
+
+// The admin endpoint of a running node: ready once joined, metrics with
+// the partitions held, the lag behind a slow handler and the handler
+// latency, the status document; the drain on the signal leaves no lease.
+func TestRunNodeAdminEndpoint(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	dir := t.TempDir()
+	script := writeRecordScript(t, dir)
+	record := filepath.Join(dir, "record.txt")
+	// 10 events on one key, read 2 at a time by a handler that takes 1s:
+	// while the first runs, 8 are not delivered yet.
+	if err := <-publishEvents(t, c, keyNames(1), 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.Replace(nodeYAML(srv.URL(), "node-1", execHandlerYAML(script, record, "1"), 20*time.Second), "maxInFlight: 20", "maxInFlight: 2", 1)
+	path := filepath.Join(dir, "node.yaml")
+	writeFile(t, path, cfg)
+	base, stop := startRunNode(t, path)
+
+	waitFor(t, 30*time.Second, "/readyz 200", func() bool { code, _ := httpGet(t, base+"/readyz"); return code == 200 })
+	var metrics string
+	waitFor(t, 30*time.Second, "lag 8 and one partition held", func() bool {
+		_, metrics = httpGet(t, base+"/metrics")
+		lag, ok1 := metricValue(metrics, `protctl_lag{subscription="projector"}`)
+		held, ok2 := metricValue(metrics, `protctl_partitions_held{subscription="projector"}`)
+		return ok1 && ok2 && lag == 8 && held == 1
+	})
+	waitFor(t, 30*time.Second, "a handler call measured", func() bool {
+		_, metrics = httpGet(t, base+"/metrics")
+		n, ok := metricValue(metrics, `protctl_handler_duration_seconds_count{subscription="projector"}`)
+		return ok && n >= 1
+	})
+	for _, want := range []string{
+		"# TYPE protctl_handler_duration_seconds histogram",
+		`protctl_messages_processed_total{subscription="projector"}`,
+		"protctl_lease_renew_duration_seconds_count ",
+		`protctl_node_info{service="shop",node="node-1",join_state="joined"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	code, body := httpGet(t, base+"/v1/status")
+	var st struct {
+		Node      string `json:"node"`
+		AdminAddr string `json:"adminAddr"`
+		Ready     bool   `json:"ready"`
+		Held      []struct {
+			Partition string `json:"partition"`
+		} `json:"held"`
+	}
+	if code != 200 || json.Unmarshal([]byte(body), &st) != nil || st.Node != "node-1" || !st.Ready || len(st.Held) != 1 ||
+		"http://"+st.AdminAddr != base {
+		t.Errorf("/v1/status %d: %s", code, body)
+	}
+	// The status record in Redis carries the bound admin address.
+	members, err := redisstore.New(c).Members(context.Background(), procService)
+	if err != nil || len(members) != 1 || "http://"+members[0].AdminAddr != base {
+		t.Errorf("status record: %+v %v", members, err)
+	}
+
+	if err := stop(); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	if leases := heldLeases(t, c, "node-1"); len(leases) != 0 {
+		t.Errorf("leases after the drain: %v", leases)
+	}
+}
+
+// A Kafka topic subscription from the config: its partitions are leased in
+// Redis, records reach the http handler in order per key, and the drain
+// saves the checkpoints (the next offset of every partition).
+func TestRunNodeKafkaSubscription(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	kafka := testenv.StartKafka(t, 3, "orders")
+
+	var (
+		mu   sync.Mutex
+		seen = map[string][]int{}
+	)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var env struct {
+			Data struct {
+				Key string `json:"key"`
+				Seq int    `json:"seq"`
+			} `json:"data"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&env)
+		mu.Lock()
+		seen[env.Data.Key] = append(seen[env.Data.Key], env.Data.Seq)
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer hs.Close()
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "node.yaml")
+	writeFile(t, path, fmt.Sprintf(`service: shop
+node: node-1
+redis: {url: "%s"}
+kafka: {brokers: ["%s"]}
+admin: {listen: "127.0.0.1:0"}
+lease: {ttl: 2s, renewEvery: 400ms}
+subscriptions:
+  - name: ledger-sync
+    kafka: {topic: orders}
+    handler:
+      http: {url: "%s/events"}
+`, srv.URL(), kafka.Brokers[0], hs.URL))
+	base, stop := startRunNode(t, path)
+
+	cl := kafka.Client(t)
+	var records []*kgo.Record
+	keys := []string{"a", "b", "c", "d", "e", "f"}
+	for seq := 1; seq <= 10; seq++ {
+		for i, k := range keys {
+			v := fmt.Sprintf(`{"data":{"key":"%s","seq":%d},"metadata":{"headers":{"id":"%s-%d"}}}`, k, seq, k, seq)
+			records = append(records, &kgo.Record{Topic: "orders", Partition: int32(i % 3), Key: []byte(k), Value: []byte(v)})
+		}
+	}
+	kafka.Produce(t, cl, records...)
+	waitFor(t, time.Minute, "every record handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, s := range seen {
+			n += len(s)
+		}
+		return n >= len(records)
+	})
+	waitFor(t, 30*time.Second, "/readyz 200 (topic joined)", func() bool { code, _ := httpGet(t, base+"/readyz"); return code == 200 })
+	mu.Lock()
+	for _, k := range keys {
+		want := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+		if fmt.Sprint(seen[k]) != fmt.Sprint(want) {
+			t.Errorf("key %s handled %v, want %v", k, seen[k], want)
+		}
+	}
+	mu.Unlock()
+	_, metrics := httpGet(t, base+"/metrics")
+	if n, ok := metricValue(metrics, `protctl_messages_processed_total{subscription="ledger-sync"}`); !ok || n != float64(len(records)) {
+		t.Errorf("processed %v (%v), want %d", n, ok, len(records))
+	}
+
+	if err := stop(); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	group := redisstore.TopicLeaseGroup("shop", "orders")
+	next, err := redisstore.New(c).LoadAll(context.Background(), group.String(), "ledger-sync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := int32(0); p < 3; p++ {
+		if next[p] != 20 {
+			t.Errorf("partition %d checkpoint %d, want 20 (every record)", p, next[p])
+		}
+	}
+	var leftover bytes.Buffer
+	for p := int32(0); p < 3; p++ {
+		if v, err := c.Get(context.Background(), group.LeaseKey(p)).Result(); err == nil {
+			fmt.Fprintf(&leftover, "%d=%s ", p, v)
+		}
+	}
+	if leftover.Len() > 0 {
+		t.Errorf("topic leases held after the drain: %s", leftover.String())
+	}
+}
