@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -174,6 +175,33 @@ func TestTopicParkBurst(t *testing.T) {
 	waitFor(t, 10*time.Second, "the unparked aggregates handled", func() bool {
 		return n.ts.Counters()[runtime.CounterProcessed] == int64(len(aggs)-3)
 	})
+}
+
+// TestTopicParkBurstSlides: while the failures go on, the burst pause
+// lets one more aggregate be parked each time the burst window slides,
+// and each such park ends the pause it caused, so the partition moves on
+// past every bad aggregate.
+func TestTopicParkBurstSlides(t *testing.T) {
+	e := newTopicEnv(t, onMemory, 1)
+	rec := newTopicRecorder(t)
+	bad := map[string]bool{"a0000": true, "a0001": true, "a0002": true, "a0003": true}
+	rec.setFail(func(m runtime.Message) error {
+		if bad[m.Aggregate] {
+			return errors.New("bad aggregate")
+		}
+		return nil
+	})
+	cfg := e.config(tsub(topicSub, rec.handler("n1")))
+	cfg.ParkBurst, cfg.ParkBurstWindow = 2, 300*time.Millisecond
+	n := e.start("n1", cfg, nil)
+	defer e.stopAll()
+	awaitStarted(t, n.ts)
+	aggs := aggNames(6)
+	e.produce(aggs, 1, 1)
+	waitFor(t, 10*time.Second, "all four bad aggregates parked and the others handled", func() bool {
+		return n.ts.Counters()[runtime.CounterParked] == 4 && rec.complete(topicSub, aggs[4:], 1)
+	}, func() string { return fmt.Sprint(n.ts.Counters(), n.ts.Paused()) })
+	waitFor(t, 5*time.Second, "no pause left", func() bool { return len(n.ts.Paused()) == 0 })
 }
 
 // TestTopicFatal: a fatal failure stops its subscription and is reported

@@ -565,6 +565,7 @@ func (sp *subPart) process(agg string, it laneItem) outcome {
 	}
 	retry := newBackoff(sr.cfg.Retry.Backoff, sr.cfg.Retry.MaxBackoff)
 	pause := newBackoff(t.cfg.SystemicBackoff, t.cfg.SystemicMaxBackoff)
+	pausedHere := false // this record paused the partition
 	for attempt := 1; ; attempt++ {
 		// The trust window is enforced by the lease's watchTrust (it
 		// marks the lease lost the moment the window passes).
@@ -575,7 +576,7 @@ func (sp *subPart) process(agg string, it laneItem) outcome {
 		err := sp.call(msg)
 		if err == nil {
 			sr.c.processed.Add(1)
-			if attempt > 1 {
+			if pausedHere {
 				sp.setPaused(false, nil, 0)
 			}
 			return outDone
@@ -594,6 +595,7 @@ func (sp *subPart) process(agg string, it laneItem) outcome {
 		case FailSystemic:
 			wait = pause.next()
 			sp.setPaused(true, err, wait)
+			pausedHere = true
 		default:
 			if attempt < sr.cfg.Retry.Attempts {
 				wait = retry.next()
@@ -604,10 +606,16 @@ func (sp *subPart) process(agg string, it laneItem) outcome {
 				// not bad records: pause instead of parking them all.
 				wait = pause.next()
 				sp.setPaused(true, fmt.Errorf("%d aggregates parked within %s: %w", n, t.cfg.ParkBurstWindow, err), wait)
+				pausedHere = true
 				break
 			}
 			if !sp.park(agg, it, err, attempt) {
 				return outAbandoned
+			}
+			if pausedHere {
+				// The pause this record caused ends with it: the
+				// partition moves on past the parked aggregate.
+				sp.setPaused(false, nil, 0)
 			}
 			return outChanged
 		}
