@@ -613,8 +613,16 @@ func (t *TopicSubscriptions) ledgerLoop(ctx context.Context, sr *SubscriptionRun
 			}
 		}
 		for _, e := range entries {
-			if e.Request != nil {
-				t.actOnEntry(ctx, sr, e)
+			if e.Request == nil {
+				continue
+			}
+			// The list may be stale by now (a signal may have been acted
+			// on meanwhile): act on the entry as it is.
+			octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
+			fresh, err := t.cfg.Ledger.GetParked(octx, sr.cfg.Name, e.Aggregate)
+			cancel()
+			if err == nil {
+				t.actOnEntry(ctx, sr, fresh)
 			}
 		}
 	}
