@@ -93,7 +93,7 @@ func get(t *testing.T, url, token string) (int, string, http.Header) {
 
 // The test's exposition parser itself rejects what the format forbids, so
 // that a passing parse means something.
-func TestExpositionParserRejects(t *testing.T) {
+func TestNodeAdminExpositionParserRejects(t *testing.T) {
 	bad := map[string]string{
 		"no final newline":     "a 1",
 		"bad name":             "1a 1\n",
@@ -122,7 +122,7 @@ func TestExpositionParserRejects(t *testing.T) {
 	}
 }
 
-func TestMetricsParseAndCount(t *testing.T) {
+func TestNodeAdminMetricsParseAndCount(t *testing.T) {
 	m := admin.NewMetrics()
 	obs := m.Observer(nil)
 	weird := "sub\"with\\odd\nname"
@@ -218,7 +218,7 @@ func TestMetricsParseAndCount(t *testing.T) {
 
 // /readyz answers 503 until the node has joined (its first heartbeat), and
 // until subscriptions that join on their own (Kafka) have joined too.
-func TestReadyzUntilJoined(t *testing.T) {
+func TestNodeAdminReadyzUntilJoined(t *testing.T) {
 	node := &fakeNode{join: runtime.JoinJoining}
 	joinState := runtime.JoinJoining
 	node.subs = []runtime.Subscription{&joiningSub{fakeSub{st: runtime.SubscriptionStatus{Name: "topic:orders"}, join: &joinState}}}
@@ -244,7 +244,7 @@ func TestReadyzUntilJoined(t *testing.T) {
 }
 
 // The same with a real runtime.Node: it joins at its first heartbeat.
-func TestReadyzRealNode(t *testing.T) {
+func TestNodeAdminReadyzRealNode(t *testing.T) {
 	b := memorybroker.New()
 	store := memstore.New(b.Faults())
 	sub, err := runtime.NewPartitioned(runtime.PartitionedConfig{
@@ -297,7 +297,7 @@ func mustGet(t *testing.T, url string) string {
 	return body
 }
 
-func TestTokenRequiredOffLoopback(t *testing.T) {
+func TestNodeAdminTokenRequiredOffLoopback(t *testing.T) {
 	node := &fakeNode{join: runtime.JoinJoined}
 	for _, listen := range []string{"0.0.0.0:0", ":0", "[::]:0", "10.1.2.3:7070"} {
 		if _, err := admin.New(admin.Config{Listen: listen, Node: node}); !errors.Is(err, admin.ErrTokenRequired) {
@@ -338,7 +338,7 @@ func TestTokenRequiredOffLoopback(t *testing.T) {
 	}
 }
 
-func TestMethodsAndUnknownPaths(t *testing.T) {
+func TestNodeAdminMethodsAndUnknownPaths(t *testing.T) {
 	s, err := admin.New(admin.Config{Node: &fakeNode{join: runtime.JoinJoined}})
 	if err != nil {
 		t.Fatal(err)

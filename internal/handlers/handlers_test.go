@@ -50,7 +50,7 @@ func newExec(t *testing.T, cfg handlers.ExecConfig) *handlers.Exec {
 	return h
 }
 
-func TestExecPassesEnvelopeAndMetadata(t *testing.T) {
+func TestNodeHandlerExecPassesEnvelopeAndMetadata(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
 	sh := script(t, `cat > "$OUT.stdin"
 env | grep -E '^(PROTCTL_|EXTRA=)' | sort > "$OUT"
@@ -90,7 +90,7 @@ env | grep -E '^(PROTCTL_|EXTRA=)' | sort > "$OUT"
 	}
 }
 
-func TestExecExitCodes(t *testing.T) {
+func TestNodeHandlerExecExitCodes(t *testing.T) {
 	cases := []struct {
 		name  string
 		body  string
@@ -127,7 +127,7 @@ func TestExecExitCodes(t *testing.T) {
 	}
 }
 
-func TestExecCommandMissingIsSystemic(t *testing.T) {
+func TestNodeHandlerExecCommandMissingIsSystemic(t *testing.T) {
 	h := newExec(t, handlers.ExecConfig{Command: []string{filepath.Join(t.TempDir(), "missing.sh")}})
 	err := h.Handle(context.Background(), msg)
 	if runtime.Classify(err) != runtime.FailSystemic || err == nil {
@@ -137,7 +137,7 @@ func TestExecCommandMissingIsSystemic(t *testing.T) {
 
 // A timeout kills the command's whole process group: the background
 // child a script started dies with it.
-func TestExecTimeoutKillsProcessGroup(t *testing.T) {
+func TestNodeHandlerExecTimeoutKillsProcessGroup(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "child.pid")
 	sh := script(t, `sleep 60 &
 echo $! > "`+pidFile+`"
@@ -173,7 +173,7 @@ wait
 
 // A cancelled context (the lease was lost, or the node stops hard) stops
 // the command and is not the message's fault.
-func TestExecCancelled(t *testing.T) {
+func TestNodeHandlerExecCancelled(t *testing.T) {
 	h := newExec(t, handlers.ExecConfig{Command: []string{script(t, "sleep 60")}})
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
@@ -183,7 +183,7 @@ func TestExecCancelled(t *testing.T) {
 	}
 }
 
-func TestHTTPStatusClasses(t *testing.T) {
+func TestNodeHandlerHTTPStatusClasses(t *testing.T) {
 	var got http.Header
 	var body []byte
 	status := http.StatusOK
@@ -249,7 +249,7 @@ func TestHTTPStatusClasses(t *testing.T) {
 	}
 }
 
-func TestHTTPTimeoutAndUnreachableAreSystemic(t *testing.T) {
+func TestNodeHandlerHTTPTimeoutAndUnreachableAreSystemic(t *testing.T) {
 	release := make(chan struct{})
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -281,7 +281,7 @@ func TestHTTPTimeoutAndUnreachableAreSystemic(t *testing.T) {
 	}
 }
 
-func TestLogPrints(t *testing.T) {
+func TestNodeHandlerLogPrints(t *testing.T) {
 	var buf bytes.Buffer
 	h := handlers.NewLog(&buf, true)
 	if err := h.Handle(context.Background(), msg); err != nil {
