@@ -15,8 +15,8 @@ import (
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
-	"github.com/protctl/protctl/pkg/runtime/storetest"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/storetest"
 )
 
 func TestSuite(t *testing.T) {
