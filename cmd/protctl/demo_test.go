@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"io"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -17,9 +19,11 @@ func TestDemoNoTUI(t *testing.T) {
 	cl := newCLI(t)
 	r := cl.run("demo", "--no-tui", "--duration", "3s")
 	r.wantCode(t, 0)
+	if !regexp.MustCompile(`(?m)^ *\d+s  published \d+ \(\d+ poison\)  processed \d+  failed \d+  parked \d+  lag \d+`).MatchString(r.stdout) {
+		t.Errorf("no live summary line:\n%s", r.stdout)
+	}
 	for _, want := range []string{
 		"protctl demo: 3 nodes on the in-memory broker",
-		"  1s  published ",
 		"processed   ",
 		"parked      ",
 		"order       kept per key (0 violations)",
@@ -77,7 +81,7 @@ func TestDemoJSONSummary(t *testing.T) {
 func TestDemoDashboard(t *testing.T) {
 	cl := newCLI(t)
 	cl.tty = true
-	cl.configure = func(s *output.IOStreams) { s.In = &delayedReader{after: 2 * time.Second, data: []byte("q")} }
+	cl.configure = func(s *output.IOStreams) { s.In = &keysAfter{after: 2 * time.Second, keys: []byte("q")} }
 	r := cl.run("demo", "--duration", "1m")
 	r.wantCode(t, 0)
 	for _, want := range []string{"demo::order", "o-0", "processed"} {
@@ -85,6 +89,22 @@ func TestDemoDashboard(t *testing.T) {
 			t.Errorf("stdout lacks %q", want)
 		}
 	}
+}
+
+// keysAfter is a terminal's input: keys typed after a while, then EOF.
+type keysAfter struct {
+	after time.Duration
+	keys  []byte
+	done  bool
+}
+
+func (k *keysAfter) Read(p []byte) (int, error) {
+	if k.done {
+		return 0, io.EOF
+	}
+	time.Sleep(k.after)
+	k.done = true
+	return copy(p, k.keys), nil
 }
 
 // With --redis the demo runs on that server, and the operator commands see

@@ -407,6 +407,10 @@ func runFailover(t *testing.T, f failoverRun) {
 	stopFor := procTTL + 2*procRenew + time.Second
 	t.Logf("%s SIGSTOPped for %s after %s", paused.id, stopFor, time.Since(start).Round(time.Millisecond))
 	time.Sleep(stopFor)
+	// Stopped for longer than the lease TTL: none of its leases is left.
+	if leases := heldLeases(t, c, paused.id); len(leases) != 0 {
+		t.Errorf("%s still holds %d leases after %s stopped (lease TTL %s)", paused.id, len(leases), stopFor, procTTL)
+	}
 	f.mark("C " + f.name(paused))
 	paused.signal(syscall.SIGCONT)
 
@@ -442,11 +446,11 @@ func runFailover(t *testing.T, f failoverRun) {
 	} else {
 		t.Logf("%d keys of the SIGKILLed %s taken over", n, victim.id)
 	}
-	if n := takenOver(events, f.name(paused), 'S', 'C'); n == 0 {
-		t.Errorf("no key of the SIGSTOPped %s was taken over while it was stopped", paused.id)
-	} else {
-		t.Logf("%d keys of the SIGSTOPped %s taken over while it was stopped", n, paused.id)
-	}
+	// Whether the others began its keys while it was stopped depends on
+	// how busy they were (their workers may all be on their own keys);
+	// what must hold is checked above (its leases expired) and by
+	// checkHandling (it never handled under a superseded generation).
+	t.Logf("%d keys of the SIGSTOPped %s begun by the others while it was stopped", takenOver(events, f.name(paused), 'S', 'C'), paused.id)
 	for _, p := range []*nodeProc{procs[0], paused} {
 		if handledBy[f.name(p)] == 0 {
 			t.Errorf("%s handled nothing", p.id)
