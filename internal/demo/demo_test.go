@@ -3,6 +3,7 @@ package demo_test
 import (
 	"bytes"
 	"context"
+	goruntime "runtime"
 	"strings"
 	"testing"
 	"time"
@@ -89,6 +90,7 @@ func checkStats(t *testing.T, st demo.Stats) {
 }
 
 func TestDemoInMemory(t *testing.T) {
+	baseline := goruntime.NumGoroutine()
 	d, st := run(t, fast(demo.Config{}), func(s demo.Stats) bool { return s.Redis.Processed >= 1500 && s.Parked >= 2 })
 	checkStats(t, st)
 	if !d.InMemory() {
@@ -136,6 +138,16 @@ func TestDemoInMemory(t *testing.T) {
 	}
 	if _, err := src.Topics(ctx); err == nil {
 		t.Error("topics without Kafka")
+	}
+
+	// Stop ended every goroutine the demo started (nodes, publisher).
+	deadline := time.Now().Add(10 * time.Second)
+	for goruntime.NumGoroutine() > baseline {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines after Stop, %d before:\n%s", goruntime.NumGoroutine(), baseline, buf[:goruntime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
