@@ -71,6 +71,7 @@ needs --yes.`,
 		newVersionCmd(f),
 		newCompletionCmd(f),
 		newDocsCmd(f),
+		newManCmd(f),
 	)
 
 	finishTree(root)
