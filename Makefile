@@ -10,7 +10,7 @@ LDFLAGS := -X $(PKG)/internal/buildinfo.Version=$(VERSION) \
            -X $(PKG)/internal/buildinfo.Commit=$(COMMIT) \
            -X $(PKG)/internal/buildinfo.Date=$(DATE)
 
-.PHONY: build test bench lint docs release-snapshot
+.PHONY: build test bench lint docs man crossbuild release-snapshot
 
 ## build: the protctl binary in ./protctl, with version, commit and date
 build:
@@ -34,10 +34,19 @@ lint:
 docs:
 	$(GO) run ./cmd/protctl docs --file docs/cli.md
 
-## release-snapshot: a local release build with goreleaser, if installed
+## man: man pages in ./manpages and completion scripts in ./completions (what the release archives carry)
+man:
+	scripts/release-assets
+
+## crossbuild: build the six release targets with the release flags (and goreleaser check, if installed)
+crossbuild:
+	scripts/crossbuild
+
+## release-snapshot: a local release build with goreleaser (dist/), if installed
 release-snapshot:
 	@if command -v goreleaser >/dev/null 2>&1; then \
 		goreleaser release --snapshot --clean; \
 	else \
-		echo "goreleaser is not installed (go install github.com/goreleaser/goreleaser/v2@latest); skipping" >&2; \
+		echo "goreleaser is not installed (go install github.com/goreleaser/goreleaser/v2@v2.15.1); make crossbuild builds the same targets without it" >&2; \
+		exit 1; \
 	fi

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -101,26 +100,11 @@ func TestColourFollowsTTYNoColorAndFlag(t *testing.T) {
 	}
 }
 
-// TestVersionFromLdflags builds the binary the way a release does and
-// checks that the linker's values reach version -o json.
+// TestVersionFromLdflags builds the binary the way a release does (the
+// env, flags and ldflags of .goreleaser.yaml, its templates filled with
+// test values) and checks that the linker's values reach version -o json.
 func TestVersionFromLdflags(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go toolchain on PATH")
-	}
-	bin := filepath.Join(t.TempDir(), "protctl")
-	if runtime.GOOS == "windows" {
-		bin += ".exe"
-	}
-	const pkg = "github.com/protctl/protctl/internal/buildinfo"
-	ldflags := "-X " + pkg + ".Version=v9.8.7 -X " + pkg + ".Commit=feedface -X " + pkg + ".Date=2026-02-03T04:05:06Z"
-	build := exec.Command(goBin, "build", "-ldflags", ldflags, "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := releaseBinary(t)
 	cmd := exec.Command(bin, "version", "-o", "json")
 	cmd.Env = append(os.Environ(), "NO_COLOR=1")
 	out, err := cmd.Output()
@@ -131,8 +115,10 @@ func TestVersionFromLdflags(t *testing.T) {
 	if err := json.Unmarshal(out, &doc); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if doc.Version != "v9.8.7" || deref(doc.Commit) != "feedface" || deref(doc.Date) != "2026-02-03T04:05:06Z" {
-		t.Fatalf("ldflags values missing: %+v", doc)
+	want := versionDoc{"protctl.dev/v1", "Version", "v" + testReleaseVars["Version"],
+		ptr(testReleaseVars["FullCommit"]), ptr(testReleaseVars["CommitDate"]), runtime.Version(), runtime.GOOS + "/" + runtime.GOARCH}
+	if !equalDoc(doc, want) {
+		t.Fatalf("version -o json = %+v, want the ldflags values %+v", doc, want)
 	}
 
 	// The binary's exit codes are the contract's too.
