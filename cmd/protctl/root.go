@@ -74,6 +74,7 @@ needs --yes.`,
 		newManCmd(f),
 	)
 
+	attachDynamicCompletion(root, f) // complete.go: names read from Redis, bounded
 	finishTree(root)
 	// The usage line of a group is "protctl partitions [command]", even
 	// though finishTree gave it a run function.
