@@ -268,3 +268,18 @@ func TestReleaseCrossBuildOneTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseGoreleaserCheck validates .goreleaser.yaml with goreleaser
+// itself where it is installed (scripts/crossbuild does too); CI machines
+// without it rely on the checks above.
+func TestReleaseGoreleaserCheck(t *testing.T) {
+	bin, err := exec.LookPath("goreleaser")
+	if err != nil {
+		t.Skip("goreleaser is not installed")
+	}
+	cmd := exec.Command(bin, "check")
+	cmd.Dir = repoRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("goreleaser check: %v\n%s", err, out)
+	}
+}
