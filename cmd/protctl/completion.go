@@ -19,7 +19,12 @@ func newCompletionCmd(f *Factory) *cobra.Command {
 		Use:   "completion bash|zsh|fish|powershell",
 		Short: "Generate the shell completion script",
 		Long: `Generate the completion script of protctl for a shell. Completion covers
-commands, flags and flag values (output formats, layouts, context names).
+commands, flags and flag values (output formats, layouts, context names), and
+the names read from Redis: categories, partition keys, consumer groups,
+subscriptions, parked aggregates, streams, topics and services. Those are
+looked up with the command line's settings (--redis, --context, the
+environment) within one second; when Redis does not answer in time, nothing
+is offered and the shell goes on.
 
 bash (needs the bash-completion package):
   source <(protctl completion bash)                      # this shell only
