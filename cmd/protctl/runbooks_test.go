@@ -727,6 +727,11 @@ func runbookDefs() map[string]runbookDef {
 					check: func(rb *rbEnv, r result) {
 						rb.wantRow(r, "shop::order", "o-1", "2", "app.OrderProjector", "0", "0", "node-a", "1")
 					}},
+				{cmd: "protctl --context cluster partitions show shop::order o-1", check: func(rb *rbEnv, r result) {
+					if !regexp.MustCompile(`(?m)^Stream:\s+shop::order:\{o-1\}$`).MatchString(r.stdout) {
+						rb.t.Error("the stream is not named in the cluster layout")
+					}
+				}},
 				{cmd: "protctl --context cluster check", code: 0},
 			},
 		},
