@@ -27,9 +27,18 @@ const InstallHint = "redis-server not found on PATH: install it with `sudo apt-g
 type Redis struct {
 	Addr string // 127.0.0.1:port
 	Port int
+	// TLS holds the certificates of a server started WithTLS (its only
+	// listener is then TLS); nil for a plain server.
+	TLS *PKI
 
 	dir  string
 	args []string
+	// tlsAuth is the server's tls-auth-clients (optional or yes).
+	tlsAuth string
+	// users are the ACL users of WithACLUser; with any, the default user
+	// is off and testenv's own clients log in as adminUser.
+	users     []aclUser
+	adminPass string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -40,7 +49,15 @@ type Redis struct {
 type RedisOption func(*redisConfig)
 
 type redisConfig struct {
-	args []string
+	args    []string
+	tls     bool
+	tlsAuth string
+	users   []aclUser
+}
+
+type aclUser struct {
+	name, password string
+	rules          []string
 }
 
 // WithArgs passes extra redis-server arguments, e.g. "--appendonly", "yes".
@@ -71,13 +88,25 @@ func NewRedis(dir string, opts ...RedisOption) (*Redis, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	var pki *PKI
+	if cfg.tls {
+		var err error
+		if pki, err = GeneratePKI(filepath.Join(dir, "tls")); err != nil {
+			return nil, err
+		}
+	}
+	adminPass := ""
+	if len(cfg.users) > 0 {
+		adminPass = randomSecret()
+	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
-		r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, dir: dir, args: cfg.args}
+		r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, dir: dir, args: cfg.args,
+			TLS: pki, tlsAuth: cfg.tlsAuth, users: cfg.users, adminPass: adminPass}
 		if lastErr = r.start(); lastErr == nil {
 			return r, nil
 		}
@@ -96,8 +125,19 @@ func FreePort() (int, error) {
 }
 
 func (r *Redis) start() error {
-	args := []string{
-		"--port", strconv.Itoa(r.Port),
+	args := []string{"--port", strconv.Itoa(r.Port)}
+	if r.TLS != nil {
+		args = []string{
+			"--port", "0",
+			"--tls-port", strconv.Itoa(r.Port),
+			"--tls-cert-file", r.TLS.ServerCert,
+			"--tls-key-file", r.TLS.ServerKey,
+			"--tls-ca-cert-file", r.TLS.CA,
+			"--tls-auth-clients", r.tlsAuth,
+		}
+	}
+	args = append(args, r.aclArgs()...)
+	args = append(args,
 		"--bind", "127.0.0.1",
 		"--dir", r.dir,
 		"--save", "",
@@ -105,7 +145,7 @@ func (r *Redis) start() error {
 		"--daemonize", "no",
 		"--protected-mode", "no",
 		"--logfile", filepath.Join(r.dir, "redis.log"),
-	}
+	)
 	args = append(args, r.args...)
 	cmd := exec.Command("redis-server", args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -127,7 +167,9 @@ func (r *Redis) start() error {
 }
 
 func (r *Redis) waitReady(timeout time.Duration) error {
-	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	o := r.Options()
+	o.MaxRetries, o.DialTimeout = -1, 200*time.Millisecond
+	c := redis.NewClient(o)
 	defer c.Close()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -149,13 +191,21 @@ func (r *Redis) waitReady(timeout time.Duration) error {
 	}
 }
 
-// URL is the server's redis:// URL.
-func (r *Redis) URL() string { return "redis://" + r.Addr + "/0" }
+// URL is the server's redis:// URL (rediss:// for a TLS server). It
+// names no user and no password.
+func (r *Redis) URL() string {
+	if r.TLS != nil {
+		return "rediss://" + r.Addr + "/0"
+	}
+	return "redis://" + r.Addr + "/0"
+}
 
-// Client returns a new client for the server, closed at t's cleanup.
+// Client returns a new client for the server, closed at t's cleanup. On a
+// TLS server it trusts the test CA and presents the client certificate;
+// with ACL users it logs in as testenv's own admin user.
 func (r *Redis) Client(t testing.TB) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: r.Addr})
+	c := redis.NewClient(r.Options())
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -163,7 +213,7 @@ func (r *Redis) Client(t testing.TB) *redis.Client {
 // FlushAll empties the server, failing t on error.
 func (r *Redis) FlushAll(t testing.TB) {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: r.Addr})
+	c := redis.NewClient(r.Options())
 	defer c.Close()
 	if err := c.FlushAll(context.Background()).Err(); err != nil {
 		t.Fatalf("testenv: flushall: %v", err)
