@@ -17,6 +17,9 @@ import (
 // otherwise "protctl: message", with a pointer to --help after an error in
 // the command line.
 func printError(ios *output.IOStreams, cmd *cobra.Command, format string, kind clierr.Kind, err error) {
+	if clierr.IsPermissionDenied(err) {
+		err = permissionDenied{err}
+	}
 	msg := output.Escape(err.Error())
 	if format == string(output.FormatJSON) || format == string(output.FormatJSONL) {
 		enc := json.NewEncoder(ios.ErrOut)
@@ -34,6 +37,18 @@ func printError(ios *output.IOStreams, cmd *cobra.Command, format string, kind c
 		fmt.Fprintf(ios.ErrOut, "Run '%s --help' for usage.\n", cmd.CommandPath())
 	}
 }
+
+// permissionDenied is a Redis ACL denial, said so in words: the reply
+// (NOPERM ...) names the command or that a key or channel was refused.
+type permissionDenied struct{ error }
+
+func (e permissionDenied) Error() string {
+	return "permission denied: " + e.error.Error() +
+		"; the Redis ACL user lacks a command, key or channel this needs" +
+		" (protctl acl print --role readonly|operator|node prints the rules of each role)"
+}
+
+func (e permissionDenied) Unwrap() error { return e.error }
 
 type errorBody struct {
 	Code     string `json:"code"`

@@ -72,6 +72,7 @@ needs --yes.`,
 		newCompletionCmd(f),
 		newDocsCmd(f),
 		newManCmd(f),
+		newACLCmd(f),
 	)
 
 	attachDynamicCompletion(root, f) // complete.go: names read from Redis, bounded

@@ -186,6 +186,9 @@ func isUnavailable(err error) bool {
 	if errors.As(err, &dnsErr) {
 		return true
 	}
+	if IsPermissionDenied(err) {
+		return true
+	}
 	// Authentication failures are reply errors; their prefixes are the only
 	// error text we look at (the Redis protocol's error codes).
 	var rerr redis.Error
@@ -198,4 +201,19 @@ func isUnavailable(err error) bool {
 		}
 	}
 	return false
+}
+
+// IsPermissionDenied reports whether err is a Redis ACL denial: a NOPERM
+// reply (a command, key or channel the user may not use), or the error a
+// script gets when it calls a command or touches a key its user may not.
+// Classify counts it as "auth failed" (exit 3); docs/security.md lists
+// the rules each role needs.
+func IsPermissionDenied(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	return strings.HasPrefix(msg, "NOPERM") ||
+		strings.HasPrefix(msg, "ERR The user executing the script can't")
 }

@@ -1,0 +1,342 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/internal/acl"
+	"github.com/protctl/protctl/internal/clierr"
+	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/redisstore"
+)
+
+// aclEnv is the Protean fixture (with a parked entry and a live node's
+// status record) on a server that has a user of each role.
+type aclEnv struct {
+	*opsEnv
+	users     map[acl.Role]string
+	passwords map[acl.Role]string
+	parked    runtime.Parked
+}
+
+func newACLEnv(t *testing.T, args ...string) *aclEnv {
+	t.Helper()
+	e := &aclEnv{opsEnv: newOpsEnv(t), users: map[acl.Role]string{}, passwords: map[acl.Role]string{}}
+	e.parked = e.park()
+	ctx := context.Background()
+	st := runtime.NodeStatus{Service: "shop", Node: "node-1", JoinState: "joined", LastSeen: time.Now().UTC()}
+	if err := redisstore.New(e.c).Heartbeat(ctx, st, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range acl.Roles() {
+		e.createUser(role, args...)
+	}
+	return e
+}
+
+// createUser creates role's user on the env's server.
+func (e *aclEnv) createUser(role acl.Role, args ...string) {
+	e.t.Helper()
+	e.users[role], e.passwords[role] = createACLUser(e.t, e.c, role, args...)
+}
+
+// createACLUser applies the ACL SETUSER line that `protctl acl print
+// --role R --line setuser` prints (with args such as --category) on c's
+// server, so that a wrong printed rule fails the tests that use the user,
+// then gives the user a random password. It returns the user and the
+// password.
+func createACLUser(t *testing.T, c redis.UniversalClient, role acl.Role, args ...string) (user, password string) {
+	t.Helper()
+	r := newCLI(t).run(append([]string{"acl", "print", "--role", string(role), "--line", "setuser"}, args...)...)
+	r.wantCode(t, 0)
+	line := strings.TrimSpace(r.stdout)
+	fields := strings.Fields(line)
+	if len(fields) < 5 || fields[0] != "ACL" || fields[1] != "SETUSER" || fields[3] != "reset" || fields[4] != "on" {
+		t.Fatalf("acl print --line setuser: %q", line)
+	}
+	cmd := make([]any, len(fields))
+	for i, f := range fields {
+		cmd[i] = f
+	}
+	ctx := context.Background()
+	if err := c.Do(ctx, cmd...).Err(); err != nil {
+		t.Fatalf("%s: %v", line, err)
+	}
+	pw := randomSecret(t)
+	if err := c.Do(ctx, "ACL", "SETUSER", fields[2], ">"+pw).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return fields[2], pw
+}
+
+func randomSecret(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return "pw-" + hex.EncodeToString(b)
+}
+
+// as is a non-terminal invocation as role's user (the password from the
+// environment, the user name from PROTCTL_REDIS_USERNAME).
+func (e *aclEnv) as(role acl.Role) *cli {
+	cl := e.cli(false)
+	cl.env["PROTCTL_REDIS_USERNAME"] = e.users[role]
+	cl.env["PROTCTL_REDIS_PASSWORD"] = e.passwords[role]
+	return cl
+}
+
+// runAs runs args as role and fails the test if the password shows up
+// in anything the invocation wrote.
+func (e *aclEnv) runAs(role acl.Role, args ...string) result {
+	e.t.Helper()
+	r := e.as(role).run(append(args, "-vv")...)
+	e.noSecret(r.stdout + r.stderr)
+	return r
+}
+
+func (e *aclEnv) noSecret(s string) {
+	e.t.Helper()
+	for role, pw := range e.passwords {
+		if strings.Contains(s, pw) {
+			e.t.Fatalf("the %s user's password was printed:\n%s", role, s)
+		}
+	}
+}
+
+// readCommands are the commands the readonly role must be enough for:
+// every ls, show, check and fsck, and the plan of every repair.
+func readCommands(e *aclEnv) [][]string {
+	s, p := e.s, e.parked
+	return [][]string{
+		{"partitions", "ls"},
+		{"partitions", "ls", s.Orders, "--sort-by", "key"},
+		{"partitions", "show", s.Orders, s.Halted},
+		{"partitions", "show", s.Payments, s.Pay1},
+		{"partitions", "fsck", s.Payments},
+		{"leases", "ls"},
+		{"leases", "ls", "--group", s.Projector},
+		{"parked", "ls"},
+		{"parked", "show", p.Subscription, p.Aggregate},
+		{"nodes", "ls", "--service", "shop"},
+		{"check"},
+		{"check", "--max-parked", "10", "--no-expired-leases"},
+		// Plans are reads.
+		{"partitions", "reap", s.Orders, "--all-cold", "--dry-run"},
+		{"partitions", "release", s.Orders, s.Halted, "--group", s.Projector, "--force", "--dry-run"},
+		{"partitions", "skip-head", s.Orders, s.Halted, "--group", s.Projector, "--reason", "poison", "--dry-run"},
+		{"streams", "trim", s.Payments + ":" + s.Pay1, "--maxlen", "1", "--dry-run"},
+		{"parked", "retry", p.Subscription, p.Aggregate, "--dry-run"},
+		{"parked", "skip", p.Subscription, p.Aggregate, "--reason", "refunded", "--dry-run"},
+	}
+}
+
+// repairCommands are the repairs, each of which changes something when
+// run with full rights on the fixture.
+func repairCommands(e *aclEnv, plan string) [][]string {
+	s, p := e.s, e.parked
+	return [][]string{
+		{"partitions", "skip-head", s.Orders, s.Halted, "--group", s.Projector, "--reason", "poison", "--yes"},
+		{"partitions", "release", s.Orders, s.Halted, "--group", s.Projector, "--force", "--yes"},
+		{"partitions", "reap", s.Orders, s.Cold, "--yes"},
+		{"streams", "trim", s.Payments + ":" + s.Pay1, "--maxlen", "1", "--yes"},
+		{"parked", "retry", p.Subscription, p.Aggregate, "--yes"},
+		{"parked", "skip", p.Subscription, p.Aggregate, "--reason", "refunded", "--yes"},
+		{"publish", s.Orders, "o-new", "--data", `{"data":{"n":1},"metadata":{"headers":{"id":"e-1","type":"T"}}}`, "--yes"},
+		{"apply", "-f", plan, "--yes"},
+	}
+}
+
+// TestACLReadOnlyRoleReadsEverything runs every read command as the
+// readonly user and as the server's default user: same exit code, same
+// JSON document (volatile values normalised), and nothing changed.
+func TestACLReadOnlyRoleReadsEverything(t *testing.T) {
+	e := newACLEnv(t)
+	before := e.digest()
+	for _, args := range readCommands(e) {
+		args := append(args, "-o", "json")
+		want := e.run(args...)
+		got := e.runAs(acl.ReadOnly, args...)
+		if got.code != want.code || strings.Contains(got.stderr, "permission") {
+			t.Fatalf("%s: readonly exit %d, default user %d\nreadonly stderr:\n%s\ndefault stderr:\n%s",
+				strings.Join(args, " "), got.code, want.code, got.stderr, want.stderr)
+		}
+		if want.code != 0 && want.code != clierr.ExitCheckFailed {
+			t.Fatalf("%s: exit %d with full rights\n%s", strings.Join(args, " "), want.code, want.stderr)
+		}
+		if g, w := normalizeJSON(t, got.stdout), normalizeJSON(t, want.stdout); g != w {
+			t.Fatalf("%s: readonly output differs\n--- readonly:\n%s\n--- default user:\n%s", strings.Join(args, " "), g, w)
+		}
+	}
+	// Tables too (they read the same, but format times on the server's clock).
+	for _, args := range [][]string{{"partitions", "ls"}, {"nodes", "ls", "--service", "shop"}, {"parked", "ls"}} {
+		e.runAs(acl.ReadOnly, args...).wantCode(t, 0)
+	}
+	if after := e.digest(); after != before {
+		t.Fatal("read commands changed the server's state")
+	}
+}
+
+// TestACLReadOnlyRoleCannotRepair: every repair as the readonly user
+// exits 3 with an error that says permission was denied (in text and in
+// -o json), and no key changes. The same repairs then succeed as the
+// operator user, and change the state.
+func TestACLReadOnlyRoleCannotRepair(t *testing.T) {
+	e := newACLEnv(t)
+	s := e.s
+	// A plan saved by the readonly user itself (planning is a read).
+	r := e.runAs(acl.ReadOnly, "partitions", "release", s.Orders, s.Healthy, "--group", s.Projector, "--force", "--dry-run", "-o", "json")
+	r.wantCode(t, 0)
+	plan := filepath.Join(t.TempDir(), "plan.json")
+	writeFile(t, plan, r.stdout)
+
+	before := e.digest()
+	for _, args := range repairCommands(e, plan) {
+		name := strings.Join(args[:2], " ")
+		t.Run(name, func(t *testing.T) {
+			r := e.runAs(acl.ReadOnly, args...)
+			r.wantCode(t, clierr.ExitUnavailable)
+			if !strings.Contains(r.stderr, "protctl: permission denied: ") || !strings.Contains(r.stderr, "NOPERM") {
+				t.Fatalf("stderr does not say permission denied:\n%s", r.stderr)
+			}
+			r = e.runAs(acl.ReadOnly, append(args, "-o", "json")...)
+			r.wantCode(t, clierr.ExitUnavailable)
+			var doc struct {
+				Error struct {
+					Code     string `json:"code"`
+					Message  string `json:"message"`
+					ExitCode int    `json:"exitCode"`
+				} `json:"error"`
+			}
+			lines := strings.Split(strings.TrimSpace(r.stderr), "\n") // -vv logs come first
+			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &doc); err != nil {
+				t.Fatalf("stderr is not one JSON error: %v\n%s", err, r.stderr)
+			}
+			if doc.Error.Code != string(clierr.Unavailable) || doc.Error.ExitCode != 3 || !strings.Contains(doc.Error.Message, "permission denied") {
+				t.Fatalf("JSON error %+v", doc.Error)
+			}
+			if after := e.digest(); after != before {
+				t.Fatal("a refused repair changed the server's state")
+			}
+		})
+	}
+
+	for _, args := range repairCommands(e, plan) {
+		r := e.runAs(acl.Operator, args...)
+		r.wantCode(t, 0)
+	}
+	if after := e.digest(); after == before {
+		t.Fatal("the operator's repairs changed nothing")
+	}
+	// What was repaired is visible.
+	if got := e.lease(s.Projector, s.Halted); got != "" {
+		t.Fatalf("lease of %s still %q", s.Halted, got)
+	}
+	if got := e.lease(s.Projector, s.Healthy); got != "" {
+		t.Fatalf("the applied plan left the lease of %s at %q", s.Healthy, got)
+	}
+}
+
+// TestACLOperatorRoleReadsEverything: the operator role is a superset of
+// the readonly role.
+func TestACLOperatorRoleReadsEverything(t *testing.T) {
+	e := newACLEnv(t)
+	for _, args := range readCommands(e) {
+		r := e.runAs(acl.Operator, append(args, "-o", "json")...)
+		if r.code != 0 && r.code != clierr.ExitCheckFailed {
+			t.Fatalf("%s: exit %d\n%s", strings.Join(args, " "), r.code, r.stderr)
+		}
+	}
+}
+
+// TestACLReadOnlyDashboardDataLayer drives the dashboard's data layer
+// (the Source and the Actions' plans the dashboard builds in read-only
+// mode) as the readonly user.
+func TestACLReadOnlyDashboardDataLayer(t *testing.T) {
+	e := newACLEnv(t)
+	before := e.digest()
+	ios, _, _, _ := output.Test()
+	ios.SetTTY(true)
+	f := newFactory(ios)
+	env := map[string]string{
+		"PROTCTL_REDIS":          e.srv.URL(),
+		"PROTCTL_REDIS_USERNAME": e.users[acl.ReadOnly],
+		"PROTCTL_REDIS_PASSWORD": e.passwords[acl.ReadOnly],
+		"PROTCTL_READ_ONLY":      "true",
+	}
+	f.Getenv = func(k string) string { return env[k] }
+	t.Cleanup(f.close)
+	_ = newRootCmd(f) // binds the global flags' defaults
+	opts := &tuiOptions{IO: ios, Settings: f.Settings, Inspector: f.Inspector, Repairer: f.Repairer,
+		Operator: "protctl:test", Refresh: time.Hour, View: "partitions", Services: []string{"shop"}}
+	dash, err := dashboardOptions(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !dash.ReadOnly {
+		t.Fatal("the dashboard is not read-only")
+	}
+	ctx := context.Background()
+	src := dash.Source
+	cats, err := src.Categories(ctx)
+	if err != nil || len(cats) != 2 {
+		t.Fatalf("categories %v %v", cats, err)
+	}
+	for _, c := range cats {
+		n := 0
+		if err := src.Partitions(ctx, c, func(p []inspect.Partition) error { n += len(p); return nil }); err != nil || n == 0 {
+			t.Fatalf("partitions of %s: %d %v", c, n, err)
+		}
+	}
+	if _, err := src.Explain(ctx, e.s.Orders, e.s.Halted); err != nil {
+		t.Fatalf("explain: %v", err)
+	}
+	if l, err := src.Leases(ctx); err != nil || len(l) == 0 {
+		t.Fatalf("leases %v %v", l, err)
+	}
+	if p, err := src.Parked(ctx); err != nil || len(p) != 1 {
+		t.Fatalf("parked %v %v", p, err)
+	}
+	if n, err := src.Nodes(ctx); err != nil || len(n) != 1 {
+		t.Fatalf("nodes %v %v", n, err)
+	}
+	if after := e.digest(); after != before {
+		t.Fatal("the dashboard's reads changed the server's state")
+	}
+}
+
+// TestACLPasswordFromAContextFile: the readonly user with its password in
+// a context's passwordFile; a wrong one is an auth failure (exit 3) and
+// neither password is printed.
+func TestACLPasswordFromAContextFile(t *testing.T) {
+	e := newACLEnv(t)
+	for _, c := range []struct {
+		password string
+		code     int
+	}{{e.passwords[acl.ReadOnly], 0}, {"not-" + e.passwords[acl.ReadOnly], clierr.ExitUnavailable}} {
+		cl := newCLI(t)
+		dir := cl.env["XDG_CONFIG_HOME"] + "/protctl"
+		writeFile(t, dir+"/ro.password", c.password+"\n")
+		writeFile(t, dir+"/config.yaml", "currentContext: ro\ncontexts:\n  - name: ro\n    redis:\n      url: "+e.srv.URL()+
+			"\n      username: "+e.users[acl.ReadOnly]+"\n      passwordFile: ro.password\n")
+		for _, format := range []string{"table", "json"} {
+			r := cl.run("partitions", "ls", "-o", format, "-vv")
+			r.wantCode(t, c.code)
+			e.noSecret(r.stdout + r.stderr)
+			if strings.Contains(r.stdout+r.stderr, c.password) {
+				t.Fatalf("the password was printed:\n%s%s", r.stdout, r.stderr)
+			}
+		}
+	}
+}
