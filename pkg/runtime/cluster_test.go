@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -59,10 +60,16 @@ func (e *clusterEnv) client() *redis.ClusterClient {
 // would, with the settings of the single-node Redis tests.
 func (e *clusterEnv) start(id string, h runtime.Handler) *runtime.Node {
 	e.t.Helper()
+	return e.startWith(id, h, nil)
+}
+
+// startWith is start with the subscription's settings changed by mutate.
+func (e *clusterEnv) startWith(id string, h runtime.Handler, mutate func(*runtime.PartitionedConfig)) *runtime.Node {
+	e.t.Helper()
 	c := e.client()
 	b := redisbroker.New(c, redisbroker.WithLayout(broker.ClusterLayout))
 	store := redisstore.New(c)
-	sub, err := runtime.NewPartitioned(runtime.PartitionedConfig{
+	cfg := runtime.PartitionedConfig{
 		Name:       group,
 		Categories: []string{cat},
 		Handler:    h,
@@ -73,7 +80,11 @@ func (e *clusterEnv) start(id string, h runtime.Handler) *runtime.Node {
 		BatchSize:  20,
 		Workers:    8,
 		Retry:      runtime.RetryPolicy{Attempts: 3, Backoff: 20 * time.Millisecond},
-	})
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	sub, err := runtime.NewPartitioned(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -213,4 +224,83 @@ func TestClusterMasterRestartMidRun(t *testing.T) {
 	eventually(t, 45*time.Second, 20*time.Millisecond, "every entry handled after the restart", func() bool { return rec.complete(want) })
 	rec.checkOrder(t, want)
 	e.wantStreamLengths(keys, 15)
+}
+
+// Idle partitions on every master of the cluster are read again when an
+// entry comes: one appended without a wake-up signal (a Protean
+// publisher, XADD by hand) is noticed by the node's wait, which on a
+// cluster polls every slot it watches (a blocking XREAD cannot span
+// slots); one published with protctl's publisher is also announced by
+// its wake-up signal. SweepEvery is an hour, so nothing but the wait can
+// notice the unsignalled entries within the test's deadline. The
+// measured times are logged.
+func TestClusterIdlePartitionsWakeOnEveryMaster(t *testing.T) {
+	e := newClusterEnv(t)
+	rec := newRecorder(t)
+	ctx := context.Background()
+	// Keys until every master holds a partition; perMaster is one each.
+	var keys, perMaster []string
+	seen := map[int]bool{}
+	for i := 0; len(keys) < 20 || len(seen) < len(e.cl.Masters); i++ {
+		k := fmt.Sprintf("idle%03d", i)
+		keys = append(keys, k)
+		if m := e.masterOf(broker.ClusterLayout.Stream(cat, k)); !seen[m] {
+			seen[m] = true
+			perMaster = append(perMaster, k)
+		}
+	}
+	e.startWith("node-1", rec.handler("node-1"), func(c *runtime.PartitionedConfig) {
+		c.IdleAfter = 200 * time.Millisecond
+		c.SweepEvery = time.Hour
+	})
+	publishAll(t, e.pub, keys, 1, 1)
+	eventually(t, 30*time.Second, 10*time.Millisecond, "the first entries handled", func() bool { return rec.complete(wantAll(keys, 1)) })
+	// Idle: every lease released after IdleAfter.
+	eventually(t, 30*time.Second, 20*time.Millisecond, "every partition idle (lease released)", func() bool {
+		for _, k := range keys {
+			if n, err := e.c.Exists(ctx, broker.ClusterLayout.LeaseKey(group, k)).Result(); err != nil || n != 0 {
+				return false
+			}
+		}
+		return true
+	})
+
+	wake := func(what string, seq int, add func(k string)) {
+		t.Helper()
+		at := time.Now()
+		for _, k := range perMaster {
+			add(k)
+		}
+		want := map[string]int{}
+		for _, k := range perMaster {
+			want[k] = seq
+		}
+		eventually(t, 15*time.Second, 5*time.Millisecond, what, func() bool { return rec.complete(want) })
+		t.Logf("%s: %d idle partitions, one per master, handled after %s", what, len(perMaster), time.Since(at).Round(time.Millisecond))
+	}
+	wake("entries appended without a wake-up signal", 2, func(k string) {
+		err := e.c.XAdd(ctx, &redis.XAddArgs{Stream: broker.ClusterLayout.Stream(cat, k), Values: []string{"data", string(envelope(k, 2))}}).Err()
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	// Idle again before the next round.
+	eventually(t, 30*time.Second, 20*time.Millisecond, "the partitions idle again", func() bool {
+		for _, k := range perMaster {
+			if n, err := e.c.Exists(ctx, broker.ClusterLayout.LeaseKey(group, k)).Result(); err != nil || n != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	wake("entries published", 3, func(k string) {
+		if _, err := e.pub.Publish(ctx, cat, k, envelope(k, 3)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	want := wantAll(keys, 1)
+	for _, k := range perMaster {
+		want[k] = 3
+	}
+	rec.checkOrder(t, want)
 }

@@ -124,6 +124,14 @@ func (s *watchSet) len() int {
 // keeps it under about 5% of a Redis core however often partitions come
 // and go; between two waits nothing is missed, because each wait starts
 // from the ids the partitions were last known delivered up to.
+//
+// On a Redis Cluster one blocking read cannot name streams of different
+// slots, and every partition has a slot of its own in the cluster
+// layout, so the Redis broker's wait polls there: one non-blocking read
+// per partition every max(1 s, 100µs x streams), pipelined per master
+// (TestClusterIdlePartitionsWakeOnEveryMaster). Entries announced by a
+// wake-up signal are still noticed at once; the poll is the safety net
+// for the others.
 func (p *Partitioned) waitLoop(ctx context.Context) {
 	defer p.wg.Done()
 	backoff := newBackoff(100*time.Millisecond, p.cfg.WaitTimeout)

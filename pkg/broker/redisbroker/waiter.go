@@ -7,6 +7,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -40,9 +41,13 @@ const nudgePrefix = "__protctl__:wait:"
 // 10 s expiry), which wakes every chunk at once. Only then does the call
 // return, so it never leaves a pooled connection blocked behind it.
 //
-// The streams of one XREAD must share a slot in Redis Cluster; this
-// waiter is for single servers (and Sentinel), like the cross-key
-// scripts of the Protean layout.
+// On a Redis Cluster (a *redis.ClusterClient) one XREAD cannot name
+// streams of different slots, even on one master (CROSSSLOT), and the
+// cluster layout gives every partition a slot of its own; one blocked
+// connection per partition is what the design rejects. There the call
+// polls instead (pollForEntries): a non-blocking XREAD per slot,
+// pipelined per master, repeated every max(1 s, 100 µs x streams) until
+// an entry comes, the timeout passes or ctx ends.
 func (b *Broker) WaitForEntries(ctx context.Context, after map[string]string, timeout time.Duration) ([]string, error) {
 	const op = "wait for entries"
 	if len(after) == 0 {
@@ -64,6 +69,9 @@ func (b *Broker) WaitForEntries(ctx context.Context, after map[string]string, ti
 	slices.Sort(streams)
 	if err := ctx.Err(); err != nil {
 		return nil, mapErr(call{op: op}, err)
+	}
+	if _, ok := b.client.(*redis.ClusterClient); ok {
+		return b.pollForEntries(ctx, streams, after, timeout)
 	}
 	if timeout > 0 && timeout < time.Millisecond {
 		timeout = time.Millisecond // BLOCK 0 would mean forever
@@ -161,6 +169,138 @@ func (b *Broker) WaitForEntries(ctx context.Context, after map[string]string, ti
 	}
 	slices.Sort(ready)
 	return ready, nil
+}
+
+// Polling on a cluster: every clusterPollEvery, or every
+// clusterPollPerStream per stream when that is longer, the rule of the
+// runtime's wait loop (pkg/runtime waitLoop), which keeps a node's waits
+// to a few percent of a Redis core however many partitions it watches.
+const (
+	clusterPollEvery     = time.Second
+	clusterPollPerStream = 100 * time.Microsecond
+)
+
+// pollForEntries is WaitForEntries on a Redis Cluster: streams (sorted)
+// are grouped by slot; each poll is one non-blocking XREAD COUNT 1 per
+// slot (a partition's lanes share one), pipelined, which go-redis sends
+// as one round trip per master. An entry appended between two polls is
+// seen by the next one: each poll reads from the ids in after, not from
+// the previous poll. Nothing blocks on the server, so ctx is honoured
+// between polls and at once.
+func (b *Broker) pollForEntries(ctx context.Context, streams []string, after map[string]string, timeout time.Duration) ([]string, error) {
+	const op = "wait for entries"
+	every := max(clusterPollEvery, time.Duration(len(streams))*clusterPollPerStream)
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	groups := bySlot(streams)
+	for {
+		ready, err := b.pollOnce(ctx, groups, after)
+		if err != nil || len(ready) > 0 {
+			return ready, err
+		}
+		t := time.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, mapErr(call{op: op}, ctx.Err())
+		case <-expired:
+			t.Stop()
+			return nil, nil
+		case <-t.C:
+		}
+	}
+}
+
+// pollOnce reads, for each group of same-slot streams, whether any has
+// an entry after its id in after, and returns those streams in lexical
+// order.
+func (b *Broker) pollOnce(ctx context.Context, groups [][]string, after map[string]string) ([]string, error) {
+	const op = "wait for entries"
+	var ready []string
+	for chunk := range slices.Chunk(groups, 1000) {
+		cmds := make([]*redis.XStreamSliceCmd, len(chunk))
+		_, err := b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, g := range chunk {
+				args := make([]string, 0, 2*len(g))
+				args = append(args, g...)
+				for _, s := range g {
+					args = append(args, after[s])
+				}
+				cmds[i] = p.XRead(ctx, &redis.XReadArgs{Streams: args, Count: 1, Block: -1})
+			}
+			return nil
+		})
+		if err := ctx.Err(); err != nil {
+			return nil, mapErr(call{op: op}, err)
+		}
+		for i, c := range cmds {
+			res, cerr := c.Result()
+			if errors.Is(cerr, redis.Nil) {
+				continue
+			}
+			if cerr != nil {
+				return nil, mapErr(call{op: op, key: chunk[i][0], want: "stream"}, cerr)
+			}
+			for _, st := range res {
+				if len(st.Messages) > 0 {
+					ready = append(ready, st.Stream)
+				}
+			}
+		}
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, mapErr(call{op: op}, err)
+		}
+	}
+	if len(ready) == 0 {
+		return nil, nil
+	}
+	slices.Sort(ready)
+	return ready, nil
+}
+
+// bySlot groups sorted streams by Redis Cluster hash slot, keeping each
+// group sorted; groups come in the order of their first stream.
+func bySlot(streams []string) [][]string {
+	idx := make(map[uint16]int)
+	var groups [][]string
+	for _, s := range streams {
+		sl := keySlot(s)
+		i, ok := idx[sl]
+		if !ok {
+			i = len(groups)
+			idx[sl] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], s)
+	}
+	return groups
+}
+
+// keySlot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
+// hash tag (the text between the first "{" and the next "}", when not
+// empty) or of the whole key, modulo 16384.
+func keySlot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
 }
 
 // LastEntryIDs returns, for each stream, the id of its newest entry, or

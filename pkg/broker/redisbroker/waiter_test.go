@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/broker/redisbroker"
 )
 
 // blockedClients reads INFO clients' blocked_clients.
@@ -237,5 +238,94 @@ func TestRenewPartitionLeases(t *testing.T) {
 	}
 	if _, err := b.RenewPartitionLeases(ctx, fences, 0); !errors.Is(err, broker.ErrInvalidArgument) {
 		t.Errorf("zero ttl: %v", err)
+	}
+}
+
+// On a real 3-master cluster, one wait spans partitions of many slots on
+// every master (a blocking XREAD there fails with CROSSSLOT): it times
+// out with nil while nothing comes, an append to an idle partition on
+// each master wakes it within the poll period, cancelling ends it at
+// once, and a key of the wrong type is reported.
+func TestClusterWaitForEntriesSpansSlots(t *testing.T) {
+	cl := sharedCluster(t)
+	cl.FlushAll(t)
+	c := cl.Client(t)
+	l := broker.ClusterLayout
+	b := redisbroker.New(c, redisbroker.WithLayout(l))
+	ctx := t.Context()
+
+	// 64 partitions (both lanes of each), plus untagged streams, until
+	// every master holds one; onMaster is a partition per master.
+	after := map[string]string{"plain:a": "0-0", "plain:b": "0-0"}
+	onMaster := map[string]string{}
+	for i := 0; i < 64 || len(onMaster) < len(cl.Masters); i++ {
+		k := fmt.Sprintf("w%d", i)
+		s := l.Stream(cat, k)
+		after[s] = "0-0"
+		after[l.LaneStream(cat, k, broker.DefaultBackfillSuffix)] = "0-0"
+		m, err := c.MasterForKey(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := onMaster[m.Options().Addr]; !ok {
+			onMaster[m.Options().Addr] = s
+		}
+	}
+
+	got, err := b.WaitForEntries(ctx, after, 100*time.Millisecond)
+	if err != nil || got != nil {
+		t.Fatalf("WaitForEntries with nothing appended = %v, %v; want nil, nil", got, err)
+	}
+	for addr, s := range onMaster {
+		type res struct {
+			got []string
+			err error
+		}
+		done := make(chan res, 1)
+		go func() {
+			got, err := b.WaitForEntries(ctx, after, 20*time.Second)
+			done <- res{got, err}
+		}()
+		time.Sleep(50 * time.Millisecond) // let the wait start idle
+		appended := time.Now()
+		id, err := b.Append(ctx, s, []byte("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-done:
+			if r.err != nil || !slices.Equal(r.got, []string{s}) {
+				t.Fatalf("append to %s on %s: woken with %v, %v; want [%s]", s, addr, r.got, r.err, s)
+			}
+			t.Logf("append to %s on master %s noticed after %s", s, addr, time.Since(appended).Round(time.Millisecond))
+		case <-time.After(10 * time.Second):
+			t.Fatalf("append to %s on %s did not wake the wait", s, addr)
+		}
+		after[s] = id
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.WaitForEntries(cctx, after, 0)
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled wait = %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("cancel did not end the wait")
+	}
+
+	if err := c.Set(ctx, "str", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	after["str"] = "0-0"
+	if _, err := b.WaitForEntries(ctx, after, time.Millisecond); !errors.Is(err, broker.ErrWrongType) {
+		t.Errorf("a string key among the streams: %v, want ErrWrongType", err)
 	}
 }
