@@ -20,6 +20,11 @@ func newACLCmd(f *Factory) *cobra.Command {
 ls, show, check, fsck and --dry-run, and the dashboard in read-only mode),
 operator (readonly plus every repair, publish and the audit log) and node
 (protctl run node). docs/security.md explains them.`,
+		Example: `  # the rules of the read-only user
+  protctl acl print --role readonly
+
+  # create the operator user with redis-cli (add >PASSWORD to the line first)
+  protctl acl print --role operator --line setuser`,
 	}
 	cmd.AddCommand(newACLPrintCmd(f))
 	return cmd
