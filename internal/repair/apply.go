@@ -13,6 +13,14 @@ func (r *Repairer) apply(ctx context.Context, p *Plan, opts ApplyOptions) (Outco
 	if want := r.broker.Layout().String(); p.Layout != want {
 		return "", fmt.Errorf("%w: the plan is for the %s layout, the broker uses %s", ErrInvalidPlan, p.Layout, want)
 	}
+	a := Applied{Plan: p, StartedAt: r.cfg.now()}
+	a.Outcome, a.Err = r.applyItems(ctx, p, opts, &a.Attempted)
+	a.FinishedAt = r.cfg.now()
+	return a.Outcome, r.record(ctx, a)
+}
+
+// applyItems is Apply's loop; attempted counts the items it tried.
+func (r *Repairer) applyItems(ctx context.Context, p *Plan, opts ApplyOptions, attempted *int) (Outcome, error) {
 	var applied, conflict, refused int
 	for i := range p.Items {
 		it := &p.Items[i]
@@ -36,6 +44,7 @@ func (r *Repairer) apply(ctx context.Context, p *Plan, opts ApplyOptions) (Outco
 			it.Result, it.Detail = ResultRefused, it.Reason
 		default:
 			it.Result = ResultNone
+			*attempted++
 			var err error
 			switch it.Action {
 			case ActionReap:

@@ -47,6 +47,7 @@ type config struct {
 	operator string
 	leaseTTL time.Duration
 	now      func() time.Time
+	recorder Recorder
 }
 
 // Option configures New.
@@ -203,7 +204,9 @@ type ApplyOptions struct {
 // Detail in p. Items the plan did not allow are refused without being
 // tried. It returns the outcome, and an error (with the items so far
 // recorded) only when it could not go on: a transport failure, a
-// cancelled context, or a plan of another layout.
+// cancelled context, or a plan of another layout. With WithRecorder, an
+// Apply that tried something is recorded, and a failure to record is
+// returned as a *RecordError (see Recorder).
 func (r *Repairer) Apply(ctx context.Context, p *Plan, opts ApplyOptions) (Outcome, error) {
 	return r.apply(ctx, p, opts)
 }

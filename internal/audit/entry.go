@@ -1,0 +1,107 @@
+package audit
+
+import (
+	"time"
+
+	"github.com/protctl/protctl/internal/repair"
+)
+
+// Key is the stream that holds the audit log.
+const Key = "protctl:audit"
+
+// Entry is one applied repair. Its JSON form (lowerCamelCase) is what the
+// stream's "entry" field holds and what `audit ls -o json` prints; fields
+// are only ever added.
+type Entry struct {
+	// ID is the stream entry id (the server's clock), set by List.
+	ID string `json:"id,omitempty"`
+	// Time is when the apply finished (the recording host's clock, UTC).
+	Time time.Time `json:"time"`
+	// StartedAt is when the apply started.
+	StartedAt time.Time `json:"startedAt"`
+	// User is the operating-system user who ran protctl.
+	User string `json:"user"`
+	// Host is the machine protctl ran on.
+	Host string `json:"host"`
+	// Context is the protctl context in use; "" for none.
+	Context string `json:"context"`
+	// CommandLine is the invocation with secrets redacted (RedactArgs).
+	CommandLine string `json:"commandLine"`
+	// Version is protctl's version.
+	Version string `json:"version"`
+	// Layout is the plan's key layout.
+	Layout string `json:"layout"`
+	// Actions are the plan's distinct actions, in the order of the items.
+	Actions []string `json:"actions"`
+	// Outcome is the apply's outcome (applied, conflict, refused, partial)
+	// or "error" when it stopped on Error before the last item.
+	Outcome string `json:"outcome"`
+	// ExitCode is what the CLI exits with for this outcome.
+	ExitCode int `json:"exitCode"`
+	// Error is why the apply stopped early; "" when it went through.
+	Error string `json:"error,omitempty"`
+	// Summary counts the items by result ("2 applied, 1 conflict").
+	Summary string `json:"summary"`
+	// PlanCreatedAt is when the plan was made (a saved plan may be old).
+	PlanCreatedAt time.Time `json:"planCreatedAt"`
+	// Items are the plan's items with their preconditions, parameters,
+	// verdicts and results; at most the Recorder's MaxItems, the rest
+	// counted in ItemsOmitted (Summary counts them all).
+	Items        []repair.Item `json:"items"`
+	ItemsOmitted int           `json:"itemsOmitted,omitempty"`
+	// Invalid says why a stream entry could not be decoded (List fills
+	// what the flat fields hold); "" for a valid entry.
+	Invalid string `json:"invalid,omitempty"`
+}
+
+// Origin is who and where an apply ran: the same for every apply of one
+// process.
+type Origin struct {
+	User        string
+	Host        string
+	Context     string
+	CommandLine string
+	Version     string
+}
+
+// OutcomeError is Entry.Outcome for an apply that stopped on an error.
+const OutcomeError = "error"
+
+// newEntry builds the entry of a; maxItems <= 0 keeps every item.
+func newEntry(o Origin, a repair.Applied, maxItems int) Entry {
+	p := a.Plan
+	e := Entry{
+		Time:          a.FinishedAt.UTC(),
+		StartedAt:     a.StartedAt.UTC(),
+		User:          o.User,
+		Host:          o.Host,
+		Context:       o.Context,
+		CommandLine:   o.CommandLine,
+		Version:       o.Version,
+		Layout:        p.Layout,
+		Actions:       []string{},
+		Outcome:       string(a.Outcome),
+		ExitCode:      a.Outcome.ExitCode(),
+		Summary:       p.Summary(),
+		PlanCreatedAt: p.CreatedAt.UTC(),
+		Items:         p.Items,
+	}
+	if a.Err != nil {
+		e.Outcome, e.Error, e.ExitCode = OutcomeError, a.Err.Error(), exitCode(a.Err)
+	}
+	seen := map[repair.Action]bool{}
+	for _, it := range p.Items {
+		if !seen[it.Action] {
+			seen[it.Action] = true
+			e.Actions = append(e.Actions, string(it.Action))
+		}
+	}
+	if maxItems > 0 && len(e.Items) > maxItems {
+		e.ItemsOmitted = len(e.Items) - maxItems
+		e.Items = e.Items[:maxItems]
+	}
+	if e.Items == nil {
+		e.Items = []repair.Item{}
+	}
+	return e
+}

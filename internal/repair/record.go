@@ -1,0 +1,95 @@
+package repair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Recorder is told of every Apply that tried at least one item, so that
+// no caller (CLI command, dashboard, a saved plan) can apply a change
+// without leaving a trace: the hook sits on Apply itself, not on the
+// commands (internal/audit implements it over a Redis stream).
+//
+// RecordApply is called once per such Apply, after its last item, with
+// the plan holding every item's Result and Detail. It is not called for
+// an Apply that tried nothing: an invalid plan, a plan of another layout,
+// a plan whose items were all refused or skipped by the plan itself, or a
+// context cancelled before the first item. Its ctx is Apply's, detached
+// from cancellation and bounded by RecordTimeout, so an apply interrupted
+// half way is still recorded. It must not modify the plan.
+type Recorder interface {
+	RecordApply(ctx context.Context, a Applied) error
+}
+
+// Applied is what a Recorder is told about one Apply.
+type Applied struct {
+	// Plan holds the items with their results.
+	Plan *Plan
+	// Outcome sums up the results of the items tried.
+	Outcome Outcome
+	// Err is Apply's own error when it stopped before the last item
+	// (transport failure, cancelled context); nil when it went through.
+	Err error
+	// Attempted counts the items whose change was tried.
+	Attempted int
+	// StartedAt and FinishedAt bracket the apply (WithNow's clock).
+	StartedAt, FinishedAt time.Time
+}
+
+// RecordTimeout bounds a Recorder's call.
+const RecordTimeout = 5 * time.Second
+
+// WithRecorder sets the Recorder told of every Apply that tried something
+// (see Recorder). Default: none.
+func WithRecorder(rec Recorder) Option { return func(c *config) { c.recorder = rec } }
+
+// ErrNotRecorded is wrapped by the *RecordError Apply returns when its
+// Recorder failed.
+var ErrNotRecorded = errors.New("repair: the apply was not recorded")
+
+// RecordError is returned by Apply when the items were applied (their
+// results are in the plan and the Outcome is valid) but the Recorder
+// failed. It does not mean the apply failed: a caller reports Err as a
+// warning and goes on with ApplyErr, Apply's own error (nil when it went
+// through every item). The failure is returned rather than logged so
+// that no caller can miss it; one that does not look for it still fails
+// loudly instead of hiding a missing audit record.
+type RecordError struct {
+	// Err is the Recorder's error.
+	Err error
+	// ApplyErr is the error Apply would have returned without a Recorder.
+	ApplyErr error
+}
+
+func (e *RecordError) Error() string {
+	msg := fmt.Sprintf("%s: %v", ErrNotRecorded, e.Err)
+	if e.ApplyErr != nil {
+		msg = e.ApplyErr.Error() + "; " + msg
+	}
+	return msg
+}
+
+// Unwrap returns ErrNotRecorded, the Recorder's error and Apply's own.
+func (e *RecordError) Unwrap() []error {
+	errs := []error{ErrNotRecorded, e.Err}
+	if e.ApplyErr != nil {
+		errs = append(errs, e.ApplyErr)
+	}
+	return errs
+}
+
+// record tells the Recorder of an apply that tried something, and turns
+// its failure into a *RecordError around applyErr.
+func (r *Repairer) record(ctx context.Context, a Applied) error {
+	if r.cfg.recorder == nil || a.Attempted == 0 {
+		return a.Err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RecordTimeout)
+	defer cancel()
+	if err := r.cfg.recorder.RecordApply(ctx, a); err != nil {
+		return &RecordError{Err: err, ApplyErr: a.Err}
+	}
+	return a.Err
+}

@@ -1,0 +1,145 @@
+package repair_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/internal/repair"
+	"github.com/protctl/protctl/pkg/broker/redisbroker"
+	"github.com/protctl/protctl/pkg/runtime/redisstore"
+)
+
+// recorderFunc adapts a function to repair.Recorder.
+type recorderFunc func(context.Context, repair.Applied) error
+
+func (f recorderFunc) RecordApply(ctx context.Context, a repair.Applied) error { return f(ctx, a) }
+
+// withRecorder is e's Repairer with rec installed.
+func withRecorder(e env, rec repair.Recorder) *repair.Repairer {
+	return repair.New(e.c, redisbroker.New(e.c), repair.WithLedger(redisstore.New(e.c)), repair.WithRecorder(rec))
+}
+
+// TestRecorderIsToldOfEveryApplyThatTriedSomething: the Recorder hook on
+// Apply sees each apply that tried an item exactly once, with the items'
+// results, and no apply that tried nothing.
+func TestRecorderIsToldOfEveryApplyThatTriedSomething(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	var got []repair.Applied
+	r := withRecorder(e, recorderFunc(func(_ context.Context, a repair.Applied) error {
+		got = append(got, a)
+		return nil
+	}))
+
+	t.Run("refused by the plan: nothing tried, not recorded", func(t *testing.T) {
+		got = nil
+		p, err := r.PlanRelease(ctx, repair.ReleaseRequest{Category: e.s.Orders, Group: e.s.Projector, Key: e.s.Halted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := r.Apply(ctx, p, repair.ApplyOptions{})
+		if err != nil || o != repair.OutcomeRefused {
+			t.Fatalf("outcome %s, %v", o, err)
+		}
+		if len(got) != 0 {
+			t.Fatalf("recorded %d applies that tried nothing", len(got))
+		}
+	})
+	t.Run("applied: recorded once with the results", func(t *testing.T) {
+		got = nil
+		p, err := r.PlanRelease(ctx, repair.ReleaseRequest{Category: e.s.Orders, Group: e.s.Projector, Key: e.s.Halted, Force: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := r.Apply(ctx, p, repair.ApplyOptions{})
+		if err != nil || o != repair.OutcomeApplied {
+			t.Fatalf("outcome %s, %v", o, err)
+		}
+		if len(got) != 1 {
+			t.Fatalf("recorded %d times, want 1", len(got))
+		}
+		a := got[0]
+		if a.Outcome != repair.OutcomeApplied || a.Err != nil || a.Attempted != 1 || a.Plan.Items[0].Result != repair.ResultApplied {
+			t.Fatalf("recorded %+v", a)
+		}
+		if a.StartedAt.IsZero() || a.FinishedAt.Before(a.StartedAt) {
+			t.Fatalf("times %v %v", a.StartedAt, a.FinishedAt)
+		}
+	})
+	t.Run("conflict: tried, so recorded", func(t *testing.T) {
+		got = nil
+		p, err := r.PlanReap(ctx, repair.ReapRequest{Category: e.s.Orders, Keys: []string{e.s.Cold}, MinIdle: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A publish after the plan moves the lane's newest entry.
+		if err := e.c.XAdd(ctx, &redis.XAddArgs{Stream: e.l.Stream(e.s.Orders, e.s.Cold), Values: []any{"data", "{}"}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		o, err := r.Apply(ctx, p, repair.ApplyOptions{})
+		if err != nil || o != repair.OutcomeConflict {
+			t.Fatalf("outcome %s, %v", o, err)
+		}
+		if len(got) != 1 || got[0].Plan.Items[0].Result != repair.ResultConflict {
+			t.Fatalf("recorded %+v", got)
+		}
+	})
+}
+
+// TestRecorderFailureDoesNotHideTheResult: when the Recorder fails, Apply
+// still applies, records each item's result in the plan and returns the
+// outcome, with a *RecordError that says what failed and carries Apply's
+// own error (none here).
+func TestRecorderFailureDoesNotHideTheResult(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	boom := errors.New("stream unwritable")
+	r := withRecorder(e, recorderFunc(func(context.Context, repair.Applied) error { return boom }))
+	p, err := r.PlanRelease(ctx, repair.ReleaseRequest{Category: e.s.Orders, Group: e.s.Projector, Key: e.s.Halted, Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := r.Apply(ctx, p, repair.ApplyOptions{})
+	var rerr *repair.RecordError
+	if !errors.As(err, &rerr) || !errors.Is(err, repair.ErrNotRecorded) || !errors.Is(err, boom) || rerr.ApplyErr != nil {
+		t.Fatalf("error %v, want a *RecordError around %v", err, boom)
+	}
+	if o != repair.OutcomeApplied || p.Items[0].Result != repair.ResultApplied {
+		t.Fatalf("outcome %s, item %+v", o, p.Items[0])
+	}
+	if v, _ := e.c.Exists(ctx, e.l.LeaseKey(e.s.Projector, e.s.Halted)).Result(); v != 0 {
+		t.Fatal("the lease was not released")
+	}
+}
+
+// TestRecorderSeesAnApplyCancelledHalfWay: an apply interrupted after its
+// first item is still recorded (the Recorder's context is detached from
+// the cancellation), with the error that stopped it.
+func TestRecorderSeesAnApplyCancelledHalfWay(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var got []repair.Applied
+	var recCtxErr error
+	r := withRecorder(e, recorderFunc(func(rctx context.Context, a repair.Applied) error {
+		got, recCtxErr = append(got, a), rctx.Err()
+		return nil
+	}))
+	p, err := r.PlanRelease(ctx, repair.ReleaseRequest{Category: e.s.Orders, Group: e.s.Projector, Key: e.s.Halted, Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second item, so that the interval comes between the two.
+	p.Items = append(p.Items, p.Items[0])
+	_, err = r.Apply(ctx, p, repair.ApplyOptions{Interval: time.Hour, OnItem: func(int, repair.Item) { cancel() }})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v, want context.Canceled", err)
+	}
+	if len(got) != 1 || got[0].Attempted != 1 || !errors.Is(got[0].Err, context.Canceled) || recCtxErr != nil {
+		t.Fatalf("recorded %+v (ctx err %v)", got, recCtxErr)
+	}
+}
