@@ -250,6 +250,9 @@ func TestTLSRedisFailuresExit3(t *testing.T) {
 	}{
 		{"wrong CA", append(ls, "--redis", srv.URL(), "--redis-tls-ca", other.CA), tlsRedisPassword, []string{"tls", "certificate"}},
 		{"wrong CA, show", append(show, "--redis", srv.URL(), "--redis-tls-ca", other.CA), tlsRedisPassword, []string{"tls", "certificate"}},
+		{"wrong CA, check", []string{"check", "--redis", srv.URL(), "--redis-tls-ca", other.CA}, tlsRedisPassword, []string{"tls", "certificate"}},
+		{"wrong CA, parked ls", []string{"parked", "ls", "--redis", srv.URL(), "--redis-tls-ca", other.CA}, tlsRedisPassword, []string{"tls", "certificate"}},
+		{"wrong CA, nodes ls", []string{"nodes", "ls", "--service", "shop", "--redis", srv.URL(), "--redis-tls-ca", other.CA}, tlsRedisPassword, []string{"tls", "certificate"}},
 		{"no CA", append(ls, "--redis", srv.URL()), tlsRedisPassword, []string{"tls", "certificate"}},
 		{"plain to a TLS port", append(ls, "--redis", plainURL, "--timeout", "2s"), tlsRedisPassword, nil},
 		{"wrong password", append(show, "--redis", srv.URL(), "--redis-tls-ca", srv.TLS.CA), "not-" + tlsRedisPassword, []string{"WRONGPASS"}},

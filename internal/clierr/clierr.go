@@ -15,6 +15,7 @@ package clierr
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -180,6 +181,14 @@ func isUnavailable(err error) bool {
 	}
 	var opErr *net.OpError
 	if errors.As(err, &opErr) {
+		return true
+	}
+	// A TLS handshake that failed on our side: the server's certificate
+	// does not verify (unknown CA, wrong name, expired), or the server
+	// does not speak TLS. Remote alerts arrive as *net.OpError above.
+	var certErr *tls.CertificateVerificationError
+	var recErr tls.RecordHeaderError
+	if errors.As(err, &certErr) || errors.As(err, &recErr) {
 		return true
 	}
 	var dnsErr *net.DNSError
