@@ -119,7 +119,7 @@ func (e *aclEnv) noSecret(s string) {
 // every ls, show, check and fsck, and the plan of every repair.
 func readCommands(e *aclEnv) [][]string {
 	s, p := e.s, e.parked
-	return [][]string{
+	cmds := [][]string{
 		{"partitions", "ls"},
 		{"partitions", "ls", s.Orders, "--sort-by", "key"},
 		{"partitions", "show", s.Orders, s.Halted},
@@ -140,6 +140,17 @@ func readCommands(e *aclEnv) [][]string {
 		{"parked", "retry", p.Subscription, p.Aggregate, "--dry-run"},
 		{"parked", "skip", p.Subscription, p.Aggregate, "--reason", "refunded", "--dry-run"},
 	}
+	if hasCommand("audit", "ls") {
+		cmds = append(cmds, []string{"audit", "ls"})
+	}
+	return cmds
+}
+
+// hasCommand reports whether the command tree has the command path.
+func hasCommand(path ...string) bool {
+	ios, _, _, _ := output.Test()
+	c, _, err := newRootCmd(newFactory(ios)).Find(path)
+	return err == nil && c.Name() == path[len(path)-1]
 }
 
 // repairCommands are the repairs, each of which changes something when
