@@ -170,3 +170,25 @@ func TestSASLKafkaNodeWrongPassword(t *testing.T) {
 	}
 	noSecret(t, "the node's logs", logs.String(), saslPassword, wrong)
 }
+
+// The topic commands have no Kafka TLS or SASL settings yet (the node's
+// config has them; the contexts file and the environment do not), so
+// against a TLS+SASL cluster `topics show` cannot log in at all: it exits
+// 3, the brokers unreachable, within its --timeout. (`topics ls` reads
+// Kafka only for the lease groups it finds in Redis.) When the CLI gains
+// Kafka credentials this test becomes the wrong-password case.
+func TestSASLKafkaTopicsWithoutCredentialsExit3(t *testing.T) {
+	pki := testenv.NewPKI(t)
+	k := startSASLKafka(t, pki, "SCRAM-SHA-256")
+	srv := testenv.StartRedis(t)
+	cl := newCLI(t)
+	for _, format := range []string{"table", "json"} {
+		r := cl.run("topics", "show", saslTopic, "--service", "shop", "--redis", srv.URL(), "--kafka", strings.Join(k.Brokers, ","),
+			"--timeout", "2s", "-o", format)
+		r.wantCode(t, 3)
+		if !strings.Contains(strings.ToLower(r.stderr), "kafka") {
+			t.Errorf("-o %s: the error does not name Kafka:\n%s", format, r.stderr)
+		}
+		t.Logf("-o %s: %s", format, lastLine(r.stderr))
+	}
+}
