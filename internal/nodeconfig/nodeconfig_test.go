@@ -136,6 +136,7 @@ func TestNodeConfigRejects(t *testing.T) {
 		{"admin all interfaces without token", minimal + "admin: {listen: ':7070'}\n", "admin.tokenFile", "not a loopback", 10},
 		{"admin bad listen", minimal + "admin: {listen: 'localhost'}\n", "admin.listen", "host:port", 10},
 		{"unreadable password file", strings.Replace(minimal, "redis:\n", "redis:\n  passwordFile: /nonexistent/pw\n", 1), "redis.passwordFile", "cannot read", 4},
+		{"password file is a device", strings.Replace(minimal, "redis:\n", "redis:\n  passwordFile: /dev/zero\n", 1), "redis.passwordFile", "not a regular file", 4},
 		{"tls cert without key", strings.Replace(minimal, "redis:\n", "redis:\n  tls: {cert: c.pem}\n", 1), "redis.tls", "set both or neither", 4},
 		{"tls ca missing", strings.Replace(minimal, "redis:\n", "redis:\n  tls: {ca: /nonexistent/ca.pem}\n", 1), "redis.tls.ca", "no such file", 4},
 		{"two kafka subscriptions of one topic disagree", strings.Replace(minimal, "redis: {categories: [shop::order]}", "kafka: {topic: orders}", 1) +

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/url"
@@ -115,9 +116,9 @@ func (v *validator) secret(env string, file *string, field string) string {
 		return ""
 	}
 	*file = v.path(*file)
-	data, err := os.ReadFile(*file)
+	data, err := readSecretFile(*file)
 	if err != nil {
-		v.add(field, "cannot read: %v", unwrapPathError(err))
+		v.add(field, "cannot read: %v", err)
 		return ""
 	}
 	s := strings.TrimRight(string(data), "\r\n")
@@ -125,6 +126,37 @@ func (v *validator) secret(env string, file *string, field string) string {
 		v.add(field, "%s is empty", *file)
 	}
 	return s
+}
+
+// maxSecretFile bounds a secret file: a password or token is short, and
+// a path that names a device or a huge file by mistake must fail rather
+// than hang or exhaust memory while the node starts.
+const maxSecretFile = 64 << 10
+
+// readSecretFile reads a regular file of at most maxSecretFile bytes.
+func readSecretFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, unwrapPathError(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, unwrapPathError(err)
+	case !st.Mode().IsRegular():
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	case st.Size() > maxSecretFile:
+		return nil, fmt.Errorf("%s is %d bytes, more than a secret's %d", path, st.Size(), maxSecretFile)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
+	if err != nil {
+		return nil, unwrapPathError(err)
+	}
+	if len(data) > maxSecretFile {
+		return nil, fmt.Errorf("%s grew past a secret's %d bytes while read", path, maxSecretFile)
+	}
+	return data, nil
 }
 
 func (v *validator) redis() {
