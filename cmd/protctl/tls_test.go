@@ -534,3 +534,43 @@ func readFileString(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// A node against a server that requires client certificates logs in with
+// redis.tls.cert and .key; with a wrong password (from the file) run node
+// exits 3 naming the refusal, never the password.
+func TestTLSRedisNodeClientCertificateAndWrongPassword(t *testing.T) {
+	srv := startTLSRedis(t, testenv.WithTLSClientAuth())
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "redis.password")
+	writeFile(t, pwFile, tlsRedisPassword+"\n")
+	cfg := filepath.Join(dir, "node.yaml")
+	withCert := strings.Replace(tlsNodeYAML(srv, srv.TLS.CA, pwFile, "      log: {}\n"),
+		"tls: {ca: "+srv.TLS.CA+"}", fmt.Sprintf("tls: {ca: %s, cert: %s, key: %s}", srv.TLS.CA, srv.TLS.ClientCert, srv.TLS.ClientKey), 1)
+	writeFile(t, cfg, withCert)
+	logs, stop := startTLSNode(t, cfg, func(string) string { return "" })
+	if err := stop(); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	noSecret(t, "the node's logs", logs.String(), tlsRedisPassword)
+
+	// The same without the client certificate: refused at start.
+	noCert := filepath.Join(dir, "no-cert.yaml")
+	writeFile(t, noCert, tlsNodeYAML(srv, srv.TLS.CA, pwFile, "      log: {}\n"))
+	r := newCLI(t).run("run", "node", "--config", noCert)
+	r.wantCode(t, 3)
+	if !strings.Contains(strings.ToLower(r.stderr), "certificate") {
+		t.Errorf("without a client certificate run node's error does not name it:\n%s", r.stderr)
+	}
+	noSecret(t, "run node's output", r.stdout+r.stderr, tlsRedisPassword)
+
+	// The right certificate, the wrong password.
+	const wrong = "wrong-redis-Pa55-0c41"
+	writeFile(t, pwFile, wrong+"\n")
+	r = newCLI(t).run("run", "node", "--config", cfg, "--log-level", "debug")
+	r.wantCode(t, 3)
+	if !strings.Contains(r.stderr, "WRONGPASS") {
+		t.Errorf("with a wrong password run node's error does not say so:\n%s", r.stderr)
+	}
+	noSecret(t, "run node's output", r.stdout+r.stderr, tlsRedisPassword, wrong)
+	t.Logf("wrong password: %s", lastLine(r.stderr))
+}
