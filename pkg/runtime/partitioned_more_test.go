@@ -265,12 +265,17 @@ func TestMemNodeStatusRecord(t *testing.T) {
 		n := e.start("node-1", rec.handler("node-1"), nil, nil)
 		defer close(hold)
 		eventually(t, time.Minute, 10*time.Millisecond, "b handled", func() bool { return rec.complete(map[string]int{"b": 2}) })
-		time.Sleep(memHeartbeat)
-		members, err := e.store.Members(ctx, service)
-		if err != nil || len(members) != 1 {
-			t.Fatalf("members = %+v, %v", members, err)
-		}
-		st := members[0]
+		// The next heartbeat may fire at the same fake instant as the
+		// test wakes up: wait for the record that says joined.
+		var st runtime.NodeStatus
+		eventually(t, time.Minute, memHeartbeat/4, "a joined status record", func() bool {
+			members, err := e.store.Members(ctx, service)
+			if err != nil || len(members) != 1 {
+				t.Fatalf("members = %+v, %v", members, err)
+			}
+			st = members[0]
+			return st.JoinState == runtime.JoinJoined && st.Counters[runtime.CounterProcessed] == 2
+		})
 		if st.Node != "node-1" || st.Service != service || st.JoinState != runtime.JoinJoined {
 			t.Errorf("record: %+v", st)
 		}
