@@ -32,20 +32,22 @@ func (f *Factory) Inspector() (*inspect.Inspector, error) {
 
 // Repairer returns the plan/apply layer. Writes go through the Redis
 // broker's fenced scripts; plans are stamped with the factory's clock in
-// UTC to the millisecond (the contract's time format).
+// UTC to the millisecond (the contract's time format); every apply that
+// tries something is recorded in the audit log (audit.go).
 func (f *Factory) Repairer() (*repair.Repairer, error) {
 	c, err := f.RedisClient()
 	if err != nil {
 		return nil, err
 	}
-	l, err := f.Layout()
+	s, err := f.Settings()
 	if err != nil {
 		return nil, err
 	}
-	b := redisbroker.New(c, redisbroker.WithLayout(l))
+	b := redisbroker.New(c, redisbroker.WithLayout(s.Layout))
 	return repair.New(c, b,
 		repair.WithLedger(redisstore.New(c)),
 		repair.WithNow(func() time.Time { return f.Now().UTC().Truncate(time.Millisecond) }),
+		repair.WithRecorder(f.auditRecorder(c, s)),
 	), nil
 }
 

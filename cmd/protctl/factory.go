@@ -56,6 +56,7 @@ type Factory struct {
 
 	flags   globalFlags
 	flagSet *pflag.FlagSet // the root's persistent flags, to ask what was given
+	args    []string       // the invocation's arguments, for the audit log
 
 	settingsOnce sync.Once
 	settings     *config.Settings

@@ -38,6 +38,7 @@ func execute(ctx context.Context, f *Factory, root *cobra.Command, args []string
 		args = []string{} // nil would make cobra read os.Args
 	}
 	root.SetArgs(args)
+	f.args = args
 	cmd, err := root.ExecuteContextC(ctx)
 	f.close()
 	if errors.Is(err, context.Canceled) && errors.Is(context.Cause(ctx), clierr.ErrInterrupted) {

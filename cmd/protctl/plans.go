@@ -24,6 +24,8 @@ import (
 //     ask; without one, --yes or exit 6 having changed nothing;
 //  5. apply (each item's precondition re-checked atomically) and print
 //     the plan with each item's result; exit 0, 5, 6 or 7 by the outcome.
+//     The Repairer records the apply in the audit log when it tried an
+//     item; a failed append is a warning on stderr (reportNotRecorded).
 type mutation struct {
 	IO            *output.IOStreams
 	Printer       *output.Printer
@@ -84,6 +86,9 @@ func applyPlan(ctx context.Context, m *mutation, r *repair.Repairer, p *repair.P
 		}
 	}
 	outcome, err := r.Apply(ctx, p, m.ApplyOptions)
+	// A failed audit append is reported, and the repair's own result
+	// (printed below, and the exit code) stands.
+	err = reportNotRecorded(m.IO, m.Printer, err)
 	if err != nil {
 		// Show what was done before the failure, then fail with it.
 		if perr := printPlan(m.IO, m.Printer, p, false); perr != nil {

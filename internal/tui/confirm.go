@@ -32,6 +32,8 @@ type confirm struct {
 	plan    *repair.Plan
 	outcome repair.Outcome
 	err     error
+	// warning is shown with the results (an apply not audited).
+	warning string
 	// back is the mode to return to when the dialog closes.
 	back mode
 }
@@ -85,7 +87,11 @@ func (c *confirm) view(st *Styles, width, height int, readOnly bool) string {
 	case confirmPlanning:
 		add(st.Status.Render("Planning (reads only)…"))
 	case confirmFailed:
-		add(st.Error.Render("error: "+oneLine(c.err.Error())), "", st.Status.Render("esc closes"))
+		add(st.Error.Render("error: " + oneLine(c.err.Error())))
+		if c.warning != "" {
+			add(st.Error.Render("warning: " + oneLine(c.warning)))
+		}
+		add("", st.Status.Render("esc closes"))
 	default:
 		if c.plan == nil {
 			break
@@ -111,6 +117,9 @@ func (c *confirm) view(st *Styles, width, height int, readOnly bool) string {
 		case confirmApplying:
 			add(st.Status.Render("Applying (each item re-checked atomically)…"))
 		case confirmDone:
+			if c.warning != "" {
+				add(st.Error.Render("warning: " + oneLine(c.warning)))
+			}
 			add(st.Status.Render("esc/enter closes and refreshes"))
 		}
 	}

@@ -261,6 +261,12 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, nil
 	case applyMsg:
 		if c := m.dialog; c != nil && c.seq == msg.seq {
+			// An apply whose audit entry could not be written still shows
+			// its results, with the failure as a warning.
+			var rerr *repair.RecordError
+			if errors.As(msg.err, &rerr) {
+				c.warning, msg.err = "not recorded in the audit log: "+rerr.Err.Error(), rerr.ApplyErr
+			}
 			c.outcome, c.err = msg.outcome, msg.err
 			if msg.plan != nil {
 				c.plan = msg.plan
