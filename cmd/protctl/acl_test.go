@@ -351,3 +351,89 @@ func TestACLPasswordFromAContextFile(t *testing.T) {
 		}
 	}
 }
+
+// TestACLPrint: the command's formats, stable JSON fields, the layout
+// from the environment, and its usage errors (exit 2, naming the valid
+// values).
+func TestACLPrint(t *testing.T) {
+	r := newCLI(t).run("acl", "print", "--role", "operator", "-o", "json")
+	r.wantCode(t, 0)
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"apiVersion", "kind", "role", "user", "layout", "commands", "keys", "channels", "setUser", "aclFileLine"} {
+		if _, ok := doc[k]; !ok {
+			t.Errorf("-o json lacks %q:\n%s", k, r.stdout)
+		}
+	}
+	if doc["kind"] != "ACLProfile" || doc["role"] != "operator" || doc["user"] != "protctl-operator" || doc["layout"] != "protean" {
+		t.Errorf("-o json: %v", doc)
+	}
+	p, err := acl.For(acl.Operator, acl.Options{})
+	if err != nil || doc["setUser"] != p.SetUser {
+		t.Errorf("setUser %v, want %s (%v)", doc["setUser"], p.SetUser, err)
+	}
+
+	r = newCLI(t).run("acl", "print", "--role", "readonly")
+	r.wantCode(t, 0)
+	for _, w := range []string{"Role:", "readonly", "Keys:", "%R~*:*", "Channels:", "none", "ACL SETUSER protctl-readonly reset on +ping"} {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("table lacks %q:\n%s", w, r.stdout)
+		}
+	}
+	r = newCLI(t).run("acl", "print", "--role", "node", "-o", "yaml", "--user", "n1")
+	r.wantCode(t, 0)
+	if !strings.Contains(r.stdout, "setUser: ACL SETUSER n1 reset on") && !strings.Contains(r.stdout, "setUser: 'ACL SETUSER n1 reset on") {
+		t.Errorf("yaml:\n%s", r.stdout)
+	}
+	cl := newCLI(t)
+	cl.env["PROTCTL_LAYOUT"] = "cluster"
+	r = cl.run("acl", "print", "--role", "node", "--line", "aclfile")
+	r.wantCode(t, 0)
+	if !strings.HasPrefix(r.stdout, "user protctl-node reset on ") || !strings.Contains(r.stdout, "+cluster|slots") || !strings.HasSuffix(r.stdout, "\n") {
+		t.Errorf("aclfile line with PROTCTL_LAYOUT=cluster: %q", r.stdout)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--role", "admin"}, "want readonly, operator or node"},
+		{[]string{}, `"role" not set`},
+		{[]string{"--role", "node", "--line", "redis-cli"}, "want setuser or aclfile"},
+		{[]string{"--role", "node", "--group", "g"}, "only together with categories"},
+		{[]string{"--role", "node", "--category", "a b"}, "must not contain spaces"},
+		{[]string{"--role", "node", "--layout", "ring"}, "want protean or cluster"},
+	} {
+		r := newCLI(t).run(append([]string{"acl", "print"}, c.args...)...)
+		r.wantCode(t, clierr.ExitUsage)
+		if !strings.Contains(r.stderr, c.want) {
+			t.Errorf("acl print %v: stderr %q lacks %q", c.args, r.stderr, c.want)
+		}
+	}
+}
+
+// TestACLReadOnlyDashboardOnATerminal runs protctl tui on a terminal as
+// the readonly user: it draws the partitions it read.
+func TestACLReadOnlyDashboardOnATerminal(t *testing.T) {
+	e := newACLEnv(t)
+	before := e.digest()
+	cl := e.as(acl.ReadOnly)
+	cl.tty = true
+	cl.configure = func(s *output.IOStreams) { s.In = &delayedReader{after: 500 * time.Millisecond, data: []byte("q")} }
+	r := cl.run("tui", "--refresh", "1h", "--read-only")
+	r.wantCode(t, 0)
+	e.noSecret(r.stdout + r.stderr)
+	for _, want := range []string{"partitions [9]", "o-healthy"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("the dashboard does not show %q:\n%q", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "NOPERM") || strings.Contains(r.stdout, "permission") {
+		t.Fatalf("the dashboard was refused a read:\n%q", r.stdout)
+	}
+	if e.digest() != before {
+		t.Fatal("the dashboard changed the server's state")
+	}
+}
