@@ -8,10 +8,13 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/protctl/protctl/internal/audit"
 	"github.com/protctl/protctl/internal/clierr"
+	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/broker/redisbroker"
 )
 
 // auditEntries reads the audit stream as stored, oldest first, decoding
@@ -433,5 +436,37 @@ func TestTUIActionIsAudited(t *testing.T) {
 				t.Fatalf("entries %+v", got)
 			}
 		})
+	}
+}
+
+// TestAuditOnACluster: on a 3-master Redis Cluster (cluster layout), a
+// release appends its entry to the one protctl:audit key, wherever that
+// key's slot lives, and audit ls reads it back.
+func TestAuditOnACluster(t *testing.T) {
+	ctx := context.Background()
+	cl := testenv.StartCluster(t)
+	c := cl.Client(t)
+	l := broker.ClusterLayout
+	b := redisbroker.New(c, redisbroker.WithLayout(l))
+	const cat, key, grp = "shop::order", "o-1", "projector"
+	if _, err := b.PublishPartitioned(ctx, cat, key, "", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := b.AcquirePartitionLease(ctx, l.LeaseKey(grp, key), l.GenerationKey(grp, key), "node-a", time.Minute); err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	url := "redis://" + cl.Masters[len(cl.Masters)-1].Addr
+	newCLI(t).run("partitions", "release", cat, key, "--group", grp, "--force", "--yes", "--layout", "cluster", "--redis", url).wantCode(t, 0)
+	if n := c.XLen(ctx, audit.Key).Val(); n != 1 {
+		t.Fatalf("%d audit entries on the cluster, want 1", n)
+	}
+	r := newCLI(t).run("audit", "ls", "-o", "json", "--layout", "cluster", "--redis", url)
+	r.wantCode(t, 0)
+	var list struct {
+		Items []auditItemDoc `json:"items"`
+	}
+	decode(t, r.stdout, &list)
+	if len(list.Items) != 1 || list.Items[0].Items[0].result() != "applied" || list.Items[0].Items[0].Target["key"] != key {
+		t.Fatalf("items %+v", list.Items)
 	}
 }
