@@ -231,3 +231,27 @@ func TestEntryJSONIsLowerCamelCase(t *testing.T) {
 		}
 	}
 }
+
+// TestEntryReasonLosesAURLPassword: a --reason quoting a URL with a
+// password is recorded without it, and the caller's plan is untouched.
+func TestEntryReasonLosesAURLPassword(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	a := applied(repair.OutcomeApplied, nil, repair.ResultApplied)
+	reason := "poison; see redis://u:hunter2@10.0.0.1:6379"
+	a.Plan.Items[0].Params.Reason = reason
+	if err := audit.NewRecorder(c, origin).RecordApply(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if a.Plan.Items[0].Params.Reason != reason {
+		t.Fatal("the recorder changed the caller's plan")
+	}
+	got, err := audit.List(ctx, c, audit.ListOptions{})
+	if err != nil || len(got) != 1 {
+		t.Fatal(got, err)
+	}
+	if r := got[0].Items[0].Params.Reason; r != "poison; see redis://u:xxxxx@10.0.0.1:6379" {
+		t.Fatalf("reason %q", r)
+	}
+}

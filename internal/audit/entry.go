@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"slices"
 	"time"
 
 	"github.com/protctl/protctl/internal/repair"
@@ -99,6 +100,13 @@ func newEntry(o Origin, a repair.Applied, maxItems int) Entry {
 	if maxItems > 0 && len(e.Items) > maxItems {
 		e.ItemsOmitted = len(e.Items) - maxItems
 		e.Items = e.Items[:maxItems]
+	}
+	// A reason is free text an operator typed (--reason): a URL in it
+	// loses its password as on the command line. A copy, since the plan
+	// is the caller's.
+	e.Items = slices.Clone(e.Items)
+	for i := range e.Items {
+		e.Items[i].Params.Reason = redactURL(e.Items[i].Params.Reason)
 	}
 	if e.Items == nil {
 		e.Items = []repair.Item{}
