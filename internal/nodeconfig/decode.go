@@ -171,7 +171,7 @@ func fieldsOf(t reflect.Type) (map[string]int, []string) {
 	m := map[string]int{}
 	var names []string
 	for i := range t.NumField() {
-		tag := t.Field(i).Tag.Get("yaml")
+		tag, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",") // "name,omitempty" is "name"
 		if tag == "" || tag == "-" {
 			continue
 		}

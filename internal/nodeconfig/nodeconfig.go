@@ -21,6 +21,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/protctl/protctl/internal/config/security"
 )
 
 // Environment variables Load reads. Each wins over the matching file
@@ -89,28 +91,10 @@ type Redis struct {
 	Password string `yaml:"-"`
 }
 
-// TLS configures a TLS client.
-type TLS struct {
-	// Enabled turns TLS on (Kafka; for Redis, rediss:// or any file below
-	// turns it on too).
-	Enabled bool `yaml:"enabled"`
-	// CA is a PEM file of the CAs that sign the server's certificate.
-	// Default: the system roots.
-	CA string `yaml:"ca"`
-	// Cert and Key are PEM files of a client certificate (both or
-	// neither).
-	Cert string `yaml:"cert"`
-	Key  string `yaml:"key"`
-	// ServerName overrides the name checked in the server's certificate.
-	ServerName string `yaml:"serverName"`
-	// InsecureSkipVerify disables certificate verification (tests only).
-	InsecureSkipVerify bool `yaml:"insecureSkipVerify"`
-}
-
-// On reports whether TLS is configured at all.
-func (t TLS) On() bool {
-	return t.Enabled || t.CA != "" || t.Cert != "" || t.ServerName != "" || t.InsecureSkipVerify
-}
+// TLS configures a TLS client: enabled, ca, cert, key, serverName,
+// insecureSkipVerify. It is the type the CLI's contexts file uses too
+// (internal/config/security), so both files spell and check it alike.
+type TLS = security.TLS
 
 // Kafka is the Kafka connection.
 type Kafka struct {
@@ -124,19 +108,11 @@ type Kafka struct {
 	ClientID string `yaml:"clientId"`
 }
 
-// SASL is Kafka SASL authentication.
-type SASL struct {
-	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512. Required.
-	Mechanism string `yaml:"mechanism"`
-	// Username is required.
-	Username string `yaml:"username"`
-	// PasswordFile holds the password, unless PROTCTL_KAFKA_PASSWORD is
-	// set.
-	PasswordFile string `yaml:"passwordFile"`
-
-	// Password is the resolved secret.
-	Password string `yaml:"-"`
-}
+// SASL is Kafka SASL authentication: mechanism (PLAIN, SCRAM-SHA-256 or
+// SCRAM-SHA-512), username, and passwordFile unless PROTCTL_KAFKA_PASSWORD
+// is set. It is the type the CLI's contexts file uses too
+// (internal/config/security).
+type SASL = security.SASL
 
 // Admin is the admin HTTP endpoint.
 type Admin struct {

@@ -2,11 +2,8 @@ package nodeconfig
 
 import (
 	"cmp"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"net/url"
@@ -21,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/protctl/protctl/internal/admin"
+	"github.com/protctl/protctl/internal/config/security"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
@@ -116,47 +114,15 @@ func (v *validator) secret(env string, file *string, field string) string {
 		return ""
 	}
 	*file = v.path(*file)
-	data, err := readSecretFile(*file)
+	s, err := security.ReadSecretFile(*file)
 	if err != nil {
 		v.add(field, "cannot read: %v", err)
 		return ""
 	}
-	s := strings.TrimRight(string(data), "\r\n")
 	if s == "" {
 		v.add(field, "%s is empty", *file)
 	}
 	return s
-}
-
-// maxSecretFile bounds a secret file: a password or token is short, and
-// a path that names a device or a huge file by mistake must fail rather
-// than hang or exhaust memory while the node starts.
-const maxSecretFile = 64 << 10
-
-// readSecretFile reads a regular file of at most maxSecretFile bytes.
-func readSecretFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, unwrapPathError(err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	switch {
-	case err != nil:
-		return nil, unwrapPathError(err)
-	case !st.Mode().IsRegular():
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	case st.Size() > maxSecretFile:
-		return nil, fmt.Errorf("%s is %d bytes, more than a secret's %d", path, st.Size(), maxSecretFile)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
-	if err != nil {
-		return nil, unwrapPathError(err)
-	}
-	if len(data) > maxSecretFile {
-		return nil, fmt.Errorf("%s grew past a secret's %d bytes while read", path, maxSecretFile)
-	}
-	return data, nil
 }
 
 func (v *validator) redis() {
@@ -202,9 +168,9 @@ func (v *validator) tls(t *TLS, path string) {
 		return
 	}
 	if _, err := t.Config(""); err != nil {
-		var fe *tlsFileError
+		var fe *security.FieldError
 		if errors.As(err, &fe) {
-			v.add(path+"."+fe.field, "%v", fe.err)
+			v.add(path+"."+fe.Field, "%v", fe.Err)
 		} else {
 			v.add(path, "%v", err)
 		}
@@ -229,13 +195,10 @@ func (v *validator) kafka() {
 	}
 	v.tls(&k.TLS, "kafka.tls")
 	if s := k.SASL; s != nil {
-		switch strings.ToUpper(s.Mechanism) {
-		case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
-			s.Mechanism = strings.ToUpper(s.Mechanism)
-		case "":
-			v.add("kafka.sasl.mechanism", "is required: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
-		default:
-			v.add("kafka.sasl.mechanism", "want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, got %q", s.Mechanism)
+		if m, err := security.ParseMechanism(s.Mechanism); err != nil {
+			v.add("kafka.sasl.mechanism", "%v", err)
+		} else {
+			s.Mechanism = m
 		}
 		if s.Username == "" {
 			v.add("kafka.sasl.username", "is required")
@@ -470,45 +433,6 @@ func (v *validator) handler(h *Handler, p string) {
 			}
 		}
 	}
-}
-
-// tlsFileError is a TLS file that cannot be used, by field.
-type tlsFileError struct {
-	field string
-	err   error
-}
-
-func (e *tlsFileError) Error() string { return e.field + ": " + e.err.Error() }
-
-// Config builds the tls.Config of t for a server named host (nil when t
-// configures nothing). It reads the files.
-func (t TLS) Config(host string) (*tls.Config, error) {
-	if !t.On() {
-		return nil, nil
-	}
-	conf := &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in, documented as tests only
-	if t.ServerName != "" {
-		conf.ServerName = t.ServerName
-	}
-	if t.CA != "" {
-		pem, err := os.ReadFile(t.CA)
-		if err != nil {
-			return nil, &tlsFileError{"ca", unwrapPathError(err)}
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, &tlsFileError{"ca", fmt.Errorf("%s holds no PEM certificate", t.CA)}
-		}
-		conf.RootCAs = pool
-	}
-	if t.Cert != "" {
-		cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
-		if err != nil {
-			return nil, &tlsFileError{"cert", err}
-		}
-		conf.Certificates = []tls.Certificate{cert}
-	}
-	return conf, nil
 }
 
 // RedactURL hides a URL's password.
