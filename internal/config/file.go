@@ -14,7 +14,12 @@
 //	      passwordFile: ~/.config/protctl/prod.password
 //	      tls: {ca: /etc/ssl/prod-ca.pem, cert: "", key: ""}
 //	    kafka:
-//	      brokers: [kafka-1.prod:9092, kafka-2.prod:9092]
+//	      brokers: [kafka-1.prod:9093, kafka-2.prod:9093]
+//	      tls: {ca: /etc/ssl/prod-ca.pem}   # or enabled: true for the system roots
+//	      sasl:
+//	        mechanism: SCRAM-SHA-512     # PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+//	        username: ops
+//	        passwordFile: ~/.config/protctl/prod-kafka.password
 //	    categories: [shop::order, shop::payment]
 //	    readOnly: true
 //	    protected: true
@@ -23,8 +28,10 @@
 //
 // Every setting is resolved with the precedence flag > environment >
 // context > default (Resolve). Passwords are never taken from argv: they
-// come from PROTCTL_REDIS_PASSWORD or the context's passwordFile, and
-// nothing in this package prints them.
+// come from PROTCTL_REDIS_PASSWORD / PROTCTL_KAFKA_PASSWORD or the
+// context's passwordFile, and nothing in this package prints them. Kafka's
+// tls and sasl sections are the node config's (internal/config/security
+// holds the shared types and checks).
 package config
 
 import (
@@ -38,6 +45,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/protctl/protctl/internal/config/security"
 )
 
 // File is the contexts file.
@@ -76,9 +85,32 @@ type TLS struct {
 	Key  string `yaml:"key,omitempty" json:"key"`
 }
 
-// Kafka is a context's Kafka endpoint.
+// Kafka is a context's Kafka endpoint and how to reach it: TLS (enabled,
+// or any file, turns it on) and SASL (a mechanism turns it on; the
+// password comes from PROTCTL_KAFKA_PASSWORD or sasl.passwordFile).
 type Kafka struct {
-	Brokers []string `yaml:"brokers,omitempty" json:"brokers"`
+	Brokers []string      `yaml:"brokers,omitempty" json:"brokers"`
+	TLS     security.TLS  `yaml:"tls,omitempty" json:"tls"`
+	SASL    security.SASL `yaml:"sasl,omitempty" json:"sasl"`
+}
+
+// validate checks what the file alone decides: a client certificate
+// needs cert and key, and a sasl section needs a known mechanism and a
+// username. Files are read only when the context is used (Resolve).
+func (k Kafka) validate() error {
+	if err := k.TLS.Check(); err != nil {
+		return fmt.Errorf("kafka.tls.%w", err)
+	}
+	if k.SASL == (security.SASL{}) {
+		return nil
+	}
+	if _, err := security.ParseMechanism(k.SASL.Mechanism); err != nil {
+		return fmt.Errorf("kafka.sasl.mechanism: %w", err)
+	}
+	if k.SASL.Username == "" {
+		return fmt.Errorf("kafka.sasl.username: is required with a mechanism")
+	}
+	return nil
 }
 
 // ErrNoContext is returned (wrapped) by File.Context for a name the file
@@ -143,6 +175,9 @@ func (f *File) validate() error {
 		case "", "protean", "cluster":
 		default:
 			return fmt.Errorf("context %q: invalid redis.layout %q: want protean or cluster", c.Name, c.Redis.Layout)
+		}
+		if err := c.Kafka.validate(); err != nil {
+			return fmt.Errorf("context %q: %w", c.Name, err)
 		}
 	}
 	if f.CurrentContext != "" && !seen[f.CurrentContext] {

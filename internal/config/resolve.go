@@ -1,12 +1,14 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
 
+	"github.com/protctl/protctl/internal/config/security"
 	"github.com/protctl/protctl/pkg/broker"
 )
 
@@ -22,6 +24,15 @@ const (
 	EnvRedisTLSCert      = "PROTCTL_REDIS_TLS_CERT"
 	EnvRedisTLSKey       = "PROTCTL_REDIS_TLS_KEY"
 	EnvKafka             = "PROTCTL_KAFKA"
+	EnvKafkaTLS          = "PROTCTL_KAFKA_TLS" // true: TLS with the system roots
+	EnvKafkaTLSCA        = "PROTCTL_KAFKA_TLS_CA"
+	EnvKafkaTLSCert      = "PROTCTL_KAFKA_TLS_CERT"
+	EnvKafkaTLSKey       = "PROTCTL_KAFKA_TLS_KEY"
+	EnvKafkaTLSServer    = "PROTCTL_KAFKA_TLS_SERVER_NAME"
+	EnvKafkaMechanism    = "PROTCTL_KAFKA_SASL_MECHANISM"
+	EnvKafkaUsername     = "PROTCTL_KAFKA_USERNAME"
+	EnvKafkaPassword     = "PROTCTL_KAFKA_PASSWORD" // the node's variable too
+	EnvKafkaPasswordFile = "PROTCTL_KAFKA_PASSWORD_FILE"
 	EnvLayout            = "PROTCTL_LAYOUT"
 	EnvReadOnly          = "PROTCTL_READ_ONLY"
 )
@@ -42,6 +53,15 @@ type Flags struct {
 	RedisTLSCA   *string
 	RedisTLSCert *string
 	RedisTLSKey  *string
+
+	KafkaTLS           *bool
+	KafkaTLSCA         *string
+	KafkaTLSCert       *string
+	KafkaTLSKey        *string
+	KafkaSASLMechanism *string
+	KafkaUsername      *string
+	// There is no flag for the Kafka password, on purpose: argv is visible
+	// to every user of the host (ps, /proc) and lands in shell history.
 }
 
 // Source says where a setting came from, for `config view` and -v logs.
@@ -61,13 +81,21 @@ type Settings struct {
 	Context    string // the context in use; "" for none
 	Redis      RedisSettings
 	Kafka      []string // brokers; empty when no Kafka is configured
+	// KafkaTLS and KafkaSASL say how to reach the brokers (zero without
+	// brokers). TLS is on when KafkaTLS.On(); SASL when KafkaSASL.Mechanism
+	// is set, and then Username and Password are too. Paths are absolute
+	// or relative to the working directory.
+	KafkaTLS   security.TLS
+	KafkaSASL  security.SASL
 	Layout     broker.Layout
 	Categories []string // the context's categories
 	ReadOnly   bool
 	Protected  bool
 
-	// Sources maps "context", "redis", "kafka", "layout", "readOnly" to
-	// where each value came from.
+	// Sources maps "context", "redis", "kafka", "kafkaTls", "kafkaSasl",
+	// "layout", "readOnly" to where each value came from ("kafkaTls": the
+	// highest-precedence source of any TLS setting; "kafkaSasl": the
+	// mechanism's).
 	Sources map[string]Source
 }
 
@@ -157,6 +185,15 @@ func Resolve(fl Flags, getenv func(string) string) (*Settings, error) {
 	s.Kafka = splitList(kafka)
 	if len(s.Kafka) > 0 {
 		s.Sources["kafka"] = ksrc
+		// As with Redis, the context's TLS files and SASL credentials go
+		// only to the context's own brokers.
+		var ck *Kafka
+		if ksrc == SourceContext {
+			ck = &ctx.Kafka
+		}
+		if err := s.resolveKafkaSecurity(fl, getenv, file, name, ck); err != nil {
+			return nil, err
+		}
 	}
 
 	// Layout.
@@ -184,6 +221,146 @@ func Resolve(fl Flags, getenv func(string) string) (*Settings, error) {
 	s.Protected = ctx.Protected
 	s.Categories = append([]string(nil), ctx.Categories...)
 	return s, nil
+}
+
+// resolveKafkaSecurity resolves the Kafka TLS and SASL settings: each with
+// flag > env > context, the context's (ck, nil when the brokers do not
+// come from the context) only for the context's brokers. It reads the TLS
+// files and the password file, so that a bad one is a config error naming
+// where its setting came from, before anything dials.
+func (s *Settings) resolveKafkaSecurity(fl Flags, getenv func(string) string, file *File, ctxName string, ck *Kafka) error {
+	var c Kafka
+	if ck != nil {
+		c = *ck
+		c.TLS.CA = file.expandPath(c.TLS.CA, getenv)
+		c.TLS.Cert = file.expandPath(c.TLS.Cert, getenv)
+		c.TLS.Key = file.expandPath(c.TLS.Key, getenv)
+		c.SASL.PasswordFile = file.expandPath(c.SASL.PasswordFile, getenv)
+	}
+	// where names a setting as the user wrote it.
+	where := func(src Source, flag, env, field string) string {
+		switch src {
+		case SourceFlag:
+			return flag
+		case SourceEnv:
+			return env
+		case SourceContext:
+			return fmt.Sprintf("%s of context %q", field, ctxName)
+		}
+		return field
+	}
+	var srcs []Source
+
+	// TLS.
+	t := &s.KafkaTLS
+	switch {
+	case fl.KafkaTLS != nil:
+		t.Enabled = *fl.KafkaTLS
+		srcs = append(srcs, SourceFlag)
+	case getenv(EnvKafkaTLS) != "":
+		v, err := strconv.ParseBool(getenv(EnvKafkaTLS))
+		if err != nil {
+			return fmt.Errorf("config: invalid %s %q: want true or false", EnvKafkaTLS, getenv(EnvKafkaTLS))
+		}
+		t.Enabled = v
+		srcs = append(srcs, SourceEnv)
+	case c.TLS.Enabled:
+		t.Enabled = true
+		srcs = append(srcs, SourceContext)
+	}
+	var caSrc, certSrc, keySrc, snSrc Source
+	t.CA, caSrc = pick(fl.KafkaTLSCA, getenv(EnvKafkaTLSCA), c.TLS.CA, "")
+	t.Cert, certSrc = pick(fl.KafkaTLSCert, getenv(EnvKafkaTLSCert), c.TLS.Cert, "")
+	t.Key, keySrc = pick(fl.KafkaTLSKey, getenv(EnvKafkaTLSKey), c.TLS.Key, "")
+	t.ServerName, snSrc = pick(nil, getenv(EnvKafkaTLSServer), c.TLS.ServerName, "")
+	t.InsecureSkipVerify = c.TLS.InsecureSkipVerify
+	for _, v := range []struct {
+		val string
+		src Source
+	}{{t.CA, caSrc}, {t.Cert, certSrc}, {t.Key, keySrc}, {t.ServerName, snSrc}} {
+		if v.val != "" {
+			srcs = append(srcs, v.src)
+		}
+	}
+	if t.InsecureSkipVerify {
+		srcs = append(srcs, SourceContext)
+	}
+	caWhere := where(caSrc, "--kafka-tls-ca", EnvKafkaTLSCA, "kafka.tls.ca")
+	certWhere := where(certSrc, "--kafka-tls-cert", EnvKafkaTLSCert, "kafka.tls.cert")
+	keyWhere := where(keySrc, "--kafka-tls-key", EnvKafkaTLSKey, "kafka.tls.key")
+	switch {
+	case t.Cert != "" && t.Key == "":
+		return fmt.Errorf("config: Kafka TLS: a client certificate (%s) needs a key: set --kafka-tls-key, %s or kafka.tls.key", certWhere, EnvKafkaTLSKey)
+	case t.Cert == "" && t.Key != "":
+		return fmt.Errorf("config: Kafka TLS: a client key (%s) needs a certificate: set --kafka-tls-cert, %s or kafka.tls.cert", keyWhere, EnvKafkaTLSCert)
+	}
+	if _, err := t.Config(""); err != nil {
+		var fe *security.FieldError
+		if errors.As(err, &fe) {
+			w := map[string]string{"ca": caWhere, "cert": certWhere, "key": keyWhere}[fe.Field]
+			return fmt.Errorf("config: Kafka TLS %s (%s): %w", fe.Field, w, fe.Err)
+		}
+		return fmt.Errorf("config: Kafka TLS: %w", err)
+	}
+	if src := strongest(srcs); src != "" && t.On() {
+		s.Sources["kafkaTls"] = src
+	}
+
+	// SASL.
+	a := &s.KafkaSASL
+	mech, msrc := pick(fl.KafkaSASLMechanism, getenv(EnvKafkaMechanism), c.SASL.Mechanism, "")
+	user, usrc := pick(fl.KafkaUsername, getenv(EnvKafkaUsername), c.SASL.Username, "")
+	pwFile, psrc := pick(nil, getenv(EnvKafkaPasswordFile), c.SASL.PasswordFile, "")
+	userWhere := where(usrc, "--kafka-username", EnvKafkaUsername, "kafka.sasl.username")
+	pwWhere := where(psrc, "", EnvKafkaPasswordFile, "kafka.sasl.passwordFile")
+	if mech == "" {
+		// PROTCTL_KAFKA_PASSWORD alone is no error: it is the node's
+		// variable too, and may be set in a shell that also runs protctl.
+		switch {
+		case user != "":
+			return fmt.Errorf("config: Kafka SASL: a username (%s) needs a mechanism: set --kafka-sasl-mechanism, %s or kafka.sasl.mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)", userWhere, EnvKafkaMechanism)
+		case pwFile != "":
+			return fmt.Errorf("config: Kafka SASL: a password file (%s) needs a mechanism: set --kafka-sasl-mechanism, %s or kafka.sasl.mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)", pwWhere, EnvKafkaMechanism)
+		}
+		return nil
+	}
+	m, err := security.ParseMechanism(mech)
+	if err != nil {
+		return fmt.Errorf("config: Kafka SASL mechanism (%s): %w", where(msrc, "--kafka-sasl-mechanism", EnvKafkaMechanism, "kafka.sasl.mechanism"), err)
+	}
+	if user == "" {
+		return fmt.Errorf("config: Kafka SASL %s needs a username: set --kafka-username, %s or kafka.sasl.username", m, EnvKafkaUsername)
+	}
+	a.Mechanism, a.Username, a.PasswordFile = m, user, pwFile
+	if pw := getenv(EnvKafkaPassword); pw != "" {
+		a.Password = pw
+	} else if pwFile != "" {
+		pw, err := security.ReadSecretFile(pwFile)
+		if err != nil {
+			return fmt.Errorf("config: reading the Kafka password file (%s): %w", pwWhere, err)
+		}
+		if pw == "" {
+			return fmt.Errorf("config: the Kafka password file %s (%s) is empty", pwFile, pwWhere)
+		}
+		a.Password = pw
+	}
+	if a.Password == "" {
+		return fmt.Errorf("config: Kafka SASL %s needs a password: set %s or a password file (%s, kafka.sasl.passwordFile); there is no flag for it", m, EnvKafkaPassword, EnvKafkaPasswordFile)
+	}
+	s.Sources["kafkaSasl"] = msrc
+	return nil
+}
+
+// strongest is the highest-precedence source in srcs ("" for none).
+func strongest(srcs []Source) Source {
+	best := Source("")
+	rank := map[Source]int{"": 0, SourceDefault: 1, SourceContext: 2, SourceEnv: 3, SourceFlag: 4}
+	for _, s := range srcs {
+		if rank[s] > rank[best] {
+			best = s
+		}
+	}
+	return best
 }
 
 // Locate says which contexts file to use: --config, else PROTCTL_CONFIG,
