@@ -3,6 +3,7 @@ package inspect
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,6 +38,10 @@ type Inspector struct {
 	client redis.UniversalClient
 	layout broker.Layout
 	cfg    config
+	// scripted: partitions are read with scripts (a single server);
+	// scriptsRefused: the server refused them once, read pipelined.
+	scripted       bool
+	scriptsRefused atomic.Bool
 }
 
 type config struct {
@@ -46,6 +51,9 @@ type config struct {
 	pageSize int64
 	chunk    int
 	workers  int
+	// pipelined reads partitions without scripts even on a single
+	// server (tests compare both ways).
+	pipelined bool
 }
 
 // Option configures New.
@@ -94,7 +102,8 @@ func New(client redis.UniversalClient, layout broker.Layout, opts ...Option) *In
 		o(&cfg)
 	}
 	cfg.validate()
-	return &Inspector{client: client, layout: layout, cfg: cfg}
+	_, cluster := client.(*redis.ClusterClient)
+	return &Inspector{client: client, layout: layout, cfg: cfg, scripted: !cluster && !cfg.pipelined}
 }
 
 // Layout returns the key layout the Inspector reads.

@@ -233,7 +233,9 @@ type leaseRead struct {
 	pttlOK     bool
 }
 
-// readChunk reads keys' partitions in two pipelined round trips:
+// readChunk reads keys' partitions in two round trips. On a single
+// server each is one read-only script (readLanesScripted); on a cluster,
+// or where scripts are refused, each is a pipeline:
 //
 //  1. the main lane's XLEN, XREVRANGE + - COUNT 1 and XINFO GROUPS, and
 //     the backfill lane's XINFO GROUPS (which fails for a missing lane,
@@ -250,8 +252,9 @@ func (in *Inspector) readChunk(ctx context.Context, w *walk, keys []string) ([]P
 	return parts, err
 }
 
-// readLanes is readChunk that also returns each lane's groups.
-func (in *Inspector) readLanes(ctx context.Context, w *walk, keys []string) ([]Partition, [][2]laneRead, error) {
+// readLanesPipelined is readLanes in two pipelined round trips (see
+// readChunk): the reads that work everywhere, Redis Cluster included.
+func (in *Inspector) readLanesPipelined(ctx context.Context, w *walk, keys []string) ([]Partition, [][2]laneRead, error) {
 	const op = "read partitions"
 	type phase1 struct {
 		mainLen              *redis.IntCmd
@@ -374,6 +377,9 @@ func (in *Inspector) assemble(w *walk, key string, lanes [2]laneRead, names []st
 	}
 	var newest int64 = -1
 	for li, l := range lanes {
+		if l.err != nil && p.Error == "" {
+			p.Error = l.err.Error()
+		}
 		if li > 0 && !l.lane.Exists {
 			continue
 		}
@@ -393,9 +399,6 @@ func (in *Inspector) assemble(w *walk, key string, lanes [2]laneRead, names []st
 			if ms, ok := idMillis(*l.lane.LastEntryID); ok && ms > newest {
 				newest = ms
 			}
-		}
-		if l.err != nil && p.Error == "" {
-			p.Error = l.err.Error()
 		}
 	}
 	p.LastEntryID = lanes[0].lane.LastEntryID
