@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/protctl/protctl/internal/acl"
+	"github.com/protctl/protctl/internal/audit"
 	"github.com/protctl/protctl/internal/clierr"
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
@@ -246,6 +247,13 @@ func TestACLReadOnlyRoleCannotRepair(t *testing.T) {
 	for _, args := range repairCommands(e, plan) {
 		r := e.runAs(acl.Operator, args...)
 		r.wantCode(t, 0)
+		if strings.Contains(r.stderr, "warning") {
+			t.Fatalf("operator %s: %s", strings.Join(args, " "), r.stderr)
+		}
+	}
+	// Each applied repair (all but publish) appended its audit entry.
+	if n, err := e.c.XLen(context.Background(), audit.Key).Result(); err != nil || n != int64(len(repairCommands(e, plan))-1) {
+		t.Fatalf("%d audit entries (%v), want one per repair", n, err)
 	}
 	if after := e.digest(); after == before {
 		t.Fatal("the operator's repairs changed nothing")

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/protctl/protctl/internal/acl"
+	"github.com/protctl/protctl/internal/audit"
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
@@ -281,5 +282,11 @@ func TestRulesOnARealServer(t *testing.T) {
 				t.Errorf("readonly grants %s, a write command", rule)
 			}
 		}
+	}
+}
+
+func TestAuditStreamIsTheAuditLog(t *testing.T) {
+	if acl.AuditStream != audit.Key {
+		t.Fatalf("acl.AuditStream %q, the audit log is %q", acl.AuditStream, audit.Key)
 	}
 }
