@@ -3,7 +3,6 @@ package inspect
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,10 +37,6 @@ type Inspector struct {
 	client redis.UniversalClient
 	layout broker.Layout
 	cfg    config
-	// scripted: partitions are read with scripts (a single server);
-	// scriptsRefused: the server refused them once, read pipelined.
-	scripted       bool
-	scriptsRefused atomic.Bool
 }
 
 type config struct {
@@ -51,9 +46,6 @@ type config struct {
 	pageSize int64
 	chunk    int
 	workers  int
-	// pipelined reads partitions without scripts even on a single
-	// server (tests compare both ways).
-	pipelined bool
 }
 
 // Option configures New.
@@ -102,8 +94,7 @@ func New(client redis.UniversalClient, layout broker.Layout, opts ...Option) *In
 		o(&cfg)
 	}
 	cfg.validate()
-	_, cluster := client.(*redis.ClusterClient)
-	return &Inspector{client: client, layout: layout, cfg: cfg, scripted: !cluster && !cfg.pipelined}
+	return &Inspector{client: client, layout: layout, cfg: cfg}
 }
 
 // Layout returns the key layout the Inspector reads.

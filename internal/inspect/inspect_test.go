@@ -234,6 +234,9 @@ func TestPartitionsWrongTypeIsReportedNotFatal(t *testing.T) {
 	c, s, in := setup(t)
 	c.SAdd(ctx, s.Orders+":__partitions__", "o-str")
 	c.Set(ctx, s.Orders+":o-str", "not a stream", 0)
+	// A backfill lane of the wrong type is reported too (it was once
+	// skipped as if missing).
+	c.HSet(ctx, s.Orders+":o-cold:backfill", "f", "a hash where a lane should be")
 	ps, err := in.Partitions(ctx, s.Orders, inspect.PartitionOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -241,6 +244,9 @@ func TestPartitionsWrongTypeIsReportedNotFatal(t *testing.T) {
 	p := byKey(t, ps)["o-str"]
 	if !strings.Contains(p.Error, "o-str") || p.Lanes[0].Exists {
 		t.Errorf("wrong type: %+v", p)
+	}
+	if p := byKey(t, ps)["o-cold"]; !strings.Contains(p.Error, "o-cold:backfill") || p.Length != 3 {
+		t.Errorf("backfill of the wrong type: %+v", p)
 	}
 }
 
