@@ -204,9 +204,11 @@ type PartitionWatcher interface {
 
 // EntryWaiter is an optional capability (found by type assertion, and
 // advertised as BlockingRead): one call waits on many streams at once, so
-// a node watching thousands of idle partitions spends no commands while
-// nothing happens. Unlike PartitionWatcher it sees entries appended by any
-// publisher, including ones that send no wake-up signal (Protean).
+// a node watching thousands of idle partitions spends almost no commands
+// while nothing happens. Unlike PartitionWatcher it sees entries appended
+// by any publisher, including ones that send no wake-up signal (Protean).
+// (On Redis Cluster, where one blocking read cannot span slots, the Redis
+// adapter polls instead, at a bounded rate: see redisbroker.)
 type EntryWaiter interface {
 	// WaitForEntries blocks until at least one stream of after has an
 	// entry with an id greater than the id after maps it to (a missing
