@@ -83,8 +83,10 @@ type Settings struct {
 	Kafka      []string // brokers; empty when no Kafka is configured
 	// KafkaTLS and KafkaSASL say how to reach the brokers (zero without
 	// brokers). TLS is on when KafkaTLS.On(); SASL when KafkaSASL.Mechanism
-	// is set, and then Username and Password are too. Paths are absolute
-	// or relative to the working directory.
+	// is set, and then Username and Password are too (PasswordFile is the
+	// file the password was read from, "" when it came from
+	// PROTCTL_KAFKA_PASSWORD). Paths are absolute or relative to the
+	// working directory.
 	KafkaTLS   security.TLS
 	KafkaSASL  security.SASL
 	Layout     broker.Layout
@@ -331,7 +333,7 @@ func (s *Settings) resolveKafkaSecurity(fl Flags, getenv func(string) string, fi
 	if user == "" {
 		return fmt.Errorf("config: Kafka SASL %s needs a username: set --kafka-username, %s or kafka.sasl.username", m, EnvKafkaUsername)
 	}
-	a.Mechanism, a.Username, a.PasswordFile = m, user, pwFile
+	a.Mechanism, a.Username = m, user
 	if pw := getenv(EnvKafkaPassword); pw != "" {
 		a.Password = pw
 	} else if pwFile != "" {
@@ -342,7 +344,7 @@ func (s *Settings) resolveKafkaSecurity(fl Flags, getenv func(string) string, fi
 		if pw == "" {
 			return fmt.Errorf("config: the Kafka password file %s (%s) is empty", pwFile, pwWhere)
 		}
-		a.Password = pw
+		a.Password, a.PasswordFile = pw, pwFile // PasswordFile: where the password in use came from
 	}
 	if a.Password == "" {
 		return fmt.Errorf("config: Kafka SASL %s needs a password: set %s or a password file (%s, kafka.sasl.passwordFile); there is no flag for it", m, EnvKafkaPassword, EnvKafkaPasswordFile)
