@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/protctl/protctl/internal/config"
+	"github.com/protctl/protctl/internal/config/security"
 	"github.com/protctl/protctl/internal/output"
 )
 
@@ -28,7 +29,7 @@ type configView struct {
 	ConfigPath *string           `json:"configPath"`
 	Context    *string           `json:"context"`
 	Redis      configViewRedis   `json:"redis"`
-	Kafka      contextKafka      `json:"kafka"`
+	Kafka      configViewKafka   `json:"kafka"`
 	Layout     string            `json:"layout"`
 	Categories []string          `json:"categories"`
 	ReadOnly   bool              `json:"readOnly"`
@@ -43,6 +44,73 @@ type configViewRedis struct {
 	TLS         config.TLS `json:"tls"`
 }
 
+// configViewKafka is the Kafka endpoint and its security: tls and sasl
+// are null when off; the SASL password is only said to be set.
+type configViewKafka struct {
+	Brokers []string             `json:"brokers"`
+	TLS     *security.TLS        `json:"tls"`
+	SASL    *configViewKafkaSASL `json:"sasl"`
+}
+
+type configViewKafkaSASL struct {
+	Mechanism    string  `json:"mechanism"`
+	Username     string  `json:"username"`
+	PasswordSet  bool    `json:"passwordSet"`
+	PasswordFile *string `json:"passwordFile"` // null when the password came from PROTCTL_KAFKA_PASSWORD
+}
+
+func newConfigViewKafka(s *config.Settings) configViewKafka {
+	k := configViewKafka{Brokers: append([]string{}, s.Kafka...)}
+	if s.KafkaTLS.On() {
+		t := s.KafkaTLS
+		k.TLS = &t
+	}
+	if a := s.KafkaSASL; a.Mechanism != "" {
+		k.SASL = &configViewKafkaSASL{Mechanism: a.Mechanism, Username: a.Username, PasswordSet: a.Password != ""}
+		if a.PasswordFile != "" && a.Password != "" {
+			k.SASL.PasswordFile = nonEmpty(a.PasswordFile)
+		}
+	}
+	return k
+}
+
+// tlsLine describes a TLS setting in one line of the table view.
+func tlsLine(t *security.TLS) string {
+	if t == nil {
+		return "off"
+	}
+	var parts []string
+	if t.CA != "" {
+		parts = append(parts, "ca "+t.CA)
+	} else {
+		parts = append(parts, "system roots")
+	}
+	if t.Cert != "" {
+		parts = append(parts, "client cert "+t.Cert)
+	}
+	if t.ServerName != "" {
+		parts = append(parts, "server name "+t.ServerName)
+	}
+	if t.InsecureSkipVerify {
+		parts = append(parts, "NOT VERIFIED")
+	}
+	return "on (" + strings.Join(parts, ", ") + ")"
+}
+
+func saslLine(a *configViewKafkaSASL) string {
+	if a == nil {
+		return "none"
+	}
+	pw := "password not set"
+	if a.PasswordSet {
+		pw = "password set"
+		if a.PasswordFile != nil {
+			pw += " (file " + *a.PasswordFile + ")"
+		}
+	}
+	return a.Mechanism + " as " + a.Username + ", " + pw
+}
+
 type configViewOptions struct {
 	Printer  *output.Printer
 	Settings func() (*config.Settings, error)
@@ -55,7 +123,9 @@ func newConfigViewCmd(f *Factory) *cobra.Command {
 		Short: "Show the resolved settings and where each came from",
 		Long: `Show the settings a command would use after applying flag > environment >
 context > default, and where each came from. Passwords are never shown, only
-whether one is set; a password in the Redis URL is masked.`,
+whether one is set; a password in the Redis URL is masked. Kafka's TLS and
+SASL settings (tls and sasl, null when off) appear only when brokers are
+configured.`,
 		Example: `  protctl config view
   PROTCTL_REDIS=redis://127.0.0.1:6380/0 protctl config view -o json`,
 		Args: cobra.NoArgs,
@@ -80,7 +150,7 @@ func runConfigView(opts *configViewOptions) error {
 			PasswordSet: s.Redis.Password != "" || urlHasPassword(s.Redis.URL),
 			TLS:         s.Redis.TLS,
 		},
-		Kafka:      contextKafka{Brokers: append([]string{}, s.Kafka...)},
+		Kafka:      newConfigViewKafka(s),
 		Layout:     s.Layout.String(),
 		Categories: append([]string{}, s.Categories...),
 		ReadOnly:   s.ReadOnly,
@@ -111,6 +181,8 @@ func runConfigView(opts *configViewOptions) error {
 			output.Field{Label: "Redis password", Value: map[bool]string{true: "set", false: "not set"}[v.Redis.PasswordSet]},
 			output.Field{Label: "Layout", Value: v.Layout + src("layout")},
 			output.Field{Label: "Kafka", Value: dashIfEmpty(strings.Join(v.Kafka.Brokers, ",")) + src("kafka")},
+			output.Field{Label: "Kafka TLS", Value: tlsLine(v.Kafka.TLS) + src("kafkaTls")},
+			output.Field{Label: "Kafka SASL", Value: saslLine(v.Kafka.SASL) + src("kafkaSasl")},
 			output.Field{Label: "Categories", Value: dashIfEmpty(strings.Join(v.Categories, ","))},
 			output.Field{Label: "Read-only", Value: yes(v.ReadOnly) + src("readOnly")},
 			output.Field{Label: "Protected", Value: yes(v.Protected)},

@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/protctl/protctl/internal/testenv"
 )
 
 const twoContexts = `currentContext: prod
@@ -129,5 +131,129 @@ func TestConfigViewShowsSourcesNotSecrets(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("config view lacks %q:\n%s", want, r.stdout)
 		}
+	}
+}
+
+const kafkaContext = `currentContext: prod
+contexts:
+  - name: prod
+    redis: {url: "redis://127.0.0.1:6390/0"}
+    kafka:
+      brokers: [k1:9093, k2:9093]
+      tls: {ca: ca.pem, serverName: kafka.prod}
+      sasl: {mechanism: scram-sha-512, username: ops, passwordFile: kafka.password}
+  - name: local
+    redis: {url: "redis://127.0.0.1:6391/0"}
+`
+
+// config view shows the Kafka TLS and SASL settings in force and where
+// they came from; the password only as set, in every format, and context
+// use keeps the sections without writing a password into the file.
+func TestConfigViewKafkaSecurity(t *testing.T) {
+	const secret = "kafka-view-Pa55-5e1f"
+	pki := testenv.NewPKI(t)
+	cl, path := cliWithConfig(t, kafkaContext)
+	dir := cl.env["XDG_CONFIG_HOME"] + "/protctl/"
+	caPEM, err := os.ReadFile(pki.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir+"ca.pem", string(caPEM))
+	writeFile(t, dir+"kafka.password", secret+"\n")
+
+	for _, format := range []string{"table", "json", "yaml"} {
+		r := cl.run("config", "view", "-o", format)
+		r.wantCode(t, 0)
+		noSecret(t, "config view -o "+format, r.stdout+r.stderr, secret)
+	}
+	r := cl.run("config", "view", "-o", "json")
+	var v struct {
+		Kafka struct {
+			Brokers []string `json:"brokers"`
+			TLS     *struct {
+				CA         string `json:"ca"`
+				ServerName string `json:"serverName"`
+			} `json:"tls"`
+			SASL *struct {
+				Mechanism    string  `json:"mechanism"`
+				Username     string  `json:"username"`
+				PasswordSet  bool    `json:"passwordSet"`
+				PasswordFile *string `json:"passwordFile"`
+			} `json:"sasl"`
+		} `json:"kafka"`
+		Sources map[string]string `json:"sources"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
+		t.Fatal(err)
+	}
+	k := v.Kafka
+	if len(k.Brokers) != 2 || k.TLS == nil || k.TLS.CA != dir+"ca.pem" || k.TLS.ServerName != "kafka.prod" {
+		t.Fatalf("kafka tls: %s", r.stdout)
+	}
+	if k.SASL == nil || k.SASL.Mechanism != "SCRAM-SHA-512" || k.SASL.Username != "ops" || !k.SASL.PasswordSet || k.SASL.PasswordFile == nil || *k.SASL.PasswordFile != dir+"kafka.password" {
+		t.Fatalf("kafka sasl: %s", r.stdout)
+	}
+	if v.Sources["kafkaTls"] != "context" || v.Sources["kafkaSasl"] != "context" {
+		t.Fatalf("sources: %v", v.Sources)
+	}
+
+	r = cl.run("config", "view")
+	for _, want := range []string{
+		"Kafka TLS:       on (ca " + dir + "ca.pem, server name kafka.prod) (context)",
+		"Kafka SASL:      SCRAM-SHA-512 as ops, password set (file " + dir + "kafka.password) (context)",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("config view lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
+	// The password from the environment, the user from a flag.
+	cl.env["PROTCTL_KAFKA_PASSWORD"] = secret + "-env"
+	r = cl.run("config", "view", "--kafka-username", "flag-user", "--kafka-sasl-mechanism", "PLAIN", "-o", "json")
+	r.wantCode(t, 0)
+	noSecret(t, "config view with PROTCTL_KAFKA_PASSWORD", r.stdout+r.stderr, secret)
+	if !strings.Contains(r.stdout, `"username": "flag-user"`) || !strings.Contains(r.stdout, `"passwordFile": null`) || !strings.Contains(r.stdout, `"kafkaSasl": "flag"`) {
+		t.Fatalf("config view with flags and env:\n%s", r.stdout)
+	}
+
+	// Without Kafka there is nothing to show.
+	r = cl.run("config", "view", "--context", "local")
+	r.wantCode(t, 0)
+	if !strings.Contains(r.stdout, "Kafka TLS:       off") || !strings.Contains(r.stdout, "Kafka SASL:      none") {
+		t.Fatalf("config view without Kafka:\n%s", r.stdout)
+	}
+
+	for _, args := range [][]string{{"context", "ls", "-o", "json"}, {"context", "ls", "-o", "wide"}, {"context", "use", "local"}} {
+		r := cl.run(args...)
+		r.wantCode(t, 0)
+		noSecret(t, strings.Join(args, " "), r.stdout+r.stderr, secret)
+	}
+	b, _ := os.ReadFile(path)
+	noSecret(t, "the contexts file after context use", string(b), secret)
+	if !strings.Contains(string(b), "passwordFile: kafka.password") || !strings.Contains(string(b), "serverName: kafka.prod") {
+		t.Fatalf("context use lost the Kafka sections:\n%s", b)
+	}
+}
+
+// Bad Kafka security in the contexts file is a config error (exit 2) for
+// any command that reads the settings, naming the context and the field.
+func TestConfigViewKafkaSecurityErrorsExit2(t *testing.T) {
+	cases := []struct {
+		name, content, want string
+	}{
+		{"unknown mechanism", "contexts:\n  - name: a\n    kafka: {brokers: [k:1], sasl: {mechanism: GSSAPI, username: u}}\n", `context "a": kafka.sasl.mechanism: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, got "GSSAPI"`},
+		{"cert without key", "contexts:\n  - name: a\n    kafka: {brokers: [k:1], tls: {cert: c.pem}}\n", `context "a": kafka.tls.key: cert and key go together`},
+		{"unreadable CA", "currentContext: a\ncontexts:\n  - name: a\n    kafka: {brokers: [k:1], tls: {ca: nope.pem}}\n", `Kafka TLS ca (kafka.tls.ca of context "a")`},
+		{"unreadable password file", "currentContext: a\ncontexts:\n  - name: a\n    kafka: {brokers: [k:1], sasl: {mechanism: PLAIN, username: u, passwordFile: nope}}\n", `Kafka password file (kafka.sasl.passwordFile of context "a")`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cl, _ := cliWithConfig(t, c.content)
+			r := cl.run("config", "view")
+			r.wantCode(t, 2)
+			if !strings.Contains(r.stderr, c.want) || r.stdout != "" {
+				t.Fatalf("want an error containing %q; stdout %q stderr:\n%s", c.want, r.stdout, r.stderr)
+			}
+		})
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/protctl/protctl/internal/config"
 	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 )
 
 // go-redis logs pool and dial trouble on its own (to stderr, in its own
@@ -80,6 +81,13 @@ type globalFlags struct {
 	tlsCert    string
 	tlsKey     string
 
+	kafkaTLS       bool
+	kafkaTLSCA     string
+	kafkaTLSCert   string
+	kafkaTLSKey    string
+	kafkaMechanism string
+	kafkaUsername  string
+
 	output    string
 	noHeaders bool
 	color     string
@@ -111,10 +119,20 @@ func (f *Factory) Settings() (*config.Settings, error) {
 			RedisTLSCA:   f.stringFlag("redis-tls-ca", f.flags.tlsCA),
 			RedisTLSCert: f.stringFlag("redis-tls-cert", f.flags.tlsCert),
 			RedisTLSKey:  f.stringFlag("redis-tls-key", f.flags.tlsKey),
+
+			KafkaTLSCA:         f.stringFlag("kafka-tls-ca", f.flags.kafkaTLSCA),
+			KafkaTLSCert:       f.stringFlag("kafka-tls-cert", f.flags.kafkaTLSCert),
+			KafkaTLSKey:        f.stringFlag("kafka-tls-key", f.flags.kafkaTLSKey),
+			KafkaSASLMechanism: f.stringFlag("kafka-sasl-mechanism", f.flags.kafkaMechanism),
+			KafkaUsername:      f.stringFlag("kafka-username", f.flags.kafkaUsername),
 		}
 		if f.changed("read-only") {
 			v := f.flags.readOnly
 			fl.ReadOnly = &v
+		}
+		if f.changed("kafka-tls") {
+			v := f.flags.kafkaTLS
+			fl.KafkaTLS = &v
 		}
 		f.settings, f.settingsErr = config.Resolve(fl, f.Getenv)
 		if f.settingsErr != nil {
@@ -186,6 +204,49 @@ func (f *Factory) RedisClient() (redis.UniversalClient, error) {
 	f.Logger().Debug("redis client", "url", config.RedactURL(s.Redis.URL), "layout", s.Layout.String(), "context", s.Context)
 	f.redisClient = c
 	return c, nil
+}
+
+// KafkaSource returns a new Kafka reader over the resolved brokers, TLS
+// and SASL settings; the caller closes it. Creating it does no I/O: a
+// wrong password or an untrusted certificate is the first call's
+// kafkasource.ErrUnreachable (exit 3). No brokers, or a bad setting, is a
+// USAGE error (exit 2).
+func (f *Factory) KafkaSource() (*kafkasource.Source, error) {
+	s, err := f.Settings()
+	if err != nil {
+		return nil, err
+	}
+	return newKafkaSource(s, f.Timeout())
+}
+
+// newKafkaSource is the Kafka reader of the operator commands and the
+// dashboard's topics view. --timeout bounds each request and the retry
+// budget.
+func newKafkaSource(s *config.Settings, timeout time.Duration) (*kafkasource.Source, error) {
+	if len(s.Kafka) == 0 {
+		return nil, clierr.Usage.Errorf("no Kafka brokers: set --kafka, %s or the context's kafka.brokers", config.EnvKafka)
+	}
+	opts := []kafkasource.Option{kafkasource.WithClientID("protctl")}
+	if timeout > 0 {
+		opts = append(opts, kafkasource.WithDialTimeout(timeout), kafkasource.WithRequestTimeout(timeout), kafkasource.WithRetry(2, timeout))
+	}
+	// The server name is left empty: kafkasource checks each broker's
+	// certificate against that broker's host (or the settings' serverName).
+	tc, err := s.KafkaTLS.Config("")
+	if err != nil {
+		return nil, clierr.Usage.Errorf("Kafka TLS %w", err) // config.Resolve read the files already; they changed since
+	}
+	if tc != nil {
+		opts = append(opts, kafkasource.WithTLS(tc))
+	}
+	if a := s.KafkaSASL; a.Mechanism != "" {
+		opts = append(opts, kafkasource.WithSASL(a.Mechanism, a.Username, a.Password))
+	}
+	src, err := kafkasource.New(s.Kafka, opts...)
+	if err != nil {
+		return nil, clierr.Usage.Wrap(err)
+	}
+	return src, nil
 }
 
 // Printer prints results in the -o format (validated before any command

@@ -9,6 +9,7 @@ import (
 
 	"github.com/protctl/protctl/internal/clierr"
 	"github.com/protctl/protctl/internal/config"
+	"github.com/protctl/protctl/internal/config/security"
 	"github.com/protctl/protctl/internal/output"
 )
 
@@ -96,6 +97,12 @@ func addGlobalFlags(root *cobra.Command, f *Factory) {
 	fl.StringVar(&g.tlsCA, "redis-tls-ca", "", "PEM file of the CA that signed the Redis server's certificate")
 	fl.StringVar(&g.tlsCert, "redis-tls-cert", "", "PEM file of the Redis TLS client certificate")
 	fl.StringVar(&g.tlsKey, "redis-tls-key", "", "PEM file of the Redis TLS client key")
+	fl.BoolVar(&g.kafkaTLS, "kafka-tls", false, "dial Kafka over TLS (env "+config.EnvKafkaTLS+"; implied by --kafka-tls-ca/-cert)")
+	fl.StringVar(&g.kafkaTLSCA, "kafka-tls-ca", "", "PEM file of the CA that signed the Kafka brokers' certificates (env "+config.EnvKafkaTLSCA+")")
+	fl.StringVar(&g.kafkaTLSCert, "kafka-tls-cert", "", "PEM file of the Kafka TLS client certificate (env "+config.EnvKafkaTLSCert+")")
+	fl.StringVar(&g.kafkaTLSKey, "kafka-tls-key", "", "PEM file of the Kafka TLS client key (env "+config.EnvKafkaTLSKey+")")
+	fl.StringVar(&g.kafkaMechanism, "kafka-sasl-mechanism", "", "Kafka SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (env "+config.EnvKafkaMechanism+")")
+	fl.StringVar(&g.kafkaUsername, "kafka-username", "", "Kafka SASL user (env "+config.EnvKafkaUsername+"; the password only from "+config.EnvKafkaPassword+" or a file)")
 	fl.StringVarP(&g.output, "output", "o", "table", "output format: table, wide, json, jsonl or yaml")
 	fl.BoolVar(&g.noHeaders, "no-headers", false, "omit table headers")
 	fl.StringVar(&g.color, "color", "auto", "colour: auto (a terminal without NO_COLOR), always or never")
@@ -116,10 +123,11 @@ func addGlobalFlags(root *cobra.Command, f *Factory) {
 	_ = root.RegisterFlagCompletionFunc("output", complete(formats...))
 	_ = root.RegisterFlagCompletionFunc("color", complete("auto", "always", "never"))
 	_ = root.RegisterFlagCompletionFunc("layout", complete("protean", "cluster"))
+	_ = root.RegisterFlagCompletionFunc("kafka-sasl-mechanism", complete(security.Mechanisms...))
 	_ = root.RegisterFlagCompletionFunc("context", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		return f.contextNames(), cobra.ShellCompDirectiveNoFileComp
 	})
-	for _, name := range []string{"config", "redis-tls-ca", "redis-tls-cert", "redis-tls-key"} {
+	for _, name := range []string{"config", "redis-tls-ca", "redis-tls-cert", "redis-tls-key", "kafka-tls-ca", "kafka-tls-cert", "kafka-tls-key"} {
 		_ = root.MarkPersistentFlagFilename(name)
 	}
 }

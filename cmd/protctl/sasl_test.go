@@ -3,7 +3,10 @@
 package main
 
 import (
+	"context"
+	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -17,7 +20,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/internal/testenv"
+	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 )
 
 // These tests run `run node` in-process with a Kafka topic subscription
@@ -171,24 +177,285 @@ func TestSASLKafkaNodeWrongPassword(t *testing.T) {
 	noSecret(t, "the node's logs", logs.String(), saslPassword, wrong)
 }
 
-// The topic commands have no Kafka TLS or SASL settings yet (the node's
-// config has them; the contexts file and the environment do not), so
-// against a TLS+SASL cluster `topics show` cannot log in at all: it exits
-// 3, the brokers unreachable, within its --timeout. (`topics ls` reads
-// Kafka only for the lease groups it finds in Redis.) When the CLI gains
-// Kafka credentials this test becomes the wrong-password case.
-func TestSASLKafkaTopicsWithoutCredentialsExit3(t *testing.T) {
-	pki := testenv.NewPKI(t)
-	k := startSASLKafka(t, pki, "SCRAM-SHA-256")
-	srv := testenv.StartRedis(t)
-	cl := newCLI(t)
-	for _, format := range []string{"table", "json"} {
-		r := cl.run("topics", "show", saslTopic, "--service", "shop", "--redis", srv.URL(), "--kafka", strings.Join(k.Brokers, ","),
-			"--timeout", "2s", "-o", format)
-		r.wantCode(t, 3)
-		if !strings.Contains(strings.ToLower(r.stderr), "kafka") {
-			t.Errorf("-o %s: the error does not name Kafka:\n%s", format, r.stderr)
+// saslTopicsKafka starts kfake with TLS (client certificates required
+// when mTLS) and one SCRAM user, seeded as topicsCLI's: service shop,
+// topic orders, 2 partitions. It returns the cluster and the Redis.
+func saslTopicsKafka(t *testing.T, pki *testenv.PKI, mechanism string, mTLS bool) (*testenv.Kafka, *testenv.Redis) {
+	t.Helper()
+	k := testenv.StartKafkaWith(t, []kfake.Opt{
+		kfake.TLS(pki.ServerTLS(mTLS)), kfake.EnableSASL(), kfake.Superuser(mechanism, saslUser, saslPassword),
+	}, 2, "orders")
+	auth := scram.Auth{User: saslUser, Pass: saslPassword}
+	mech := auth.AsSha256Mechanism()
+	if mechanism == "SCRAM-SHA-512" {
+		mech = auth.AsSha512Mechanism()
+	}
+	tc := pki.ClientTLS()
+	if mTLS {
+		cert, err := tls.LoadX509KeyPair(pki.ClientCert, pki.ClientKey)
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Logf("-o %s: %s", format, lastLine(r.stderr))
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return k, seedTopics(t, k, k.Client(t, kgo.DialTLSConfig(tc), kgo.SASL(mech)))
+}
+
+// checkTopicsCommands runs topics ls and show in JSON and as tables and
+// checks what they read; no output holds a secret.
+func checkTopicsCommands(t *testing.T, cl *cli, args []string, secrets ...string) {
+	t.Helper()
+	run := func(a ...string) result {
+		t.Helper()
+		r := cl.run(append(a, args...)...)
+		r.wantCode(t, 0)
+		noSecret(t, strings.Join(a, " ")+" stdout", r.stdout, secrets...)
+		noSecret(t, strings.Join(a, " ")+" stderr", r.stderr, secrets...)
+		return r
+	}
+	r := run("topics", "ls", "--service", "shop", "-o", "json")
+	var doc topicsJSON
+	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || len(doc.Items) != 1 {
+		t.Fatalf("topics ls: %v\n%s", err, r.stdout)
+	}
+	checkOrders(t, doc.Items[0])
+
+	r = run("topics", "show", "orders", "--service", "shop", "-o", "json")
+	var tp inspect.Topic
+	if err := json.Unmarshal([]byte(r.stdout), &tp); err != nil {
+		t.Fatalf("topics show: %v\n%s", err, r.stdout)
+	}
+	checkOrders(t, tp)
+
+	r = run("topics", "ls", "--service", "shop")
+	if !strings.Contains(r.stdout, "node-a") || strings.Count(r.stdout, "\n") != 3 {
+		t.Fatalf("topics ls table:\n%s", r.stdout)
+	}
+	run("topics", "show", "orders", "--service", "shop", "-v")
+}
+
+// topics ls and show log in with SCRAM (SHA-256 and SHA-512) over TLS
+// with the settings of a context: the CA, the mechanism, the user and a
+// password file, relative to the contexts file.
+func TestSASLKafkaTopicsFromContextFile(t *testing.T) {
+	for _, mech := range []string{"SCRAM-SHA-256", "SCRAM-SHA-512"} {
+		t.Run(mech, func(t *testing.T) {
+			pki := testenv.NewPKI(t)
+			k, srv := saslTopicsKafka(t, pki, mech, false)
+			cl, _ := cliWithConfig(t, fmt.Sprintf(`currentContext: prod
+contexts:
+  - name: prod
+    redis: {url: "%s"}
+    kafka:
+      brokers: ["%s"]
+      tls: {ca: %s}
+      sasl: {mechanism: %s, username: %s, passwordFile: kafka.password}
+`, srv.URL(), strings.Join(k.Brokers, `", "`), pki.CA, strings.ToLower(mech), saslUser))
+			writeFile(t, cl.env["XDG_CONFIG_HOME"]+"/protctl/kafka.password", saslPassword+"\n")
+			checkTopicsCommands(t, cl, nil, saslPassword)
+		})
+	}
+}
+
+// The same from the environment (the password in PROTCTL_KAFKA_PASSWORD
+// or a file named by PROTCTL_KAFKA_PASSWORD_FILE) and from flags (never
+// the password), with a client certificate where the brokers require one.
+func TestSASLKafkaTopicsFromEnvAndFlags(t *testing.T) {
+	pki := testenv.NewPKI(t)
+	k, srv := saslTopicsKafka(t, pki, "SCRAM-SHA-512", true)
+	pwFile := filepath.Join(t.TempDir(), "kafka.password")
+	writeFile(t, pwFile, saslPassword+"\n")
+	brokers := strings.Join(k.Brokers, ",")
+	cases := []struct {
+		name string
+		env  map[string]string
+		args []string
+	}{
+		{"env", map[string]string{
+			"PROTCTL_REDIS": srv.URL(), "PROTCTL_KAFKA": brokers,
+			"PROTCTL_KAFKA_TLS_CA": pki.CA, "PROTCTL_KAFKA_TLS_CERT": pki.ClientCert, "PROTCTL_KAFKA_TLS_KEY": pki.ClientKey,
+			"PROTCTL_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512", "PROTCTL_KAFKA_USERNAME": saslUser, "PROTCTL_KAFKA_PASSWORD": saslPassword,
+		}, nil},
+		{"env password file", map[string]string{
+			"PROTCTL_REDIS": srv.URL(), "PROTCTL_KAFKA": brokers,
+			"PROTCTL_KAFKA_TLS_CA": pki.CA, "PROTCTL_KAFKA_TLS_CERT": pki.ClientCert, "PROTCTL_KAFKA_TLS_KEY": pki.ClientKey,
+			"PROTCTL_KAFKA_SASL_MECHANISM": "scram-sha-512", "PROTCTL_KAFKA_USERNAME": saslUser, "PROTCTL_KAFKA_PASSWORD_FILE": pwFile,
+		}, nil},
+		{"flags, password from env", map[string]string{"PROTCTL_KAFKA_PASSWORD": saslPassword}, []string{
+			"--redis", srv.URL(), "--kafka", brokers,
+			"--kafka-tls-ca", pki.CA, "--kafka-tls-cert", pki.ClientCert, "--kafka-tls-key", pki.ClientKey,
+			"--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-username", saslUser,
+		}},
+		{"flags over wrong env", map[string]string{
+			"PROTCTL_KAFKA_PASSWORD": saslPassword, "PROTCTL_KAFKA_SASL_MECHANISM": "PLAIN", "PROTCTL_KAFKA_USERNAME": "nobody",
+		}, []string{
+			"--redis", srv.URL(), "--kafka", brokers,
+			"--kafka-tls-ca", pki.CA, "--kafka-tls-cert", pki.ClientCert, "--kafka-tls-key", pki.ClientKey,
+			"--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-username", saslUser,
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cl := newCLI(t)
+			for k, v := range c.env {
+				cl.env[k] = v
+			}
+			checkTopicsCommands(t, cl, c.args, saslPassword)
+		})
+	}
+}
+
+// A wrong password, or none at all, cannot log in: topics ls and show
+// exit 3 within --timeout with a message naming Kafka and SASL, as a
+// table error and as one JSON error object, and neither password appears
+// in any output. (topics ls reads Kafka only for the lease groups it
+// finds in Redis, which seedTopics laid down.)
+func TestSASLKafkaTopicsWrongPasswordExit3(t *testing.T) {
+	pki := testenv.NewPKI(t)
+	k, srv := saslTopicsKafka(t, pki, "SCRAM-SHA-256", false)
+	const wrong = "wrong-kafka-Pa55-77c2"
+	pwFile := filepath.Join(t.TempDir(), "wrong.password")
+	writeFile(t, pwFile, wrong+"\n")
+	base := map[string]string{"PROTCTL_REDIS": srv.URL(), "PROTCTL_KAFKA": strings.Join(k.Brokers, ","), "PROTCTL_KAFKA_TLS_CA": pki.CA}
+	sasl := map[string]string{"PROTCTL_KAFKA_SASL_MECHANISM": "SCRAM-SHA-256", "PROTCTL_KAFKA_USERNAME": saslUser}
+	cases := []struct {
+		name    string
+		env     map[string]string
+		wantMsg []string
+	}{
+		{"wrong password from env", map[string]string{"PROTCTL_KAFKA_PASSWORD": wrong}, []string{"kafka", "sasl scram-sha-256", saslUser}},
+		{"wrong password from a file", map[string]string{"PROTCTL_KAFKA_PASSWORD_FILE": pwFile}, []string{"kafka", "sasl scram-sha-256", saslUser}},
+		{"no credentials", nil, []string{"kafka", "sasl"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cl := newCLI(t)
+			for k, v := range base {
+				cl.env[k] = v
+			}
+			if c.env != nil {
+				for k, v := range sasl {
+					cl.env[k] = v
+				}
+				for k, v := range c.env {
+					cl.env[k] = v
+				}
+			}
+			for _, args := range [][]string{
+				{"topics", "show", "orders", "--service", "shop"},
+				{"topics", "ls", "--service", "shop"},
+			} {
+				for _, format := range []string{"table", "json"} {
+					r := cl.run(append(args, "--timeout", "2s", "-o", format)...)
+					r.wantCode(t, 3)
+					msg := strings.ToLower(r.stderr)
+					for _, w := range c.wantMsg {
+						if !strings.Contains(msg, w) {
+							t.Errorf("%s -o %s: the error does not name %q:\n%s", args[1], format, w, r.stderr)
+						}
+					}
+					if format == "json" {
+						var e struct {
+							Error struct{ Code, Message string } `json:"error"`
+						}
+						if err := json.Unmarshal([]byte(lastLine(r.stderr)), &e); err != nil || e.Error.Code != "UNAVAILABLE" {
+							t.Errorf("%s -o json: want one UNAVAILABLE error object, got %v:\n%s", args[1], err, r.stderr)
+						}
+					}
+					if r.stdout != "" {
+						t.Errorf("%s -o %s: stdout %q", args[1], format, r.stdout)
+					}
+					noSecret(t, args[1]+" -o "+format+" stderr", r.stderr, wrong, saslPassword)
+					t.Logf("%s -o %s: %s", args[1], format, lastLine(r.stderr))
+				}
+			}
+		})
+	}
+}
+
+// Bad Kafka security settings are config errors (exit 2) naming the
+// setting, before anything dials; the password never appears.
+func TestSASLKafkaTopicsBadSettingsExit2(t *testing.T) {
+	pki := testenv.NewPKI(t)
+	cases := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"unknown mechanism", map[string]string{"PROTCTL_KAFKA_SASL_MECHANISM": "GSSAPI", "PROTCTL_KAFKA_USERNAME": "u"}, nil, "PROTCTL_KAFKA_SASL_MECHANISM"},
+		{"cert without key", nil, []string{"--kafka-tls-cert", pki.ClientCert}, "--kafka-tls-cert"},
+		{"unreadable CA", nil, []string{"--kafka-tls-ca", "/nonexistent/ca.pem"}, "--kafka-tls-ca"},
+		{"no password", map[string]string{"PROTCTL_KAFKA_PASSWORD": ""}, []string{"--kafka-sasl-mechanism", "PLAIN", "--kafka-username", "u"}, "PROTCTL_KAFKA_PASSWORD"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cl := newCLI(t)
+			cl.env["PROTCTL_KAFKA"] = "127.0.0.1:1"
+			cl.env["PROTCTL_REDIS"] = "redis://127.0.0.1:1/0"
+			for k, v := range c.env {
+				cl.env[k] = v
+			}
+			for _, format := range []string{"table", "json"} {
+				r := cl.run(append([]string{"topics", "show", "orders", "--service", "shop", "-o", format}, c.args...)...)
+				r.wantCode(t, 2)
+				if !strings.Contains(r.stderr, c.want) || r.stdout != "" {
+					t.Errorf("-o %s: want an error naming %s, got stdout %q stderr:\n%s", format, c.want, r.stdout, r.stderr)
+				}
+				if format == "json" && !strings.Contains(r.stderr, `"code":"USAGE"`) {
+					t.Errorf("-o json: %s", r.stderr)
+				}
+			}
+		})
+	}
+}
+
+// The dashboard's topics view reads through the same settings: a TLS and
+// SASL cluster from the resolved context.
+func TestSASLKafkaDashboardTopicsView(t *testing.T) {
+	pki := testenv.NewPKI(t)
+	k, srv := saslTopicsKafka(t, pki, "SCRAM-SHA-256", false)
+	env := map[string]string{
+		"HOME": t.TempDir(), "PROTCTL_REDIS": srv.URL(), "PROTCTL_KAFKA": strings.Join(k.Brokers, ","), "PROTCTL_KAFKA_TLS_CA": pki.CA,
+		"PROTCTL_KAFKA_SASL_MECHANISM": "SCRAM-SHA-256", "PROTCTL_KAFKA_USERNAME": saslUser, "PROTCTL_KAFKA_PASSWORD": saslPassword,
+	}
+	ios, _, _, _ := output.Test()
+	f := newFactory(ios)
+	f.Getenv = func(k string) string { return env[k] }
+	defer f.close()
+	s, err := f.Settings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ins, err := f.Inspector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := dashboardTopics(s, 5*time.Second, ins, []string{"shop"})
+	if read == nil {
+		t.Fatal("no topics reader with brokers and a service")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].Topic != "orders" || rows[0].Head == nil || *rows[0].Head != 4 {
+		t.Fatalf("rows %+v", rows)
+	}
+
+	env["PROTCTL_KAFKA_PASSWORD"] = "wrong-kafka-Pa55-77c2"
+	f2 := newFactory(ios)
+	f2.Getenv = func(k string) string { return env[k] }
+	defer f2.close()
+	s2, err := f2.Settings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dashboardTopics(s2, 2*time.Second, ins, []string{"shop"})(ctx); !errors.Is(err, kafkasource.ErrUnreachable) {
+		t.Fatalf("wrong password: %v, want ErrUnreachable", err)
+	} else if strings.Contains(err.Error(), "wrong-kafka-Pa55-77c2") {
+		t.Fatalf("the view's error holds the password: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/protctl/protctl/internal/clierr"
 	"github.com/protctl/protctl/internal/config"
@@ -45,31 +46,7 @@ type topicsOptions struct {
 }
 
 func newTopicsOptions(f *Factory) *topicsOptions {
-	return &topicsOptions{IO: f.IOStreams, Inspector: f.Inspector, Kafka: func() (*kafkasource.Source, error) {
-		s, err := f.Settings()
-		if err != nil {
-			return nil, err
-		}
-		return newKafkaSource(s, f.Timeout())
-	}}
-}
-
-// newKafkaSource is the Kafka reader of the operator commands, from the
-// resolved --kafka brokers. --timeout bounds each request and the retry
-// budget. Creating it does no I/O.
-func newKafkaSource(s *config.Settings, timeout time.Duration) (*kafkasource.Source, error) {
-	if len(s.Kafka) == 0 {
-		return nil, clierr.Usage.Errorf("no Kafka brokers: set --kafka, %s or the context's kafka.brokers", config.EnvKafka)
-	}
-	opts := []kafkasource.Option{kafkasource.WithClientID("protctl")}
-	if timeout > 0 {
-		opts = append(opts, kafkasource.WithDialTimeout(timeout), kafkasource.WithRequestTimeout(timeout), kafkasource.WithRetry(2, timeout))
-	}
-	src, err := kafkasource.New(s.Kafka, opts...)
-	if err != nil {
-		return nil, clierr.Usage.Wrap(err)
-	}
-	return src, nil
+	return &topicsOptions{IO: f.IOStreams, Inspector: f.Inspector, Kafka: f.KafkaSource}
 }
 
 func addTopicsFlags(cmd *cobra.Command, opts *topicsOptions) {
@@ -156,10 +133,17 @@ func readTopics(ctx context.Context, opts *topicsOptions) ([]inspect.Topic, erro
 }
 
 func topicsErr(err error) error {
+	var firstEOF *kgo.ErrFirstReadEOF
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, kafkasource.ErrUnreachable):
+		return clierr.Unavailable.Wrap(err)
+	case errors.As(err, &firstEOF):
+		// The broker hung up on the first request: SASL required and not
+		// configured, or TLS on one side only. kafkasource does not call
+		// that unreachable (the connection itself succeeded), but for the
+		// contract it is a failed login: exit 3.
 		return clierr.Unavailable.Wrap(err)
 	}
 	return dataErr(err)

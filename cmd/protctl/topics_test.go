@@ -23,9 +23,20 @@ import (
 //	p1: 2 records, generation 3, lease expired, ledger at 2 (lag 0)
 func topicsCLI(t *testing.T) *cli {
 	t.Helper()
-	ctx := context.Background()
 	k := testenv.StartKafka(t, 2, "orders")
-	kc := k.Client(t)
+	srv := seedTopics(t, k, k.Client(t))
+	cl := newCLI(t)
+	cl.env["PROTCTL_REDIS"] = srv.URL()
+	cl.env["PROTCTL_KAFKA"] = strings.Join(k.Brokers, ",")
+	return cl
+}
+
+// seedTopics lays down topicsCLI's state on k (a 2-partition "orders"
+// topic; kc may log in over TLS and SASL) and a new Redis, and returns the
+// Redis.
+func seedTopics(t *testing.T, k *testenv.Kafka, kc *kgo.Client) *testenv.Redis {
+	t.Helper()
+	ctx := context.Background()
 	k.Produce(t, kc,
 		&kgo.Record{Topic: "orders", Partition: 0, Value: []byte("a")},
 		&kgo.Record{Topic: "orders", Partition: 0, Value: []byte("b")},
@@ -53,11 +64,7 @@ func topicsCLI(t *testing.T) *cli {
 	save(1, "node-b:3", 2)
 	c.Del(ctx, g.LeaseKey(1))
 	c.Set(ctx, g.GenerationKey(1), "3", 0)
-
-	cl := newCLI(t)
-	cl.env["PROTCTL_REDIS"] = srv.URL()
-	cl.env["PROTCTL_KAFKA"] = strings.Join(k.Brokers, ",")
-	return cl
+	return srv
 }
 
 type topicsJSON struct {
