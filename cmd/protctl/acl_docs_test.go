@@ -15,11 +15,23 @@ var securityBlockRe = regexp.MustCompile("(?s)<!-- (protctl acl print [^>]*?) --
 
 // TestSecurityDocMatchesACLPrint: every rules block of docs/security.md
 // is exactly what the command named above it prints, so the documented
-// rules cannot drift from the ones protctl derives.
+// rules cannot drift from the ones protctl derives. go test -update
+// rewrites the blocks.
 func TestSecurityDocMatchesACLPrint(t *testing.T) {
 	b, err := os.ReadFile(securityDocPath)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if *update {
+		b = securityBlockRe.ReplaceAllFunc(b, func(block []byte) []byte {
+			m := securityBlockRe.FindSubmatch(block)
+			r := newCLI(t).run(strings.Fields(string(m[1]))[1:]...)
+			r.wantCode(t, 0)
+			return []byte("<!-- " + string(m[1]) + " -->\n```text\n" + r.stdout + "```\n")
+		})
+		if err := os.WriteFile(securityDocPath, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	blocks := securityBlockRe.FindAllStringSubmatch(string(b), -1)
 	if len(blocks) < 6 {
@@ -31,7 +43,7 @@ func TestSecurityDocMatchesACLPrint(t *testing.T) {
 		r := newCLI(t).run(args...)
 		r.wantCode(t, 0)
 		if r.stdout != m[2] {
-			t.Errorf("docs/security.md: the block under %q is not what it prints:\n--- doc:\n%s--- printed:\n%s", m[1], m[2], r.stdout)
+			t.Errorf("docs/security.md: the block under %q is not what it prints (go test ./cmd/protctl -run TestSecurityDoc -update rewrites it):\n--- doc:\n%s--- printed:\n%s", m[1], m[2], r.stdout)
 		}
 		for i, a := range args {
 			if a == "--role" && i+1 < len(args) {

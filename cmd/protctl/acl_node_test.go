@@ -40,13 +40,21 @@ echo "$PROTCTL_PARTITION $seq" >> "$RECORD"
 // user sees it parked, the operator user skips it, the node acts on the
 // request (a Pub/Sub message) and resolves it. No log line, output or
 // error of any of them holds a password.
+//
+// It runs twice: with the broad rules, and with rules narrowed to the
+// node's category and group (--category, --group).
 func TestACLNodeRoleRunsANode(t *testing.T) {
+	t.Run("broad", func(t *testing.T) { aclNodeScenario(t) })
+	t.Run("narrowed", func(t *testing.T) { aclNodeScenario(t, "--category", procCategory, "--group", procGroup) })
+}
+
+func aclNodeScenario(t *testing.T, rules ...string) {
 	srv := testenv.StartRedis(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
 	users, passwords := map[acl.Role]string{}, map[acl.Role]string{}
 	for _, role := range acl.Roles() {
-		users[role], passwords[role] = createACLUser(t, admin, role)
+		users[role], passwords[role] = createACLUser(t, admin, role, rules...)
 	}
 	dir := t.TempDir()
 	pwFile := filepath.Join(dir, "node.password")

@@ -167,7 +167,10 @@ var (
 	// subscription), the publisher, the lease, checkpoint, membership
 	// and ledger stores (redisstore's scripts, the parked index and the
 	// requests subscription). renewmany loads its script (SCRIPT LOAD)
-	// before a pipelined EVALSHA.
+	// before a pipelined EVALSHA. The fenced reads run as optimistic
+	// transactions (redisbroker's fencedtx.go: WATCH lease, GET, MULTI,
+	// XACK or XGROUP CREATE, XREADGROUP, EXEC; UNWATCH when the lease is
+	// not the token).
 	nodeCommands = []string{
 		"+time", "+type", "+exists",
 		"+get", "+mget", "+set", "+del", "+incr", "+pexpire", "+pttl",
@@ -179,6 +182,7 @@ var (
 		"+xreadgroup", "+xautoclaim", "+xread", "+xtrim",
 		"+publish", "+subscribe", "+unsubscribe",
 		"+evalsha", "+eval", "+script|load",
+		"+watch", "+unwatch", "+multi", "+exec",
 	}
 )
 
