@@ -296,13 +296,11 @@ func TestTLSRedisFailuresExit3(t *testing.T) {
 }
 
 // A wrong password where the first request is a pipeline: go-redis does
-// not stamp the connection's AUTH failure on a pipeline's commands, and
-// internal/inspect's pipeErr (and repair's reads) drop reply errors from
-// Exec, so `partitions ls CATEGORY` says the category is missing (exit 4)
-// and a release plans on an empty lease (exit 2). Skipped until that is
-// fixed outside this test's files; the test is ready for it.
+// not stamp the connection's AUTH failure on a pipeline's commands, so a
+// reader that dropped Exec's reply errors saw empty replies (`partitions
+// ls CATEGORY` said the category was missing, exit 4, and a release
+// planned on an empty lease, exit 2). Both must exit 3 naming WRONGPASS.
 func TestTLSRedisWrongPasswordOnPipelinedReads(t *testing.T) {
-	t.Skip("known defect: a pipeline's AUTH failure is read as empty replies (partitions ls CATEGORY exits 4, release exits 2); see docs/decisions/tls-sasl-tests.md")
 	srv := startTLSRedis(t)
 	seedTLSPartition(t, srv)
 	for _, args := range [][]string{

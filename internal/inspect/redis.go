@@ -48,12 +48,25 @@ func isNoSuchKey(err error) bool {
 }
 
 // pipeErr returns the first transport error of a pipeline's Exec: reply
-// errors are per command and handled by the caller.
+// errors are per command and handled by the caller. A refused login is
+// the exception: go-redis reports a connection's failed AUTH as Exec's
+// error without setting it on the pipeline's commands, which would then
+// read as empty replies (a category that looks missing, a lease that
+// looks free), so it fails the whole read.
 func pipeErr(op string, err error) error {
-	if err == nil || isReplyErr(err) || errors.Is(err, redis.Nil) {
+	if err == nil || errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if isReplyErr(err) && !isAuthErr(err) {
 		return nil
 	}
 	return wrapErr(op, "", "", err)
+}
+
+// isAuthErr reports a server's refusal of the connection's credentials.
+func isAuthErr(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH")
 }
 
 func (in *Inspector) serverTime(ctx context.Context) (time.Time, error) {
