@@ -11,11 +11,18 @@ import (
 var _ broker.AckReader = (*Broker)(nil)
 
 // AckAndReadPartitionFenced acknowledges ack (the batch the owner just
-// handled) and reads up to count entries of stream, in one script
-// (ackread.lua) that first proves the lease: exactly AckPartitionFenced
-// followed by ReadPartitionFenced, in one round trip instead of two. A
-// stale fence fails with a *broker.LeaseLostError and changes nothing,
-// neither the ack nor the read. An empty ack only reads.
+// handled) and reads up to count entries of stream, in one atomic step
+// that first proves the lease: exactly AckPartitionFenced followed by
+// ReadPartitionFenced. A stale fence fails with a *broker.LeaseLostError
+// and changes nothing, neither the ack nor the read. An empty ack only
+// reads.
+//
+// In ReadPendingThenNew mode the step is one script (ackread.lua), one
+// round trip. In ReadPending and ReadNew mode, on a single node or a
+// Redis Cluster, it is an optimistic transaction (WATCH and GET of the
+// lease, then MULTI, XACK, XREADGROUP, EXEC; see fencedtx.go): two round
+// trips, with the entries in XREADGROUP's own reply; a lost lease, a
+// missing group or a wrong type fall back to the script, which decides.
 //
 // The read is read.lua's (both compose readlib.lua): it creates a
 // missing group from id 0, and in ReadPendingThenNew mode returns the
@@ -46,6 +53,14 @@ func (b *Broker) AckAndReadPartitionFenced(ctx context.Context, f broker.Fence, 
 			return nil, err
 		}
 		args = append(args, id)
+	}
+	if id := txReadID(mode); id != "" {
+		if c := b.txClient(ctx, f.LeaseKey); c != nil {
+			msgs, outcome, err := b.readTx(ctx, c, op, f, stream, group, ack, count, id)
+			if outcome == txDecided || err != nil {
+				return msgs, err
+			}
+		}
 	}
 	keys := []string{f.LeaseKey, stream}
 	res, err := ackReadScript.Run(ctx, b.client, keys, args...).Slice()

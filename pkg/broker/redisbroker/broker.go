@@ -18,6 +18,10 @@ import (
 type Broker struct {
 	client redis.UniversalClient
 	cfg    config
+	// betweenTx, when a test sets it, runs between the two round trips
+	// of a fenced transaction (fencedtx.go): after the lease was checked,
+	// before EXEC.
+	betweenTx func()
 }
 
 var (
@@ -29,6 +33,9 @@ type config struct {
 	layout         broker.Layout
 	backfillSuffix string
 	watchBuffer    int
+	// scriptReads makes every fenced read run its script, never the
+	// transaction (fencedtx.go); tests set it to cover the script path.
+	scriptReads bool
 }
 
 // Option configures New.

@@ -23,6 +23,16 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceScriptReads runs the suite on the Protean layout with
+// every fenced read through its script (the path a Ring or an unusual
+// outcome of the transaction takes), so that both ways of reading pass.
+func TestConformanceScriptReads(t *testing.T) {
+	brokertest.Run(t, func(t *testing.T) brokertest.Target {
+		b, c := newBroker(t, redisbroker.WithScriptReads())
+		return brokertest.Target{Broker: b, Advance: time.Sleep, Faults: faults{c}}
+	})
+}
+
 // TestConformanceCluster runs the suite on the cluster layout against a
 // real 3-master Redis Cluster (one per package test run, every master
 // flushed before each case). Every script must keep to one slot here, or

@@ -17,9 +17,15 @@ var readModes = map[broker.ReadMode]string{
 }
 
 // ReadPartitionFenced reads up to count entries of stream for group as the
-// consumer f.Token, in one script that first proves the lease. In
-// ReadPendingThenNew mode the script reads the consumer's pending entries
-// and, only when there are none, new ones: one round trip either way.
+// consumer f.Token, proving the lease in the same atomic step. In
+// ReadPendingThenNew mode one script reads the consumer's pending entries
+// and, only when there are none, new ones: one round trip either way. In
+// ReadPending and ReadNew mode, on a single node or a Redis Cluster, the
+// read is an optimistic transaction instead (WATCH and GET of the lease,
+// then MULTI, XREADGROUP, EXEC; see fencedtx.go), two round trips whose
+// entries come back without passing through Lua; anything unusual (a
+// lost lease, a missing group, a wrong type) is decided by the script,
+// so every outcome is the script's.
 //
 // A missing group (or stream) is created from id 0 with MKSTREAM and the
 // read retried once inside the same script, which is also how a group
@@ -41,6 +47,14 @@ func (b *Broker) ReadPartitionFenced(ctx context.Context, f broker.Fence, stream
 	m, ok := readModes[mode]
 	if !ok {
 		return nil, &broker.InvalidArgumentError{Op: op, Arg: "mode", Value: strconv.Itoa(int(mode)), Reason: "unknown read mode"}
+	}
+	if id := txReadID(mode); id != "" {
+		if c := b.txClient(ctx, f.LeaseKey); c != nil {
+			msgs, outcome, err := b.readTx(ctx, c, op, f, stream, group, nil, count, id)
+			if outcome == txDecided || err != nil {
+				return msgs, err
+			}
+		}
 	}
 	keys := []string{f.LeaseKey, stream}
 	res, err := readScript.Run(ctx, b.client, keys, f.Token, group, count, m).Slice()

@@ -18,6 +18,7 @@
 //	release.lua     lease == token? DEL (the generation stays)
 //	read.lua        lease == token? XREADGROUP (pending "0", then new ">"),
 //	                creating the group from 0 (MKSTREAM) on NOGROUP, once
+//	                (ReadPendingThenNew, and the fallback of the others)
 //	ack.lua         lease == token? XACK of all ids
 //	ackread.lua     lease == token? XACK of the handled batch, then read.lua's
 //	                read (both compose readlib.lua)
@@ -31,6 +32,18 @@
 //	reaplanes.lua   cluster layout: every lane drained and cold? DEL lanes
 //	append.lua      cluster layout: XADD
 //	record.lua      cluster layout: SADD index, PUBLISH wake channel
+//
+// The fenced reads of one id, ReadPending and ReadNew, alone or with the
+// ack of AckAndReadPartitionFenced, are the exception: on a single node or
+// a Cluster they run as an optimistic transaction on the lease key (WATCH
+// and GET, compare on the client, then MULTI, XACK, XREADGROUP, EXEC),
+// which returns the entries in XREADGROUP's own reply instead of through
+// Lua. EXEC runs nothing if the lease key was written or expired after
+// the WATCH, which is the same guarantee as the script's compare; every
+// outcome other than a clean read (a lease that is not the token, a
+// missing group, a wrong type, a key touched three times in a row) runs
+// the script, which decides. See fencedtx.go and
+// docs/decisions/fenced-read-transactions.md.
 //
 // Redis does not roll a script back when a command in it fails, so every
 // script checks the TYPE of each key it will touch before its first

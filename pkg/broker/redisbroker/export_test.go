@@ -20,3 +20,11 @@ var Scripts = map[string]*redis.Script{
 	"append":     appendScript,
 	"record":     recordScript,
 }
+
+// SetBetweenTx makes fn run between the two round trips of every fenced
+// transaction of b (after the lease check, before EXEC).
+func SetBetweenTx(b *Broker, fn func()) { b.betweenTx = fn }
+
+// WithScriptReads makes every fenced read run its script, never the
+// transaction, so that tests cover the script path too.
+func WithScriptReads() Option { return func(c *config) { c.scriptReads = true } }
