@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Handler processes one message. It is called with at most one message at
@@ -52,13 +55,117 @@ type Message struct {
 	Position string
 	// Data is the envelope: the entry's data field or the record's value.
 	Data []byte
-	// Headers are the Kafka record's headers (nil for Redis).
-	Headers map[string]string
+	// Headers are the Kafka record's headers (empty for Redis): a view
+	// over the record, read with Get, Lookup or All; nothing is copied
+	// unless the handler asks.
+	Headers Headers
 
 	// Generation is the lease generation the message is processed under.
 	Generation int64
 	// Attempt counts deliveries to this handler, from 1.
 	Attempt int
+}
+
+// Headers are a message's headers, in the order the producer wrote them.
+// Kafka allows a key to repeat: Get and Lookup return the last value
+// written, the producer's final word (as a map built in order would).
+//
+// Headers is a view, not a copy: the runtime hands a Kafka record's
+// headers over without allocating anything per message (building a map
+// per record cost more CPU than everything else the topic runtime does
+// per record). Get, Lookup and Map allocate the strings they return;
+// Value, All and Len do not. The zero value is empty. A Headers value is
+// safe for concurrent reads and stays valid after Handle returns; its
+// byte slices must not be modified.
+type Headers struct {
+	kv []kgo.RecordHeader
+}
+
+// KafkaHeaders returns a view over a Kafka record's headers (no copy).
+func KafkaHeaders(h []kgo.RecordHeader) Headers { return Headers{kv: h} }
+
+// HeadersOf returns headers from key, value pairs, in order: for tests,
+// and for sources other than Kafka. It panics on an odd number of
+// arguments.
+func HeadersOf(pairs ...string) Headers {
+	if len(pairs)%2 != 0 {
+		panic("runtime: HeadersOf needs key, value pairs")
+	}
+	if len(pairs) == 0 {
+		return Headers{}
+	}
+	kv := make([]kgo.RecordHeader, 0, len(pairs)/2)
+	for i := 0; i < len(pairs); i += 2 {
+		kv = append(kv, kgo.RecordHeader{Key: pairs[i], Value: []byte(pairs[i+1])})
+	}
+	return Headers{kv: kv}
+}
+
+// Len is the number of headers, repeated keys counted each time.
+func (h Headers) Len() int { return len(h.kv) }
+
+// Value returns the last value of key without copying it; ok is false
+// when there is no such header.
+func (h Headers) Value(key string) (v []byte, ok bool) {
+	for i := len(h.kv) - 1; i >= 0; i-- {
+		if h.kv[i].Key == key {
+			return h.kv[i].Value, true
+		}
+	}
+	return nil, false
+}
+
+// Lookup returns the last value of key as a string; ok is false when
+// there is no such header.
+func (h Headers) Lookup(key string) (string, bool) {
+	v, ok := h.Value(key)
+	return string(v), ok
+}
+
+// Get returns the last value of key, or "" when there is none.
+func (h Headers) Get(key string) string {
+	v, _ := h.Value(key)
+	return string(v)
+}
+
+// All yields every header in order, repeats included. The values are
+// not copied.
+func (h Headers) All() iter.Seq2[string, []byte] {
+	return func(yield func(string, []byte) bool) {
+		for _, kv := range h.kv {
+			if !yield(kv.Key, kv.Value) {
+				return
+			}
+		}
+	}
+}
+
+// Map copies the headers into a map, the last value of a repeated key
+// winning; nil when there are none. It allocates: prefer Get.
+func (h Headers) Map() map[string]string {
+	if len(h.kv) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(h.kv))
+	for _, kv := range h.kv {
+		m[kv.Key] = string(kv.Value)
+	}
+	return m
+}
+
+// String formats the headers as key=value pairs, for logs and test
+// failures.
+func (h Headers) String() string {
+	b := []byte{'['}
+	for i, kv := range h.kv {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = append(b, kv.Key...)
+		b = append(b, '=')
+		b = append(b, kv.Value...)
+	}
+	return string(append(b, ']'))
 }
 
 // FailureClass classifies a handler error.

@@ -147,7 +147,7 @@ type SubscriptionRuntime struct {
 	failed atomic.Bool
 	mu     sync.Mutex
 	err    error
-	dedup  map[int32]*dedupSet
+	dedup  map[int32]*dedupMemory
 
 	c subCounters
 }
@@ -170,7 +170,7 @@ func NewTopicSubscriptions(cfg TopicConfig) (*TopicSubscriptions, error) {
 		events:    make(chan topicEvent, 64),
 	}
 	for _, sc := range cfg.Subscriptions {
-		t.subs = append(t.subs, &SubscriptionRuntime{t: t, cfg: sc, dedup: make(map[int32]*dedupSet)})
+		t.subs = append(t.subs, &SubscriptionRuntime{t: t, cfg: sc, dedup: make(map[int32]*dedupMemory)})
 	}
 	t.keyAggregate = cfg.Aggregate.Header == "" && cfg.Aggregate.JSONPath == ""
 	t.idHeader, t.versionHeader = cfg.Identity.IDHeader, cfg.Identity.VersionHeader
@@ -610,12 +610,12 @@ func (s *SubscriptionRuntime) fail(err error) {
 // dedupOf returns the subscription's dedup memory of partition p. It
 // outlives the partition's lease, so a partition that comes back to this
 // node drops what it handled before.
-func (s *SubscriptionRuntime) dedupOf(p int32) *dedupSet {
+func (s *SubscriptionRuntime) dedupOf(p int32) *dedupMemory {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d := s.dedup[p]
 	if d == nil {
-		d = newDedupSet(s.t.cfg.DedupSize)
+		d = newDedupMemory(s.t.cfg.DedupSize)
 		s.dedup[p] = d
 	}
 	return d

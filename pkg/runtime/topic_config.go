@@ -60,11 +60,12 @@ type TopicSubscription struct {
 	// Classify decides a handler error's class. Default: Classify (errors
 	// marked with Systemic or Fatal, everything else aggregate).
 	Classify func(error) FailureClass
-	// SkipHeaders leaves Message.Headers nil, for handlers that do not
-	// read it (protctl's exec and http handlers pass only the record's
-	// value). Building the map costs about half a microsecond and three
-	// allocations per record, more than everything else the runtime does
-	// per record. Default: false, headers are passed.
+	// SkipHeaders leaves Message.Headers empty. Default: false, headers
+	// are passed.
+	//
+	// Deprecated: Message.Headers is a view over the record's headers and
+	// costs nothing per record unless the handler reads it, so there is
+	// nothing left to save. The field still works.
 	SkipHeaders bool
 }
 
@@ -135,9 +136,11 @@ type TopicConfig struct {
 	// between the TopicSubscriptions of a node to bound them node-wide.
 	// Default: a limit of 2 for this TopicSubscriptions alone.
 	CatchUp *CatchUpLimit
-	// DedupSize is how many record identities a (subscription, partition)
-	// remembers to drop replays of records it handled. Default: 10 x
-	// MaxInFlight.
+	// DedupSize bounds what a (subscription, partition) remembers to drop
+	// records it handled when they come again: per aggregate, the newest
+	// offset handled (replays after a handover) and the last 8 identities
+	// (a producer's duplicates), for DedupSize/8 aggregates per
+	// generation, two generations. Default: 10 x MaxInFlight.
 	DedupSize int
 
 	// CheckpointEvery is the period of checkpoint saves. Default: 1s.

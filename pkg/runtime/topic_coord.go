@@ -532,6 +532,8 @@ func (c *topicCoord) acquireOne(ctx context.Context, s *slot) (*topicPart, bool,
 			t.obs.error(ErrorEvent{Subscription: t.name, Op: "checkpoint", Err: &kafkasource.OffsetError{
 				Topic: t.cfg.Topic, Partition: p, Offset: startAt, Earliest: wm.Earliest, Head: wm.Head, Err: kafkasource.ErrOffsetBeyondHead}})
 			startAt = wm.Earliest
+			// The offsets dedup remembers are of the old topic.
+			sr.dedupOf(p).forgetOffsets()
 		}
 		tp.addSub(sr, startAt, saved)
 	}

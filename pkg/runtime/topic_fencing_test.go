@@ -100,13 +100,13 @@ func TestTopicFencingPark(t *testing.T) {
 			inside := make(chan struct{})
 			release := make(chan struct{})
 			rec.setHold(func(ctx context.Context, m runtime.Message) {
-				if m.Aggregate == "a0000" && m.Headers["seq"] == "2" {
+				if m.Aggregate == "a0000" && m.Headers.Get("seq") == "2" {
 					close(inside)
 					<-release
 				}
 			})
 			rec.setFail(func(m runtime.Message) error {
-				if m.Aggregate == "a0000" && m.Headers["seq"] == "2" {
+				if m.Aggregate == "a0000" && m.Headers.Get("seq") == "2" {
 					return errors.New("bad record")
 				}
 				return nil

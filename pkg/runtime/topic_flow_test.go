@@ -68,7 +68,7 @@ func TestTopicThrottledAppearsAndClears(t *testing.T) {
 	rec := newTopicRecorder(t)
 	stuck := make(chan struct{})
 	rec.setHold(func(ctx context.Context, m runtime.Message) {
-		if m.Aggregate == "a0000" && m.Headers["seq"] == "1" {
+		if m.Aggregate == "a0000" && m.Headers.Get("seq") == "1" {
 			select {
 			case <-stuck:
 			case <-ctx.Done():
@@ -263,7 +263,7 @@ func TestTopicCatchUp(t *testing.T) {
 	}
 	stuck := make(chan struct{})
 	slow.setHold(func(ctx context.Context, m runtime.Message) {
-		if m.Aggregate == "a0000" && m.Headers["seq"] == "45" {
+		if m.Aggregate == "a0000" && m.Headers.Get("seq") == "45" {
 			select {
 			case <-stuck:
 			case <-ctx.Done():

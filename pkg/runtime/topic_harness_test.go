@@ -467,7 +467,7 @@ func (r *topicRecorder) handler(node string) runtime.Handler {
 				return err
 			}
 		}
-		seq, err := strconv.Atoi(m.Headers["seq"])
+		seq, err := strconv.Atoi(m.Headers.Get("seq"))
 		if err != nil {
 			r.t.Errorf("record without a seq header: %v", m.Headers)
 		}

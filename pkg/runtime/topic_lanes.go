@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -40,7 +39,7 @@ import (
 type subPart struct {
 	tp    *topicPart
 	sr    *SubscriptionRuntime
-	dedup *dedupSet
+	dedup *dedupMemory
 
 	next     int64 // next offset to deliver; everything below was delivered
 	saved    int64 // the stored checkpoint (-1 when none)
@@ -88,14 +87,29 @@ const (
 )
 
 type laneItem struct {
-	rec  *kgo.Record
-	seq  int64
-	kind itemKind
+	rec *kgo.Record
+	seq int64
+	// id hashes the record's identity when idState is idKnown. It is
+	// computed on delivery, while the reader's fetch is still in the CPU
+	// cache: a worker reading the headers later, after thousands of
+	// other records, paid a cache miss or two per record for it.
+	id      uint64
+	idState identity
+	kind    itemKind
 }
 
 func (l *aggLane) len() int { return len(l.items) - l.head }
 
-func (l *aggLane) push(it laneItem) { l.items = append(l.items, it) }
+func (l *aggLane) push(it laneItem) {
+	if l.head > 0 && len(l.items) == cap(l.items) {
+		// Workers take from the front while the reader appends: reuse the
+		// taken part instead of growing forever.
+		n := copy(l.items, l.items[l.head:])
+		clear(l.items[n:])
+		l.items, l.head = l.items[:n], 0
+	}
+	l.items = append(l.items, it)
+}
 
 func (l *aggLane) pop() laneItem {
 	it := l.items[l.head]
@@ -185,52 +199,144 @@ func (w *window) low(next int64) int64 {
 	return next
 }
 
-// dedupSet remembers the identities of records handled, as 64-bit
-// hashes of (aggregate, identity), bounded by keeping two generations:
-// when the current one is full it becomes the old one. A hash collision
-// (about 2^-64 per pair) would drop a record as a duplicate; the memory
-// and CPU saved per record are worth that.
-type dedupSet struct {
+// dedupMemory is what a subscription remembers of the records it
+// handled on one partition, to drop them when they come again. It
+// outlives the partition's lease (a partition that comes back to this
+// node drops what it handled before) and is bounded: aggregates are kept
+// in two generations of at most max each, the current one becoming the
+// old one when full.
+//
+// Per aggregate it keeps two things, each for one way a record comes
+// again:
+//
+//   - the offset of the newest record handled. A handover or a restart
+//     replays from the checkpoint, the low watermark, so what comes again
+//     is records at or past it, some handled, some not. Records of an
+//     aggregate are handled in offset order, so a record at or below the
+//     newest offset handled of its aggregate was handled (or, for an
+//     aggregate parked and then skipped, was meant not to be). Exact, and
+//     it needs no identity.
+//   - the identities of the last dedupIDs records handled: a producer that
+//     sent a record twice (a retry without idempotence) writes it again
+//     at a new offset, soon after the first.
+//
+// Both are checked per batch of a lane under one lock and recorded under
+// one more, so dedup costs two lock round trips and two map lookups per
+// batch, and a few comparisons per record.
+type dedupMemory struct {
 	mu       sync.Mutex
-	half     int
-	cur, old map[uint64]struct{}
+	max      int
+	cur, old map[string]*aggMemory
 }
 
-func newDedupSet(size int) *dedupSet {
-	return &dedupSet{half: max(size/2, 1), cur: make(map[uint64]struct{})}
+// dedupIDs is how many identities are kept per aggregate.
+const dedupIDs = 8
+
+type aggMemory struct {
+	handled int64 // offset of the newest record handled; -1 when none
+	ids     [dedupIDs]uint64
+	n       int // identities recorded so far; the ring's next slot is n % dedupIDs
 }
 
-// seenAll sets dup[i] for each known ids[i] that was handled before.
-func (d *dedupSet) seenAll(ids []uint64, known []bool, dup []bool) []bool {
-	dup = dup[:0]
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for i, id := range ids {
-		seen := false
-		if known[i] {
-			if _, ok := d.cur[id]; ok {
-				seen = true
-			} else if _, ok := d.old[id]; ok {
-				seen = true
+func (a *aggMemory) seen(off int64, id uint64, known bool) bool {
+	if off <= a.handled {
+		return true
+	}
+	if known {
+		for i := range min(a.n, dedupIDs) {
+			if a.ids[i] == id {
+				return true
 			}
+		}
+	}
+	return false
+}
+
+func (a *aggMemory) add(off int64, id uint64, known bool) {
+	a.handled = max(a.handled, off)
+	if known {
+		a.ids[a.n%dedupIDs] = id
+		a.n++
+	}
+}
+
+// newDedupMemory remembers about size identities: dedupIDs for each of
+// size/dedupIDs aggregates per generation.
+func newDedupMemory(size int) *dedupMemory {
+	n := max(size/dedupIDs, 1)
+	return &dedupMemory{max: n, cur: make(map[string]*aggMemory)}
+}
+
+// getLocked returns the aggregate's memory, nil when there is none.
+func (d *dedupMemory) getLocked(agg string) *aggMemory {
+	if a := d.cur[agg]; a != nil {
+		return a
+	}
+	return d.old[agg]
+}
+
+// touchLocked returns the aggregate's memory, made current.
+func (d *dedupMemory) touchLocked(agg string) *aggMemory {
+	if a := d.cur[agg]; a != nil {
+		return a
+	}
+	a := d.old[agg]
+	if a == nil {
+		a = &aggMemory{handled: -1}
+	}
+	if len(d.cur) >= d.max {
+		d.old, d.cur = d.cur, make(map[string]*aggMemory, d.max)
+	}
+	d.cur[agg] = a
+	return a
+}
+
+// seenAll sets dup[i] for each batch[i] of aggregate agg handled before,
+// counting the batch's earlier records as handled: the batch is handled
+// in order and stops at the first record that is not handled (parked,
+// resolved or abandoned), so a flag is only used when every record
+// before it was handled (or was a duplicate itself).
+func (d *dedupMemory) seenAll(agg string, batch []laneItem, dup []bool) []bool {
+	dup = dup[:0]
+	mem := aggMemory{handled: -1}
+	d.mu.Lock()
+	if a := d.getLocked(agg); a != nil {
+		mem = *a
+	}
+	d.mu.Unlock()
+	for _, it := range batch {
+		seen := it.rec != nil && mem.seen(it.rec.Offset, it.id, it.idState == idKnown)
+		if !seen && it.rec != nil {
+			mem.add(it.rec.Offset, it.id, it.idState == idKnown)
 		}
 		dup = append(dup, seen)
 	}
 	return dup
 }
 
-// addAll records ids as handled.
-func (d *dedupSet) addAll(ids []uint64) {
-	if len(ids) == 0 {
+// addAll records batch[i] for each i in handled.
+func (d *dedupMemory) addAll(agg string, batch []laneItem, handled []int) {
+	if len(handled) == 0 {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, id := range ids {
-		if len(d.cur) >= d.half {
-			d.old, d.cur = d.cur, make(map[uint64]struct{}, d.half)
+	a := d.touchLocked(agg)
+	for _, i := range handled {
+		a.add(batch[i].rec.Offset, batch[i].id, batch[i].idState == idKnown)
+	}
+}
+
+// forgetOffsets drops the offsets remembered: the partition's offsets
+// went back (the topic was deleted and created again), so they no
+// longer say what was handled.
+func (d *dedupMemory) forgetOffsets() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, m := range []map[string]*aggMemory{d.cur, d.old} {
+		for _, a := range m {
+			a.handled = -1
 		}
-		d.cur[id] = struct{}{}
 	}
 }
 
@@ -238,34 +344,49 @@ func (d *dedupSet) addAll(ids []uint64) {
 // leaves the process.
 var dedupSeed, dedupSeed2 = maphash.MakeSeed(), maphash.MakeSeed()
 
-// identityHash hashes the record's aggregate and identity (Identity.Key:
-// ID, or ID@Version); ok is false when the record has no identity. The
-// id header is read in place (no allocation); only records without one
-// have their envelope parsed.
-func (t *TopicSubscriptions) identityHash(agg string, r *kgo.Record) (uint64, bool) {
-	h := maphash.String(dedupSeed, agg)
+// identity says what is known of a lane item's identity.
+type identity uint8
+
+const (
+	idNone  identity = iota // the record has none
+	idKnown                 // laneItem.id is its hash
+	idParse                 // not read yet: the envelope must be parsed
+)
+
+// headerIdentity hashes the record's identity from its id and version
+// headers (Identity.Key: ID, or ID@Version), read in place. A record
+// without an id header may carry the id in its envelope (idParse), unless
+// its value does not even contain the id path's first key. It runs on
+// delivery, under the partition's lock, so it does no parsing: that is
+// envelopeIdentity's, on a worker.
+func (t *TopicSubscriptions) headerIdentity(r *kgo.Record) (uint64, identity) {
 	if id, ok := lastHeader(r, t.idHeader); ok && len(id) > 0 {
-		h = h*0x9e3779b97f4a7c15 ^ maphash.Bytes(dedupSeed2, id)
+		h := maphash.Bytes(dedupSeed2, id)
 		if v, ok := lastHeader(r, t.versionHeader); ok && len(v) > 0 {
 			h = h*0x9e3779b97f4a7c15 ^ maphash.Bytes(dedupSeed, v)
 		}
-		return h, true
+		return h, idKnown
 	}
-	// No id header: the envelope may carry the id. A value that does not
-	// even contain the path's first key cannot, and is not parsed (a
-	// failed lookup costs an error value per record).
+	// A failed envelope lookup costs an error value per record: skip
+	// values that cannot hold the id.
 	if !bytes.Contains(r.Value, t.idPathKey) {
-		return 0, false
+		return 0, idNone
 	}
+	return 0, idParse
+}
+
+// envelopeIdentity hashes the identity in the record's envelope (a record
+// without an id header).
+func (t *TopicSubscriptions) envelopeIdentity(r *kgo.Record) (uint64, identity) {
 	id, err := t.cfg.Identity.Identity(r)
 	if err != nil {
-		return 0, false
+		return 0, idNone
 	}
-	h = h*0x9e3779b97f4a7c15 ^ maphash.String(dedupSeed2, id.ID)
+	h := maphash.String(dedupSeed2, id.ID)
 	if id.Version != "" {
 		h = h*0x9e3779b97f4a7c15 ^ maphash.String(dedupSeed, id.Version)
 	}
-	return h, true
+	return h, idKnown
 }
 
 // lastHeader returns the value of the last header named name, as
@@ -329,7 +450,8 @@ func (sp *subPart) deliverOneLocked(r *kgo.Record) {
 		}
 		ln = sp.laneLocked(agg)
 	}
-	ln.push(laneItem{rec: r, seq: seq})
+	id, idState := t.headerIdentity(r)
+	ln.push(laneItem{rec: r, seq: seq, id: id, idState: idState})
 	sp.activateLocked(ln)
 }
 
@@ -399,10 +521,10 @@ func (sp *subPart) work() {
 	defer tp.wg.Done()
 	var (
 		batch   = make([]laneItem, 0, laneTurn)
-		ids     = make([]uint64, 0, laneTurn)
-		known   = make([]bool, 0, laneTurn) // the record has an identity
 		dup     = make([]bool, 0, laneTurn)
-		handled = make([]uint64, 0, laneTurn)
+		handled = make([]int, 0, laneTurn) // indexes into batch
+		posBuf  = make([]byte, 0, 16*laneTurn)
+		posEnd  = make([]int, 0, laneTurn)
 	)
 	tp.mu.Lock()
 	for {
@@ -424,39 +546,49 @@ func (sp *subPart) work() {
 
 		// Dedup for the whole batch at once: one lock for the checks, one
 		// for recording what was handled.
-		ids, known, dup, handled = ids[:0], known[:0], dup[:0], handled[:0]
-		for _, it := range batch {
-			var h uint64
-			ok := false
-			if it.kind != itemResolve {
-				h, ok = tp.t.identityHash(ln.agg, it.rec)
+		handled = handled[:0]
+		for i := range batch {
+			if it := &batch[i]; it.idState == idParse {
+				it.id, it.idState = tp.t.envelopeIdentity(it.rec)
 			}
-			ids, known = append(ids, h), append(known, ok)
 		}
-		dup = sp.dedup.seenAll(ids, known, dup)
+		dup = sp.dedup.seenAll(ln.agg, batch, dup)
+		// Message.Position for the whole batch: one string, sliced.
+		posBuf, posEnd = posBuf[:0], posEnd[:0]
+		for _, it := range batch {
+			if it.rec != nil {
+				posBuf = strconv.AppendInt(posBuf, it.rec.Offset, 10)
+			}
+			posEnd = append(posEnd, len(posBuf))
+		}
+		positions := string(posBuf)
 		n := 0
 		for n < len(batch) {
 			if n > 0 && sp.pausedFlag.Load() {
 				break // another lane paused the partition
 			}
-			if dup[n] || (known[n] && slices.Contains(handled, ids[n])) {
+			if dup[n] {
 				sp.sr.c.duplicates.Add(1)
 				n++
 				continue
 			}
-			res := sp.process(ln.agg, batch[n])
+			from := 0
+			if n > 0 {
+				from = posEnd[n-1]
+			}
+			res := sp.process(ln.agg, batch[n], positions[from:posEnd[n]])
 			if res == outAbandoned {
 				break // not done: the checkpoint stays below it
 			}
-			if res == outDone && known[n] {
-				handled = append(handled, ids[n])
+			if res == outDone && batch[n].rec != nil {
+				handled = append(handled, n)
 			}
 			n++
 			if res == outChanged {
 				break // the rest is settled anew under the lock
 			}
 		}
-		sp.dedup.addAll(handled)
+		sp.dedup.addAll(ln.agg, batch, handled)
 
 		tp.mu.Lock()
 		for _, it := range batch[:n] {
@@ -531,7 +663,7 @@ func (sp *subPart) doneLocked(it laneItem) {
 // process handles one item and says how it left it: done (handled,
 // dropped as a duplicate, parked), or abandoned: the partition ends
 // (lease lost, handoff timeout, stop) or the subscription failed.
-func (sp *subPart) process(agg string, it laneItem) outcome {
+func (sp *subPart) process(agg string, it laneItem, pos string) outcome {
 	if it.kind == itemResolve {
 		if sp.resolveRetry(agg) {
 			return outChanged
@@ -553,15 +685,12 @@ func (sp *subPart) process(agg string, it laneItem) outcome {
 		Partition:    tp.p,
 		Key:          key,
 		Aggregate:    agg,
-		Position:     strconv.FormatInt(r.Offset, 10),
+		Position:     pos,
 		Data:         r.Value,
 		Generation:   tp.lease.gen,
 	}
-	if len(r.Headers) > 0 && !sr.cfg.SkipHeaders {
-		msg.Headers = make(map[string]string, len(r.Headers))
-		for _, h := range r.Headers {
-			msg.Headers[h.Key] = string(h.Value)
-		}
+	if !sr.cfg.SkipHeaders {
+		msg.Headers = KafkaHeaders(r.Headers)
 	}
 	retry := newBackoff(sr.cfg.Retry.Backoff, sr.cfg.Retry.MaxBackoff)
 	pause := newBackoff(t.cfg.SystemicBackoff, t.cfg.SystemicMaxBackoff)
@@ -888,7 +1017,8 @@ func (sp *subPart) retry(ctx context.Context, e Parked) error {
 	tp.mu.Lock()
 	items := make([]laneItem, 0, len(recs)+1+ln.len())
 	for _, r := range recs {
-		items = append(items, laneItem{rec: r, seq: -1, kind: itemRetry})
+		id, idState := t.headerIdentity(r)
+		items = append(items, laneItem{rec: r, seq: -1, id: id, idState: idState, kind: itemRetry})
 	}
 	items = append(items, laneItem{kind: itemResolve})
 	items = append(items, ln.items[ln.head:]...)

@@ -18,7 +18,7 @@ import (
 func failSeq(agg string, seq int) func(m runtime.Message) error {
 	s := strconv.Itoa(seq)
 	return func(m runtime.Message) error {
-		if m.Aggregate == agg && m.Headers["seq"] == s {
+		if m.Aggregate == agg && m.Headers.Get("seq") == s {
 			return errors.New("cannot handle " + agg + " #" + s)
 		}
 		return nil
@@ -182,7 +182,7 @@ func TestTopicRetryForwarded(t *testing.T) {
 	e := newTopicEnv(t, onRedis, 2)
 	rec := newTopicRecorder(t)
 	rec.setFail(func(m runtime.Message) error {
-		if (m.Aggregate == "a0000" || m.Aggregate == "a0001") && m.Headers["seq"] == "2" {
+		if (m.Aggregate == "a0000" || m.Aggregate == "a0001") && m.Headers.Get("seq") == "2" {
 			return errors.New("bad")
 		}
 		return nil

@@ -356,6 +356,12 @@ func (tp *topicPart) readErrorLocked(err error) {
 		if sp.next < oe.Earliest {
 			sp.sr.reportLost(tp.p, sp.next, oe.Earliest, "retention passed the reader")
 		}
+		if sp.next > oe.Head {
+			// The partition's offsets went back (the topic was deleted
+			// and created again): the offsets dedup remembers are of the
+			// old one.
+			sp.dedup.forgetOffsets()
+		}
 		if sp.next < oe.Earliest || sp.next > oe.Head {
 			sp.next = oe.Earliest
 		}
