@@ -688,6 +688,14 @@ func runbookDefs() map[string]runbookDef {
 						rb.t.Error("fsck found orphans after the reap")
 					}
 				}},
+				{cmd: "protctl audit ls --limit 1", out: []string{"reap", "applied", "1 applied"}, check: func(rb *rbEnv, r result) {
+					if n := strings.Count(strings.TrimSpace(r.stdout), "\n"); n != 1 {
+						rb.t.Errorf("want one entry (the reap), got %d lines:\n%s", n, r.stdout)
+					}
+					if n, _ := rb.c.XLen(rb.ctx(), "protctl:audit").Result(); n != 1 {
+						rb.t.Errorf("the audit log holds %d entries, want the reap's alone (dry runs record nothing)", n)
+					}
+				}},
 			},
 		},
 		"kafka-partitions": {
