@@ -517,3 +517,70 @@ func TestRedisRestartMidRun(t *testing.T) {
 	eventually(t, 60*time.Second, 20*time.Millisecond, "every entry handled after the restart", func() bool { return rec.complete(want) })
 	rec.checkOrder(t, want)
 }
+
+// execCounter counts the transactions (EXEC) a client sends.
+type execCounter struct{ n atomic.Int64 }
+
+func (h *execCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *execCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *execCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if c.Name() == "exec" {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A lane read in full batches goes through the broker's fenced
+// transaction (ReadNew) while entries are expected; the read after a
+// short batch, or after a batch that ends at the lane's known tail,
+// expects nothing and is one script (ReadPendingThenNew) instead: 45
+// entries in batches of 20 cost three transactions (20, 20, 5) and 40
+// cost two (20, 20 ending at the tail), and every entry is handled once,
+// in order.
+func TestRedisReadModeFollowsTheExpectedBatch(t *testing.T) {
+	for _, tc := range []struct {
+		entries, execs int
+	}{{45, 3}, {40, 2}} {
+		t.Run(fmt.Sprint(tc.entries), func(t *testing.T) {
+			e := newRedisEnv(t)
+			rec := newRecorder(t)
+			keys := keyNames(1)
+			publishAll(t, e.pub, keys, 1, tc.entries)
+			execs := &execCounter{}
+			c := e.client()
+			c.AddHook(execs)
+			store := redisstore.New(c)
+			cfg := e.config(rec.handler("node-1"), redisbroker.New(c), store)
+			cfg.LeaseTTL, cfg.RenewEvery = time.Minute, 10*time.Second // no renewal inside the test
+			sub, err := runtime.NewPartitioned(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := runtime.NewNode(runtime.NodeConfig{Service: service, NodeID: "node-1", Membership: store}, sub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := n.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			e.nodes = append(e.nodes, n)
+			want := wantAll(keys, tc.entries)
+			eventually(t, 30*time.Second, 10*time.Millisecond, "all entries handled", func() bool { return rec.complete(want) })
+			rec.checkOrder(t, want)
+			// The worker acks the last batch and reads once more; wait for
+			// it to have gone idle (nothing pending), then count.
+			st := broker.ProteanLayout.Stream(cat, keys[0])
+			eventually(t, 10*time.Second, 10*time.Millisecond, "last batch acked", func() bool {
+				p, err := e.c.XPending(context.Background(), st, group).Result()
+				return err == nil && p.Count == 0
+			})
+			if got := execs.n.Load(); got != int64(tc.execs) {
+				t.Fatalf("%d entries in batches of 20 took %d transactions, want %d", tc.entries, got, tc.execs)
+			}
+		})
+	}
+}

@@ -73,6 +73,16 @@ type worker struct {
 	// ask for new entries only. It holds because every entry read is
 	// acked (or the worker ends) before the next read of its lane.
 	drainedPending map[string]bool
+	// tail is per lane the newest id the generation knows to exist (taken
+	// by tails or learnTails), and caughtUp marks lanes whose last read
+	// came back short or ended exactly at that tail: their next read
+	// expects few entries or none (see read).
+	tail     map[string]string
+	caughtUp map[string]bool
+	// paused mirrors this key's entry in p.paused, so that the shared,
+	// locked set is touched only when the state changes, not on every
+	// message handled.
+	paused         bool
 	retrying       *Parked // an operator's retry being carried out
 	skipping       *Parked // an operator's skip being carried out
 	resolved       bool
@@ -95,6 +105,8 @@ func newWorker(p *Partitioned, pt *part) *worker {
 		empty:       make(map[string]bool),
 
 		drainedPending: make(map[string]bool),
+		tail:           make(map[string]string),
+		caughtUp:       make(map[string]bool),
 	}
 	maps.Copy(w.after, pt.after)
 	return w
@@ -241,6 +253,7 @@ func (w *worker) tails() (result, bool) {
 			id = "0-0"
 			w.empty[ln.stream] = true
 		}
+		w.tail[ln.stream] = id
 		if newer(id, w.after[ln.stream]) {
 			w.after[ln.stream] = id
 		}
@@ -434,6 +447,16 @@ func (w *worker) read(ln lane) ([]broker.Message, result, bool) {
 	)
 	if w.drainedPending[ln.stream] {
 		mode = broker.ReadNew
+		if w.caughtUp[ln.stream] {
+			// The last read came back short or reached the lane's known
+			// tail: this read (usually the one that finds the lane
+			// drained) expects few entries or none. With nothing pending
+			// ReadPendingThenNew reads exactly what ReadNew does, and the
+			// Redis adapter serves it in one round trip (one script),
+			// where ReadNew costs two (a fenced transaction) and pays off
+			// only per entry returned (redisbroker's fencedtx.go).
+			mode = broker.ReadPendingThenNew
+		}
 	}
 	if ack := w.acks[ln.stream]; len(ack) > 0 && p.ackReader != nil {
 		// The last batch's ack rides on this read: one round trip per
@@ -455,13 +478,20 @@ func (w *worker) read(ln lane) ([]broker.Message, result, bool) {
 		// pending entry is left once they are handled and acked.
 		w.drainedPending[ln.stream] = true
 	}
+	caughtUp := len(msgs) < p.cfg.BatchSize
 	if len(msgs) > 0 {
 		w.readSince = true
 		last := msgs[len(msgs)-1].ID
 		if newer(last, w.after[ln.stream]) {
 			w.after[ln.stream] = last
 		}
+		if last == w.tail[ln.stream] {
+			// The newest entry the generation knows of. An id past it
+			// says nothing: the tail is stale, entries came since.
+			caughtUp = true
+		}
 	}
+	w.caughtUp[ln.stream] = caughtUp
 	return msgs, result{}, false
 }
 
@@ -533,9 +563,12 @@ func (w *worker) handle(ln lane, m broker.Message) (result, bool) {
 		err := w.call(ln, m, attempt)
 		if err == nil {
 			p.c.processed.Add(1)
-			if p.paused.set(w.key, false) {
-				p.obs.pause(PauseEvent{Subscription: p.cfg.Name, Partition: w.key, Paused: false})
-				p.log.Info("partition resumed", "subscription", p.cfg.Name, "key", w.key)
+			if w.paused {
+				w.paused = false
+				if p.paused.set(w.key, false) {
+					p.obs.pause(PauseEvent{Subscription: p.cfg.Name, Partition: w.key, Paused: false})
+					p.log.Info("partition resumed", "subscription", p.cfg.Name, "key", w.key)
+				}
 			}
 			return result{}, false
 		}
@@ -558,6 +591,7 @@ func (w *worker) handle(ln lane, m broker.Message) (result, bool) {
 				pause = newBackoff(p.cfg.SystemicBackoff, p.cfg.SystemicMaxBackoff)
 			}
 			wait = pause.next()
+			w.paused = true
 			if p.paused.set(w.key, true) {
 				p.log.Warn("partition paused by a systemic failure", "subscription", p.cfg.Name, "key", w.key, "id", m.ID, "err", err)
 			}
@@ -828,6 +862,7 @@ func (w *worker) learnTails(lanes []lane) (got bool, r result, done bool) {
 			id = "0-0"
 		}
 		w.after[ln.stream] = id
+		w.tail[ln.stream] = id
 	}
 	return false, result{}, false
 }
