@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -128,19 +129,28 @@ func consumeFenced(ctx context.Context, tb testing.TB, b broker.FencedConsumer, 
 	return n
 }
 
-// consumeAckRead is the runtime's steady loop through broker.AckReader:
+// consumeAckRead is the owner's steady loop through broker.AckReader:
 // per partition, each call acknowledges the batch handled last and reads
 // the next one (pending first, then new) under one lease check, so a
 // partition of one batch costs two calls: read it, then ack it and find
-// nothing more.
+// nothing more. In ReadPendingThenNew mode the Redis adapter runs one
+// script per call.
 func consumeAckRead(ctx context.Context, tb testing.TB, ar broker.AckReader, streams []string, fences []broker.Fence) int {
+	return consumeAckReadMode(ctx, tb, ar, streams, fences, broker.ReadPendingThenNew)
+}
+
+// consumeAckReadMode is consumeAckRead reading in mode. In ReadNew mode
+// (the runtime's reads of a lane with nothing pending) the Redis adapter
+// runs each call as a fenced transaction (two round trips, the entries
+// in XREADGROUP's own reply).
+func consumeAckReadMode(ctx context.Context, tb testing.TB, ar broker.AckReader, streams []string, fences []broker.Fence, mode broker.ReadMode) int {
 	tb.Helper()
 	n := 0
 	var handled []string
 	for i, s := range streams {
 		handled = handled[:0]
 		for {
-			msgs, err := ar.AckAndReadPartitionFenced(ctx, fences[i], s, benchGroup, handled, benchBatch, broker.ReadPendingThenNew)
+			msgs, err := ar.AckAndReadPartitionFenced(ctx, fences[i], s, benchGroup, handled, benchBatch, mode)
 			if err != nil {
 				// Error, not Fatal: consumeParallel runs this off the
 				// benchmark's goroutine; the caller's count check fails.
@@ -176,10 +186,31 @@ func acquireAll(ctx context.Context, tb testing.TB, b broker.LeaseManager, l bro
 	return fences
 }
 
+// roundTrips is a go-redis hook counting round trips: a command, a
+// pipeline or a transaction (MULTI ... EXEC) is one.
+type roundTrips struct{ n atomic.Int64 }
+
+func (c *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
 // consumeLoop is one way of consuming partitions, timed and counted.
 type consumeLoop struct {
 	name  string
 	calls *callCounter
+	trips *roundTrips // optional
 	run   func(streams []string, fences []broker.Fence) int
 
 	streams []string
@@ -187,6 +218,11 @@ type consumeLoop struct {
 	dur     time.Duration
 	msgs    int
 	sent    int64
+	rtts    int64
+	// CPU time of the server (INFO cpu) and of this process (the
+	// client) while the loop ran; measured only when runAlternating has
+	// an admin client.
+	redisCPU, procCPU time.Duration
 }
 
 // benchChunk is how many partitions one loop consumes before the next
@@ -198,6 +234,14 @@ const benchChunk = 50
 // first, so that whatever else the machine does in the meantime hits all
 // of them alike. Only the consuming is timed.
 func runAlternating(b *testing.B, ctx context.Context, c redis.Cmdable, lm broker.LeaseManager, l broker.Layout, loops []*consumeLoop) {
+	b.Helper()
+	runAlternatingCPU(b, ctx, c, nil, lm, l, loops)
+}
+
+// runAlternatingCPU is runAlternating that also measures, when admin is
+// not nil, the server's and this process's CPU time per loop (outside
+// the timed span, one INFO per turn).
+func runAlternatingCPU(b *testing.B, ctx context.Context, c redis.Cmdable, admin *redis.Client, lm broker.LeaseManager, l broker.Layout, loops []*consumeLoop) {
 	b.Helper()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
@@ -222,10 +266,25 @@ func runAlternating(b *testing.B, ctx context.Context, c redis.Cmdable, lm broke
 					fences = lp.fences[chunk:end]
 				}
 				before := lp.calls.n.Load()
+				var trips int64
+				if lp.trips != nil {
+					trips = lp.trips.n.Load()
+				}
+				var rc, pc time.Duration
+				if admin != nil {
+					rc, pc = rtRedisCPU(ctx, b, admin), rtProcessCPU()
+				}
 				start := time.Now()
 				lp.msgs += lp.run(lp.streams[chunk:end], fences)
 				lp.dur += time.Since(start)
+				if admin != nil {
+					lp.procCPU += rtProcessCPU() - pc
+					lp.redisCPU += rtRedisCPU(ctx, b, admin) - rc
+				}
 				lp.sent += lp.calls.n.Load() - before
+				if lp.trips != nil {
+					lp.rtts += lp.trips.n.Load() - trips
+				}
 			}
 		}
 	}
@@ -241,6 +300,14 @@ func runAlternating(b *testing.B, ctx context.Context, c redis.Cmdable, lm broke
 	for _, lp := range loops {
 		b.ReportMetric(rate(lp), lp.name+"-msgs/s")
 		b.ReportMetric(float64(lp.sent)/float64(lp.msgs), lp.name+"-calls/msg")
+		if lp.trips != nil {
+			b.ReportMetric(float64(lp.rtts)/float64(lp.msgs), lp.name+"-roundtrips/msg")
+		}
+		if admin != nil {
+			perMsg := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 / float64(lp.msgs) }
+			b.ReportMetric(perMsg(lp.redisCPU), lp.name+"-redis-cpu-µs/msg")
+			b.ReportMetric(perMsg(lp.procCPU), lp.name+"-client-cpu-µs/msg")
+		}
 		if lp != loops[0] {
 			b.ReportMetric(rate(lp)/base, lp.name+"-ratio")
 		}
@@ -257,31 +324,51 @@ func flushAll(ctx context.Context, c redis.Cmdable) error {
 	return c.FlushAll(ctx).Err()
 }
 
-// BenchmarkFencedConsume compares two fenced loops against a plain
+// BenchmarkFencedConsume compares three fenced loops against a plain
 // XREADGROUP+XACK loop (the first, the baseline), each over its own 1,000
 // partitions of 100 entries, batch 100, in one process and one run,
 // taking turns 50 partitions at a time:
 //
-//   - fenced: ReadPartitionFenced then AckPartitionFenced per batch, two
-//     scripts per batch;
-//   - ackread: AckAndReadPartitionFenced, one script per batch that acks
-//     the previous batch and reads the next (the runtime's steady loop).
+//   - fenced: ReadPartitionFenced (ReadPending, then ReadNew) then
+//     AckPartitionFenced per batch: a fenced transaction per read, a
+//     script per ack;
+//   - ackread: AckAndReadPartitionFenced in ReadNew mode, one fenced
+//     transaction per batch that acks the previous batch and reads the
+//     next (the runtime's loop on a lane with nothing pending);
+//   - ackread-script: the same loop in ReadPendingThenNew mode, one script
+//     per batch (the loop before the transactions).
 //
 // Reported: messages per second of each, each fenced loop's ratio to the
-// plain one (target >= 0.8) and the Redis calls the client sends per
-// consumed message (target <= 0.05).
+// plain one (target >= 0.8), the Redis calls the client sends per
+// consumed message (a command, or a script, is one; target <= 0.05), the
+// round trips per message (a transaction or pipeline is one), and the
+// server's and this process's CPU time per message.
 func BenchmarkFencedConsume(b *testing.B) {
 	ctx := context.Background()
 	srv := testenv.StartRedis(b)
 	var plainCalls, fencedCalls callCounter
+	var plainTrips, fencedTrips roundTrips
 	plainClient := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	plainClient.AddHook(&plainCalls)
+	plainClient.AddHook(&plainTrips)
 	fencedClient := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	fencedClient.AddHook(&fencedCalls)
+	fencedClient.AddHook(&fencedTrips)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer plainClient.Close()
 	defer fencedClient.Close()
+	defer admin.Close()
 	rb := redisbroker.New(fencedClient)
-	runAlternating(b, ctx, plainClient, rb, broker.ProteanLayout, consumeLoops(ctx, b, plainClient, &plainCalls, rb, &fencedCalls))
+	loops := consumeLoops(ctx, b, plainClient, &plainCalls, rb, &fencedCalls)
+	loops[0].trips, loops[1].trips, loops[2].trips = &plainTrips, &fencedTrips, &fencedTrips
+	loops[2].run = func(streams []string, fences []broker.Fence) int {
+		return consumeAckReadMode(ctx, b, rb, streams, fences, broker.ReadNew)
+	}
+	loops = append(loops, &consumeLoop{name: "ackread-script", calls: &fencedCalls, trips: &fencedTrips,
+		run: func(streams []string, fences []broker.Fence) int {
+			return consumeAckReadMode(ctx, b, rb, streams, fences, broker.ReadPendingThenNew)
+		}})
+	runAlternatingCPU(b, ctx, plainClient, admin, rb, broker.ProteanLayout, loops)
 }
 
 // consumeLoops returns the plain baseline and the two fenced loops.
