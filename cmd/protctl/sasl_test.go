@@ -323,8 +323,8 @@ func TestSASLKafkaTopicsWrongPasswordExit3(t *testing.T) {
 		env     map[string]string
 		wantMsg []string
 	}{
-		{"wrong password from env", map[string]string{"PROTCTL_KAFKA_PASSWORD": wrong}, []string{"kafka", "sasl scram-sha-256", saslUser}},
-		{"wrong password from a file", map[string]string{"PROTCTL_KAFKA_PASSWORD_FILE": pwFile}, []string{"kafka", "sasl scram-sha-256", saslUser}},
+		{"wrong password from env", map[string]string{"PROTCTL_KAFKA_PASSWORD": wrong}, []string{"kafka", "sasl scram-sha-256", saslUser, "refused the sasl scram-sha-256 login", "password"}},
+		{"wrong password from a file", map[string]string{"PROTCTL_KAFKA_PASSWORD_FILE": pwFile}, []string{"kafka", "sasl scram-sha-256", saslUser, "refused the sasl scram-sha-256 login", "password"}},
 		{"no credentials", nil, []string{"kafka", "sasl"}},
 	}
 	for _, c := range cases {

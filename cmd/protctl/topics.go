@@ -39,6 +39,8 @@ type topicsOptions struct {
 	Inspector func() (*inspect.Inspector, error)
 	// Kafka returns a new Source; the run function closes it.
 	Kafka func() (*kafkasource.Source, error)
+	// Settings name the Kafka login for the hint of an unreachable error.
+	Settings func() (*config.Settings, error)
 
 	Service       string
 	Topics        []string
@@ -46,7 +48,7 @@ type topicsOptions struct {
 }
 
 func newTopicsOptions(f *Factory) *topicsOptions {
-	return &topicsOptions{IO: f.IOStreams, Inspector: f.Inspector, Kafka: f.KafkaSource}
+	return &topicsOptions{IO: f.IOStreams, Inspector: f.Inspector, Kafka: f.KafkaSource, Settings: f.Settings}
 }
 
 func addTopicsFlags(cmd *cobra.Command, opts *topicsOptions) {
@@ -129,7 +131,22 @@ func readTopics(ctx context.Context, opts *topicsOptions) ([]inspect.Topic, erro
 		}},
 	})
 	prog.Done()
-	return topics, topicsErr(err)
+	return topics, loginHint(topicsErr(err), opts.Settings)
+}
+
+// loginHint adds to an unreachable-Kafka error with SASL configured what
+// is most likely wrong: a rejected login looks, on the wire, like a broker
+// closing the connection (kafkasource says "EOF").
+func loginHint(err error, settings func() (*config.Settings, error)) error {
+	if !errors.Is(err, kafkasource.ErrUnreachable) || settings == nil {
+		return err
+	}
+	s, serr := settings()
+	if serr != nil || s.KafkaSASL.Mechanism == "" {
+		return err
+	}
+	return clierr.Unavailable.Errorf("%w; if the brokers are up, they refused the SASL %s login of %q: check the mechanism, the user and the password (%s or the password file)",
+		err, s.KafkaSASL.Mechanism, s.KafkaSASL.Username, config.EnvKafkaPassword)
 }
 
 func topicsErr(err error) error {
