@@ -1,8 +1,11 @@
+//go:build unix
+
 package main
 
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
+	"github.com/protctl/protctl/pkg/runtime"
 )
 
 // TestACLClusterLayout creates the cluster layout's users on every master
@@ -136,5 +140,90 @@ func TestACLClusterLayout(t *testing.T) {
 	}
 	if n, _ := c.Exists(ctx, l.Stream(cat, "o-1")).Result(); n != 0 {
 		t.Fatal("the operator's reap left o-1")
+	}
+}
+
+// TestACLClusterNodeRole runs `protctl run node` with the cluster layout
+// on a real 3-master Redis Cluster as the node user of the cluster
+// layout's rules (created on every master from the printed line): a
+// publisher under the same user appends to partitions on every master,
+// the node handles every event and acks it, with no refusal in its logs.
+func TestACLClusterNodeRole(t *testing.T) {
+	ctx := context.Background()
+	cl := testenv.StartCluster(t)
+	c := cl.Client(t)
+	var user, pw string
+	for i, m := range cl.Masters {
+		node := redis.NewClient(&redis.Options{Addr: m.Addr})
+		if i == 0 {
+			user, pw = createACLUser(t, node, acl.Node, "--layout", "cluster")
+		} else {
+			createACLUser(t, node, acl.Node, "--layout", "cluster")
+			if err := node.Do(ctx, "ACL", "SETUSER", user, "resetpass", ">"+pw).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_ = node.Close()
+	}
+	dir := t.TempDir()
+	pwFile := dir + "/node.password"
+	writeFile(t, pwFile, pw+"\n")
+	script := dir + "/handler.sh"
+	writeFile(t, script, aclHandlerScript)
+	if err := os.Chmod(script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	record := dir + "/record.txt"
+	path := dir + "/node.yaml"
+	writeFile(t, path, fmt.Sprintf(`service: %s
+node: node-acl
+redis: {url: "redis://%s", layout: cluster, username: "%s", passwordFile: "%s"}
+admin: {listen: "127.0.0.1:0"}
+lease: {ttl: %s, renewEvery: %s}
+drain: {timeout: 10s}
+subscriptions:
+  - name: %s
+    redis: {categories: ["%s"]}
+    handler:
+      exec:
+        command: ["%s"]
+        timeout: 30s
+        env: {RECORD: "%s"}
+`, procService, cl.Masters[0].Addr, user, pwFile, procTTL, procRenew, procGroup, procCategory, script, record))
+	logs := &procOutput{}
+	stop := startACLNode(t, path, logs)
+
+	nodeClient := cl.NewClient(&redis.ClusterOptions{Username: user, Password: pw})
+	defer nodeClient.Close()
+	pub, err := runtime.NewPublisher(redisbroker.New(nodeClient, redisbroker.WithLayout(broker.ClusterLayout)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"k-a", "k-b", "k-c", "k-d", "k-e", "k-f"}
+	for seq := 1; seq <= 2; seq++ {
+		for _, k := range keys {
+			env := fmt.Sprintf(`{"data":{"key":"%s","seq":%d},"metadata":{"headers":{"id":"%s-%d","type":"T"}}}`, k, seq, k, seq)
+			if _, err := pub.Publish(ctx, procCategory, k, []byte(env)); err != nil {
+				t.Fatalf("publish as the node user: %v", err)
+			}
+		}
+	}
+	waitFor(t, 60*time.Second, "every event handled", func() bool {
+		b, _ := os.ReadFile(record)
+		return strings.Count(string(b), "\n") >= 2*len(keys)
+	})
+	for _, k := range keys {
+		stream := broker.ClusterLayout.Stream(procCategory, k)
+		waitFor(t, 30*time.Second, stream+" acked", func() bool {
+			p, err := c.XPending(ctx, stream, procGroup).Result()
+			return err == nil && p.Count == 0
+		})
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	noPassword(t, map[acl.Role]string{acl.Node: pw}, logs.String())
+	if strings.Contains(logs.String(), "NOPERM") || strings.Contains(logs.String(), "permission") {
+		t.Fatalf("the node was refused something:\n%s", logs.String())
 	}
 }

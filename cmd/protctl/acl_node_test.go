@@ -224,12 +224,3 @@ func startACLNode(t *testing.T, config string, logs io.Writer) (stop func() erro
 	})
 	return stop
 }
-
-func noPassword(t *testing.T, passwords map[acl.Role]string, s string) {
-	t.Helper()
-	for role, pw := range passwords {
-		if strings.Contains(s, pw) {
-			t.Fatalf("the %s user's password was printed:\n%s", role, s)
-		}
-	}
-}

@@ -109,9 +109,15 @@ func (e *aclEnv) runAs(role acl.Role, args ...string) result {
 
 func (e *aclEnv) noSecret(s string) {
 	e.t.Helper()
-	for role, pw := range e.passwords {
+	noPassword(e.t, e.passwords, s)
+}
+
+// noPassword fails the test when s contains one of the passwords.
+func noPassword(t *testing.T, passwords map[acl.Role]string, s string) {
+	t.Helper()
+	for role, pw := range passwords {
 		if strings.Contains(s, pw) {
-			e.t.Fatalf("the %s user's password was printed:\n%s", role, s)
+			t.Fatalf("the %s user's password was printed:\n%s", role, s)
 		}
 	}
 }
