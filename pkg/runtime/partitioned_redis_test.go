@@ -534,17 +534,15 @@ func (h *execCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	}
 }
 
-// A lane read in full batches goes through the broker's fenced
-// transaction (ReadNew) while entries are expected; the read after a
-// short batch, or after a batch that ends at the lane's known tail,
-// expects nothing and is one script (ReadPendingThenNew) instead: 45
-// entries in batches of 20 cost three transactions (20, 20, 5) and 40
-// cost two (20, 20 ending at the tail), and every entry is handled once,
-// in order.
-func TestRedisReadModeFollowsTheExpectedBatch(t *testing.T) {
+// A fresh generation reads its lane with ReadNew, which the Redis
+// adapter serves as a fenced transaction: 45 entries in batches of 20
+// cost four transactions (20, 20, 5, then the empty read that acks the
+// last batch) and 40 cost three, no more, and every entry is handled
+// once, in order.
+func TestRedisFreshLaneReadsAreTransactions(t *testing.T) {
 	for _, tc := range []struct {
 		entries, execs int
-	}{{45, 3}, {40, 2}} {
+	}{{45, 4}, {40, 3}} {
 		t.Run(fmt.Sprint(tc.entries), func(t *testing.T) {
 			e := newRedisEnv(t)
 			rec := newRecorder(t)

@@ -73,12 +73,6 @@ type worker struct {
 	// ask for new entries only. It holds because every entry read is
 	// acked (or the worker ends) before the next read of its lane.
 	drainedPending map[string]bool
-	// tail is per lane the newest id the generation knows to exist (taken
-	// by tails or learnTails), and caughtUp marks lanes whose last read
-	// came back short or ended exactly at that tail: their next read
-	// expects few entries or none (see read).
-	tail     map[string]string
-	caughtUp map[string]bool
 	// paused mirrors this key's entry in p.paused, so that the shared,
 	// locked set is touched only when the state changes, not on every
 	// message handled.
@@ -105,8 +99,6 @@ func newWorker(p *Partitioned, pt *part) *worker {
 		empty:       make(map[string]bool),
 
 		drainedPending: make(map[string]bool),
-		tail:           make(map[string]string),
-		caughtUp:       make(map[string]bool),
 	}
 	maps.Copy(w.after, pt.after)
 	return w
@@ -253,7 +245,6 @@ func (w *worker) tails() (result, bool) {
 			id = "0-0"
 			w.empty[ln.stream] = true
 		}
-		w.tail[ln.stream] = id
 		if newer(id, w.after[ln.stream]) {
 			w.after[ln.stream] = id
 		}
@@ -446,17 +437,12 @@ func (w *worker) read(ln lane) ([]broker.Message, result, bool) {
 		mode = broker.ReadPendingThenNew
 	)
 	if w.drainedPending[ln.stream] {
+		// The Redis adapter serves ReadNew (and ReadPending) as a fenced
+		// transaction, ReadPendingThenNew as a script: the transaction
+		// costs one round trip more but no Lua conversion of the entries
+		// nor of the acks (docs/decisions/fenced-read-transactions.md
+		// measures both, even for the last, empty read of a lane).
 		mode = broker.ReadNew
-		if w.caughtUp[ln.stream] {
-			// The last read came back short or reached the lane's known
-			// tail: this read (usually the one that finds the lane
-			// drained) expects few entries or none. With nothing pending
-			// ReadPendingThenNew reads exactly what ReadNew does, and the
-			// Redis adapter serves it in one round trip (one script),
-			// where ReadNew costs two (a fenced transaction) and pays off
-			// only per entry returned (redisbroker's fencedtx.go).
-			mode = broker.ReadPendingThenNew
-		}
 	}
 	if ack := w.acks[ln.stream]; len(ack) > 0 && p.ackReader != nil {
 		// The last batch's ack rides on this read: one round trip per
@@ -478,20 +464,13 @@ func (w *worker) read(ln lane) ([]broker.Message, result, bool) {
 		// pending entry is left once they are handled and acked.
 		w.drainedPending[ln.stream] = true
 	}
-	caughtUp := len(msgs) < p.cfg.BatchSize
 	if len(msgs) > 0 {
 		w.readSince = true
 		last := msgs[len(msgs)-1].ID
 		if newer(last, w.after[ln.stream]) {
 			w.after[ln.stream] = last
 		}
-		if last == w.tail[ln.stream] {
-			// The newest entry the generation knows of. An id past it
-			// says nothing: the tail is stale, entries came since.
-			caughtUp = true
-		}
 	}
-	w.caughtUp[ln.stream] = caughtUp
 	return msgs, result{}, false
 }
 
@@ -862,7 +841,6 @@ func (w *worker) learnTails(lanes []lane) (got bool, r result, done bool) {
 			id = "0-0"
 		}
 		w.after[ln.stream] = id
-		w.tail[ln.stream] = id
 	}
 	return false, result{}, false
 }
