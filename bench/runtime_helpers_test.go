@@ -30,15 +30,18 @@ const (
 	rtCategory = "bench::order"
 )
 
-// rtCalls is a go-redis hook counting the commands a client sends: a
-// script call (EVALSHA) counts as one, a pipeline as its length.
-type rtCalls struct{ n atomic.Int64 }
+// rtCalls is a go-redis hook counting the commands a client sends (n: a
+// script call, EVALSHA, counts as one, a pipeline or a transaction as its
+// length, MULTI and EXEC included) and its round trips (trips: a command,
+// a pipeline or a transaction is one).
+type rtCalls struct{ n, trips atomic.Int64 }
 
 func (c *rtCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *rtCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c.n.Add(1)
+		c.trips.Add(1)
 		return next(ctx, cmd)
 	}
 }
@@ -46,6 +49,7 @@ func (c *rtCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (c *rtCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		c.n.Add(int64(len(cmds)))
+		c.trips.Add(1)
 		return next(ctx, cmds)
 	}
 }

@@ -83,8 +83,11 @@ func rtPlainConsume(ctx context.Context, tb testing.TB, c *redis.Client, streams
 // includes joining, discovery, and per partition a lease acquisition, the
 // tails of its lanes and (here never needed) the reclaim and ledger check
 // of a handover. Reported: messages per second of each, the runtime's
-// ratio to each baseline (target >= 0.8), and the calls the runtime's
-// client sent per message (a script counts as one).
+// ratio to each baseline (target >= 0.8), the calls the runtime's client
+// sent per message (a command or a script counts as one, a transaction
+// as its commands) and its round trips per message (plain16 makes 4 per
+// partition: 0.04), and the server's and each client's CPU time per
+// message.
 func BenchmarkRuntimeThroughput(b *testing.B) {
 	ctx := context.Background()
 	srv := testenv.StartRedis(b)
@@ -115,7 +118,7 @@ func BenchmarkRuntimeThroughput(b *testing.B) {
 	}
 	var (
 		plain16, plain1, rt result
-		rtSent              int64
+		rtSent, rtTrips     int64
 	)
 	total := int64(partitions * entries)
 	var (
@@ -155,6 +158,7 @@ func BenchmarkRuntimeThroughput(b *testing.B) {
 				b.Fatalf("runtime handled %d of %d", handled.Load(), total)
 			}
 			rtSent += calls.n.Load()
+			rtTrips += calls.trips.Load()
 			// Stopping is not part of consuming: it runs after the
 			// measurement (measure reads the clocks when this returns,
 			// so stop in the background and wait before the next run).
@@ -193,7 +197,8 @@ func BenchmarkRuntimeThroughput(b *testing.B) {
 	b.ReportMetric(rate(rt)/rate(plain16), "ratio-vs-plain16")
 	b.ReportMetric(rate(rt)/rate(plain1), "ratio-vs-plain1")
 	b.ReportMetric(float64(rtSent)/float64(rt.msgs), "runtime-calls/msg")
-	perMsg := func(d time.Duration, r result) float64 { return float64(d.Microseconds()) / float64(r.msgs) }
+	b.ReportMetric(float64(rtTrips)/float64(rt.msgs), "runtime-roundtrips/msg")
+	perMsg := func(d time.Duration, r result) float64 { return float64(d.Nanoseconds()) / 1000 / float64(r.msgs) }
 	b.ReportMetric(perMsg(rt.redisCPU, rt), "runtime-redis-cpu-µs/msg")
 	b.ReportMetric(perMsg(plain16.redisCPU, plain16), "plain16-redis-cpu-µs/msg")
 	b.ReportMetric(perMsg(rt.procCPU, rt), "runtime-client-cpu-µs/msg")
