@@ -644,15 +644,13 @@ func (sp *subPart) doneLocked(it laneItem) {
 	sp.win.markDone(it.seq)
 	tp := sp.tp
 	n := sp.win.inflight()
-	if n <= tp.t.cfg.MaxInFlight/2 {
-		if sp.catching || tp.closed {
-			tp.cond.Broadcast()
-		}
-		if tp.fetchPaused && sp.attached {
-			tp.balanceLocked()
-			if !tp.fetchPaused {
-				tp.kickFetch()
-			}
+	if n <= tp.t.cfg.MaxInFlight/2 && (sp.catching || tp.closed) {
+		tp.cond.Broadcast()
+	}
+	if tp.fetchPaused && sp.attached && n <= tp.resumeAtLocked() {
+		tp.balanceLocked()
+		if !tp.fetchPaused {
+			tp.kickFetch()
 		}
 	}
 	if n == 0 && tp.closed {

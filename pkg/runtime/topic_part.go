@@ -44,6 +44,7 @@ type topicPart struct {
 	head        int64  // the partition's head as last seen
 	closed      bool   // no more deliveries: handoff or loss began
 	fetchPaused bool   // wanted: no attached subscription has room
+	lastFetch   int    // records in the shared reader's last batch
 	drainOver   bool
 	pending     []pendingAction
 
@@ -328,6 +329,7 @@ func (tp *topicPart) deliverTail(b kafkasource.Batch) {
 			}
 		}
 		tp.tailPos = max(tp.tailPos, b.Records[n-1].Offset+1)
+		tp.lastFetch = n
 	}
 	if b.Head > tp.head {
 		tp.head = b.Head
@@ -374,21 +376,20 @@ func (tp *topicPart) readErrorLocked(err error) {
 // room, the ones whose window is full detach and catch up on their own
 // reader later, so that one slow subscription does not hold the others
 // back; when none has room the partition stops fetching (throttled). A
-// throttled partition resumes once a window is down to half.
+// throttled partition resumes at resumeAtLocked, and throttles again at
+// pauseAtLocked.
 func (tp *topicPart) balanceLocked() {
 	if tp.closed {
 		return
 	}
 	maxIn := tp.t.cfg.MaxInFlight
-	room := func(sp *subPart) bool {
-		if tp.fetchPaused {
-			return sp.win.inflight() <= maxIn/2
-		}
-		return sp.win.inflight() < maxIn
+	limit := tp.pauseAtLocked()
+	if tp.fetchPaused {
+		limit = tp.resumeAtLocked() + 1
 	}
 	anyRoom := false
 	for _, sp := range tp.subs {
-		if sp.attached && !sp.sr.failed.Load() && room(sp) {
+		if sp.attached && !sp.sr.failed.Load() && sp.win.inflight() < limit {
 			anyRoom = true
 		}
 	}
@@ -404,6 +405,25 @@ func (tp *topicPart) balanceLocked() {
 		tp.fetchPaused = !anyRoom
 		tp.t.log.Debug("partition throttle", "partition", tp.p, "throttled", tp.fetchPaused)
 	}
+}
+
+// resumeAtLocked is the window a throttled partition fetches again at:
+// half of MaxInFlight, or half of the last fetch when fetches are larger
+// than the window. A fetch can hold far more records than MaxInFlight
+// (it holds whole producer batches, of a MiB or more); resuming only at
+// MaxInFlight/2 then leaves the reader idle while the lanes work through
+// the fetch, and the lanes idle while the next one is read and decoded.
+// Resuming when half the last fetch is left overlaps the two (double
+// buffering), at the cost of a window soft by about one and a half
+// fetches instead of one.
+func (tp *topicPart) resumeAtLocked() int {
+	return max(tp.t.cfg.MaxInFlight, tp.lastFetch) / 2
+}
+
+// pauseAtLocked is the window a fetching partition throttles at:
+// MaxInFlight, or above resumeAtLocked when that is higher.
+func (tp *topicPart) pauseAtLocked() int {
+	return max(tp.t.cfg.MaxInFlight, tp.resumeAtLocked()+1)
 }
 
 // kickFetch asks fetchLoop to apply the wanted fetch state.
