@@ -534,20 +534,39 @@ func (h *execCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	}
 }
 
-// A fresh generation reads its lane with ReadNew, which the Redis
-// adapter serves as a fenced transaction: 45 entries in batches of 20
-// cost four transactions (20, 20, 5, then the empty read that acks the
-// last batch) and 40 cost three, no more, and every entry is handled
-// once, in order.
-func TestRedisFreshLaneReadsAreTransactions(t *testing.T) {
+// A generation reads its lane with ReadPending while it has pending
+// entries and ReadNew after, which the Redis adapter serves as fenced
+// transactions; each read acks the batch before. A fresh lane of 45
+// entries in batches of 20 costs four (20, 20, 5, then the empty read
+// that acks the last batch), 40 cost three. A generation that inherits
+// pending entries (a previous owner read them and died) reclaims them and
+// handles them first: 30 pending of 50 cost pending 20, pending 10, new
+// 20, new 0; 40 pending of 50 cost pending 20, 20, 0, new 10, new 0. No
+// more reads than that, and every entry once, in order.
+func TestRedisLaneReadsAreTransactions(t *testing.T) {
 	for _, tc := range []struct {
-		entries, execs int
-	}{{45, 4}, {40, 3}} {
-		t.Run(fmt.Sprint(tc.entries), func(t *testing.T) {
+		entries, pending, execs int
+	}{{45, 0, 4}, {40, 0, 3}, {50, 30, 4}, {50, 40, 5}} {
+		t.Run(fmt.Sprintf("%d entries %d pending", tc.entries, tc.pending), func(t *testing.T) {
 			e := newRedisEnv(t)
 			rec := newRecorder(t)
 			keys := keyNames(1)
 			publishAll(t, e.pub, keys, 1, tc.entries)
+			st := broker.ProteanLayout.Stream(cat, keys[0])
+			if tc.pending > 0 {
+				// A previous owner read tc.pending entries and died; its
+				// lease is gone.
+				lk := broker.ProteanLayout.LeaseKey(group, keys[0])
+				old, ok, err := e.b.AcquirePartitionLease(context.Background(), lk, broker.ProteanLayout.GenerationKey(group, keys[0]), "node-dead", time.Minute)
+				if err != nil || !ok {
+					t.Fatal(ok, err)
+				}
+				msgs, err := e.b.ReadPartitionFenced(context.Background(), old.Fence, st, group, int64(tc.pending), broker.ReadNew)
+				if err != nil || len(msgs) != tc.pending {
+					t.Fatal(len(msgs), err)
+				}
+				e.c.Del(context.Background(), lk)
+			}
 			execs := &execCounter{}
 			c := e.client()
 			c.AddHook(execs)
@@ -571,13 +590,12 @@ func TestRedisFreshLaneReadsAreTransactions(t *testing.T) {
 			rec.checkOrder(t, want)
 			// The worker acks the last batch and reads once more; wait for
 			// it to have gone idle (nothing pending), then count.
-			st := broker.ProteanLayout.Stream(cat, keys[0])
 			eventually(t, 10*time.Second, 10*time.Millisecond, "last batch acked", func() bool {
 				p, err := e.c.XPending(context.Background(), st, group).Result()
 				return err == nil && p.Count == 0
 			})
 			if got := execs.n.Load(); got != int64(tc.execs) {
-				t.Fatalf("%d entries in batches of 20 took %d transactions, want %d", tc.entries, got, tc.execs)
+				t.Fatalf("took %d transactions, want %d", got, tc.execs)
 			}
 		})
 	}
