@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/protctl/protctl/pkg/broker"
 )
@@ -38,8 +37,8 @@ func (r *respReader) header() (byte, []byte, error) {
 	if r.i >= len(r.b) {
 		return 0, nil, errors.New("short reply")
 	}
-	end := bytes.Index(r.b[r.i:], crlf)
-	if end < 1 {
+	end := bytes.IndexByte(r.b[r.i:], '\r')
+	if end < 1 || r.i+end+1 >= len(r.b) || r.b[r.i+end+1] != '\n' {
 		return 0, nil, errors.New("unterminated reply line")
 	}
 	t, line := r.b[r.i], r.b[r.i+1:r.i+end]
@@ -47,7 +46,25 @@ func (r *respReader) header() (byte, []byte, error) {
 	return t, line, nil
 }
 
-var crlf = []byte("\r\n")
+// length parses the decimal length of an aggregate or a string header
+// (-1 for a null), without the allocation strconv would need for a
+// string conversion.
+func length(line []byte) (int, error) {
+	if len(line) == 2 && line[0] == '-' && line[1] == '1' {
+		return -1, nil
+	}
+	if len(line) == 0 || len(line) > 10 {
+		return 0, fmt.Errorf("bad length %q", line)
+	}
+	n := 0
+	for _, c := range line {
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("bad length %q", line)
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, nil
+}
 
 // aggregate reads the header of an array (or, when mapOK, a map of n
 // pairs) and returns its length; errNilReply for a null.
@@ -70,9 +87,9 @@ func (r *respReader) aggregate(mapOK bool) (n int, isMap bool, err error) {
 	default:
 		return 0, false, fmt.Errorf("unexpected reply type %q", t)
 	}
-	n, err = strconv.Atoi(string(line))
+	n, err = length(line)
 	if err != nil {
-		return 0, false, fmt.Errorf("bad aggregate length %q", line)
+		return 0, false, err
 	}
 	if n < 0 {
 		return 0, false, errNilReply
@@ -96,9 +113,9 @@ func (r *respReader) bulk() ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("unexpected reply type %q for a string", t)
 	}
-	n, err := strconv.Atoi(string(line))
+	n, err := length(line)
 	if err != nil {
-		return nil, fmt.Errorf("bad string length %q", line)
+		return nil, err
 	}
 	if n < 0 {
 		return nil, errNilReply
