@@ -93,3 +93,29 @@ func ExampleNewTopicSubscriptions() {
 	// orders/1 offset 2: order-7 {"step":3}
 	// checkpoint of partition 1: 3 - state: left
 }
+
+// A handler reads a Kafka record's headers through Message.Headers, a
+// view over the record: nothing is copied unless asked for. A repeated
+// key's last value wins, as the producer's final word.
+func ExampleHeaders() {
+	h := runtime.HeadersOf("id", "e-1", "type", "OrderPlaced", "id", "e-2")
+	fmt.Println(h.Get("id"), h.Len())
+	if _, ok := h.Lookup("version"); !ok {
+		fmt.Println("no version header")
+	}
+	sep := ""
+	for k, v := range h.All() {
+		fmt.Printf("%s%s=%s", sep, k, v)
+		sep = " "
+	}
+	fmt.Println()
+	fmt.Println(h.Map())
+	var none runtime.Headers // what a Redis message carries
+	fmt.Println(none.Len(), none.Get("id") == "", none.Map() == nil)
+	// Output:
+	// e-2 3
+	// no version header
+	// id=e-1 type=OrderPlaced id=e-2
+	// map[id:e-2 type:OrderPlaced]
+	// 0 true true
+}
