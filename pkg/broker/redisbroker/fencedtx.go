@@ -179,27 +179,30 @@ func (b *Broker) readTxOnce(ctx context.Context, conn *redis.Conn, op string, f 
 		}
 	}
 	var re replyError
-	if !errors.As(rerr, &re) {
-		// EXEC did not run, or its reply was not read: an error reply to
-		// MULTI (LOADING, ...) leaves the watch armed on a usable
-		// connection, so let it go (a broken connection is closed
-		// anyway, and this returns at once).
-		_ = unwatch(ctx, conn, op)
-	}
 	switch {
-	case isUnavailable(rerr):
-		// The server is not serving, or the connection failed: whether
-		// EXEC ran is unknown, as with a script whose reply was lost.
-		return fail(rerr)
-	case ackCmd == nil || ackCmd.Err() != nil || ackCmd.Val() == 0:
-		// The read failed (NOGROUP: the group or the stream is missing;
-		// WRONGTYPE; the server refused the transaction, EXECABORT) and
-		// nothing was acknowledged: nothing changed, the script decides.
-		return nil, txFallback, false, nil
-	default:
+	case errors.As(rerr, &re):
+		// EXEC ran and the read failed with an error reply (NOGROUP: the
+		// group or the stream is missing; WRONGTYPE).
+		if ackCmd == nil || ackCmd.Err() != nil || ackCmd.Val() == 0 {
+			// Nothing was acknowledged either: nothing changed, the
+			// script decides.
+			return nil, txFallback, false, nil
+		}
 		// Acknowledged but not read: the read failed for a reason that
 		// did not stop XACK on the same stream and group. Not expected;
 		// the acks stand (the lease was held), the error is the caller's.
+		return fail(rerr)
+	case redis.IsExecAbortError(rerr):
+		// The server refused to queue a command (MOVED, ...) and
+		// discarded the transaction: nothing ran.
+		return nil, txFallback, false, nil
+	default:
+		// The reply was not read (a transport failure, a cancelled
+		// context, an error reply to MULTI): whether EXEC ran is unknown,
+		// as with a script whose reply was lost, so the call fails; the
+		// script must not run, since it could read past entries this
+		// EXEC delivered. Let the watch go if the connection is usable.
+		_ = unwatch(ctx, conn, op)
 		return fail(rerr)
 	}
 }

@@ -657,3 +657,4 @@ func TestClusterFencedReadTransaction(t *testing.T) {
 		}
 	}
 }
+
