@@ -657,4 +657,3 @@ func TestClusterFencedReadTransaction(t *testing.T) {
 		}
 	}
 }
-
