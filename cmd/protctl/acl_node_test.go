@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -181,46 +180,11 @@ subscriptions:
 
 // startACLNode runs runNode in-process with debug logs into logs, and
 // returns a function that drains it.
-func startACLNode(t *testing.T, config string, logs io.Writer) (stop func() error) {
+func startACLNode(t *testing.T, config string, logs *procOutput) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	opts := &runNodeOptions{
+	_, stop = startRunNodeOpts(t, &runNodeOptions{
 		Out: logs, ErrOut: logs, Getenv: func(string) string { return "" },
 		ConfigPath: config, LogFormat: "text", LogLevel: slog.LevelDebug,
-		Ready: func(a string) { ready <- a },
-	}
-	go func() { done <- runNode(ctx, opts) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("run node: %v\n%s", err, logs)
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("run node did not start within 30s")
-	}
-	stopped := false
-	stop = func() error {
-		if stopped {
-			return nil
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(30 * time.Second):
-			t.Fatal("run node did not return within 30s of the signal")
-			return nil
-		}
-	}
-	t.Cleanup(func() {
-		_ = stop()
-		if t.Failed() {
-			t.Logf("node logs:\n%s", logs)
-		}
-	})
+	}, logs)
 	return stop
 }

@@ -30,15 +30,23 @@ import (
 // is called; it returns the admin address once the node has started.
 func startRunNode(t *testing.T, config string) (addr string, stop func() error) {
 	t.Helper()
+	var logs procOutput
+	return startRunNodeOpts(t, &runNodeOptions{
+		Out: io.Discard, ErrOut: &logs, Getenv: func(string) string { return "" },
+		ConfigPath: config, LogFormat: "text", LogLevel: slog.LevelDebug,
+	}, &logs)
+}
+
+// startRunNodeOpts runs runNode in-process with opts (its Ready is set
+// here) until stop is called or the test ends, and returns the admin
+// address ("http://host:port") once the node has started; logs, which
+// opts writes the node's logs to, is shown when the test fails.
+func startRunNodeOpts(t *testing.T, opts *runNodeOptions, logs fmt.Stringer) (addr string, stop func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
-	var logs procOutput
-	opts := &runNodeOptions{
-		Out: io.Discard, ErrOut: &logs, Getenv: func(string) string { return "" },
-		ConfigPath: config, LogFormat: "text", LogLevel: slog.LevelDebug,
-		Ready: func(a string) { ready <- a },
-	}
+	opts.Ready = func(a string) { ready <- a }
 	go func() { done <- runNode(ctx, opts) }()
 	select {
 	case addr = <-ready:

@@ -357,46 +357,11 @@ func TestTLSRedisClientCertificate(t *testing.T) {
 // its log output too.
 func startTLSNode(t *testing.T, config string, getenv func(string) string) (logs *procOutput, stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
 	logs = &procOutput{}
-	opts := &runNodeOptions{
+	_, stop = startRunNodeOpts(t, &runNodeOptions{
 		Out: logs, ErrOut: logs, Getenv: getenv,
 		ConfigPath: config, LogFormat: "json", LogLevel: slog.LevelDebug,
-		Ready: func(a string) { ready <- a },
-	}
-	go func() { done <- runNode(ctx, opts) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("run node: %v\n%s", err, logs.String())
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("run node did not start within 30s")
-	}
-	stopped := false
-	stop = func() error {
-		if stopped {
-			return nil
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(30 * time.Second):
-			t.Fatal("run node did not return within 30s of the signal")
-			return nil
-		}
-	}
-	t.Cleanup(func() {
-		_ = stop()
-		if t.Failed() {
-			t.Logf("node logs:\n%s", logs.String())
-		}
-	})
+	}, logs)
 	return logs, stop
 }
 
