@@ -16,7 +16,7 @@ func dedupRun(t *testing.T, d *dedupMemory, agg string, batches ...[]dedupRec) [
 	for _, recs := range batches {
 		batch := make([]laneItem, len(recs))
 		for i, r := range recs {
-			batch[i] = laneItem{rec: &kgo.Record{Offset: r.off}, id: r.id}
+			batch[i] = laneItem{rec: &kgo.Record{Offset: r.off}, off: r.off, id: r.id}
 			if r.id != 0 {
 				batch[i].idState = idKnown
 			}
