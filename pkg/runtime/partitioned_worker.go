@@ -76,10 +76,10 @@ type worker struct {
 	// paused mirrors this key's entry in p.paused, so that the shared,
 	// locked set is touched only when the state changes, not on every
 	// message handled.
-	paused         bool
-	retrying       *Parked // an operator's retry being carried out
-	skipping       *Parked // an operator's skip being carried out
-	resolved       bool
+	paused   bool
+	retrying *Parked // an operator's retry being carried out
+	skipping *Parked // an operator's skip being carried out
+	resolved bool
 }
 
 func newWorker(p *Partitioned, pt *part) *worker {
