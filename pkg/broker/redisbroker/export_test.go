@@ -28,3 +28,6 @@ func SetBetweenTx(b *Broker, fn func()) { b.betweenTx = fn }
 // WithScriptReads makes every fenced read run its script, never the
 // transaction, so that tests cover the script path too.
 func WithScriptReads() Option { return func(c *config) { c.scriptReads = true } }
+
+// KeySlot is the Redis Cluster hash slot of a key (CRC16 of its hash tag).
+var KeySlot = keySlot

@@ -63,27 +63,10 @@ func (h *scriptKeys) take() []scriptCall {
 	return out
 }
 
-// slot is Redis Cluster's key slot: CRC16 (XMODEM) of the key, or of its
-// hash tag, modulo 16384.
-func slot(key string) uint16 {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for b := 0; b < 8; b++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc % 16384
-}
+// slot is the adapter's own key slot function (the cluster wait groups
+// streams by it); TestSlotFunction checks it against the specification's
+// values and CLUSTER KEYSLOT, and the property test below relies on it.
+var slot = redisbroker.KeySlot
 
 func TestSlotFunction(t *testing.T) {
 	// Values from the Redis Cluster specification and CLUSTER KEYSLOT.
