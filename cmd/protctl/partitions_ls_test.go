@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -147,7 +146,7 @@ func TestPartitionsListWatchStopsOnInterrupt(t *testing.T) {
 	defer cancel(nil)
 	cl := e.cli(false)
 	cl.ctx = ctx
-	out := &syncBuffer{}
+	out := &procOutput{}
 	cl.configure = func(ios *output.IOStreams) { ios.Out = out }
 	go func() {
 		deadline := time.Now().Add(10 * time.Second)
@@ -164,23 +163,6 @@ func TestPartitionsListWatchStopsOnInterrupt(t *testing.T) {
 	if n := strings.Count(out.String(), `"kind": "PartitionList"`); n < 2 {
 		t.Fatalf("listed %d times before the interrupt", n)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestStreamedJSONListIsThePrintersDocument: partitions ls streams its

@@ -182,24 +182,7 @@ func TestRunNodeKafkaSubscription(t *testing.T) {
 	defer c.Close()
 	kafka := testenv.StartKafka(t, 3, "orders")
 
-	var (
-		mu   sync.Mutex
-		seen = map[string][]int{}
-	)
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var env struct {
-			Data struct {
-				Key string `json:"key"`
-				Seq int    `json:"seq"`
-			} `json:"data"`
-		}
-		_ = json.NewDecoder(r.Body).Decode(&env)
-		mu.Lock()
-		seen[env.Data.Key] = append(seen[env.Data.Key], env.Data.Seq)
-		mu.Unlock()
-		w.WriteHeader(http.StatusOK)
-	}))
-	defer hs.Close()
+	rec, hs := newSeqServer(t)
 
 	dir := t.TempDir()
 	path := filepath.Join(dir, "node.yaml")
@@ -218,33 +201,12 @@ subscriptions:
 	base, stop := startRunNode(t, path)
 
 	cl := kafka.Client(t)
-	var records []*kgo.Record
 	keys := []string{"a", "b", "c", "d", "e", "f"}
-	for seq := 1; seq <= 10; seq++ {
-		for i, k := range keys {
-			v := fmt.Sprintf(`{"data":{"key":"%s","seq":%d},"metadata":{"headers":{"id":"%s-%d"}}}`, k, seq, k, seq)
-			records = append(records, &kgo.Record{Topic: "orders", Partition: int32(i % 3), Key: []byte(k), Value: []byte(v)})
-		}
-	}
+	records := seqRecords("orders", keys, 10)
 	kafka.Produce(t, cl, records...)
-	waitFor(t, time.Minute, "every record handled", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		n := 0
-		for _, s := range seen {
-			n += len(s)
-		}
-		return n >= len(records)
-	})
+	waitFor(t, time.Minute, "every record handled", func() bool { return rec.total() >= len(records) })
 	waitFor(t, 30*time.Second, "/readyz 200 (topic joined)", func() bool { code, _ := httpGet(t, base+"/readyz"); return code == 200 })
-	mu.Lock()
-	for _, k := range keys {
-		want := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
-		if fmt.Sprint(seen[k]) != fmt.Sprint(want) {
-			t.Errorf("key %s handled %v, want %v", k, seen[k], want)
-		}
-	}
-	mu.Unlock()
+	rec.wantInOrder(t, keys, 10)
 	_, metrics := httpGet(t, base+"/metrics")
 	if n, ok := metricValue(metrics, `protctl_messages_processed_total{subscription="ledger-sync"}`); !ok || n != float64(len(records)) {
 		t.Errorf("processed %v (%v), want %d", n, ok, len(records))
@@ -272,4 +234,74 @@ subscriptions:
 	if leftover.Len() > 0 {
 		t.Errorf("topic leases held after the drain: %s", leftover.String())
 	}
+}
+
+// seqRecorder records, per key, the seq of every envelope
+// {"data":{"key":K,"seq":N}} an http handler of a node posts to it, in the
+// order they arrive.
+type seqRecorder struct {
+	mu   sync.Mutex
+	seen map[string][]int
+}
+
+// newSeqServer starts an HTTP server recording into a seqRecorder; it
+// stops with the test.
+func newSeqServer(t *testing.T) (*seqRecorder, *httptest.Server) {
+	t.Helper()
+	rec := &seqRecorder{seen: map[string][]int{}}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var env struct {
+			Data struct {
+				Key string `json:"key"`
+				Seq int    `json:"seq"`
+			} `json:"data"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&env)
+		rec.mu.Lock()
+		rec.seen[env.Data.Key] = append(rec.seen[env.Data.Key], env.Data.Seq)
+		rec.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(hs.Close)
+	return rec, hs
+}
+
+// total is how many envelopes arrived.
+func (r *seqRecorder) total() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, s := range r.seen {
+		n += len(s)
+	}
+	return n
+}
+
+// wantInOrder fails unless every key saw 1..n exactly once, in order.
+func (r *seqRecorder) wantInOrder(t *testing.T, keys []string, n int) {
+	t.Helper()
+	want := make([]int, n)
+	for i := range want {
+		want[i] = i + 1
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, k := range keys {
+		if fmt.Sprint(r.seen[k]) != fmt.Sprint(want) {
+			t.Errorf("key %s handled %v, want %v", k, r.seen[k], want)
+		}
+	}
+}
+
+// seqRecords are n envelopes per key for topic (seq 1..n, an id header),
+// each key on partition index%3.
+func seqRecords(topic string, keys []string, n int) []*kgo.Record {
+	var records []*kgo.Record
+	for seq := 1; seq <= n; seq++ {
+		for i, k := range keys {
+			v := fmt.Sprintf(`{"data":{"key":"%s","seq":%d},"metadata":{"headers":{"id":"%s-%d"}}}`, k, seq, k, seq)
+			records = append(records, &kgo.Record{Topic: topic, Partition: int32(i % 3), Key: []byte(k), Value: []byte(v)})
+		}
+	}
+	return records
 }

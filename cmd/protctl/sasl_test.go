@@ -8,11 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -75,23 +72,7 @@ func TestSASLKafkaNodeConsumesOverTLS(t *testing.T) {
 			k := startSASLKafka(t, pki, mech)
 			srv := testenv.StartRedis(t)
 
-			var (
-				mu   sync.Mutex
-				seen = map[string][]int{}
-			)
-			hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				var env struct {
-					Data struct {
-						Key string `json:"key"`
-						Seq int    `json:"seq"`
-					} `json:"data"`
-				}
-				_ = json.NewDecoder(r.Body).Decode(&env)
-				mu.Lock()
-				seen[env.Data.Key] = append(seen[env.Data.Key], env.Data.Seq)
-				mu.Unlock()
-			}))
-			defer hs.Close()
+			rec, hs := newSeqServer(t)
 
 			dir := t.TempDir()
 			pwFile := filepath.Join(dir, "kafka.password")
@@ -107,33 +88,13 @@ func TestSASLKafkaNodeConsumesOverTLS(t *testing.T) {
 			}
 			cl := k.Client(t, kgo.DialTLSConfig(pki.ClientTLS()), kgo.SASL(mechOpt))
 			keys := []string{"a", "b", "c", "d", "e", "f"}
-			var records []*kgo.Record
-			for seq := 1; seq <= 5; seq++ {
-				for i, key := range keys {
-					v := fmt.Sprintf(`{"data":{"key":"%s","seq":%d},"metadata":{"headers":{"id":"%s-%d"}}}`, key, seq, key, seq)
-					records = append(records, &kgo.Record{Topic: saslTopic, Partition: int32(i % 3), Key: []byte(key), Value: []byte(v)})
-				}
-			}
+			records := seqRecords(saslTopic, keys, 5)
 			k.Produce(t, cl, records...)
-			waitFor(t, time.Minute, "every record handled", func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				n := 0
-				for _, s := range seen {
-					n += len(s)
-				}
-				return n >= len(records)
-			})
+			waitFor(t, time.Minute, "every record handled", func() bool { return rec.total() >= len(records) })
 			if err := stop(); err != nil {
 				t.Fatalf("drain: %v", err)
 			}
-			mu.Lock()
-			for _, key := range keys {
-				if fmt.Sprint(seen[key]) != "[1 2 3 4 5]" {
-					t.Errorf("key %s handled %v, want [1 2 3 4 5]", key, seen[key])
-				}
-			}
-			mu.Unlock()
+			rec.wantInOrder(t, keys, 5)
 			if !strings.Contains(logs.String(), "topic subscriptions joined") {
 				t.Errorf("the node did not log its join:\n%s", logs.String())
 			}
