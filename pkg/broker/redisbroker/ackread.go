@@ -29,6 +29,12 @@ var _ broker.AckReader = (*Broker)(nil)
 // consumer's pending entries first, so an entry of ack that was not
 // acknowledged (it was not pending) is never re-read by accident.
 func (b *Broker) AckAndReadPartitionFenced(ctx context.Context, f broker.Fence, stream, group string, ack []string, count int64, mode broker.ReadMode) ([]broker.Message, error) {
+	return b.ackAndReadPartitionFenced(ctx, nil, f, stream, group, ack, count, mode)
+}
+
+// ackAndReadPartitionFenced is AckAndReadPartitionFenced, its transaction
+// on pc's connection when pc is not nil (PinnedReader).
+func (b *Broker) ackAndReadPartitionFenced(ctx context.Context, pc *pinnedConn, f broker.Fence, stream, group string, ack []string, count int64, mode broker.ReadMode) ([]broker.Message, error) {
 	const op = "ack and read"
 	if err := validFence(op, f); err != nil {
 		return nil, err
@@ -56,7 +62,7 @@ func (b *Broker) AckAndReadPartitionFenced(ctx context.Context, f broker.Fence, 
 	}
 	if id := txReadID(mode); id != "" {
 		if c := b.txClient(ctx, f.LeaseKey); c != nil {
-			msgs, outcome, err := b.readTx(ctx, c, op, f, stream, group, ack, count, id)
+			msgs, outcome, err := b.tx(ctx, pc, c, op, f, stream, group, ack, count, id)
 			if outcome == txDecided || err != nil {
 				return msgs, err
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -13,11 +14,13 @@ import (
 
 // Broker is the Redis Streams adapter of broker.PartitionedBroker and
 // broker.PartitionWatcher. It is safe for concurrent use; it holds no
-// state of its own beyond its configuration, so several Brokers (in one
-// process or many) can share a server.
+// state of its own beyond its configuration (and the count of its pinned
+// readers' connections), so several Brokers (in one process or many) can
+// share a server.
 type Broker struct {
 	client redis.UniversalClient
 	cfg    config
+	pinned atomic.Int64 // connections pinned by PinnedReader
 	// betweenTx, when a test sets it, runs between the two round trips
 	// of a fenced transaction (fencedtx.go): after the lease was checked,
 	// before EXEC.

@@ -31,6 +31,12 @@ var readModes = map[broker.ReadMode]string{
 // read retried once inside the same script, which is also how a group
 // deleted under a running owner is recovered.
 func (b *Broker) ReadPartitionFenced(ctx context.Context, f broker.Fence, stream, group string, count int64, mode broker.ReadMode) ([]broker.Message, error) {
+	return b.readPartitionFenced(ctx, nil, f, stream, group, count, mode)
+}
+
+// readPartitionFenced is ReadPartitionFenced, its transaction on pc's
+// connection when pc is not nil (PinnedReader).
+func (b *Broker) readPartitionFenced(ctx context.Context, pc *pinnedConn, f broker.Fence, stream, group string, count int64, mode broker.ReadMode) ([]broker.Message, error) {
 	const op = "read"
 	if err := validFence(op, f); err != nil {
 		return nil, err
@@ -50,7 +56,7 @@ func (b *Broker) ReadPartitionFenced(ctx context.Context, f broker.Fence, stream
 	}
 	if id := txReadID(mode); id != "" {
 		if c := b.txClient(ctx, f.LeaseKey); c != nil {
-			msgs, outcome, err := b.readTx(ctx, c, op, f, stream, group, nil, count, id)
+			msgs, outcome, err := b.tx(ctx, pc, c, op, f, stream, group, nil, count, id)
 			if outcome == txDecided || err != nil {
 				return msgs, err
 			}

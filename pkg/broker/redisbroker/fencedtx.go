@@ -86,6 +86,15 @@ func (b *Broker) txClient(ctx context.Context, key string) *redis.Client {
 	return nil
 }
 
+// tx runs the fenced transaction on pc's connection when pc can (it was
+// taken from c), else on a connection of its own (readTx).
+func (b *Broker) tx(ctx context.Context, pc *pinnedConn, c *redis.Client, op string, f broker.Fence, stream, group string, ack []string, count int64, id string) ([]broker.Message, txOutcome, error) {
+	if pc != nil && pc.client == c {
+		return pc.readTx(ctx, op, f, stream, group, ack, count, id)
+	}
+	return b.readTx(ctx, c, op, f, stream, group, ack, count, id)
+}
+
 // readTx runs the fenced transaction for one XREADGROUP of stream from id
 // ("0" or ">"), acknowledging ack first. It returns txFallback when the
 // script must decide the call.

@@ -15,16 +15,7 @@ import (
 // release and reap.
 func (b *Broker) AcquirePartitionLease(ctx context.Context, leaseKey, generationKey, owner string, ttl time.Duration) (broker.Lease, bool, error) {
 	const op = "acquire lease"
-	if err := nonEmpty(op, "lease key", leaseKey); err != nil {
-		return broker.Lease{}, false, err
-	}
-	if err := nonEmpty(op, "generation key", generationKey); err != nil {
-		return broker.Lease{}, false, err
-	}
-	if err := nonEmpty(op, "owner", owner); err != nil {
-		return broker.Lease{}, false, err
-	}
-	ms, err := ttlMillis(op, ttl)
+	ms, err := acquireArgs(op, leaseKey, generationKey, owner, ttl)
 	if err != nil {
 		return broker.Lease{}, false, err
 	}
@@ -33,6 +24,27 @@ func (b *Broker) AcquirePartitionLease(ctx context.Context, leaseKey, generation
 	if err != nil {
 		return broker.Lease{}, false, mapErr(call{op: op, keys: keys}, err)
 	}
+	return newLease(leaseKey, owner, g)
+}
+
+// acquireArgs validates AcquirePartitionLease's arguments and returns the
+// TTL in milliseconds.
+func acquireArgs(op, leaseKey, generationKey, owner string, ttl time.Duration) (int64, error) {
+	if err := nonEmpty(op, "lease key", leaseKey); err != nil {
+		return 0, err
+	}
+	if err := nonEmpty(op, "generation key", generationKey); err != nil {
+		return 0, err
+	}
+	if err := nonEmpty(op, "owner", owner); err != nil {
+		return 0, err
+	}
+	return ttlMillis(op, ttl)
+}
+
+// newLease is the result of acquire.lua's reply g: the new generation,
+// or 0 when the lease is held.
+func newLease(leaseKey, owner string, g int64) (broker.Lease, bool, error) {
 	if g == 0 {
 		return broker.Lease{}, false, nil
 	}

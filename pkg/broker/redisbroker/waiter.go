@@ -312,6 +312,12 @@ func keySlot(key string) uint16 {
 // WaitForEntries waits from when it knows nothing about a stream yet
 // (pkg/runtime's StreamTailer). It reads nothing on behalf of any group.
 func (b *Broker) LastEntryIDs(ctx context.Context, streams []string) (map[string]string, error) {
+	return lastEntryIDs(ctx, b.client.Pipelined, streams)
+}
+
+// lastEntryIDs is LastEntryIDs over pipelined (a client's or one
+// connection's).
+func lastEntryIDs(ctx context.Context, pipelined func(context.Context, func(redis.Pipeliner) error) ([]redis.Cmder, error), streams []string) (map[string]string, error) {
 	const op = "last entry ids"
 	for _, s := range streams {
 		if err := nonEmpty(op, "stream", s); err != nil {
@@ -321,25 +327,34 @@ func (b *Broker) LastEntryIDs(ctx context.Context, streams []string) (map[string
 	out := make(map[string]string, len(streams))
 	for chunk := range slices.Chunk(streams, 1000) {
 		cmds := make([]*redis.XMessageSliceCmd, len(chunk))
-		_, err := b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, err := pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, s := range chunk {
 				cmds[i] = p.XRevRangeN(ctx, s, "+", "-", 1)
 			}
 			return nil
 		})
-		for i, c := range cmds {
-			msgs, cerr := c.Result()
-			if cerr != nil {
-				return nil, mapErr(call{op: op, key: chunk[i], want: "stream"}, cerr)
-			}
-			out[chunk[i]] = "0-0"
-			if len(msgs) > 0 {
-				out[chunk[i]] = msgs[0].ID
-			}
+		if err := tailIDs(op, out, chunk, cmds); err != nil {
+			return nil, err
 		}
 		if err != nil {
 			return nil, mapErr(call{op: op}, err)
 		}
 	}
 	return out, nil
+}
+
+// tailIDs records in out the newest id that each XREVRANGE + - COUNT 1 of
+// cmds found in its stream of streams ("0-0" for none).
+func tailIDs(op string, out map[string]string, streams []string, cmds []*redis.XMessageSliceCmd) error {
+	for i, c := range cmds {
+		msgs, err := c.Result()
+		if err != nil {
+			return mapErr(call{op: op, key: streams[i], want: "stream"}, err)
+		}
+		out[streams[i]] = "0-0"
+		if len(msgs) > 0 {
+			out[streams[i]] = msgs[0].ID
+		}
+	}
+	return nil
 }

@@ -1,0 +1,454 @@
+package redisbroker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+// A pinned reader runs an owner's fenced reads on one connection that it
+// keeps from call to call, so that the WATCH of the next read's
+// transaction can ride on the round trip of the last one:
+//
+//	round trip 1   WATCH lease, GET lease         (only when nothing is carried)
+//	round trip 2   MULTI, XACK|XGROUP CREATE, XREADGROUP, EXEC,
+//	               WATCH lease, GET lease          (the next read's check)
+//	next read      MULTI, XACK, XREADGROUP, EXEC, WATCH lease, GET lease
+//
+// The guarantee is fencedtx.go's, with the window between the check and
+// EXEC stretched over the caller's handling of the batch: WATCH came
+// before the GET that returned the token, so EXEC runs the queued
+// commands only if nothing wrote the lease key (nor expired it) since
+// that GET saw the token. A renewal in between makes EXEC refuse; the
+// WATCH and GET that follow the refused EXEC in the same round trip are
+// then a fresh check, and the transaction is retried at once. The
+// acquisition of a lease carries the WATCH the same way (the script, then
+// WATCH and GET in one round trip), so a fresh owner's first read is one
+// round trip too. docs/decisions/fenced-read-transactions.md, "Carried
+// watches".
+
+// PinnedReader returns a reader for one goroutine at a time (not safe for
+// concurrent use) and a function that gives its connection back.
+//
+// The reader's AckAndReadPartitionFenced (an empty ack only reads, as
+// ReadPartitionFenced does), AcquirePartitionLease and LastEntryIDs have
+// the Broker's contract, errors included; in ReadPending and ReadNew mode,
+// on a single-node client (*redis.Client, Sentinel included), they run on
+// one connection taken at the first call and kept until close, and a
+// fenced read whose lease key the connection still watches from the last
+// call costs one round trip instead of two. Everything the transaction
+// does not decide runs the Broker's scripts, on the pool.
+//
+// A pinned connection is taken out of the client's pool for the reader's
+// life. At most half of the pool (PoolSize/2) is pinned at a time: beyond
+// that, and on a Cluster, a Ring or with WithScriptReads, the reader is
+// the Broker itself (a connection from the pool per call).
+//
+// close unwatches the connection (without the context's cancellation: a
+// connection that still watches a key must not go back to the pool) and
+// returns it to the pool; the reader keeps working afterwards, on the
+// pool. Closing twice is a no-op.
+func (b *Broker) PinnedReader() (broker.AckReader, func(context.Context) error) {
+	pc := &pinnedConn{b: b}
+	if c, ok := b.client.(*redis.Client); ok && !b.cfg.scriptReads {
+		if b.pinned.Add(1) <= int64(c.Options().PoolSize/2) {
+			pc.client = c
+		} else {
+			b.pinned.Add(-1)
+		}
+	}
+	return pc, pc.close
+}
+
+// pinnedConn is PinnedReader's reader.
+type pinnedConn struct {
+	b *Broker
+	// client is the client conn comes from; nil when the reader is not
+	// pinned (or closed): every call then runs on the pool.
+	client *redis.Client
+	conn   *redis.Conn // nil until the first call, and after a transport failure
+	// watching is the key conn watches, "" for none. seen is what GET
+	// answered right after that WATCH, in the same round trip (seenOK is
+	// false for a nil or failed GET): EXEC runs only if the key still
+	// holds it.
+	watching string
+	seen     string
+	seenOK   bool
+}
+
+var _ broker.AckReader = (*pinnedConn)(nil)
+
+// AckAndReadPartitionFenced is the Broker's, on the pinned connection.
+func (pc *pinnedConn) AckAndReadPartitionFenced(ctx context.Context, f broker.Fence, stream, group string, ack []string, count int64, mode broker.ReadMode) ([]broker.Message, error) {
+	if len(ack) == 0 {
+		return pc.b.readPartitionFenced(ctx, pc, f, stream, group, count, mode)
+	}
+	return pc.b.ackAndReadPartitionFenced(ctx, pc, f, stream, group, ack, count, mode)
+}
+
+// AcquirePartitionLease is the Broker's, with the WATCH and GET of the
+// lease key in the same round trip, so that the owner's first fenced read
+// carries them.
+func (pc *pinnedConn) AcquirePartitionLease(ctx context.Context, leaseKey, generationKey, owner string, ttl time.Duration) (broker.Lease, bool, error) {
+	if pc.client == nil {
+		return pc.b.AcquirePartitionLease(ctx, leaseKey, generationKey, owner, ttl)
+	}
+	const op = "acquire lease"
+	ms, err := acquireArgs(op, leaseKey, generationKey, owner, ttl)
+	if err != nil {
+		return broker.Lease{}, false, err
+	}
+	keys := []string{leaseKey, generationKey}
+	g, _, err := pc.acquire(ctx, acquireScript.EvalSha, keys, owner, ms, nil)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// Not run (the server lost its scripts): the same round trip
+		// with the script's body, which the server caches again.
+		g, _, err = pc.acquire(ctx, acquireScript.Eval, keys, owner, ms, nil)
+	}
+	if err != nil {
+		return broker.Lease{}, false, mapErr(call{op: op, keys: keys}, err)
+	}
+	return newLease(leaseKey, owner, g)
+}
+
+// AcquirePartitionLeaseAndTails is AcquirePartitionLease followed, in the
+// same round trip, by LastEntryIDs(streams): the streams' newest ids taken
+// right after the lease was, before anything its owner reads. Without the
+// lease (acquired false) it returns no tails, and with it, nil tails when
+// they could not be read (the caller then calls LastEntryIDs, which
+// reports why).
+func (pc *pinnedConn) AcquirePartitionLeaseAndTails(ctx context.Context, leaseKey, generationKey, owner string, ttl time.Duration, streams []string) (broker.Lease, bool, map[string]string, error) {
+	if pc.client == nil {
+		l, ok, err := pc.b.AcquirePartitionLease(ctx, leaseKey, generationKey, owner, ttl)
+		if err != nil || !ok {
+			return l, ok, nil, err
+		}
+		tails, err := pc.b.LastEntryIDs(ctx, streams)
+		return l, ok, tails, err
+	}
+	const op = "acquire lease"
+	ms, err := acquireArgs(op, leaseKey, generationKey, owner, ttl)
+	if err != nil {
+		return broker.Lease{}, false, nil, err
+	}
+	for _, s := range streams {
+		if err := nonEmpty("last entry ids", "stream", s); err != nil {
+			return broker.Lease{}, false, nil, err
+		}
+	}
+	keys := []string{leaseKey, generationKey}
+	g, tails, err := pc.acquire(ctx, acquireScript.EvalSha, keys, owner, ms, streams)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		g, tails, err = pc.acquire(ctx, acquireScript.Eval, keys, owner, ms, streams)
+	}
+	if err != nil {
+		return broker.Lease{}, false, nil, mapErr(call{op: op, keys: keys}, err)
+	}
+	l, ok, _ := newLease(leaseKey, owner, g)
+	if !ok {
+		tails = nil
+	}
+	return l, ok, tails, nil
+}
+
+// acquire sends acquire.lua with run (EVALSHA or EVAL), then WATCH and
+// GET of the lease key, then XREVRANGE + - COUNT 1 of each of streams, in
+// one round trip; nil tails when they could not be read.
+func (pc *pinnedConn) acquire(ctx context.Context, run func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd, keys []string, owner string, ms int64, streams []string) (int64, map[string]string, error) {
+	conn := pc.connection()
+	unwatch := pc.watching != ""
+	pc.watching = ""
+	var (
+		acq   *redis.Cmd
+		watch *redis.Cmd
+		get   *redis.StringCmd
+		revs  = make([]*redis.XMessageSliceCmd, len(streams))
+	)
+	_, _ = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if unwatch {
+			p.Do(ctx, "unwatch")
+		}
+		acq = run(ctx, p, keys, owner, ms)
+		watch = p.Do(ctx, "watch", keys[0])
+		get = p.Get(ctx, keys[0])
+		for i, s := range streams {
+			revs[i] = p.XRevRangeN(ctx, s, "+", "-", 1)
+		}
+		return nil
+	})
+	pc.carry(keys[0], watch, get)
+	g, err := acq.Int64()
+	if err != nil || len(streams) == 0 {
+		return g, nil, err
+	}
+	for _, r := range revs {
+		if transport(r.Err()) {
+			pc.broken()
+			break
+		}
+	}
+	tails := make(map[string]string, len(streams))
+	if tailIDs("last entry ids", tails, streams, revs) != nil {
+		// The caller takes them again, and meets the error there.
+		return g, nil, nil
+	}
+	return g, tails, nil
+}
+
+// LastEntryIDs is the Broker's, on the pinned connection.
+func (pc *pinnedConn) LastEntryIDs(ctx context.Context, streams []string) (map[string]string, error) {
+	if pc.client == nil {
+		return pc.b.LastEntryIDs(ctx, streams)
+	}
+	ids, err := lastEntryIDs(ctx, pc.connection().Pipelined, streams)
+	if err != nil && !errors.As(err, new(*broker.InvalidArgumentError)) {
+		// Whatever it was, the connection may be unusable: start over.
+		pc.broken()
+	}
+	return ids, err
+}
+
+// connection returns the pinned connection, taking one from the pool if
+// there is none.
+func (pc *pinnedConn) connection() *redis.Conn {
+	if pc.conn == nil {
+		pc.conn = pc.client.Conn()
+		pc.watching = ""
+	}
+	return pc.conn
+}
+
+// broken drops a connection whose state is unknown (a reply was not
+// read). go-redis removes a connection that failed from the pool; Close
+// frees the Conn.
+func (pc *pinnedConn) broken() {
+	if pc.conn != nil {
+		_ = pc.conn.Close()
+	}
+	pc.conn = nil
+	pc.watching = ""
+}
+
+// carry records the WATCH and GET that ended a round trip: the
+// connection watches key since just before get read it. A transport
+// failure leaves the connection unusable.
+func (pc *pinnedConn) carry(key string, watch *redis.Cmd, get *redis.StringCmd) {
+	switch {
+	case transport(watch.Err()) || transport(get.Err()):
+		pc.broken()
+	case watch.Err() != nil:
+		// Not watching (an error reply): nothing is carried.
+		pc.watching = ""
+	default:
+		pc.watching = key
+		v, err := get.Result()
+		pc.seen, pc.seenOK = v, err == nil
+	}
+}
+
+// transport says err is not a reply of the server (nor redis.Nil): the
+// connection's state is unknown.
+func transport(err error) bool {
+	var re redis.Error
+	return err != nil && !errors.As(err, &re)
+}
+
+// close gives the connection back to the pool, unwatched.
+func (pc *pinnedConn) close(ctx context.Context) error {
+	if pc.client == nil {
+		return nil
+	}
+	pc.client = nil
+	pc.b.pinned.Add(-1)
+	if pc.conn == nil {
+		return nil
+	}
+	var err error
+	if pc.watching != "" {
+		// Bounded by the client's socket timeouts; a failure drops the
+		// connection instead of returning it.
+		err = pc.conn.Do(context.WithoutCancel(ctx), "unwatch").Err()
+	}
+	cerr := pc.conn.Close()
+	pc.conn, pc.watching = nil, ""
+	if err != nil {
+		return mapErr(call{op: "close pinned reader"}, err)
+	}
+	return cerr
+}
+
+// readTx is Broker.readTx on the pinned connection, carrying the watch
+// from one call to the next.
+func (pc *pinnedConn) readTx(ctx context.Context, op string, f broker.Fence, stream, group string, ack []string, count int64, id string) ([]broker.Message, txOutcome, error) {
+	fail := func(err error) ([]broker.Message, txOutcome, error) {
+		return nil, txDecided, mapErr(call{op: op, keys: []string{f.LeaseKey, stream}, fence: &f, stream: stream}, err)
+	}
+	for attempt := 0; attempt < txAttempts; attempt++ {
+		if pc.watching != f.LeaseKey || !pc.seenOK || pc.seen != f.Token {
+			if err := pc.watch(ctx, f.LeaseKey); err != nil {
+				return fail(err)
+			}
+			if pc.watching != f.LeaseKey || !pc.seenOK || pc.seen != f.Token {
+				// Not the token (or no lease, or a GET or WATCH that
+				// failed): nothing was sent but the check, the script
+				// decides (fencedtx.go). The watch stays with this
+				// connection, which nobody else uses.
+				return nil, txFallback, nil
+			}
+		}
+		if pc.b.betweenTx != nil {
+			pc.b.betweenTx()
+		}
+		msgs, outcome, retry, err := pc.execOnce(ctx, op, f, stream, group, ack, count, id)
+		if !retry {
+			if err != nil && outcome == txDecided {
+				return fail(err)
+			}
+			return msgs, outcome, err
+		}
+	}
+	return nil, txFallback, nil
+}
+
+// watch makes the connection watch key alone and read it (one round
+// trip): the check of a transaction that carries none.
+func (pc *pinnedConn) watch(ctx context.Context, key string) error {
+	conn := pc.connection()
+	unwatch := pc.watching != ""
+	pc.watching = ""
+	var (
+		watch *redis.Cmd
+		get   *redis.StringCmd
+	)
+	_, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if unwatch {
+			// WATCH adds to what a connection watches, and a key touched
+			// since its WATCH keeps the connection's EXEC refused.
+			p.Do(ctx, "unwatch")
+		}
+		watch = p.Do(ctx, "watch", key)
+		get = p.Get(ctx, key)
+		return nil
+	})
+	pc.carry(key, watch, get)
+	if transport(err) {
+		return err
+	}
+	return nil
+}
+
+// errExecDecode marks an EXEC reply that could not be decoded.
+var errExecDecode = errors.New("unexpected EXEC reply")
+
+// execOnce sends the transaction and the next call's WATCH and GET in one
+// round trip. retry says EXEC refused (the lease key was touched since
+// the WATCH); the WATCH and GET sent after it are then the next attempt's
+// check. A non-nil err with txDecided is the call's failure, to be mapped.
+func (pc *pinnedConn) execOnce(ctx context.Context, op string, f broker.Fence, stream, group string, ack []string, count int64, id string) (msgs []broker.Message, outcome txOutcome, retry bool, err error) {
+	var (
+		multi *redis.Cmd
+		watch *redis.Cmd
+		get   *redis.StringCmd
+	)
+	exec := redis.NewRawCmd(ctx, "exec")
+	_, _ = pc.conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		multi = p.Do(ctx, "multi")
+		if len(ack) > 0 {
+			args := make([]any, 0, 3+len(ack))
+			args = append(args, "xack", stream, group)
+			for _, a := range ack {
+				args = append(args, a)
+			}
+			p.Do(ctx, args...)
+		} else {
+			// As in readTx: maybe the lane's first read.
+			p.Do(ctx, "xgroup", "create", stream, group, "0", "mkstream")
+		}
+		p.Do(ctx, "xreadgroup", "group", group, f.Token, "count", count, "streams", stream, id)
+		_ = p.Process(ctx, exec)
+		watch = p.Do(ctx, "watch", f.LeaseKey)
+		get = p.Get(ctx, f.LeaseKey)
+		return nil
+	})
+	// EXEC ended the watch (or the connection failed); the WATCH after it
+	// is the next check.
+	pc.watching = ""
+	if err := exec.Err(); err != nil {
+		// The reply of EXEC was not read, or MULTI was refused: whether
+		// the commands ran is unknown, as with a script whose reply was
+		// lost. The call fails; the script must not run (fencedtx.go).
+		pc.broken()
+		return nil, txDecided, false, err
+	}
+	if err := multi.Err(); err != nil {
+		pc.broken()
+		return nil, txDecided, false, err
+	}
+	pc.carry(f.LeaseKey, watch, get)
+
+	raw := exec.Val()
+	r := &respReader{b: raw}
+	n, _, err := r.aggregate(false)
+	var re replyError
+	switch {
+	case errors.Is(err, errNilReply):
+		// The lease key was written or expired after the WATCH: nothing
+		// ran. The WATCH and GET sent after EXEC decide the retry.
+		return nil, txDecided, true, nil
+	case errors.As(err, &re) && strings.HasPrefix(string(re), "EXECABORT"):
+		// A command was refused when queued (MOVED, ...): nothing ran.
+		return nil, txFallback, false, nil
+	case err != nil:
+		return nil, txDecided, false, err
+	case n != 2:
+		return nil, txDecided, false, fmt.Errorf("%w: %d replies", errExecDecode, n)
+	}
+	// The first reply is XACK's (an integer) or XGROUP CREATE's (OK, or
+	// BUSYGROUP, which changes nothing).
+	t, line, err := r.header()
+	if err != nil {
+		return nil, txDecided, false, fmt.Errorf("%w: %w", errExecDecode, err)
+	}
+	var (
+		ackErr error
+		acked  int
+	)
+	switch t {
+	case ':':
+		if acked, err = length(line); err != nil {
+			return nil, txDecided, false, fmt.Errorf("%w: %w", errExecDecode, err)
+		}
+	case '-', '!':
+		ackErr = replyError(line)
+	case '+':
+	default:
+		return nil, txDecided, false, fmt.Errorf("%w: reply type %q", errExecDecode, t)
+	}
+	if len(ack) == 0 {
+		ackErr, acked = nil, 0
+	}
+	msgs, rerr := parseRawReadGroup(stream, raw[r.i:])
+	switch {
+	case rerr == nil:
+		if ackErr != nil {
+			// As in readTx: XACK cannot fail where XREADGROUP did not.
+			return nil, txDecided, false, ackErr
+		}
+		return msgs, txDecided, false, nil
+	case errors.As(rerr, &re):
+		// EXEC ran and the read failed with an error reply (NOGROUP,
+		// WRONGTYPE).
+		if len(ack) == 0 || ackErr != nil || acked == 0 {
+			return nil, txFallback, false, nil
+		}
+		return nil, txDecided, false, rerr
+	default:
+		return nil, txDecided, false, rerr
+	}
+}

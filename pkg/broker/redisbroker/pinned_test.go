@@ -1,0 +1,428 @@
+package redisbroker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/broker/redisbroker"
+)
+
+// pinnedReader is what PinnedReader's reader offers besides reads.
+type pinnedReader interface {
+	broker.AckReader
+	AcquirePartitionLease(ctx context.Context, leaseKey, generationKey, owner string, ttl time.Duration) (broker.Lease, bool, error)
+	LastEntryIDs(ctx context.Context, streams []string) (map[string]string, error)
+	AcquirePartitionLeaseAndTails(ctx context.Context, leaseKey, generationKey, owner string, ttl time.Duration, streams []string) (broker.Lease, bool, map[string]string, error)
+}
+
+func newPinned(t *testing.T, b *redisbroker.Broker) pinnedReader {
+	t.Helper()
+	ar, closeFn := b.PinnedReader()
+	t.Cleanup(func() {
+		if err := closeFn(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	r, ok := ar.(pinnedReader)
+	if !ok {
+		t.Fatalf("the pinned reader %T does not acquire and tail", ar)
+	}
+	return r
+}
+
+func pinnedAcquire(t *testing.T, r pinnedReader, k, o string) broker.Lease {
+	t.Helper()
+	l, ok, err := r.AcquirePartitionLease(t.Context(), layout.LeaseKey(group, k), layout.GenerationKey(group, k), o, time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("acquire %s by %s = %v, %v", k, o, ok, err)
+	}
+	return l
+}
+
+// tripCounter counts round trips (a command or a pipeline is one).
+type tripCounter struct{ commandCounter }
+
+func (h *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	inner := h.commandCounter.ProcessPipelineHook(next)
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if name := cmds[0].Name(); name != "hello" && name != "client" {
+			h.mu.Lock()
+			h.cmds = append(h.cmds, "|")
+			h.mu.Unlock()
+		}
+		return inner(ctx, cmds)
+	}
+}
+
+// A pinned reader carries the lease check from one call to the next: the
+// acquisition ends with WATCH and GET of the lease, and so does every
+// transaction, after its EXEC, so that each fenced read is one round trip
+// (the plain Broker's take two).
+func TestPinnedReaderCarriesTheWatch(t *testing.T) {
+	server.FlushAll(t)
+	c := server.Client(t)
+	counter := &tripCounter{}
+	c.AddHook(counter)
+	b := newRedisBroker(c)
+	st := layout.Stream(cat, key)
+	pub := publish(t, b, key, "", 25)
+	acquire(t, b, "warm", owner, time.Minute) // the script is cached
+	r := newPinned(t, b)
+	counter.reset()
+	l := pinnedAcquire(t, r, key, owner)
+	if cmds := counter.reset(); !slices.Equal(cmds, []string{"|", "evalsha", "watch", "get"}) {
+		t.Fatalf("the acquisition sent %v", cmds)
+	}
+	tails, err := r.LastEntryIDs(t.Context(), []string{st})
+	if err != nil || tails[st] != pub[24] {
+		t.Fatalf("tails = %v, %v", tails, err)
+	}
+	counter.reset()
+	msgs, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, 10, broker.ReadNew)
+	if err != nil || !slices.Equal(msgIDs(msgs), pub[:10]) {
+		t.Fatalf("first read = %v, %v", msgIDs(msgs), err)
+	}
+	carried := []string{"|", "multi", "xgroup", "xreadgroup", "exec", "watch", "get"}
+	if cmds := counter.reset(); !slices.Equal(cmds, carried) {
+		t.Fatalf("the first read sent %v, want %v", cmds, carried)
+	}
+	msgs, err = r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, msgIDs(msgs), 10, broker.ReadNew)
+	if err != nil || !slices.Equal(msgIDs(msgs), pub[10:20]) {
+		t.Fatalf("ack and read = %v, %v", msgIDs(msgs), err)
+	}
+	carried[2] = "xack"
+	if cmds := counter.reset(); !slices.Equal(cmds, carried) {
+		t.Fatalf("an ack and read sent %v, want %v", cmds, carried)
+	}
+	if p := c.XPending(t.Context(), st, group).Val(); p.Count != 10 || p.Lower != pub[10] || p.Consumers[l.Token] != 10 {
+		t.Fatalf("pending = %+v, want the second batch, for %s", p, l.Token)
+	}
+	// Pending entries, then the rest, then nothing.
+	msgs, err = r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, 10, broker.ReadPending)
+	if err != nil || !slices.Equal(msgIDs(msgs), pub[10:20]) {
+		t.Fatalf("read pending = %v, %v", msgIDs(msgs), err)
+	}
+	msgs, err = r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, msgIDs(msgs), 10, broker.ReadNew)
+	if err != nil || !slices.Equal(msgIDs(msgs), pub[20:]) {
+		t.Fatalf("ack and read the rest = %v, %v", msgIDs(msgs), err)
+	}
+	msgs, err = r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, msgIDs(msgs), 10, broker.ReadNew)
+	if err != nil || len(msgs) != 0 {
+		t.Fatalf("read past the end = %v, %v", msgIDs(msgs), err)
+	}
+	cmds := counter.reset()
+	if n := count(cmds, "|"); n != 3 || slices.Contains(cmds, "evalsha") {
+		t.Fatalf("three reads sent %v, want three round trips and no script", cmds)
+	}
+	if p := c.XPending(t.Context(), st, group).Val(); p.Count != 0 {
+		t.Fatalf("pending = %+v, want nothing", p)
+	}
+}
+
+// The check a pinned reader carries from its last call is a WATCH: a
+// lease taken over, expired or released since then (and even taken again
+// by the same owner, with the next generation) refuses EXEC, and the
+// stale owner gets ErrLeaseLost with nothing changed: no entry acked,
+// none delivered.
+func TestPinnedReaderCarriedWatchRefusesAChangedLease(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, b *redisbroker.Broker, c *redis.Client, l broker.Lease)
+	}{
+		{"taken over", func(t *testing.T, b *redisbroker.Broker, c *redis.Client, l broker.Lease) {
+			takeOver(t, b, c, l, "node-b")
+		}},
+		{"taken again by its owner", func(t *testing.T, b *redisbroker.Broker, c *redis.Client, l broker.Lease) {
+			takeOver(t, b, c, l, owner)
+		}},
+		{"released", func(t *testing.T, b *redisbroker.Broker, c *redis.Client, l broker.Lease) {
+			if ok, err := b.ReleasePartitionLease(t.Context(), l.Fence); err != nil || !ok {
+				t.Fatalf("release = %v, %v", ok, err)
+			}
+		}},
+		{"expired", func(t *testing.T, b *redisbroker.Broker, c *redis.Client, l broker.Lease) {
+			if err := c.PExpire(t.Context(), l.LeaseKey, 50*time.Millisecond).Err(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for c.Exists(t.Context(), l.LeaseKey).Val() == 1 {
+				if time.Now().After(deadline) {
+					t.Fatal("the lease did not expire")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}},
+	} {
+		for _, mode := range []broker.ReadMode{broker.ReadNew, broker.ReadPending} {
+			t.Run(fmt.Sprintf("%s/mode %d", tc.name, mode), func(t *testing.T) {
+				b, c := newBroker(t)
+				st := layout.Stream(cat, key)
+				pub := publish(t, b, key, "", 20)
+				r := newPinned(t, b)
+				l := pinnedAcquire(t, r, key, owner)
+				first, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, 5, broker.ReadNew)
+				if err != nil || len(first) != 5 {
+					t.Fatal(len(first), err)
+				}
+				// The reader's connection now watches the lease, as read
+				// right after the first EXEC.
+				tc.change(t, b, c, l)
+				before := snapshot(t, c)
+				msgs, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, msgIDs(first), 5, mode)
+				var lle *broker.LeaseLostError
+				if !errors.Is(err, broker.ErrLeaseLost) || !errors.As(err, &lle) || lle.Token != l.Token || len(msgs) != 0 {
+					t.Fatalf("stale ack and read = %v, %v; want ErrLeaseLost for %s", msgIDs(msgs), err, l.Token)
+				}
+				wantUnchanged(t, c, before)
+				p := c.XPending(t.Context(), st, group).Val()
+				if p.Count != 5 || p.Lower != pub[0] || p.Higher != pub[4] || p.Consumers[l.Token] != 5 {
+					t.Fatalf("pending = %+v, want the first batch, still the stale owner's", p)
+				}
+				// The same reader serves the next owner (a new generation
+				// on this node, or another node's lease it was given).
+				nl := takeOver(t, b, c, l, "node-c")
+				if _, err := b.ReclaimPartitionPending(t.Context(), nl.Fence, st, group, 0, 100); err != nil {
+					t.Fatal(err)
+				}
+				msgs, err = r.AckAndReadPartitionFenced(t.Context(), nl.Fence, st, group, nil, 20, broker.ReadPending)
+				if err != nil || !slices.Equal(msgIDs(msgs), pub[:5]) {
+					t.Fatalf("the next owner's pending = %v, %v", msgIDs(msgs), err)
+				}
+				msgs, err = r.AckAndReadPartitionFenced(t.Context(), nl.Fence, st, group, msgIDs(msgs), 20, broker.ReadNew)
+				if err != nil || !slices.Equal(msgIDs(msgs), pub[5:]) {
+					t.Fatalf("the next owner's read = %v, %v", msgIDs(msgs), err)
+				}
+				// And the stale fence stays refused.
+				if _, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, msgIDs(msgs), 5, broker.ReadNew); !errors.Is(err, broker.ErrLeaseLost) {
+					t.Fatalf("stale read after the next owner's = %v, want ErrLeaseLost", err)
+				}
+			})
+		}
+	}
+}
+
+// The owner's own renewal between two reads touches the watched key:
+// EXEC refuses, and the WATCH and GET sent after it in the same round
+// trip are the retry's check, so the read costs one more round trip and
+// no script.
+func TestPinnedReaderRetriesAfterRenewal(t *testing.T) {
+	server.FlushAll(t)
+	c := server.Client(t)
+	counter := &tripCounter{}
+	c.AddHook(counter)
+	b := newRedisBroker(c)
+	st := layout.Stream(cat, key)
+	pub := publish(t, b, key, "", 10)
+	r := newPinned(t, b)
+	l := pinnedAcquire(t, r, key, owner)
+	msgs, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, 4, broker.ReadNew)
+	if err != nil || !slices.Equal(msgIDs(msgs), pub[:4]) {
+		t.Fatalf("read = %v, %v", msgIDs(msgs), err)
+	}
+	renewer := redisbroker.New(server.Client(t))
+	if ok, err := renewer.RenewPartitionLease(t.Context(), l.Fence, time.Minute); err != nil || !ok {
+		t.Fatalf("renew = %v, %v", ok, err)
+	}
+	counter.reset()
+	msgs, err = r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, msgIDs(msgs), 4, broker.ReadNew)
+	if err != nil || !slices.Equal(msgIDs(msgs), pub[4:8]) {
+		t.Fatalf("ack and read after a renewal = %v, %v", msgIDs(msgs), err)
+	}
+	tx := []string{"|", "multi", "xack", "xreadgroup", "exec", "watch", "get"}
+	if cmds := counter.reset(); !slices.Equal(cmds, slices.Concat(tx, tx)) {
+		t.Fatalf("sent %v, want the refused transaction and its retry, %v twice", cmds, tx)
+	}
+	if p := c.XPending(t.Context(), st, group).Val(); p.Count != 4 || p.Lower != pub[4] {
+		t.Fatalf("pending = %+v, want the second batch only", p)
+	}
+}
+
+// A pinned reader watches one lease at a time: moving to another
+// partition unwatches the last one in the same round trip, so a change
+// to the old lease (its release) does not refuse the new one's EXEC.
+func TestPinnedReaderMovesBetweenPartitions(t *testing.T) {
+	server.FlushAll(t)
+	c := server.Client(t)
+	counter := &tripCounter{}
+	c.AddHook(counter)
+	b := newRedisBroker(c)
+	acquire(t, b, "warm", owner, time.Minute) // the script is cached
+	r := newPinned(t, b)
+	for i, k := range []string{"k1", "k2", "k1"} {
+		st := layout.Stream(cat, k)
+		publish(t, b, k, "", 2)
+		counter.reset()
+		l := pinnedAcquire(t, r, k, owner)
+		want := []string{"|", "unwatch", "evalsha", "watch", "get"}
+		if i == 0 {
+			want = slices.Delete(want, 1, 2)
+		}
+		if cmds := counter.reset(); !slices.Equal(cmds, want) {
+			t.Fatalf("acquiring %s sent %v, want %v", k, cmds, want)
+		}
+		msgs, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, 10, broker.ReadNew)
+		if err != nil || len(msgs) != 2 {
+			t.Fatalf("read %s = %v, %v", k, msgIDs(msgs), err)
+		}
+		if _, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, msgIDs(msgs), 10, broker.ReadNew); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := b.ReleasePartitionLease(t.Context(), l.Fence); err != nil || !ok {
+			t.Fatalf("release %s = %v, %v", k, ok, err)
+		}
+		if cmds := counter.reset(); count(cmds, "|") != 2 || count(cmds, "evalsha") != 1 {
+			t.Fatalf("reading %s and releasing it sent %v, want two round trips and the release", k, cmds)
+		}
+	}
+}
+
+// AcquirePartitionLeaseAndTails takes the lease, its WATCH and GET, and
+// the streams' newest ids in one round trip; without the lease it returns
+// no tails. A reader past the pinning limit (on the pool) answers alike.
+func TestPinnedReaderAcquiresWithTails(t *testing.T) {
+	for _, pinned := range []bool{true, false} {
+		t.Run(fmt.Sprintf("pinned=%v", pinned), func(t *testing.T) {
+			server.FlushAll(t)
+			opts := server.Options()
+			opts.PoolSize = 2 // one pinned reader
+			c := redis.NewClient(opts)
+			t.Cleanup(func() { _ = c.Close() })
+			counter := &tripCounter{}
+			c.AddHook(counter)
+			b := redisbroker.New(c)
+			acquire(t, b, "warm", owner, time.Minute) // the script is cached
+			if !pinned {
+				newPinned(t, b) // takes the one place
+			}
+			r := newPinned(t, b)
+			st, bf := layout.Stream(cat, key), layout.Stream(cat, key+":"+broker.DefaultBackfillSuffix)
+			pub := publish(t, b, key, "", 3)
+			counter.reset()
+			lk, gk := layout.LeaseKey(group, key), layout.GenerationKey(group, key)
+			l, ok, tails, err := r.AcquirePartitionLeaseAndTails(t.Context(), lk, gk, owner, time.Minute, []string{st, bf})
+			if err != nil || !ok || l.Generation != 1 || tails[st] != pub[2] || tails[bf] != "0-0" || len(tails) != 2 {
+				t.Fatalf("acquire with tails = %+v, %v, %v, %v", l, ok, tails, err)
+			}
+			want := []string{"|", "evalsha", "watch", "get", "xrevrange", "xrevrange"}
+			if !pinned {
+				want = []string{"evalsha", "|", "xrevrange", "xrevrange"}
+			}
+			if cmds := counter.reset(); !slices.Equal(cmds, want) {
+				t.Fatalf("sent %v, want %v", cmds, want)
+			}
+			msgs, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, 10, broker.ReadNew)
+			if err != nil || !slices.Equal(msgIDs(msgs), pub) {
+				t.Fatalf("read = %v, %v", msgIDs(msgs), err)
+			}
+			if cmds := counter.reset(); pinned && count(cmds, "|") != 1 {
+				t.Fatalf("the read after the acquisition sent %v, want one round trip", cmds)
+			}
+			_, ok, tails, err = r.AcquirePartitionLeaseAndTails(t.Context(), lk, gk, "node-b", time.Minute, []string{st, bf})
+			if err != nil || ok || tails != nil {
+				t.Fatalf("acquire of a held lease = %v, %v, %v", ok, tails, err)
+			}
+		})
+	}
+}
+
+// A server that lost its scripts (a restart, SCRIPT FLUSH) refuses the
+// acquisition's EVALSHA; the reader sends the script's body in a second
+// round trip, which watches the lease again, and reads in one.
+func TestPinnedReaderAcquiresAfterNoScript(t *testing.T) {
+	server.FlushAll(t)
+	c := server.Client(t)
+	counter := &tripCounter{}
+	c.AddHook(counter)
+	b := newRedisBroker(c)
+	st := layout.Stream(cat, key)
+	pub := publish(t, b, key, "", 3)
+	if err := c.ScriptFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := newPinned(t, b)
+	counter.reset()
+	l := pinnedAcquire(t, r, key, owner)
+	msgs, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, 10, broker.ReadNew)
+	if err != nil || !slices.Equal(msgIDs(msgs), pub) {
+		t.Fatalf("read = %v, %v", msgIDs(msgs), err)
+	}
+	want := []string{"|", "evalsha", "watch", "get", "|", "unwatch", "eval", "watch", "get",
+		"|", "multi", "xgroup", "xreadgroup", "exec", "watch", "get"}
+	if cmds := counter.reset(); !slices.Equal(cmds, want) {
+		t.Fatalf("sent %v, want %v", cmds, want)
+	}
+}
+
+// close gives the connection back unwatched: a transaction on it is not
+// refused by a change to the lease the reader watched.
+func TestPinnedReaderCloseUnwatches(t *testing.T) {
+	server.FlushAll(t)
+	opts := server.Options()
+	opts.PoolSize = 2 // one connection may be pinned, and it is the only one made
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	other := server.Client(t)
+	b := redisbroker.New(c)
+	st := layout.Stream(cat, key)
+	publish(t, b, key, "", 3)
+	ar, closeFn := b.PinnedReader()
+	r := ar.(pinnedReader)
+	l := pinnedAcquire(t, r, key, owner)
+	if _, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, 10, broker.ReadNew); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.PoolStats().TotalConns; n != 1 {
+		t.Fatalf("%d connections, want the pinned one only", n)
+	}
+	if err := closeFn(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := closeFn(t.Context()); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	other.PExpire(t.Context(), l.LeaseKey, time.Minute) // touch it
+	_, err := c.TxPipelined(t.Context(), func(p redis.Pipeliner) error {
+		p.Set(t.Context(), "other", "1", 0)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("a transaction on the returned connection: %v (a watch was left)", err)
+	}
+	// A closed reader still works, on the pool.
+	if _, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, 10, broker.ReadNew); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// At most half of the pool is pinned; readers beyond that run on the
+// pool, call by call, with the same results.
+func TestPinnedReaderLimit(t *testing.T) {
+	server.FlushAll(t)
+	opts := server.Options()
+	opts.PoolSize = 4
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	b := redisbroker.New(c)
+	var readers []pinnedReader
+	for i := range 3 {
+		readers = append(readers, newPinned(t, b))
+		k := fmt.Sprintf("k%d", i)
+		st := layout.Stream(cat, k)
+		pub := publish(t, b, k, "", 2)
+		l := pinnedAcquire(t, readers[i], k, owner)
+		msgs, err := readers[i].AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, 10, broker.ReadNew)
+		if err != nil || !slices.Equal(msgIDs(msgs), pub) {
+			t.Fatalf("reader %d: %v, %v", i, msgIDs(msgs), err)
+		}
+	}
+	if s := c.PoolStats(); s.TotalConns-s.IdleConns != 2 {
+		t.Fatalf("pool %+v: want two connections pinned", s)
+	}
+}
