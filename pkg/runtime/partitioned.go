@@ -30,6 +30,10 @@ type Partitioned struct {
 	pwatch       broker.PartitionWatcher
 	batchRenewer BatchRenewer
 	ackReader    broker.AckReader
+	pinner       ReaderPinner
+	// readers are the free pinned readers (pinner set), one per worker
+	// slot at most (partitioned_reader.go).
+	readers chan *slotReader
 
 	// Set by Start.
 	host Host
@@ -120,6 +124,10 @@ func NewPartitioned(cfg PartitionedConfig) (*Partitioned, error) {
 	}
 	if ar, ok := cfg.Broker.(broker.AckReader); ok {
 		p.ackReader = ar
+		if rp, ok := cfg.Broker.(ReaderPinner); ok {
+			p.pinner = rp
+			p.readers = make(chan *slotReader, cfg.Workers)
+		}
 	}
 	return p, nil
 }

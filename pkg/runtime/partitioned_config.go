@@ -53,10 +53,12 @@ type PartitionedConfig struct {
 	BatchSize int
 	// Workers bounds how many partitions are being read or handled at
 	// once across all keys. Each busy worker uses one Redis connection at
-	// a time; keep Workers plus the blocking wait's connections (one per
-	// 8,192 idle lanes) plus a few (heartbeat, renewals) within the
-	// client's PoolSize (go-redis: 10 x GOMAXPROCS by default). Default:
-	// 16.
+	// a time; with the Redis adapter (a ReaderPinner) each worker slot
+	// keeps its connection between partitions (at most half the client's
+	// pool is kept so; the others take one per call). Keep Workers plus
+	// the blocking wait's connections (one per 8,192 idle lanes) plus a
+	// few (heartbeat, renewals) within the client's PoolSize (go-redis:
+	// 10 x GOMAXPROCS by default). Default: 16.
 	Workers int
 	// MaxPartitions caps the partitions this subscription takes per node
 	// (HRW with a cap). Default: 0, no cap.

@@ -139,6 +139,7 @@ func (c *coordinator) run() {
 	defer p.wg.Done()
 	defer close(p.coordDone)
 	defer p.bgCancel()
+	defer p.closeReaders() // every worker has returned its reader
 
 	members, ch := p.host.Members()
 	c.memberCh = ch

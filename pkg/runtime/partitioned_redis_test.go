@@ -600,3 +600,98 @@ func TestRedisLaneReadsAreTransactions(t *testing.T) {
 		})
 	}
 }
+
+// A subscription on the Redis adapter reads through pinned readers, one
+// per worker slot: a fresh partition of one batch costs three round
+// trips (the acquisition with the lease check and the lanes' tails, the
+// read, the read that acks it), and when the node stops every pinned connection goes
+// back to the pool, unwatched (a watch left behind would refuse the next
+// transaction on that connection).
+func TestRedisPinnedReaders(t *testing.T) {
+	e := newRedisEnv(t)
+	rec := newRecorder(t)
+	keys := keyNames(30)
+	publishAll(t, e.pub, keys, 1, 15)
+	// The acquisition's script cached: no NOSCRIPT retry to count.
+	if _, _, err := e.b.AcquirePartitionLease(context.Background(), "warm:lease", "warm:gen", "x", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	trips := &tripCounter{}
+	c := e.client()
+	c.AddHook(trips)
+	store := redisstore.New(c)
+	cfg := e.config(rec.handler("node-1"), redisbroker.New(c), store)
+	cfg.Workers = 4
+	cfg.LeaseTTL, cfg.RenewEvery = time.Minute, 10*time.Second // no renewal inside the test
+	sub, err := runtime.NewPartitioned(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := runtime.NewNode(runtime.NodeConfig{Service: service, NodeID: "node-1", Membership: store}, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.nodes = append(e.nodes, n)
+	want := wantAll(keys, 15)
+	eventually(t, 30*time.Second, 10*time.Millisecond, "all entries handled", func() bool { return rec.complete(want) })
+	rec.checkOrder(t, want)
+	for _, k := range keys {
+		st := broker.ProteanLayout.Stream(cat, k)
+		eventually(t, 10*time.Second, 10*time.Millisecond, "last batch acked", func() bool {
+			p, err := e.c.XPending(context.Background(), st, group).Result()
+			return err == nil && p.Count == 0
+		})
+	}
+	if got := trips.partition.Load(); got != 3*int64(len(keys)) {
+		t.Errorf("%d round trips of the workers for %d partitions, want 3 each", got, len(keys))
+	}
+	if s := c.PoolStats(); s.TotalConns-s.IdleConns > uint32(cfg.Workers)+4 {
+		t.Errorf("pool %+v: more connections in use than the slots' and the background's", s)
+	}
+	e.stopAll()
+	s := c.PoolStats()
+	if s.TotalConns != s.IdleConns {
+		t.Fatalf("pool %+v after stop: connections not returned", s)
+	}
+	// Every lease was released at stop, which touched it: a connection
+	// still watching one would refuse a transaction.
+	conns := make([]*redis.Conn, s.IdleConns)
+	for i := range conns {
+		conns[i] = c.Conn()
+		if err := conns[i].Ping(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, cn := range conns {
+		_, err := cn.TxPipelined(context.Background(), func(p redis.Pipeliner) error {
+			p.Set(context.Background(), "other", "1", 0)
+			return nil
+		})
+		if err != nil {
+			t.Errorf("connection %d: %v (a watch was left)", i, err)
+		}
+		_ = cn.Close()
+	}
+}
+
+// tripCounter counts the round trips of partition workers: the pipelines
+// that acquire a lease (EVALSHA then WATCH), take tails (XREVRANGE) or
+// carry a transaction (EXEC).
+type tripCounter struct{ partition atomic.Int64 }
+
+func (h *tripCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if n := c.Name(); n == "exec" || n == "xrevrange" || n == "watch" && cmds[0].Name() != "multi" {
+				h.partition.Add(1)
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}

@@ -61,6 +61,10 @@ type worker struct {
 	cancel context.CancelCauseFunc
 	lease  *heldLease
 	slot   bool
+	rd     *slotReader // the slot's pinned reader, while slot (nil: none)
+	// preTails are the lanes' tails taken with the lease (acquire), for
+	// tails; nil when they were not.
+	preTails map[string]string
 
 	acks      map[string][]string // per stream, ids handled and not yet acked
 	readSince bool                // a message was read since the last wake
@@ -128,7 +132,7 @@ func (w *worker) run() (res result) {
 	}
 	start := p.clk.Now()
 	leaseKey := p.layout.LeaseKey(p.cfg.Name, w.key)
-	lease, ok, err := p.cfg.Broker.AcquirePartitionLease(w.ctx, leaseKey, p.layout.GenerationKey(p.cfg.Name, w.key), p.node, p.cfg.LeaseTTL)
+	lease, ok, err := w.acquire(leaseKey)
 	if err != nil {
 		if w.ctx.Err() != nil {
 			return result{kind: resStopped}
@@ -230,14 +234,14 @@ func (w *worker) process() result {
 // with no extra call. A lane whose tail is 0-0 has no entry at all and is
 // not read until a wake-up.
 func (w *worker) tails() (result, bool) {
-	p := w.p
-	streams := make([]string, len(w.lanes))
-	for i, ln := range w.lanes {
-		streams[i] = ln.stream
-	}
-	tails, err := p.tailer.LastEntryIDs(w.ctx, streams)
-	if err != nil {
-		return w.ioFail("last entry ids", err), true
+	tails := w.preTails
+	w.preTails = nil
+	if tails == nil {
+		var err error
+		tails, err = w.tailer().LastEntryIDs(w.ctx, w.streams())
+		if err != nil {
+			return w.ioFail("last entry ids", err), true
+		}
 	}
 	for _, ln := range w.lanes {
 		id := tails[ln.stream]
@@ -446,17 +450,7 @@ func (w *worker) read(ln lane) ([]broker.Message, result, bool) {
 	if w.drainedPending[ln.stream] {
 		mode = broker.ReadNew
 	}
-	if ack := w.acks[ln.stream]; len(ack) > 0 && p.ackReader != nil {
-		// The last batch's ack rides on this read: one round trip per
-		// batch, under one lease check.
-		msgs, err = p.ackReader.AckAndReadPartitionFenced(w.ctx, w.lease.fence, ln.stream, p.cfg.Name, ack, int64(p.cfg.BatchSize), mode)
-		if err == nil {
-			p.c.acks.Add(1)
-			delete(w.acks, ln.stream)
-		}
-	} else {
-		msgs, err = p.cfg.Broker.ReadPartitionFenced(w.ctx, w.lease.fence, ln.stream, p.cfg.Name, int64(p.cfg.BatchSize), mode)
-	}
+	msgs, err = w.fencedRead(ln, mode)
 	if err != nil {
 		return nil, w.ioFail("read", err), true
 	}
@@ -469,7 +463,7 @@ func (w *worker) read(ln lane) ([]broker.Message, result, bool) {
 			// Nothing pending: read new entries at once, as
 			// ReadPendingThenNew would have in the same call (the acks,
 			// if any, went with the pending read).
-			msgs, err = p.cfg.Broker.ReadPartitionFenced(w.ctx, w.lease.fence, ln.stream, p.cfg.Name, int64(p.cfg.BatchSize), broker.ReadNew)
+			msgs, err = w.fencedRead(ln, broker.ReadNew)
 			if err != nil {
 				return nil, w.ioFail("read", err), true
 			}
@@ -484,6 +478,30 @@ func (w *worker) read(ln lane) ([]broker.Message, result, bool) {
 		}
 	}
 	return msgs, result{}, false
+}
+
+// fencedRead is one fenced read of ln in mode, on the slot's pinned
+// reader when there is one. The last batch's ack rides on it when the
+// broker can (one round trip per batch, under one lease check).
+func (w *worker) fencedRead(ln lane, mode broker.ReadMode) ([]broker.Message, error) {
+	p := w.p
+	ack := w.acks[ln.stream]
+	var ar broker.AckReader
+	switch {
+	case w.rd != nil:
+		ar = w.rd.reader
+	case len(ack) > 0:
+		ar = p.ackReader
+	}
+	if ar == nil {
+		return p.cfg.Broker.ReadPartitionFenced(w.ctx, w.lease.fence, ln.stream, p.cfg.Name, int64(p.cfg.BatchSize), mode)
+	}
+	msgs, err := ar.AckAndReadPartitionFenced(w.ctx, w.lease.fence, ln.stream, p.cfg.Name, ack, int64(p.cfg.BatchSize), mode)
+	if err == nil && len(ack) > 0 {
+		p.c.acks.Add(1)
+		delete(w.acks, ln.stream)
+	}
+	return msgs, err
 }
 
 // newer reports whether stream id a sorts after b ("" sorts first).
@@ -822,12 +840,11 @@ func (w *worker) drained() (result, bool) {
 // id; taking the tails after the read could miss an entry appended in
 // between. got says the read found entries (they were handled).
 func (w *worker) learnTails(lanes []lane) (got bool, r result, done bool) {
-	p := w.p
 	streams := make([]string, len(lanes))
 	for i, ln := range lanes {
 		streams[i] = ln.stream
 	}
-	tails, err := p.tailer.LastEntryIDs(w.ctx, streams)
+	tails, err := w.tailer().LastEntryIDs(w.ctx, streams)
 	if err != nil {
 		return false, w.ioFail("last entry ids", err), true
 	}
@@ -914,6 +931,7 @@ func (w *worker) takeSlot() (result, bool) {
 	select {
 	case p.sem <- struct{}{}:
 		w.slot = true
+		w.rd = p.takeReader()
 		return result{}, false
 	case <-w.handover:
 		return w.release(result{kind: resHandedOff}, "handover"), true
@@ -927,6 +945,8 @@ func (w *worker) takeSlot() (result, bool) {
 func (w *worker) releaseSlot() {
 	if w.slot {
 		w.slot = false
+		w.p.putReader(w.rd)
+		w.rd = nil
 		<-w.p.sem
 	}
 }
