@@ -52,13 +52,10 @@ func (b *Broker) ackAndReadPartitionFenced(ctx context.Context, pc *pinnedConn, 
 	if !ok {
 		return nil, &broker.InvalidArgumentError{Op: op, Arg: "mode", Value: strconv.Itoa(int(mode)), Reason: "unknown read mode"}
 	}
-	args := make([]any, 0, 4+len(ack))
-	args = append(args, f.Token, group, count, m)
 	for _, id := range ack {
 		if err := validID(op, id); err != nil {
 			return nil, err
 		}
-		args = append(args, id)
 	}
 	if id := txReadID(mode); id != "" {
 		if c := b.txClient(ctx, f.LeaseKey); c != nil {
@@ -67,6 +64,13 @@ func (b *Broker) ackAndReadPartitionFenced(ctx context.Context, pc *pinnedConn, 
 				return msgs, err
 			}
 		}
+	}
+	// The ids go by pointer: boxing a *string into an interface does not
+	// allocate, a string does (go-redis writes both alike).
+	args := make([]any, 0, 4+len(ack))
+	args = append(args, f.Token, group, count, m)
+	for i := range ack {
+		args = append(args, &ack[i])
 	}
 	keys := []string{f.LeaseKey, stream}
 	res, err := ackReadScript.Run(ctx, b.client, keys, args...).Slice()

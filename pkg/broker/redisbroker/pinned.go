@@ -255,8 +255,11 @@ func (pc *pinnedConn) carry(key string, watch *redis.Cmd, get *redis.StringCmd) 
 // transport says err is not a reply of the server (nor redis.Nil): the
 // connection's state is unknown.
 func transport(err error) bool {
+	if err == nil {
+		return false // before re, which escapes to the heap
+	}
 	var re redis.Error
-	return err != nil && !errors.As(err, &re)
+	return !errors.As(err, &re)
 }
 
 // close gives the connection back to the pool, unwatched.
@@ -287,7 +290,8 @@ func (pc *pinnedConn) close(ctx context.Context) error {
 // from one call to the next.
 func (pc *pinnedConn) readTx(ctx context.Context, op string, f broker.Fence, stream, group string, ack []string, count int64, id string) ([]broker.Message, txOutcome, error) {
 	fail := func(err error) ([]broker.Message, txOutcome, error) {
-		return nil, txDecided, mapErr(call{op: op, keys: []string{f.LeaseKey, stream}, fence: &f, stream: stream}, err)
+		fc := f // escapes only on failure
+		return nil, txDecided, mapErr(call{op: op, keys: []string{f.LeaseKey, stream}, fence: &fc, stream: stream}, err)
 	}
 	for attempt := 0; attempt < txAttempts; attempt++ {
 		if pc.watching != f.LeaseKey || !pc.seenOK || pc.seen != f.Token {
@@ -360,10 +364,12 @@ func (pc *pinnedConn) execOnce(ctx context.Context, op string, f broker.Fence, s
 	_, _ = pc.conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 		multi = p.Do(ctx, "multi")
 		if len(ack) > 0 {
+			// By pointer: boxing a *string does not allocate, a
+			// string does.
 			args := make([]any, 0, 3+len(ack))
 			args = append(args, "xack", stream, group)
-			for _, a := range ack {
-				args = append(args, a)
+			for i := range ack {
+				args = append(args, &ack[i])
 			}
 			p.Do(ctx, args...)
 		} else {
@@ -395,13 +401,12 @@ func (pc *pinnedConn) execOnce(ctx context.Context, op string, f broker.Fence, s
 	raw := exec.Val()
 	r := &respReader{b: raw}
 	n, _, err := r.aggregate(false)
-	var re replyError
 	switch {
 	case errors.Is(err, errNilReply):
 		// The lease key was written or expired after the WATCH: nothing
 		// ran. The WATCH and GET sent after EXEC decide the retry.
 		return nil, txDecided, true, nil
-	case errors.As(err, &re) && strings.HasPrefix(string(re), "EXECABORT"):
+	case isReplyError(err) && strings.HasPrefix(err.Error(), "EXECABORT"):
 		// A command was refused when queued (MOVED, ...): nothing ran.
 		return nil, txFallback, false, nil
 	case err != nil:
@@ -441,7 +446,7 @@ func (pc *pinnedConn) execOnce(ctx context.Context, op string, f broker.Fence, s
 			return nil, txDecided, false, ackErr
 		}
 		return msgs, txDecided, false, nil
-	case errors.As(rerr, &re):
+	case isReplyError(rerr):
 		// EXEC ran and the read failed with an error reply (NOGROUP,
 		// WRONGTYPE).
 		if len(ack) == 0 || ackErr != nil || acked == 0 {
@@ -451,4 +456,14 @@ func (pc *pinnedConn) execOnce(ctx context.Context, op string, f broker.Fence, s
 	default:
 		return nil, txDecided, false, rerr
 	}
+}
+
+// isReplyError says err is (or wraps) an error reply found in a raw
+// reply.
+func isReplyError(err error) bool {
+	if err == nil {
+		return false // before re, which escapes to the heap
+	}
+	var re replyError
+	return errors.As(err, &re)
 }
