@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -424,5 +425,73 @@ func TestPinnedReaderLimit(t *testing.T) {
 	}
 	if s := c.PoolStats(); s.TotalConns-s.IdleConns != 2 {
 		t.Fatalf("pool %+v: want two connections pinned", s)
+	}
+}
+
+// A pinned reader decodes entries as the script does (data fields,
+// entries without one, pending entries whose bodies were deleted, empty
+// values), on RESP2 and RESP3, in batches of several sizes.
+func TestPinnedReaderDecodesLikeTheScript(t *testing.T) {
+	for _, proto := range []int{2, 3} {
+		t.Run(fmt.Sprintf("RESP%d", proto), func(t *testing.T) {
+			server.FlushAll(t)
+			opts := server.Options()
+			opts.Protocol = proto
+			c := redis.NewClient(opts)
+			t.Cleanup(func() { _ = c.Close() })
+			b := redisbroker.New(c)
+			script := redisbroker.New(c, redisbroker.WithScriptReads())
+			st := layout.Stream(cat, key)
+			var ids []string
+			for i := range 300 {
+				var values []any
+				switch i % 4 {
+				case 0:
+					values = []any{"data", fmt.Sprintf(`{"n":%d,"pad":%q}`, i, strings.Repeat("x", i))}
+				case 1:
+					values = []any{"kind", "ping", "n", fmt.Sprint(i)}
+				case 2:
+					values = []any{"trace", "t", "data", "raw"}
+				case 3:
+					values = []any{"data", ""}
+				}
+				ids = append(ids, c.XAdd(t.Context(), &redis.XAddArgs{Stream: st, Values: values}).Val())
+			}
+			r := newPinned(t, b)
+			l := pinnedAcquire(t, r, key, owner)
+			var got []broker.Message
+			for _, n := range []int64{3, 200, 1, 96} {
+				msgs, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, n, broker.ReadNew)
+				if err != nil || int64(len(msgs)) != n {
+					t.Fatalf("read %d = %d, %v", n, len(msgs), err)
+				}
+				got = append(got, msgs...)
+			}
+			for _, id := range ids[10:20] {
+				c.XDel(t.Context(), st, id)
+			}
+			want, err := script.ReadPartitionFenced(t.Context(), l.Fence, st, group, 300, broker.ReadPending)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pending, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, 300, broker.ReadPending)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.EqualFunc(pending, want, sameMessage) {
+				t.Fatalf("pending entries differ:\npinned %+v\nscript %+v", pending, want)
+			}
+			if !pending[10].Missing || pending[9].Missing || string(pending[2].Data) != "raw" || string(pending[1].Data) != `{"kind":"ping","n":"1"}` {
+				t.Fatalf("decoded %+v", pending[:12])
+			}
+			for i := range got {
+				if i >= 10 && i < 20 {
+					continue
+				}
+				if !sameMessage(got[i], pending[i]) {
+					t.Fatalf("entry %d: read new %+v, pending %+v", i, got[i], pending[i])
+				}
+			}
+		})
 	}
 }
