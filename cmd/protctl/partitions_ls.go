@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -143,92 +144,48 @@ func listPartitionsOnce(ctx context.Context, opts *partitionsListOptions, ins *i
 	return printPartitions(opts.IO, opts.Printer, sorted)
 }
 
-// streamBatch is how many partitions streamPartitions reads per call,
-// and streamReaders how many batches it reads at once.
-const (
-	streamBatch   = 2000
-	streamReaders = 2
-)
+// errLimitReached stops a streamed listing at --limit.
+var errLimitReached = errors.New("limit reached")
 
 // streamPartitions prints the partitions of cats as -o json or jsonl in
 // category and key order without holding them all: it reads each index's
-// keys (SSCAN pages) and sorts them, then reads the partitions in batches
-// of keys, two batches at a time, while earlier batches are encoded and
-// written in order. Memory stays at the keys plus a few batches, and
-// Redis's work, the replies' parsing and the encoding overlap
-// (docs/benchmarks.md, "CLI").
+// keys (SSCAN pages) and sorts them, then reads the partitions with
+// inspect.EachPartitionByKey (pipelined chunks, several in flight) while
+// earlier ones are encoded and written in order. Memory stays at the keys
+// plus a few chunks, and Redis's work, the replies' parsing and the
+// encoding overlap (docs/benchmarks.md, "CLI").
 func streamPartitions(ctx context.Context, opts *partitionsListOptions, ins *inspect.Inspector, cats []string, po inspect.PartitionOptions) error {
 	b, err := opts.Broker()
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type batch struct {
-		parts []inspect.Partition
-		err   error
-	}
-	// Each batch's result arrives on its own channel; the channels are
-	// queued in key order, and the queue's capacity bounds the batches in
-	// flight.
-	queue := make(chan chan batch, streamReaders)
-	go func() {
-		defer close(queue)
-		enqueue := func(read func() batch) bool {
-			res := make(chan batch, 1)
-			select {
-			case queue <- res:
-			case <-ctx.Done():
-				return false
-			}
-			go func() { res <- read() }()
-			return true
-		}
-		for _, c := range cats {
-			keys, err := indexKeys(ctx, b, c)
-			if err != nil {
-				enqueue(func() batch { return batch{err: err} })
-				return
-			}
-			for lo := 0; lo < len(keys); lo += streamBatch {
-				chunk := keys[lo:min(lo+streamBatch, len(keys))]
-				if !enqueue(func() batch {
-					parts, err := ins.PartitionsByKey(ctx, c, chunk, po)
-					return batch{parts, err}
-				}) {
-					return
-				}
-			}
-		}
-	}()
-
 	w := newJSONListWriter(opts.IO.Out, "Partition", opts.Printer.Format() == output.FormatJSONL)
 	prog := opts.IO.NewProgress("reading partitions")
 	defer prog.Done()
 	n := 0
-	for res := range queue {
-		bt := <-res
-		if bt.err != nil {
-			return bt.err
+	add := func(p inspect.Partition) error {
+		if err := w.Add(&p); err != nil {
+			return err
 		}
-		for i := range bt.parts {
-			p := &bt.parts[i]
-			if po.Filter != nil && !po.Filter(p) {
-				continue
-			}
-			if err := w.Add(p); err != nil {
-				return err
-			}
-			n++
-			if opts.Limit > 0 && n >= opts.Limit {
-				prog.Done()
-				return w.Close()
-			}
+		n++
+		if n%1000 == 0 {
+			prog.Update("%d partitions", n)
 		}
-		prog.Update("%d partitions", n)
+		if opts.Limit > 0 && n >= opts.Limit {
+			return errLimitReached
+		}
+		return nil
 	}
-	if err := ctx.Err(); err != nil {
-		return err
+	for _, c := range cats {
+		keys, err := indexKeys(ctx, b, c)
+		if err != nil {
+			return err
+		}
+		if err := ins.EachPartitionByKey(ctx, c, keys, po, add); errors.Is(err, errLimitReached) {
+			break
+		} else if err != nil {
+			return err
+		}
 	}
 	prog.Done()
 	return w.Close()

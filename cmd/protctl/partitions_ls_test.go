@@ -199,13 +199,14 @@ func TestStreamedJSONListIsThePrintersDocument(t *testing.T) {
 	}
 }
 
-// TestPartitionsListStreamsInBatches lists more partitions than one
-// streamed batch, in key order, with a limit ending mid-batch, and the
-// same in JSONL and in the table (which holds every row).
-func TestPartitionsListStreamsInBatches(t *testing.T) {
+// TestPartitionsListStreamsInChunks lists more partitions than several
+// chunks in flight (inspect reads 250 per chunk, 4 at once), in key
+// order, with a limit ending mid-chunk, and the same in JSONL and in the
+// table (which holds every row).
+func TestPartitionsListStreamsInChunks(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	c := srv.Client(t)
-	n := streamBatch + 500
+	const n, limit = 2500, 1101
 	cat := testenv.Protean(t, c).Category("big::cat")
 	ctx := context.Background()
 	pipe := c.Pipeline()
@@ -226,10 +227,10 @@ func TestPartitionsListStreamsInBatches(t *testing.T) {
 	if got := lsKeys(t, r); !slices.Equal(got, want) {
 		t.Fatalf("%d keys listed, want %d in order", len(got), len(want))
 	}
-	r = cl.run("partitions", "ls", cat.Name(), "-o", "jsonl", "--limit", fmt.Sprint(streamBatch+1))
+	r = cl.run("partitions", "ls", cat.Name(), "-o", "jsonl", "--limit", fmt.Sprint(limit))
 	r.wantCode(t, 0)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if len(lines) != streamBatch+1 || !strings.Contains(lines[streamBatch], `"key":"`+want[streamBatch]+`"`) {
+	if len(lines) != limit || !strings.Contains(lines[limit-1], `"key":"`+want[limit-1]+`"`) {
 		t.Fatalf("%d lines, last %q", len(lines), lines[len(lines)-1])
 	}
 	r = cl.run("partitions", "ls", cat.Name(), "--no-headers")

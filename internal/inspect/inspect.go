@@ -158,20 +158,26 @@ func (in *Inspector) EachPartition(ctx context.Context, category string, opts Pa
 // way Partitions reads index entries, in the order given. Group and
 // LaneGroups of opts apply; Filter, Limit and PageSize do not.
 func (in *Inspector) PartitionsByKey(ctx context.Context, category string, keys []string, opts PartitionOptions) ([]Partition, error) {
-	w, err := in.newWalk(ctx, "read partitions", category, opts.Group, true)
+	opts.Filter, opts.Limit = nil, 0
+	out := make([]Partition, 0, len(keys))
+	err := in.eachPartitionByKey(ctx, category, keys, opts, func(p Partition) error {
+		out = append(out, p)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	w.laneGroups = opts.LaneGroups
-	out := make([]Partition, 0, len(keys))
-	for start := 0; start < len(keys); start += in.cfg.chunk {
-		parts, err := in.readChunk(ctx, w, keys[start:min(start+in.cfg.chunk, len(keys))])
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, parts...)
-	}
 	return out, nil
+}
+
+// EachPartitionByKey is PartitionsByKey without holding the list, as
+// EachPartition is to Partitions: fn is called once per partition, in
+// the order of keys, from the calling goroutine, while the next chunks
+// are read; Filter and Limit apply. It is how a long sorted listing is
+// streamed: the category's groups and parked entries are read once,
+// not once per batch of keys.
+func (in *Inspector) EachPartitionByKey(ctx context.Context, category string, keys []string, opts PartitionOptions, fn func(Partition) error) error {
+	return in.eachPartitionByKey(ctx, category, keys, opts, fn)
 }
 
 // ExplainOptions tunes Partition. The zero value is the default.

@@ -21,6 +21,43 @@ type walk struct {
 	parked     map[string]bool // group + "\x00" + key, nil without a ledger
 	now        time.Time
 	laneGroups bool
+
+	// learned is the groups found on the lanes of chunks read so far
+	// (sorted): a category's partitions mostly have the same groups, so
+	// later chunks read those groups' leases in their first round trip,
+	// with the registered ones, instead of a second.
+	mu      sync.Mutex
+	learned []string
+}
+
+// knownGroups is the groups whose leases a chunk reads before its lanes:
+// the filter group, or the registered and learned ones.
+func (w *walk) knownGroups() []string {
+	if w.group != "" {
+		return []string{w.group}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.learned) == 0 {
+		return w.registered
+	}
+	known := append(slices.Clone(w.registered), w.learned...)
+	slices.Sort(known)
+	return slices.Compact(known)
+}
+
+// learn adds groups found on a lane.
+func (w *walk) learn(groups []string) {
+	if len(groups) == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, g := range groups {
+		if at, found := slices.BinarySearch(w.learned, g); !found {
+			w.learned = slices.Insert(w.learned, at, g)
+		}
+	}
 }
 
 // newWalk reads what a listing of category needs once: the registered
@@ -67,11 +104,70 @@ func (in *Inspector) eachPartition(ctx context.Context, category string, opts Pa
 	if page <= 0 {
 		page = in.cfg.pageSize
 	}
+	index := in.layout.IndexKey(category)
+	scan := func(ctx context.Context, emit func([]string) bool) error {
+		seen := make(map[string]struct{})
+		chunk := make([]string, 0, in.cfg.chunk)
+		var cursor uint64
+		for {
+			keys, next, err := in.client.SScan(ctx, index, cursor, "", page).Result()
+			if err != nil {
+				return wrapErr(op, index, "set", err)
+			}
+			for _, k := range keys {
+				if _, dup := seen[k]; dup {
+					continue
+				}
+				seen[k] = struct{}{}
+				chunk = append(chunk, k)
+				if len(chunk) == in.cfg.chunk {
+					if !emit(chunk) {
+						return nil
+					}
+					chunk = make([]string, 0, in.cfg.chunk)
+				}
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+		if len(chunk) > 0 {
+			emit(chunk)
+		}
+		return nil
+	}
+	return in.walkChunks(ctx, w, scan, opts, fn)
+}
 
-	// Chunks are read by in.cfg.workers goroutines at once, so that the
-	// client decodes one chunk while the server answers the next; they
-	// are handed to fn in the order the index yielded them. At most
-	// workers+1 chunks are in memory besides what fn keeps.
+// eachPartitionByKey is eachPartition over the given keys, in their
+// order, instead of the index.
+func (in *Inspector) eachPartitionByKey(ctx context.Context, category string, keys []string, opts PartitionOptions, fn func(Partition) error) error {
+	w, err := in.newWalk(ctx, "read partitions", category, opts.Group, true)
+	if err != nil {
+		return err
+	}
+	w.laneGroups = opts.LaneGroups
+	slice := func(_ context.Context, emit func([]string) bool) error {
+		for lo := 0; lo < len(keys); lo += in.cfg.chunk {
+			if !emit(keys[lo:min(lo+in.cfg.chunk, len(keys))]) {
+				return nil
+			}
+		}
+		return nil
+	}
+	return in.walkChunks(ctx, w, slice, opts, fn)
+}
+
+// walkChunks reads the chunks of keys that produce emits and calls fn
+// for their partitions, applying opts.Filter and opts.Limit. Chunks are
+// read by in.cfg.workers goroutines at once, each its own pipelined
+// round trips, so that the client decodes one chunk while the server
+// answers the next (the server is the listing's bottleneck: it must
+// never wait for the client); fn still sees them in the order produce
+// emitted them, from the calling goroutine. At most workers+1 chunks
+// are in memory besides what fn keeps. An error of produce is returned
+// after the chunks emitted before it.
+func (in *Inspector) walkChunks(ctx context.Context, w *walk, produce func(ctx context.Context, emit func([]string) bool) error, opts PartitionOptions, fn func(Partition) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type job struct {
@@ -117,36 +213,11 @@ func (in *Inspector) eachPartition(ctx context.Context, category string, opts Pa
 				return false
 			}
 		}
-		index := in.layout.IndexKey(category)
-		seen := make(map[string]struct{})
-		chunk := make([]string, 0, in.cfg.chunk)
-		var cursor uint64
-		for {
-			keys, next, err := in.client.SScan(ctx, index, cursor, "", page).Result()
-			if err != nil {
-				send(&job{err: wrapErr(op, index, "set", err), done: make(chan struct{})})
-				return
-			}
-			for _, k := range keys {
-				if _, dup := seen[k]; dup {
-					continue
-				}
-				seen[k] = struct{}{}
-				chunk = append(chunk, k)
-				if len(chunk) == in.cfg.chunk {
-					if !send(&job{keys: chunk, done: make(chan struct{})}) {
-						return
-					}
-					chunk = make([]string, 0, in.cfg.chunk)
-				}
-			}
-			cursor = next
-			if cursor == 0 {
-				break
-			}
-		}
-		if len(chunk) > 0 {
-			send(&job{keys: chunk, done: make(chan struct{})})
+		err := produce(ctx, func(keys []string) bool {
+			return send(&job{keys: keys, done: make(chan struct{})})
+		})
+		if err != nil {
+			send(&job{err: err, done: make(chan struct{})})
 		}
 	}()
 
@@ -173,7 +244,7 @@ func (in *Inspector) eachPartition(ctx context.Context, category string, opts Pa
 			}
 		}
 	}
-	return nil
+	return ctx.Err()
 }
 
 // laneRead is a lane's state as readLanes read it.
@@ -233,14 +304,23 @@ type leaseRead struct {
 	pttlOK     bool
 }
 
-// readChunk reads keys' partitions in two pipelined round trips:
+// readChunk reads keys' partitions in two pipelined round trips (three
+// when a group exists only on a backfill lane):
 //
-//  1. the main lane's XLEN, XREVRANGE + - COUNT 1 and XINFO GROUPS, and
-//     the backfill lane's XINFO GROUPS (which fails for a missing lane,
-//     the common case, at the cost of one cheap command);
-//  2. one MGET of every group's lease and generation keys (they share
-//     the partition's hash tag in the cluster layout), PTTL of each
-//     lease, and XLEN and XREVRANGE of the backfill lanes that exist.
+//  1. the main lane's XLEN, XREVRANGE + - COUNT 1 and XINFO GROUPS,
+//     EXISTS of the backfill lane (which nine partitions in ten do not
+//     have), and the lease and generation of the groups known before
+//     reading the lanes (the registered ones, or the --group filter): one
+//     MGET for the whole chunk, or one per partition on a cluster, where
+//     a partition's keys share a hash tag but partitions do not;
+//  2. PTTL of the leases found, XLEN, XREVRANGE and XINFO GROUPS of the
+//     backfill lanes that exist, and MGET + PTTL for groups found on the
+//     main lane only.
+//
+// Every command is one the server answers from a key it must look up, and
+// those lookups (hash chains and key compares missing the CPU cache) are
+// most of the server's time, so the listing makes as few as it can: no
+// PTTL of a lease that is not there, no XINFO of a lane that is not there.
 //
 // (Read-only Lua scripts doing the same were measured slower on the
 // server, one per partition and also one per chunk of 250 partitions,
@@ -252,16 +332,77 @@ func (in *Inspector) readChunk(ctx context.Context, w *walk, keys []string) ([]P
 	return parts, err
 }
 
+// chunkLeases is the lease and generation reads of one round trip: the
+// replies of one MGET per chunk (or one per partition on a cluster) and
+// where each partition's pairs start in them.
+type chunkLeases struct {
+	mget []*redis.SliceCmd
+	at   []int // per partition: index into mget, or -1; pairs start at off
+	off  []int
+}
+
+// queue asks for the lease and generation of (names[i], keys[i]) for
+// every i, in one MGET or one per partition (perPartition).
+func (in *Inspector) queueLeases(ctx context.Context, p redis.Pipeliner, keys []string, names [][]string, perPartition bool) chunkLeases {
+	cl := chunkLeases{at: make([]int, len(keys)), off: make([]int, len(keys))}
+	var mk []string
+	flush := func() {
+		if len(mk) > 0 {
+			cl.mget = append(cl.mget, p.MGet(ctx, mk...))
+			mk = nil
+		}
+	}
+	for i, k := range keys {
+		cl.at[i] = -1
+		if len(names[i]) == 0 {
+			continue
+		}
+		cl.at[i], cl.off[i] = len(cl.mget), len(mk)
+		for _, g := range names[i] {
+			mk = append(mk, in.layout.LeaseKey(g, k), in.layout.GenerationKey(g, k))
+		}
+		if perPartition {
+			flush()
+		}
+	}
+	flush()
+	return cl
+}
+
+// read fills lr[i][j] (lease and generation of names[i][j]) from the
+// replies; a failed MGET is returned as the error of the first key it
+// read.
+func (cl chunkLeases) read(op string, in *Inspector, keys []string, names [][]string, lr [][]leaseRead) error {
+	for i := range keys {
+		if cl.at[i] < 0 {
+			continue
+		}
+		vals, err := cl.mget[cl.at[i]].Result()
+		if err != nil {
+			return wrapErr(op, in.layout.LeaseKey(names[i][0], keys[i]), "string", err)
+		}
+		for j := range names[i] {
+			o := cl.off[i] + 2*j
+			lr[i][j] = leaseRead{lease: stringOrNil(vals[o]), gen: stringOrNil(vals[o+1])}
+		}
+	}
+	return nil
+}
+
 // readLanes is readChunk that also returns each lane's groups.
 func (in *Inspector) readLanes(ctx context.Context, w *walk, keys []string) ([]Partition, [][2]laneRead, error) {
 	const op = "read partitions"
+	_, perPartition := in.client.(*redis.ClusterClient)
+	known := w.knownGroups()
 	type phase1 struct {
-		mainLen              *redis.IntCmd
-		mainLast             *redis.Cmd
-		mainGroups, bfGroups *redis.XInfoGroupsCmd
+		mainLen    *redis.IntCmd
+		mainLast   *redis.Cmd
+		mainGroups *redis.XInfoGroupsCmd
+		bfExists   *redis.IntCmd
 	}
 	cmds1 := make([]phase1, len(keys))
 	lanes := make([][2]laneRead, len(keys))
+	knownNames := make([][]string, len(keys))
 	p := in.client.Pipeline()
 	for i, k := range keys {
 		main, bf := in.layout.Stream(w.category, k), in.layout.LaneStream(w.category, k, in.cfg.backfill)
@@ -270,69 +411,158 @@ func (in *Inspector) readLanes(ctx context.Context, w *walk, keys []string) ([]P
 			mainLen:    p.XLen(ctx, main),
 			mainLast:   queueNewest(ctx, p, main),
 			mainGroups: p.XInfoGroups(ctx, main),
-			bfGroups:   p.XInfoGroups(ctx, bf),
+			bfExists:   p.Exists(ctx, bf),
 		}
+		knownNames[i] = known
 	}
+	leases1 := in.queueLeases(ctx, p, keys, knownNames, perPartition)
 	_, err := p.Exec(ctx)
 	if err := pipeErr(op, err); err != nil {
 		return nil, nil, err
 	}
 
+	// Per partition: the final group names, and for each its lease read.
+	names := make([][]string, len(keys))
+	lr := make([][]leaseRead, len(keys))
+	known1 := make([][]leaseRead, len(keys))
+	for i := range keys {
+		known1[i] = make([]leaseRead, len(known))
+	}
+	if err := leases1.read(op, in, keys, knownNames, known1); err != nil {
+		return nil, nil, err
+	}
+
 	type phase2 struct {
-		bfLen  *redis.IntCmd
-		bfLast *redis.Cmd
-		mget   *redis.SliceCmd
-		pttl   []*redis.DurationCmd
+		bfLen    *redis.IntCmd
+		bfLast   *redis.Cmd
+		bfGroups *redis.XInfoGroupsCmd
+		pttl     []*redis.DurationCmd // per name, nil where no lease was read
 	}
 	cmds2 := make([]phase2, len(keys))
-	names := make([][]string, len(keys))
+	extraNames := make([][]string, len(keys)) // groups of the main lane not known before
+	var unknown []string
 	for i, k := range keys {
 		c, l := cmds1[i], &lanes[i]
 		l[0].readGroups(c.mainGroups)
 		l[0].readTail(c.mainLen, c.mainLast)
-		l[1].readGroups(c.bfGroups)
-		if l[1].lane.Exists {
+		if n, err := c.bfExists.Result(); err == nil && n > 0 {
 			cmds2[i].bfLen = p.XLen(ctx, l[1].lane.Stream)
 			cmds2[i].bfLast = queueNewest(ctx, p, l[1].lane.Stream)
+			cmds2[i].bfGroups = p.XInfoGroups(ctx, l[1].lane.Stream)
 		}
-		names[i] = groupNames(w, *l)
-		if len(names[i]) == 0 {
-			continue
-		}
-		mk := make([]string, 0, 2*len(names[i]))
+		names[i] = groupNames(w, [2]laneRead{l[0], {}})
+		lr[i] = make([]leaseRead, len(names[i]))
 		cmds2[i].pttl = make([]*redis.DurationCmd, len(names[i]))
 		for j, g := range names[i] {
-			lk := in.layout.LeaseKey(g, k)
-			mk = append(mk, lk, in.layout.GenerationKey(g, k))
-			cmds2[i].pttl[j] = p.PTTL(ctx, lk)
+			if kj := slices.Index(known, g); kj >= 0 {
+				lr[i][j] = known1[i][kj]
+				if lr[i][j].lease != nil {
+					cmds2[i].pttl[j] = p.PTTL(ctx, in.layout.LeaseKey(g, k))
+				}
+				continue
+			}
+			extraNames[i] = append(extraNames[i], g)
+			unknown = append(unknown, g)
+			cmds2[i].pttl[j] = p.PTTL(ctx, in.layout.LeaseKey(g, k))
 		}
-		cmds2[i].mget = p.MGet(ctx, mk...)
 	}
+	// The groups of the main lane not known before are read into a side
+	// table and copied by name.
+	extra := make([][]leaseRead, len(keys))
+	for i := range keys {
+		extra[i] = make([]leaseRead, len(extraNames[i]))
+	}
+	leases2 := in.queueLeases(ctx, p, keys, extraNames, perPartition)
 	if _, err := p.Exec(ctx); pipeErr(op, err) != nil {
 		return nil, nil, pipeErr(op, err)
 	}
-	parts := make([]Partition, len(keys))
-	for i, k := range keys {
+	if err := leases2.read(op, in, keys, extraNames, extra); err != nil {
+		return nil, nil, err
+	}
+
+	// A group found only on a backfill lane needs a third round trip.
+	var late []int
+	lateNames := make([][]string, len(keys))
+	for i := range keys {
 		c := cmds2[i]
-		if c.bfLen != nil {
+		if c.bfGroups != nil {
+			lanes[i][1].readGroups(c.bfGroups)
 			lanes[i][1].readTail(c.bfLen, c.bfLast)
 		}
-		lr := make([]leaseRead, len(names[i]))
-		if c.mget != nil {
-			vals, err := c.mget.Result()
-			if err != nil {
-				return nil, nil, wrapErr(op, in.layout.LeaseKey(names[i][0], k), "string", err)
+		for j, g := range names[i] {
+			if e := slices.Index(extraNames[i], g); e >= 0 {
+				lr[i][j] = extra[i][e]
 			}
-			for j := range names[i] {
-				lr[j] = leaseRead{lease: stringOrNil(vals[2*j]), gen: stringOrNil(vals[2*j+1])}
+			if c.pttl[j] != nil {
 				if d, err := c.pttl[j].Result(); err == nil {
-					lr[j].pttl, lr[j].pttlOK = ttlMs(d), true
+					lr[i][j].pttl, lr[i][j].pttlOK = ttlMs(d), true
 				}
 			}
 		}
-		parts[i] = in.assemble(w, k, lanes[i], names[i], lr)
+		if w.group != "" || len(lanes[i][1].groups) == 0 {
+			continue
+		}
+		for _, g := range lanes[i][1].groups {
+			if !slices.Contains(names[i], g.Name) {
+				lateNames[i] = append(lateNames[i], g.Name)
+				unknown = append(unknown, g.Name)
+			}
+		}
+		if len(lateNames[i]) > 0 {
+			late = append(late, i)
+		}
+	}
+	w.learn(unknown)
+	if len(late) > 0 {
+		if err := in.readLateLeases(ctx, op, keys, late, lateNames, names, lr, perPartition); err != nil {
+			return nil, nil, err
+		}
+	}
+
+	parts := make([]Partition, len(keys))
+	for i, k := range keys {
+		parts[i] = in.assemble(w, k, lanes[i], names[i], lr[i])
 	}
 	return parts, lanes, nil
+}
+
+// readLateLeases reads, in a third round trip, the leases of the groups
+// found only on backfill lanes (lateNames[i] for i in late) and merges
+// them into names[i] and lr[i], keeping names sorted.
+func (in *Inspector) readLateLeases(ctx context.Context, op string, keys []string, late []int, lateNames, names [][]string, lr [][]leaseRead, perPartition bool) error {
+	p := in.client.Pipeline()
+	sub := make([]string, len(late))
+	subNames := make([][]string, len(late))
+	pttl := make([][]*redis.DurationCmd, len(late))
+	for n, i := range late {
+		sub[n], subNames[n] = keys[i], lateNames[i]
+		for _, g := range lateNames[i] {
+			pttl[n] = append(pttl[n], p.PTTL(ctx, in.layout.LeaseKey(g, keys[i])))
+		}
+	}
+	cl := in.queueLeases(ctx, p, sub, subNames, perPartition)
+	if _, err := p.Exec(ctx); pipeErr(op, err) != nil {
+		return pipeErr(op, err)
+	}
+	got := make([][]leaseRead, len(late))
+	for n := range late {
+		got[n] = make([]leaseRead, len(subNames[n]))
+	}
+	if err := cl.read(op, in, sub, subNames, got); err != nil {
+		return err
+	}
+	for n, i := range late {
+		for j, g := range subNames[n] {
+			r := got[n][j]
+			if d, err := pttl[n][j].Result(); err == nil {
+				r.pttl, r.pttlOK = ttlMs(d), true
+			}
+			at, _ := slices.BinarySearch(names[i], g)
+			names[i] = slices.Insert(names[i], at, g)
+			lr[i] = slices.Insert(lr[i], at, r)
+		}
+	}
+	return nil
 }
 
 func stringOrNil(v any) any {
