@@ -13,12 +13,16 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 )
 
+// parkedKey is a parked (group, partition key): a struct, so that the
+// lookup per group and partition builds no string.
+type parkedKey struct{ group, key string }
+
 // walk holds what every chunk of one listing shares.
 type walk struct {
 	category   string
 	group      string // filter
 	registered []string
-	parked     map[string]bool // group + "\x00" + key, nil without a ledger
+	parked     map[parkedKey]bool // nil without a ledger
 	now        time.Time
 	laneGroups bool
 
@@ -80,10 +84,10 @@ func (in *Inspector) newWalk(ctx context.Context, op, category, group string, li
 		if err != nil {
 			return nil, err
 		}
-		w.parked = make(map[string]bool, len(ps))
+		w.parked = make(map[parkedKey]bool, len(ps))
 		for _, p := range ps {
 			if p.Source == runtime.SourceRedis && (p.Category == "" || p.Category == category) {
-				w.parked[p.Subscription+"\x00"+p.Aggregate] = true
+				w.parked[parkedKey{p.Subscription, p.Aggregate}] = true
 			}
 		}
 	}
@@ -670,7 +674,7 @@ func (in *Inspector) assemble(w *walk, key string, lanes [2]laneRead, names []st
 		}
 		g.Lease, g.Generation = leaseOf(lr[j])
 		if w.parked != nil {
-			g.Parked = ptr(w.parked[name+"\x00"+key])
+			g.Parked = ptr(w.parked[parkedKey{name, key}])
 		}
 		p.Groups = append(p.Groups, g)
 	}
