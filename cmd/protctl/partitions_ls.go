@@ -494,6 +494,9 @@ func (lw *jsonListWriter) Add(item any) error {
 	if lw.err != nil {
 		return lw.err
 	}
+	if p, ok := item.(*inspect.Partition); ok {
+		return lw.addPartition(p)
+	}
 	lw.buf.Reset()
 	if err := lw.enc.Encode(item); err != nil {
 		lw.err = fmt.Errorf("output: encoding %s: %w", lw.kind, err)
@@ -509,6 +512,22 @@ func (lw *jsonListWriter) Add(item any) error {
 		lw.ind = appendIndent(lw.ind[:0], bytes.TrimSuffix(lw.buf.Bytes(), []byte("\n")), "    ", "  ")
 		_, lw.err = lw.bw.Write(lw.ind)
 	}
+	lw.n++
+	return lw.err
+}
+
+// addPartition is Add for a partition, written by appendPartitionJSON.
+func (lw *jsonListWriter) addPartition(p *inspect.Partition) error {
+	if lw.lines {
+		lw.ind = append(appendPartitionJSON(lw.ind[:0], p, "", ""), '\n')
+	} else {
+		if lw.n > 0 {
+			lw.bw.WriteByte(',')
+		}
+		lw.bw.WriteString("\n    ")
+		lw.ind = appendPartitionJSON(lw.ind[:0], p, "    ", "  ")
+	}
+	_, lw.err = lw.bw.Write(lw.ind)
 	lw.n++
 	return lw.err
 }
