@@ -29,8 +29,8 @@ import (
 // WATCH and GET that follow the refused EXEC in the same round trip are
 // then a fresh check, and the transaction is retried at once. The
 // acquisition of a lease carries the WATCH the same way (the script, then
-// WATCH and GET in one round trip), so a fresh owner's first read is one
-// round trip too. docs/decisions/fenced-read-transactions.md, "Carried
+// WATCH and GET, and the lanes' tails if asked, in one round trip), so a
+// fresh owner's first read is one round trip too. docs/decisions/fenced-read-transactions.md, "Carried
 // watches".
 
 // PinnedReader returns a reader for one goroutine at a time (not safe for
@@ -38,7 +38,8 @@ import (
 //
 // The reader's AckAndReadPartitionFenced (an empty ack only reads, as
 // ReadPartitionFenced does), AcquirePartitionLease and LastEntryIDs have
-// the Broker's contract, errors included; in ReadPending and ReadNew mode,
+// the Broker's contract, errors included, and AcquirePartitionLeaseAndTails
+// is the last two in one round trip; in ReadPending and ReadNew mode,
 // on a single-node client (*redis.Client, Sentinel included), they run on
 // one connection taken at the first call and kept until close, and a
 // fenced read whose lease key the connection still watches from the last
