@@ -416,23 +416,43 @@ func (t *TopicSubscriptions) aggregateOf(r *kgo.Record, pstr string) string {
 	return "partition:" + pstr
 }
 
-// deliverLocked takes the records at or past next, in offset order.
-func (sp *subPart) deliverLocked(recs []*kgo.Record) {
-	for _, r := range recs {
-		sp.deliverOneLocked(r)
+// recInfo is what delivery derives from a record alone: its identity and
+// its aggregate. The shared reader derives it for a chunk of a fetch
+// before taking the partition's lock (once for all subscriptions), so the
+// lock is held only for the window and the lanes.
+type recInfo struct {
+	id      uint64
+	idState identity
+	keyed   bool   // the aggregate is the record's key (agg is not set)
+	agg     string // the aggregate, when not keyed
+}
+
+func (t *TopicSubscriptions) recInfoOf(r *kgo.Record, pstr string) recInfo {
+	in := recInfo{keyed: t.keyAggregate && len(r.Key) > 0}
+	in.id, in.idState = t.headerIdentity(r)
+	if !in.keyed {
+		in.agg = t.aggregateOf(r, pstr)
+	}
+	return in
+}
+
+// deliverLocked takes the records at or past next, in offset order;
+// infos[i] is recs[i]'s recInfo.
+func (sp *subPart) deliverLocked(recs []*kgo.Record, infos []recInfo) {
+	for i, r := range recs {
+		sp.deliverOneLocked(r, &infos[i])
 	}
 	sp.kickLocked()
 }
 
-func (sp *subPart) deliverOneLocked(r *kgo.Record) {
+func (sp *subPart) deliverOneLocked(r *kgo.Record, in *recInfo) {
 	if r.Offset < sp.next {
 		return
 	}
 	sp.next = r.Offset + 1
 	seq := sp.win.push(r.Offset)
-	t := sp.tp.t
 	var ln *aggLane
-	if t.keyAggregate && len(r.Key) > 0 {
+	if in.keyed {
 		// Map lookups by string(bytes) do not allocate: the common case
 		// (a key aggregate with a lane or no parked entry) costs nothing.
 		if len(sp.parked) > 0 {
@@ -446,16 +466,14 @@ func (sp *subPart) deliverOneLocked(r *kgo.Record) {
 			ln = sp.laneLocked(string(r.Key))
 		}
 	} else {
-		agg := t.aggregateOf(r, sp.tp.pstr)
-		if st := sp.parked[agg]; st != nil && !st.retrying {
+		if st := sp.parked[in.agg]; st != nil && !st.retrying {
 			sp.win.markDone(seq)
 			sp.sr.c.skipped.Add(1)
 			return
 		}
-		ln = sp.laneLocked(agg)
+		ln = sp.laneLocked(in.agg)
 	}
-	id, idState := t.headerIdentity(r)
-	ln.push(laneItem{rec: r, seq: seq, off: r.Offset, id: id, idState: idState})
+	ln.push(laneItem{rec: r, seq: seq, off: r.Offset, id: in.id, idState: in.idState})
 	sp.activateLocked(ln)
 }
 
@@ -1164,6 +1182,7 @@ func (sp *subPart) catchUp() {
 			continue // the loop ends above
 		}
 		_, err := t.cfg.Source.Scan(tp.ctx, t.cfg.Topic, tp.p, from, to, func(r *kgo.Record) error {
+			in := t.recInfoOf(r, tp.pstr)
 			tp.mu.Lock()
 			defer tp.mu.Unlock()
 			if tp.closed || sp.sr.failed.Load() {
@@ -1172,7 +1191,7 @@ func (sp *subPart) catchUp() {
 			if sp.win.inflight() >= t.cfg.MaxInFlight {
 				return errWindowFull
 			}
-			sp.deliverOneLocked(r)
+			sp.deliverOneLocked(r, &in)
 			sp.kickLocked()
 			return nil
 		})

@@ -75,6 +75,7 @@ func BenchmarkTopicLanes(b *testing.B) {
 			sp := tp.subs[0]
 			const chunk = 1000
 			recs := make([]*kgo.Record, chunk)
+			infos := make([]recInfo, 0, chunk)
 			for i := range recs {
 				agg := "agg-" + strconv.Itoa(i%100)
 				recs[i] = &kgo.Record{Key: []byte(agg), Value: []byte(`{"data":{"n":1},"type":"Bench"}`)}
@@ -94,8 +95,12 @@ func BenchmarkTopicLanes(b *testing.B) {
 						r.Headers[0].Value = strconv.AppendInt(r.Headers[0].Value[:0], r.Offset, 10)
 					}
 				}
+				infos = infos[:0]
+				for _, r := range recs {
+					infos = append(infos, t.recInfoOf(r, tp.pstr))
+				}
 				tp.mu.Lock()
-				sp.deliverLocked(recs)
+				sp.deliverLocked(recs, infos)
 				for sp.win.inflight() > 0 {
 					tp.cond.Wait()
 				}

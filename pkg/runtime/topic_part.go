@@ -35,6 +35,11 @@ type topicPart struct {
 	handoffReason atomic.Value // string
 	released      atomic.Bool
 	fetchKick     chan struct{}
+	// feed carries the shared reader's batches of this partition to
+	// feedLoop, which delivers them: the poll loop hands a fetch's
+	// partitions over and polls on, so partitions are delivered in
+	// parallel, each as fast as its lanes take its records.
+	feed chan kafkasource.Batch
 
 	mu          sync.Mutex
 	cond        *sync.Cond
@@ -47,6 +52,8 @@ type topicPart struct {
 	lastFetch   int    // records in the shared reader's last batch
 	drainOver   bool
 	pending     []pendingAction
+
+	infos []recInfo // deliverTail's scratch, the poll loop's alone
 
 	fetchMu      sync.Mutex
 	fetchApplied bool // what the reader was last told
@@ -73,6 +80,7 @@ func newTopicPart(t *TopicSubscriptions, l *topicLease) *topicPart {
 		cancel:    cancel,
 		handoffCh: make(chan struct{}),
 		fetchKick: make(chan struct{}, 1),
+		feed:      make(chan kafkasource.Batch, feedDepth),
 	}
 	tp.cond = sync.NewCond(&tp.mu)
 	l.onLose = func(cause error) { tp.cancel(cause) }
@@ -160,8 +168,9 @@ func (tp *topicPart) start() {
 	tp.pending = nil
 	tp.mu.Unlock()
 
-	tp.wg.Add(2)
+	tp.wg.Add(3)
 	go tp.fetchLoop()
+	go tp.feedLoop()
 	go func() {
 		defer tp.wg.Done()
 		tp.lease.watchTrust(tp.ctx, t)
@@ -311,8 +320,40 @@ func (tp *topicPart) drainedLocked() bool {
 	return true
 }
 
+// feedDepth is how many batches of one partition the poll loop hands
+// over before it waits for the partition's feedLoop. A partition is
+// throttled (its fetches paused) once its window is full, so in the common
+// case at most one batch waits; the poll loop blocks only when a
+// partition's lanes fall that far behind, which holds the reader back
+// rather than letting fetched records pile up unaccounted.
+const feedDepth = 2
+
+// feedLoop delivers the batches the poll loop hands over, until the
+// partition's context ends. After a handoff began (closed) deliverTail
+// drops them.
+func (tp *topicPart) feedLoop() {
+	defer tp.wg.Done()
+	for {
+		select {
+		case <-tp.ctx.Done():
+			return
+		case b := <-tp.feed:
+			tp.deliverTail(b)
+		}
+	}
+}
+
+// deliverChunk is how many records of a fetch the shared reader delivers
+// under one hold of the partition's lock. A fetch holds whole producer
+// batches (tens of thousands of records); delivered under one hold, the
+// partition's workers waited for all of it before they could take their
+// next lane batch or mark their last one done.
+const deliverChunk = 1024
+
 // deliverTail hands one batch of the shared reader to the attached
-// subscriptions, then applies backpressure.
+// subscriptions, chunk by chunk, then applies backpressure. Each chunk's
+// recInfos are derived before the lock is taken, which also leaves the
+// lock free for the workers between chunks.
 func (tp *topicPart) deliverTail(b kafkasource.Batch) {
 	tp.mu.Lock()
 	if tp.closed || b.Epoch != tp.epoch {
@@ -322,18 +363,41 @@ func (tp *topicPart) deliverTail(b kafkasource.Batch) {
 	if b.Err != nil {
 		tp.readErrorLocked(b.Err)
 	}
+	// Once the partition runs only readErrorLocked, here, assigns it
+	// again; between chunks it is closed (handoff, loss) that can change.
+	// Both are checked before each chunk.
+	epoch := tp.epoch
 	if n := len(b.Records); n > 0 {
-		for _, sp := range tp.subs {
-			if sp.attached && !sp.sr.failed.Load() {
-				sp.deliverLocked(b.Records)
-			}
-		}
-		tp.tailPos = max(tp.tailPos, b.Records[n-1].Offset+1)
 		tp.lastFetch = n
 	}
 	if b.Head > tp.head {
 		tp.head = b.Head
 	}
+	tp.mu.Unlock()
+	for recs := b.Records; len(recs) > 0; {
+		chunk := recs[:min(len(recs), deliverChunk)]
+		recs = recs[len(chunk):]
+		infos := tp.infos[:0]
+		for _, r := range chunk {
+			infos = append(infos, tp.t.recInfoOf(r, tp.pstr))
+		}
+		tp.infos = infos
+		tp.mu.Lock()
+		if tp.closed || tp.epoch != epoch {
+			tp.mu.Unlock()
+			clear(infos)
+			return
+		}
+		for _, sp := range tp.subs {
+			if sp.attached && !sp.sr.failed.Load() {
+				sp.deliverLocked(chunk, infos)
+			}
+		}
+		tp.tailPos = max(tp.tailPos, chunk[len(chunk)-1].Offset+1)
+		tp.mu.Unlock()
+		clear(infos)
+	}
+	tp.mu.Lock()
 	tp.balanceLocked()
 	tp.mu.Unlock()
 	tp.syncFetch()
@@ -525,7 +589,7 @@ func (tp *topicPart) operate(ctx context.Context, sr *SubscriptionRuntime, actio
 }
 
 // pollLoop is the shared reader: one per (node, topic). It hands each
-// batch to the partition it belongs to.
+// batch to the partition it belongs to (its feedLoop).
 func (t *TopicSubscriptions) pollLoop(ctx context.Context) {
 	defer t.wg.Done()
 	for ctx.Err() == nil {
@@ -542,8 +606,15 @@ func (t *TopicSubscriptions) pollLoop(ctx context.Context) {
 			continue
 		}
 		for _, b := range batches {
-			if tp := t.heldPart(b.Partition); tp != nil {
-				tp.deliverTail(b)
+			tp := t.heldPart(b.Partition)
+			if tp == nil {
+				continue
+			}
+			select {
+			case tp.feed <- b:
+			case <-tp.ctx.Done(): // the partition ended: nothing to deliver
+			case <-ctx.Done():
+				return
 			}
 		}
 	}
