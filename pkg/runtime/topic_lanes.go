@@ -47,6 +47,7 @@ type subPart struct {
 	catching bool  // a catch-up reader runs
 	win      window
 	lanes    map[string]*aggLane
+	blocks   laneBlocks
 	ready    laneQueue
 	workers  int // worker goroutines
 	busy     int // workers holding a lane
@@ -70,12 +71,57 @@ type parkState struct {
 // aggLane is one aggregate's queue. active means a worker holds it or it
 // waits in ready; hold means a retry is scanning for its older records,
 // so its queued records must wait.
+//
+// Its items are kept in fixed-size blocks taken from, and given back to,
+// the subscription's laneBlocks: a lane's backlog can run to hundreds of
+// records (a fetch holds tens of thousands of records of a hundred
+// aggregates), and a slice per lane grew to it by doubling (allocated,
+// cleared and copied) on every new lane and was kept at its largest.
 type aggLane struct {
-	agg    string
-	items  []laneItem
-	head   int
-	active bool
-	hold   bool
+	agg        string
+	head, tail *laneBlock
+	hi         int // the first item of head
+	ti         int // items in tail
+	n          int // items queued
+	active     bool
+	hold       bool
+}
+
+// laneBlockLen is the number of items in one laneBlock.
+const laneBlockLen = 32
+
+type laneBlock struct {
+	items [laneBlockLen]laneItem
+	next  *laneBlock
+}
+
+// laneBlocks is a subscription's (one partition's) free blocks, under the
+// partition's lock. It keeps as many as its lanes can use at once: one
+// per lane, and the blocks of its records in flight at most (its window,
+// soft by up to one and a half fetches), so that lanes filling and
+// emptying fetch after fetch reuse their blocks instead of allocating.
+type laneBlocks struct {
+	free     []*laneBlock
+	inflight int // blocks for the records in flight at most
+	lanes    int // lanes kept (len(subPart.lanes))
+}
+
+func (p *laneBlocks) get() *laneBlock {
+	if n := len(p.free); n > 0 {
+		b := p.free[n-1]
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
+		return b
+	}
+	return new(laneBlock)
+}
+
+// put takes back a block whose items were all cleared.
+func (p *laneBlocks) put(b *laneBlock) {
+	b.next = nil
+	if len(p.free) < p.inflight+p.lanes {
+		p.free = append(p.free, b)
+	}
 }
 
 type itemKind uint8
@@ -86,52 +132,89 @@ const (
 	itemResolve                 // after a retry's records: resolve the entry
 )
 
+// laneItem is a queued record with what the worker needs of it, copied
+// on delivery while the reader's fetch is still in the CPU cache: a
+// worker then never touches the kgo.Record itself (it would pay a cache
+// miss per record, the record having been decoded thousands of records
+// earlier), only the lane's blocks, which it reads in order.
 type laneItem struct {
-	rec *kgo.Record
-	seq int64
-	// off is rec.Offset, copied on delivery: a worker then never touches
-	// the cache line of the kgo.Record that holds it (a miss per record,
-	// the record having been decoded thousands of records earlier).
-	off int64
-	// id hashes the record's identity when idState is idKnown. It is
-	// computed on delivery, while the reader's fetch is still in the CPU
-	// cache: a worker reading the headers later, after thousands of
-	// other records, paid a cache miss or two per record for it.
+	rec     *kgo.Record
+	value   []byte             // rec.Value
+	headers []kgo.RecordHeader // rec.Headers
+	seq     int64
+	off     int64 // rec.Offset
+	// id hashes the record's identity when idState is idKnown (hashed on
+	// delivery too).
 	id      uint64
 	idState identity
 	kind    itemKind
+	// keyed: the record's key is its aggregate (the default aggregate, a
+	// key present), so Message.Key is the lane's aggregate and a worker
+	// need not read rec.Key.
+	keyed bool
 }
 
-func (l *aggLane) len() int { return len(l.items) - l.head }
+func (l *aggLane) len() int { return l.n }
 
-func (l *aggLane) push(it laneItem) {
-	if l.head > 0 && len(l.items) == cap(l.items) {
-		// Workers take from the front while the reader appends: reuse the
-		// taken part instead of growing forever.
-		n := copy(l.items, l.items[l.head:])
-		clear(l.items[n:])
-		l.items, l.head = l.items[:n], 0
+func (l *aggLane) push(it laneItem, bs *laneBlocks) {
+	*l.slot(bs) = it
+}
+
+// slot appends an empty item and returns it, for the caller to fill in
+// place.
+func (l *aggLane) slot(bs *laneBlocks) *laneItem {
+	switch {
+	case l.tail == nil:
+		l.head = bs.get()
+		l.tail, l.hi, l.ti = l.head, 0, 0
+	case l.ti == laneBlockLen:
+		b := bs.get()
+		l.tail.next = b
+		l.tail, l.ti = b, 0
 	}
-	l.items = append(l.items, it)
+	it := &l.tail.items[l.ti]
+	l.ti++
+	l.n++
+	return it
 }
 
-func (l *aggLane) pop() laneItem {
-	it := l.items[l.head]
-	l.items[l.head] = laneItem{}
-	l.head++
-	if l.head == len(l.items) {
-		l.items, l.head = l.items[:0], 0
+// pop takes the first item; the lane must not be empty. Items are
+// cleared (so that a free block holds no record) a block at a time when
+// the block is given back, not one by one: clearing pointers costs write
+// barriers while the GC marks.
+func (l *aggLane) pop(bs *laneBlocks) laneItem {
+	b := l.head
+	it := b.items[l.hi]
+	l.hi++
+	l.n--
+	switch {
+	case l.n == 0:
+		// Then head is tail: a block after head always holds items.
+		clear(b.items[:l.ti])
+		bs.put(b)
+		l.head, l.tail, l.hi, l.ti = nil, nil, 0, 0
+	case l.hi == laneBlockLen:
+		l.head, l.hi = b.next, 0
+		clear(b.items[:])
+		bs.put(b)
 	}
 	return it
 }
 
-func (l *aggLane) unpop(it laneItem) {
-	if l.head > 0 {
-		l.head--
-		l.items[l.head] = it
+// unpop puts an item back in front.
+func (l *aggLane) unpop(it laneItem, bs *laneBlocks) {
+	if l.head == nil {
+		l.push(it, bs)
 		return
 	}
-	l.items = append([]laneItem{it}, l.items...)
+	if l.hi == 0 {
+		b := bs.get()
+		b.next = l.head
+		l.head, l.hi = b, laneBlockLen
+	}
+	l.hi--
+	l.head.items[l.hi] = it
+	l.n++
 }
 
 // laneQueue is a FIFO of lanes waiting for a worker.
@@ -473,7 +556,13 @@ func (sp *subPart) deliverOneLocked(r *kgo.Record, in *recInfo) {
 		}
 		ln = sp.laneLocked(in.agg)
 	}
-	ln.push(laneItem{rec: r, seq: seq, off: r.Offset, id: in.id, idState: in.idState})
+	// Filled in place, field by field: a laneItem assigned whole is a
+	// typed copy with a bulk write barrier while the GC marks, which it
+	// does much of the time here (the fetches allocate fast).
+	it := ln.slot(&sp.blocks)
+	it.rec, it.value, it.headers = r, r.Value, r.Headers
+	it.seq, it.off, it.id = seq, r.Offset, in.id
+	it.idState, it.keyed = in.idState, in.keyed
 	sp.activateLocked(ln)
 }
 
@@ -482,6 +571,7 @@ func (sp *subPart) laneLocked(agg string) *aggLane {
 	if ln == nil {
 		ln = &aggLane{agg: agg}
 		sp.lanes[agg] = ln
+		sp.blocks.lanes = len(sp.lanes)
 	}
 	return ln
 }
@@ -492,6 +582,7 @@ func (sp *subPart) releaseHoldLocked(ln *aggLane) {
 	if ln.len() == 0 && !ln.active {
 		if sp.lanes[ln.agg] == ln {
 			delete(sp.lanes, ln.agg)
+			sp.blocks.lanes = len(sp.lanes)
 		}
 		return
 	}
@@ -560,7 +651,7 @@ func (sp *subPart) work() {
 		sp.busy++
 		batch = batch[:0]
 		for len(batch) < laneTurn && ln.len() > 0 && !ln.hold {
-			if it := ln.pop(); !sp.settleLocked(ln.agg, it) {
+			if it := ln.pop(&sp.blocks); !sp.settleLocked(ln.agg, it) {
 				batch = append(batch, it)
 			}
 		}
@@ -584,7 +675,7 @@ func (sp *subPart) work() {
 			posEnd = append(posEnd, len(posBuf))
 		}
 		positions := string(posBuf)
-		n := 0
+		n, processed := 0, 0
 		for n < len(batch) {
 			if n > 0 && sp.pausedFlag.Load() {
 				break // another lane paused the partition
@@ -604,6 +695,7 @@ func (sp *subPart) work() {
 			}
 			if res == outDone && batch[n].rec != nil {
 				handled = append(handled, n)
+				processed++
 			}
 			n++
 			if res == outChanged {
@@ -611,13 +703,16 @@ func (sp *subPart) work() {
 			}
 		}
 		sp.dedup.addAll(ln.agg, batch, handled)
+		if processed > 0 {
+			sp.sr.c.processed.Add(int64(processed))
+		}
 
 		tp.mu.Lock()
 		for _, it := range batch[:n] {
 			sp.doneLocked(it)
 		}
 		for i := len(batch) - 1; i >= n; i-- {
-			ln.unpop(batch[i])
+			ln.unpop(batch[i], &sp.blocks)
 		}
 		clear(batch)
 		sp.busy--
@@ -632,6 +727,7 @@ func (sp *subPart) work() {
 			// allocated again and again) up to a bound.
 			if len(sp.lanes) > max(tp.t.cfg.MaxInFlight, 4*tp.t.cfg.Lanes) {
 				delete(sp.lanes, ln.agg)
+				sp.blocks.lanes = len(sp.lanes)
 			}
 		}
 	}
@@ -682,7 +778,9 @@ func (sp *subPart) doneLocked(it laneItem) {
 
 // process handles one item and says how it left it: done (handled,
 // dropped as a duplicate, parked), or abandoned: the partition ends
-// (lease lost, handoff timeout, stop) or the subscription failed.
+// (lease lost, handoff timeout, stop) or the subscription failed. A
+// record handled counts as processed in the caller's tally (one atomic
+// add per lane batch).
 func (sp *subPart) process(agg string, it laneItem, pos string) outcome {
 	if it.kind == itemResolve {
 		if sp.resolveRetry(agg) {
@@ -695,7 +793,7 @@ func (sp *subPart) process(agg string, it laneItem, pos string) outcome {
 	sr := sp.sr
 	r := it.rec
 	key := agg // the aggregate is the key unless configured otherwise
-	if !t.keyAggregate || len(r.Key) == 0 {
+	if !it.keyed {
 		key = string(r.Key)
 	}
 	msg := Message{
@@ -706,11 +804,11 @@ func (sp *subPart) process(agg string, it laneItem, pos string) outcome {
 		Key:          key,
 		Aggregate:    agg,
 		Position:     pos,
-		Data:         r.Value,
+		Data:         it.value,
 		Generation:   tp.lease.gen,
 	}
 	if !sr.cfg.SkipHeaders {
-		msg.Headers = KafkaHeaders(r.Headers)
+		msg.Headers = KafkaHeaders(it.headers)
 	}
 	retry := newBackoff(sr.cfg.Retry.Backoff, sr.cfg.Retry.MaxBackoff)
 	pause := newBackoff(t.cfg.SystemicBackoff, t.cfg.SystemicMaxBackoff)
@@ -724,7 +822,6 @@ func (sp *subPart) process(agg string, it laneItem, pos string) outcome {
 		msg.Attempt = attempt
 		err := sp.call(msg)
 		if err == nil {
-			sr.c.processed.Add(1)
 			if pausedHere {
 				sp.setPaused(false, nil, 0)
 			}
@@ -1045,14 +1142,20 @@ func (sp *subPart) retry(ctx context.Context, e Parked) error {
 		return fmt.Errorf("runtime: retry %q of %q: re-scan: %w", agg, sp.sr.cfg.Name, err)
 	}
 	tp.mu.Lock()
-	items := make([]laneItem, 0, len(recs)+1+ln.len())
+	// The retry's records go ahead of the ones queued meanwhile.
+	queued := make([]laneItem, 0, ln.len())
+	for ln.len() > 0 {
+		queued = append(queued, ln.pop(&sp.blocks))
+	}
 	for _, r := range recs {
 		id, idState := t.headerIdentity(r)
-		items = append(items, laneItem{rec: r, seq: -1, off: r.Offset, id: id, idState: idState, kind: itemRetry})
+		ln.push(laneItem{rec: r, value: r.Value, headers: r.Headers, seq: -1, off: r.Offset, id: id,
+			idState: idState, kind: itemRetry, keyed: t.keyAggregate && len(r.Key) > 0}, &sp.blocks)
 	}
-	items = append(items, laneItem{kind: itemResolve})
-	items = append(items, ln.items[ln.head:]...)
-	ln.items, ln.head = items, 0
+	ln.push(laneItem{kind: itemResolve}, &sp.blocks)
+	for _, it := range queued {
+		ln.push(it, &sp.blocks)
+	}
 	sp.releaseHoldLocked(ln)
 	tp.mu.Unlock()
 	t.log.Info("retrying parked aggregate", "subscription", sp.sr.cfg.Name, "partition", tp.p, "aggregate", agg,

@@ -96,6 +96,7 @@ func (tp *topicPart) addSub(sr *SubscriptionRuntime, next, saved int64) {
 		next:   next,
 		saved:  saved,
 		lanes:  make(map[string]*aggLane),
+		blocks: laneBlocks{inflight: tp.inflightBlocksLocked()},
 		parked: make(map[string]*parkState),
 		dedup:  sr.dedupOf(tp.p),
 	})
@@ -367,8 +368,11 @@ func (tp *topicPart) deliverTail(b kafkasource.Batch) {
 	// again; between chunks it is closed (handoff, loss) that can change.
 	// Both are checked before each chunk.
 	epoch := tp.epoch
-	if n := len(b.Records); n > 0 {
+	if n := len(b.Records); n > 0 && n != tp.lastFetch {
 		tp.lastFetch = n
+		for _, sp := range tp.subs {
+			sp.blocks.inflight = tp.inflightBlocksLocked()
+		}
 	}
 	if b.Head > tp.head {
 		tp.head = b.Head
@@ -469,6 +473,13 @@ func (tp *topicPart) balanceLocked() {
 		tp.fetchPaused = !anyRoom
 		tp.t.log.Debug("partition throttle", "partition", tp.p, "throttled", tp.fetchPaused)
 	}
+}
+
+// inflightBlocksLocked is how many lane blocks the records a partition
+// holds in flight at most fill: its window, soft by up to one and a half
+// fetches.
+func (tp *topicPart) inflightBlocksLocked() int {
+	return (max(tp.t.cfg.MaxInFlight, tp.lastFetch) * 3 / 2) / laneBlockLen
 }
 
 // resumeAtLocked is the window a throttled partition fetches again at:
