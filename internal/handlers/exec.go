@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	goruntime "runtime"
 	"strings"
 	"time"
 
@@ -102,7 +103,12 @@ func (e *Exec) Handle(ctx context.Context, m runtime.Message) error {
 		env = append(env, kv[0]+"="+kv[1])
 	}
 	cmd.Env = env
-	cmd.Stdin = bytes.NewReader(m.Data)
+	stdin, closeStdin, err := commandInput(m.Data)
+	if err != nil {
+		return runtime.Systemic(fmt.Errorf("exec %s: stdin: %w", e.cfg.Command[0], err))
+	}
+	defer closeStdin()
+	cmd.Stdin = stdin
 	out := &tail{n: e.cfg.OutputLimit}
 	cmd.Stdout, cmd.Stderr = out, out
 	setProcessGroup(cmd)
@@ -114,7 +120,7 @@ func (e *Exec) Handle(ctx context.Context, m runtime.Message) error {
 	// behind to close stdout and stderr.
 	cmd.WaitDelay = time.Second
 
-	err := cmd.Run()
+	err = cmd.Run()
 	took := time.Since(start)
 	switch {
 	case err == nil:
@@ -139,6 +145,38 @@ func (e *Exec) Handle(ctx context.Context, m runtime.Message) error {
 		return runtime.Systemic(fmt.Errorf("exec %s: exit %d (try again later)%s", e.cfg.Command[0], ExitTempFail, outputSuffix(out)))
 	}
 	return fmt.Errorf("exec %s: %s%s", e.cfg.Command[0], exit.ProcessState.String(), outputSuffix(out))
+}
+
+// prefilledInput is the largest input written into the command's stdin
+// pipe before it starts: one page, what a pipe holds at the least (Linux
+// gives a user over its pipe-pages limit one-page pipes).
+const prefilledInput = 4096
+
+// commandInput returns the command's stdin. Input that fits a pipe is
+// written into one and the write end closed before the command starts, so
+// the command reads all of it and EOF without the node running again: a
+// node paused (SIGSTOP, a VM freeze) right after starting the command
+// cannot hold its handler call back until after the lease has moved to
+// another node, which would then see the call begin late under the old
+// generation (TestRunNodeFailoverExec). Larger input is copied in by
+// os/exec as it is read. closeInput closes the node's end.
+func commandInput(data []byte) (stdin io.Reader, closeInput func(), err error) {
+	if len(data) > prefilledInput || goruntime.GOOS == "windows" {
+		return bytes.NewReader(data), func() {}, nil
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	_, err = w.Write(data)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		r.Close()
+		return nil, nil, err
+	}
+	return r, func() { r.Close() }, nil
 }
 
 func outputSuffix(out *tail) string {

@@ -292,3 +292,23 @@ func TestNodeHandlerLogPrints(t *testing.T) {
 		t.Errorf("got %q\nwant %q", buf.String(), want)
 	}
 }
+
+// Envelopes of every size reach the command's stdin byte for byte, those
+// that fit a pipe (written before the command starts) and those that do
+// not (copied in as the command reads).
+func TestNodeHandlerExecInputOfEverySize(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "stdin")
+	sh := script(t, `cat > "$OUT"`)
+	h := newExec(t, handlers.ExecConfig{Command: []string{sh}, Env: map[string]string{"OUT": out}})
+	for _, n := range []int{0, 1, 4095, 4096, 4097, 300 << 10} {
+		m := msg
+		m.Data = bytes.Repeat([]byte{'a', 'b', 'c'}, n/3+1)[:n]
+		if err := h.Handle(context.Background(), m); err != nil {
+			t.Fatalf("%d bytes: %v", n, err)
+		}
+		got, err := os.ReadFile(out)
+		if err != nil || !bytes.Equal(got, m.Data) {
+			t.Fatalf("%d bytes: the command read %d (%v)", n, len(got), err)
+		}
+	}
+}
