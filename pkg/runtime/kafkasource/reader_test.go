@@ -533,9 +533,16 @@ func TestReaderEpochsUnderConcurrentReassignment(t *testing.T) {
 
 func TestReaderAndSourceLeaveNoGoroutines(t *testing.T) {
 	k := testenv.StartKafka(t, 2, "orders")
-	cl := k.Client(t)
+	// The producing client is closed before counting: its background
+	// loops open and reap connections on their own schedule, which moved
+	// the count by one now and then.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
 	produce(t, k, cl, "orders", 0, 5)
-	before := runtime.NumGoroutine()
+	cl.Close()
+	before := steadyGoroutines()
 
 	s, err := kafkasource.New(k.Brokers)
 	if err != nil {
@@ -574,4 +581,18 @@ func leaked(stacks []byte) string {
 		}
 	}
 	return strings.Join(out, "\n\n")
+}
+
+// steadyGoroutines is the goroutine count once it has not changed for
+// 200ms (at most 5s): goroutines of what was closed just before are gone.
+func steadyGoroutines() int {
+	n, since := runtime.NumGoroutine(), time.Now()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if m := runtime.NumGoroutine(); m != n {
+			n, since = m, time.Now()
+		} else if time.Since(since) >= 200*time.Millisecond {
+			break
+		}
+	}
+	return n
 }
