@@ -56,6 +56,11 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 	goRedisLog.Store(log)
 	store := redisstore.New(n.redis)
 	ttl, renew := cfg.Lease.TTL.D(), cfg.Lease.RenewEvery.D()
+	// One Broker per subscription, all on one client: their pinned
+	// readers count against one limit, half of the client's pool, so that
+	// the subscriptions together leave the other half to renewals,
+	// heartbeats and the ledger (docs/decisions/fenced-read-transactions.md).
+	pins := redisbroker.NewPinLimit(n.redis)
 
 	if cfg.Kafka != nil {
 		kopts := []kafkasource.Option{kafkasource.WithClientID(cfg.Kafka.ClientID), kafkasource.WithLogger(log.With("component", "kafka"))}
@@ -84,7 +89,7 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 		}
 		retry := runtime.RetryPolicy{Attempts: sc.Retry.Attempts, Backoff: sc.Retry.Backoff.D(), MaxBackoff: sc.Retry.MaxBackoff.D()}
 		if sc.Redis != nil {
-			b := timedRedisBroker{redisbroker.New(n.redis, redisbroker.WithLayout(layout), redisbroker.WithBackfillSuffix(sc.Redis.BackfillSuffix)), n.metrics}
+			b := timedRedisBroker{redisbroker.New(n.redis, redisbroker.WithLayout(layout), redisbroker.WithBackfillSuffix(sc.Redis.BackfillSuffix), redisbroker.WithPinLimit(pins)), n.metrics}
 			p, err := runtime.NewPartitioned(runtime.PartitionedConfig{
 				Name:           sc.Name,
 				Categories:     sc.Redis.Categories,
@@ -119,7 +124,7 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 			tc = &runtime.TopicConfig{
 				Topic:         sc.Kafka.Topic,
 				Source:        n.kafka,
-				Leases:        timedRedisBroker{redisbroker.New(n.redis, redisbroker.WithLayout(layout)), n.metrics},
+				Leases:        timedRedisBroker{redisbroker.New(n.redis, redisbroker.WithLayout(layout), redisbroker.WithPinLimit(pins)), n.metrics},
 				LeaseGroup:    redisstore.TopicLeaseGroup(cfg.Service, sc.Kafka.Topic),
 				Checkpoints:   store,
 				Ledger:        store,

@@ -14,12 +14,16 @@ import (
 // PinnedReader). The reader's AckAndReadPartitionFenced, and
 // AcquirePartitionLease and LastEntryIDs when it has them, keep the
 // broker's contract; close gives the connection back and must not block
-// past ctx.
+// past ctx, and the reader may be used again after it (it takes a
+// connection again).
 //
 // The subscription keeps one pinned reader per worker slot (at most
 // Workers): a worker uses its slot's reader for the lease acquisition,
-// the tails and every read, and the next worker to take the slot (any
-// partition) inherits it. They are closed when the subscription stops.
+// the tails and every read, and closes it when it gives the slot back
+// (putReader), so that a connection is pinned only while a worker works
+// with it: not while the partition waits for news, nor between two
+// partitions. The next worker to take the slot (any partition) reuses the
+// reader, with a connection taken afresh.
 type ReaderPinner interface {
 	PinnedReader() (reader broker.AckReader, close func(ctx context.Context) error)
 }
@@ -66,20 +70,28 @@ func (p *Partitioned) takeReader() *slotReader {
 	return r
 }
 
-// putReader keeps r for the next worker to take a slot.
+// putReader gives r's connection back and keeps r for the next worker to
+// take a slot. Giving the connection back costs a round trip (UNWATCH)
+// per slot handover, and the watch it carried, which the next worker
+// could use only if it read the same lease. What it buys: the broker's
+// connections are pinned by busy workers only, so the pool (shared with
+// renewals, heartbeats, the ledger and other subscriptions) gets them
+// back whenever a worker waits; and no pinned connection sits idle, where
+// a server's timeout or a NAT would close it under the next worker (a
+// connection the pool hands out again is checked first).
 func (p *Partitioned) putReader(r *slotReader) {
 	if r == nil {
 		return
 	}
+	p.closeReader(r)
 	select {
 	case p.readers <- r:
 	default: // not expected: there are as many places as slots
-		p.closeReader(r)
 	}
 }
 
 // closeReaders closes the free pinned readers; it runs once every worker
-// has returned (and so given its reader back).
+// has returned (and so given its reader back, closed): a safety net.
 func (p *Partitioned) closeReaders() {
 	if p.pinner == nil {
 		return

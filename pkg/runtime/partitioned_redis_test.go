@@ -602,11 +602,12 @@ func TestRedisLaneReadsAreTransactions(t *testing.T) {
 }
 
 // A subscription on the Redis adapter reads through pinned readers, one
-// per worker slot: a fresh partition of one batch costs three round
+// per worker slot: a fresh partition of one batch costs four round
 // trips (the acquisition with the lease check and the lanes' tails, the
-// read, the read that acks it), and when the node stops every pinned connection goes
-// back to the pool, unwatched (a watch left behind would refuse the next
-// transaction on that connection).
+// read, the read that acks it, and the UNWATCH that gives the connection
+// back when the worker gives its slot back), and when the node stops
+// every pinned connection is back in the pool, unwatched (a watch left
+// behind would refuse the next transaction on that connection).
 func TestRedisPinnedReaders(t *testing.T) {
 	e := newRedisEnv(t)
 	rec := newRecorder(t)
@@ -645,8 +646,8 @@ func TestRedisPinnedReaders(t *testing.T) {
 			return err == nil && p.Count == 0
 		})
 	}
-	if got := trips.partition.Load(); got != 3*int64(len(keys)) {
-		t.Errorf("%d round trips of the workers for %d partitions, want 3 each", got, len(keys))
+	if got := trips.partition.Load(); got != 4*int64(len(keys)) {
+		t.Errorf("%d round trips of the workers for %d partitions, want 4 each", got, len(keys))
 	}
 	if s := c.PoolStats(); s.TotalConns-s.IdleConns > uint32(cfg.Workers)+4 {
 		t.Errorf("pool %+v: more connections in use than the slots' and the background's", s)
@@ -679,11 +680,20 @@ func TestRedisPinnedReaders(t *testing.T) {
 
 // tripCounter counts the round trips of partition workers: the pipelines
 // that acquire a lease (EVALSHA then WATCH), take tails (XREVRANGE) or
-// carry a transaction (EXEC).
+// carry a transaction (EXEC), and the UNWATCH that gives a pinned
+// connection back.
 type tripCounter struct{ partition atomic.Int64 }
 
-func (h *tripCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "unwatch" {
+			h.partition.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
 func (h *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, c := range cmds {
@@ -693,5 +703,120 @@ func (h *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 			}
 		}
 		return next(ctx, cmds)
+	}
+}
+
+// Two subscriptions whose Brokers share one client share its PinLimit
+// (as the node builder wires them): with every worker of both busy in a
+// handler, at most half of the pool is pinned, and the client still
+// serves everything else (a Ping here; renewals, heartbeats and the
+// ledger in a node). With a limit per Broker, each would pin half of the
+// pool, and together all of it.
+func TestRedisSubscriptionsShareThePinLimit(t *testing.T) {
+	e := newRedisEnv(t)
+	keys := keyNames(8)
+	publishAll(t, e.pub, keys, 1, 1)
+	c := redis.NewClient(&redis.Options{Addr: e.addr, PoolSize: 8, PoolTimeout: 2 * time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	pins := redisbroker.NewPinLimit(c)
+	store := redisstore.New(c)
+	release := make(chan struct{})
+	var busy, maxPinned atomic.Int64
+	hold := func(ctx context.Context, _ runtime.Message) {
+		busy.Add(1)
+		defer busy.Add(-1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	}
+	var subs []runtime.Subscription
+	var recs []*recorder
+	for i, name := range []string{group, group + "-2"} {
+		rec := newRecorder(t)
+		rec.hold.Store(&hold)
+		recs = append(recs, rec)
+		cfg := e.config(rec.handler("node-1"), redisbroker.New(c, redisbroker.WithPinLimit(pins)), store)
+		cfg.Name = name
+		cfg.Workers = 4
+		cfg.LeaseTTL, cfg.RenewEvery = 5*time.Second, time.Second
+		sub, err := runtime.NewPartitioned(cfg)
+		if err != nil {
+			t.Fatal(i, err)
+		}
+		subs = append(subs, sub)
+	}
+	n, err := runtime.NewNode(runtime.NodeConfig{Service: service, NodeID: "node-1", Membership: store}, subs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.nodes = append(e.nodes, n)
+	eventually(t, 20*time.Second, time.Millisecond, "every worker of both subscriptions busy", func() bool {
+		if p := int64(pins.Held()); p > maxPinned.Load() {
+			maxPinned.Store(p)
+		}
+		return busy.Load() == 8
+	})
+	if p := pins.Held(); p != 4 {
+		t.Errorf("%d connections pinned with eight workers busy, want half of the pool of 8", p)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("ping with every worker busy: %v", err)
+	}
+	if m := maxPinned.Load(); m > 4 {
+		t.Errorf("%d connections pinned at once, want at most half of the pool of 8", m)
+	}
+	close(release)
+	want := wantAll(keys, 1)
+	for _, rec := range recs {
+		eventually(t, 20*time.Second, 10*time.Millisecond, "all entries handled", func() bool { return rec.complete(want) })
+	}
+	e.stopAll()
+	if p := pins.Held(); p != 0 {
+		t.Errorf("%d connections still pinned after stop", p)
+	}
+}
+
+// A pinned connection is given back whenever its worker gives its slot
+// back, so none sits idle pinned: a server that closes idle connections
+// (timeout 1) closes only pooled ones, which the pool checks before it
+// hands them out again. A reader that kept its connection while the
+// partition idled would meet a closed socket and fail the next
+// acquisition or read.
+func TestRedisPinnedReadersSurviveAnIdleTimeout(t *testing.T) {
+	e := newRedisEnv(t)
+	admin := e.client()
+	if err := admin.ConfigSet(context.Background(), "timeout", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.ConfigSet(context.Background(), "timeout", "0").Err() })
+	rec := newRecorder(t)
+	var errs atomic.Int64
+	obs := &runtime.Observer{OnError: func(ev runtime.ErrorEvent) {
+		errs.Add(1)
+		t.Logf("error event: %+v", ev)
+	}}
+	keys := keyNames(3)
+	publishAll(t, e.pub, keys, 1, 5)
+	e.start("node-1", rec.handler("node-1"), func(c *runtime.PartitionedConfig) {
+		c.Workers = 2
+		c.IdleAfter = 50 * time.Millisecond
+	}, obs)
+	eventually(t, 20*time.Second, 10*time.Millisecond, "first entries handled", func() bool { return rec.complete(wantAll(keys, 5)) })
+	// The server closes connections idle for more than a second: wait
+	// for the slots' connections to idle past it (a wait for a time to
+	// pass, which is what this test is about).
+	time.Sleep(2500 * time.Millisecond)
+	publishAll(t, e.pub, keys, 6, 10)
+	want := wantAll(keys, 10)
+	eventually(t, 20*time.Second, 10*time.Millisecond, "later entries handled", func() bool { return rec.complete(want) })
+	rec.checkOrder(t, want)
+	if n := errs.Load(); n != 0 {
+		t.Errorf("%d error events after an idle gap", n)
 	}
 }

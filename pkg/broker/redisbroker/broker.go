@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,13 +13,12 @@ import (
 
 // Broker is the Redis Streams adapter of broker.PartitionedBroker and
 // broker.PartitionWatcher. It is safe for concurrent use; it holds no
-// state of its own beyond its configuration (and the count of its pinned
-// readers' connections), so several Brokers (in one process or many) can
+// state of its own beyond its configuration (and the PinLimit its pinned
+// readers count against), so several Brokers (in one process or many) can
 // share a server.
 type Broker struct {
 	client redis.UniversalClient
 	cfg    config
-	pinned atomic.Int64 // connections pinned by PinnedReader
 	// betweenTx, when a test sets it, runs between the two round trips
 	// of a fenced transaction (fencedtx.go): after the lease was checked,
 	// before EXEC.
@@ -39,6 +37,7 @@ type config struct {
 	// scriptReads makes every fenced read run its script, never the
 	// transaction (fencedtx.go); tests set it to cover the script path.
 	scriptReads bool
+	pins        *PinLimit
 }
 
 // Option configures New.
@@ -65,7 +64,17 @@ func WithBackfillSuffix(suffix string) Option {
 // a non-positive n means the default.
 func WithWatchBuffer(n int) Option { return func(c *config) { c.watchBuffer = n } }
 
-func (c *config) validate() {
+// WithPinLimit makes the Broker's pinned readers (PinnedReader) count
+// their connections against l, which other Brokers on the same client may
+// share. Default: a PinLimit of the Broker's own, NewPinLimit(client).
+// Several Brokers on one client must share one, or each would pin up to
+// half of the pool and together all of it.
+func WithPinLimit(l *PinLimit) Option { return func(c *config) { c.pins = l } }
+
+func (c *config) validate(client redis.UniversalClient) {
+	if c.pins == nil {
+		c.pins = NewPinLimit(client)
+	}
 	if c.backfillSuffix == "" {
 		c.backfillSuffix = broker.DefaultBackfillSuffix
 	}
@@ -87,7 +96,7 @@ func New(client redis.UniversalClient, opts ...Option) *Broker {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	cfg.validate()
+	cfg.validate(client)
 	return &Broker{client: client, cfg: cfg}
 }
 

@@ -86,10 +86,11 @@ func (b *Broker) txClient(ctx context.Context, key string) *redis.Client {
 	return nil
 }
 
-// tx runs the fenced transaction on pc's connection when pc can (it was
-// taken from c), else on a connection of its own (readTx).
+// tx runs the fenced transaction on pc's connection when pc can (it is
+// taken from c, and the PinLimit allows it), else on a connection of its
+// own (readTx).
 func (b *Broker) tx(ctx context.Context, pc *pinnedConn, c *redis.Client, op string, f broker.Fence, stream, group string, ack []string, count int64, id string) ([]broker.Message, txOutcome, error) {
-	if pc != nil && pc.client == c {
+	if pc != nil && pc.client == c && pc.pin() {
 		return pc.readTx(ctx, op, f, stream, group, ack, count, id)
 	}
 	return b.readTx(ctx, c, op, f, stream, group, ack, count, id)

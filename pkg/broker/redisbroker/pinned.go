@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,6 +34,44 @@ import (
 // fresh owner's first read is one round trip too. docs/decisions/fenced-read-transactions.md, "Carried
 // watches".
 
+// PinLimit bounds how many connections pinned readers hold at a time. A
+// pinned connection is out of its client's pool while it is held, so the
+// limit must leave the pool room for everything else on that client:
+// lease renewals, heartbeats, the ledger, and the readers past the limit,
+// which run on the pool. Every Broker on one client must count against
+// the same PinLimit (WithPinLimit): a limit per Broker lets N Brokers pin
+// N times as many connections. Safe for concurrent use.
+type PinLimit struct {
+	max  int64
+	held atomic.Int64
+}
+
+// NewPinLimit returns a limit of half of client's pool (PoolSize/2) for a
+// single-node client (*redis.Client, Sentinel included), and of none for
+// any other client, which is never pinned.
+func NewPinLimit(client redis.UniversalClient) *PinLimit {
+	l := &PinLimit{}
+	if c, ok := client.(*redis.Client); ok {
+		l.max = int64(c.Options().PoolSize / 2)
+	}
+	return l
+}
+
+// Held returns how many connections are pinned against l now.
+func (l *PinLimit) Held() int { return int(l.held.Load()) }
+
+// take takes a place; false when all are held.
+func (l *PinLimit) take() bool {
+	if l.held.Add(1) <= l.max {
+		return true
+	}
+	l.held.Add(-1)
+	return false
+}
+
+// give gives back a place take took.
+func (l *PinLimit) give() { l.held.Add(-1) }
+
 // PinnedReader returns a reader for one goroutine at a time (not safe for
 // concurrent use) and a function that gives its connection back.
 //
@@ -41,28 +80,31 @@ import (
 // the Broker's contract, errors included, and AcquirePartitionLeaseAndTails
 // is the last two in one round trip; in ReadPending and ReadNew mode,
 // on a single-node client (*redis.Client, Sentinel included), they run on
-// one connection taken at the first call and kept until close, and a
-// fenced read whose lease key the connection still watches from the last
-// call costs one round trip instead of two. Everything the transaction
-// does not decide runs the Broker's scripts, on the pool.
+// one connection taken from the pool at the first call and kept until
+// close, and a fenced read whose lease key the connection still watches
+// from the last call costs one round trip instead of two. Everything the
+// transaction does not decide runs the Broker's scripts, on the pool.
 //
-// A pinned connection is taken out of the client's pool for the reader's
-// life. At most half of the pool (PoolSize/2) is pinned at a time: beyond
-// that, and on a Cluster, a Ring or with WithScriptReads, the reader is
-// the Broker itself (a connection from the pool per call).
+// A pinned connection is out of the client's pool until close, and counts
+// against the Broker's PinLimit (WithPinLimit; half of the pool by
+// default): a call that finds the limit reached, and every call on a
+// Cluster, a Ring or with WithScriptReads, runs as the Broker's own (a
+// connection from the pool per call).
 //
-// close unwatches the connection (without the context's cancellation: a
-// connection that still watches a key must not go back to the pool) and
-// returns it to the pool; the reader keeps working afterwards, on the
-// pool. Closing twice is a no-op.
+// close unwatches the connection and gives it back to the pool, with its
+// place in the PinLimit. It is bounded by ctx as every call is (New); a
+// connection whose UNWATCH did not complete is dropped (go-redis removes
+// a connection that failed, context errors included), never pooled while
+// it watches a key. The
+// reader may be used again after close: its next call pins a connection
+// again, if the limit allows. Closing twice is a no-op. Callers close the
+// reader whenever it will sit unused (between two partitions, say), so
+// that no connection stays pinned idle, where a server's timeout or a NAT
+// would close it under the reader.
 func (b *Broker) PinnedReader() (broker.AckReader, func(context.Context) error) {
 	pc := &pinnedConn{b: b}
 	if c, ok := b.client.(*redis.Client); ok && !b.cfg.scriptReads {
-		if b.pinned.Add(1) <= int64(c.Options().PoolSize/2) {
-			pc.client = c
-		} else {
-			b.pinned.Add(-1)
-		}
+		pc.client = c
 	}
 	return pc, pc.close
 }
@@ -70,20 +112,41 @@ func (b *Broker) PinnedReader() (broker.AckReader, func(context.Context) error) 
 // pinnedConn is PinnedReader's reader.
 type pinnedConn struct {
 	b *Broker
-	// client is the client conn comes from; nil when the reader is not
-	// pinned (or closed): every call then runs on the pool.
+	// client is the client conn comes from; nil when the reader is never
+	// pinned: every call then runs on the pool.
 	client *redis.Client
-	conn   *redis.Conn // nil until the first call, and after a transport failure
-	// watching is the key conn watches, "" for none. seen is what GET
-	// answered right after that WATCH, in the same round trip (seenOK is
-	// false for a nil or failed GET): EXEC runs only if the key still
-	// holds it.
+	// conn is the pinned connection, holding a place of b.cfg.pins; nil
+	// when none is (before the first call, past the limit, after close or
+	// a transport failure).
+	conn *redis.Conn
+	// watched says conn may watch keys: it must send UNWATCH before it
+	// watches another key and before it goes back to the pool.
+	watched bool
+	// watching is the key conn watches, "" for none (or unknown). seen is
+	// what GET answered right after that WATCH, in the same round trip
+	// (seenOK is false for a nil or failed GET): EXEC runs only if the key
+	// still holds it.
 	watching string
 	seen     string
 	seenOK   bool
 }
 
 var _ broker.AckReader = (*pinnedConn)(nil)
+
+// pin makes sure the reader holds a connection, taking one from the pool
+// (and a place in the PinLimit) if it holds none; false when it cannot be
+// pinned: the call runs on the pool.
+func (pc *pinnedConn) pin() bool {
+	if pc.conn != nil {
+		return true
+	}
+	if pc.client == nil || !pc.b.cfg.pins.take() {
+		return false
+	}
+	pc.conn = pc.client.Conn()
+	pc.watched, pc.watching = false, ""
+	return true
+}
 
 // AckAndReadPartitionFenced is the Broker's, on the pinned connection.
 func (pc *pinnedConn) AckAndReadPartitionFenced(ctx context.Context, f broker.Fence, stream, group string, ack []string, count int64, mode broker.ReadMode) ([]broker.Message, error) {
@@ -97,7 +160,7 @@ func (pc *pinnedConn) AckAndReadPartitionFenced(ctx context.Context, f broker.Fe
 // lease key in the same round trip, so that the owner's first fenced read
 // carries them.
 func (pc *pinnedConn) AcquirePartitionLease(ctx context.Context, leaseKey, generationKey, owner string, ttl time.Duration) (broker.Lease, bool, error) {
-	if pc.client == nil {
+	if !pc.pin() {
 		return pc.b.AcquirePartitionLease(ctx, leaseKey, generationKey, owner, ttl)
 	}
 	const op = "acquire lease"
@@ -107,7 +170,7 @@ func (pc *pinnedConn) AcquirePartitionLease(ctx context.Context, leaseKey, gener
 	}
 	keys := []string{leaseKey, generationKey}
 	g, _, err := pc.acquire(ctx, acquireScript.EvalSha, keys, owner, ms, nil)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && pc.conn != nil {
 		// Not run (the server lost its scripts): the same round trip
 		// with the script's body, which the server caches again.
 		g, _, err = pc.acquire(ctx, acquireScript.Eval, keys, owner, ms, nil)
@@ -125,13 +188,19 @@ func (pc *pinnedConn) AcquirePartitionLease(ctx context.Context, leaseKey, gener
 // they could not be read (the caller then calls LastEntryIDs, which
 // reports why).
 func (pc *pinnedConn) AcquirePartitionLeaseAndTails(ctx context.Context, leaseKey, generationKey, owner string, ttl time.Duration, streams []string) (broker.Lease, bool, map[string]string, error) {
-	if pc.client == nil {
+	if !pc.pin() {
 		l, ok, err := pc.b.AcquirePartitionLease(ctx, leaseKey, generationKey, owner, ttl)
 		if err != nil || !ok {
 			return l, ok, nil, err
 		}
 		tails, err := pc.b.LastEntryIDs(ctx, streams)
-		return l, ok, tails, err
+		if err != nil {
+			// The lease is held: the caller must have it, to release it,
+			// and takes the tails again with LastEntryIDs, which reports
+			// why they could not be read.
+			return l, ok, nil, nil
+		}
+		return l, ok, tails, nil
 	}
 	const op = "acquire lease"
 	ms, err := acquireArgs(op, leaseKey, generationKey, owner, ttl)
@@ -145,7 +214,7 @@ func (pc *pinnedConn) AcquirePartitionLeaseAndTails(ctx context.Context, leaseKe
 	}
 	keys := []string{leaseKey, generationKey}
 	g, tails, err := pc.acquire(ctx, acquireScript.EvalSha, keys, owner, ms, streams)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && pc.conn != nil {
 		g, tails, err = pc.acquire(ctx, acquireScript.Eval, keys, owner, ms, streams)
 	}
 	if err != nil {
@@ -160,10 +229,11 @@ func (pc *pinnedConn) AcquirePartitionLeaseAndTails(ctx context.Context, leaseKe
 
 // acquire sends acquire.lua with run (EVALSHA or EVAL), then WATCH and
 // GET of the lease key, then XREVRANGE + - COUNT 1 of each of streams, in
-// one round trip; nil tails when they could not be read.
+// one round trip; nil tails when they could not be read. pc holds a
+// connection.
 func (pc *pinnedConn) acquire(ctx context.Context, run func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd, keys []string, owner string, ms int64, streams []string) (int64, map[string]string, error) {
-	conn := pc.connection()
-	unwatch := pc.watching != ""
+	conn := pc.conn
+	unwatch := pc.watched
 	pc.watching = ""
 	var (
 		acq   *redis.Cmd
@@ -189,7 +259,7 @@ func (pc *pinnedConn) acquire(ctx context.Context, run func(context.Context, red
 		return g, nil, err
 	}
 	for _, r := range revs {
-		if transport(r.Err()) {
+		if transport(r.Err()) && pc.conn != nil {
 			pc.broken()
 			break
 		}
@@ -204,36 +274,35 @@ func (pc *pinnedConn) acquire(ctx context.Context, run func(context.Context, red
 
 // LastEntryIDs is the Broker's, on the pinned connection.
 func (pc *pinnedConn) LastEntryIDs(ctx context.Context, streams []string) (map[string]string, error) {
-	if pc.client == nil {
+	if !pc.pin() {
 		return pc.b.LastEntryIDs(ctx, streams)
 	}
-	ids, err := lastEntryIDs(ctx, pc.connection().Pipelined, streams)
-	if err != nil && !errors.As(err, new(*broker.InvalidArgumentError)) {
-		// Whatever it was, the connection may be unusable: start over.
+	// Judged on the pipeline's own error, not the mapped one: an error
+	// reply (WRONGTYPE) leaves the connection as it was, watch included,
+	// and it stays pinned; only a transport failure drops it.
+	var perr error
+	ids, err := lastEntryIDs(ctx, func(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
+		cmds, err := pc.conn.Pipelined(ctx, fn)
+		perr = err
+		return cmds, err
+	}, streams)
+	if transport(perr) {
 		pc.broken()
 	}
 	return ids, err
 }
 
-// connection returns the pinned connection, taking one from the pool if
-// there is none.
-func (pc *pinnedConn) connection() *redis.Conn {
-	if pc.conn == nil {
-		pc.conn = pc.client.Conn()
-		pc.watching = ""
-	}
-	return pc.conn
-}
-
-// broken drops a connection whose state is unknown (a reply was not
-// read). go-redis removes a connection that failed from the pool; Close
-// frees the Conn.
+// broken drops the connection after a transport failure (a reply was not
+// read): go-redis has marked it bad, so Close removes it from the pool
+// instead of returning it, watch and all. Only for transport failures: a
+// connection that got an error reply is sound and may be watching, and
+// Close would pool it; it stays pinned instead, and its next round trip,
+// or close, unwatches it.
 func (pc *pinnedConn) broken() {
-	if pc.conn != nil {
-		_ = pc.conn.Close()
-	}
+	_ = pc.conn.Close()
 	pc.conn = nil
-	pc.watching = ""
+	pc.watched, pc.watching = false, ""
+	pc.b.cfg.pins.give()
 }
 
 // carry records the WATCH and GET that ended a round trip: the
@@ -243,6 +312,7 @@ func (pc *pinnedConn) carry(key string, watch *redis.Cmd, get *redis.StringCmd) 
 	switch {
 	case transport(watch.Err()) || transport(get.Err()):
 		pc.broken()
+		return
 	case watch.Err() != nil:
 		// Not watching (an error reply): nothing is carried.
 		pc.watching = ""
@@ -251,6 +321,7 @@ func (pc *pinnedConn) carry(key string, watch *redis.Cmd, get *redis.StringCmd) 
 		v, err := get.Result()
 		pc.seen, pc.seenOK = v, err == nil
 	}
+	pc.watched = true
 }
 
 // transport says err is not a reply of the server (nor redis.Nil): the
@@ -263,24 +334,27 @@ func transport(err error) bool {
 	return !errors.As(err, &re)
 }
 
-// close gives the connection back to the pool, unwatched.
+// close gives the connection back to the pool, unwatched, and its place
+// in the PinLimit.
 func (pc *pinnedConn) close(ctx context.Context) error {
-	if pc.client == nil {
-		return nil
-	}
-	pc.client = nil
-	pc.b.pinned.Add(-1)
 	if pc.conn == nil {
 		return nil
 	}
 	var err error
-	if pc.watching != "" {
-		// Bounded by the client's socket timeouts; a failure drops the
-		// connection instead of returning it.
-		err = pc.conn.Do(context.WithoutCancel(ctx), "unwatch").Err()
+	if pc.watched {
+		// Bounded by ctx as every call is (New): go-redis either sends
+		// UNWATCH and reads its reply, or fails, and any failure that is
+		// not an error reply, ctx's included, is a bad connection to it,
+		// which Close then removes from the pool instead of returning it
+		// watching. (It does not look at a done ctx before sending, so
+		// checking ctx.Err() here first would pool a watching
+		// connection.)
+		err = pc.conn.Do(ctx, "unwatch").Err()
 	}
 	cerr := pc.conn.Close()
-	pc.conn, pc.watching = nil, ""
+	pc.conn = nil
+	pc.watched, pc.watching = false, ""
+	pc.b.cfg.pins.give()
 	if err != nil {
 		return mapErr(call{op: "close pinned reader"}, err)
 	}
@@ -324,8 +398,13 @@ func (pc *pinnedConn) readTx(ctx context.Context, op string, f broker.Fence, str
 // watch makes the connection watch key alone and read it (one round
 // trip): the check of a transaction that carries none.
 func (pc *pinnedConn) watch(ctx context.Context, key string) error {
-	conn := pc.connection()
-	unwatch := pc.watching != ""
+	if !pc.pin() {
+		// Dropped by a transport failure after a refused EXEC, and no
+		// place left: nothing is carried, the script decides.
+		return nil
+	}
+	conn := pc.conn
+	unwatch := pc.watched
 	pc.watching = ""
 	var (
 		watch *redis.Cmd
@@ -386,15 +465,21 @@ func (pc *pinnedConn) execOnce(ctx context.Context, op string, f broker.Fence, s
 	// EXEC ended the watch (or the connection failed); the WATCH after it
 	// is the next check.
 	pc.watching = ""
-	if err := exec.Err(); err != nil {
+	for _, err := range []error{exec.Err(), multi.Err()} {
+		if err == nil {
+			continue
+		}
 		// The reply of EXEC was not read, or MULTI was refused: whether
 		// the commands ran is unknown, as with a script whose reply was
 		// lost. The call fails; the script must not run (fencedtx.go).
-		pc.broken()
-		return nil, txDecided, false, err
-	}
-	if err := multi.Err(); err != nil {
-		pc.broken()
+		// After a transport failure the connection goes; after an error
+		// reply it is sound and stays, and the WATCH sent after EXEC,
+		// if it ran, is undone by the next round trip's UNWATCH.
+		if transport(err) {
+			pc.broken()
+		} else {
+			pc.watched = true
+		}
 		return nil, txDecided, false, err
 	}
 	pc.carry(f.LeaseKey, watch, get)

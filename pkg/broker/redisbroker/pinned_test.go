@@ -38,6 +38,38 @@ func newPinned(t *testing.T, b *redisbroker.Broker) pinnedReader {
 	return r
 }
 
+// protoClient empties the server and returns a client on it speaking
+// RESP proto (2 or 3).
+func protoClient(t *testing.T, proto int) *redis.Client {
+	t.Helper()
+	server.FlushAll(t)
+	opts := server.Options()
+	opts.Protocol = proto
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// wantNoWatchLeft fails when the pool hands out a connection that still
+// watches lease: it touches lease, then runs a transaction on a
+// connection taken from c's pool (Conn, not TxPipelined, which may use a
+// pool of its own), which a watch left behind would refuse.
+func wantNoWatchLeft(t *testing.T, c *redis.Client, lease string) {
+	t.Helper()
+	if err := c.PExpire(t.Context(), lease, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cn := c.Conn()
+	defer cn.Close()
+	_, err := cn.TxPipelined(t.Context(), func(p redis.Pipeliner) error {
+		p.Set(t.Context(), "other", "1", 0)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("a transaction on a pooled connection: %v (a watch was left)", err)
+	}
+}
+
 func pinnedAcquire(t *testing.T, r pinnedReader, k, o string) broker.Lease {
 	t.Helper()
 	l, ok, err := r.AcquirePartitionLease(t.Context(), layout.LeaseKey(group, k), layout.GenerationKey(group, k), o, time.Minute)
@@ -67,8 +99,13 @@ func (h *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // transaction, after its EXEC, so that each fenced read is one round trip
 // (the plain Broker's take two).
 func TestPinnedReaderCarriesTheWatch(t *testing.T) {
-	server.FlushAll(t)
-	c := server.Client(t)
+	for _, proto := range []int{2, 3} {
+		t.Run(fmt.Sprintf("RESP%d", proto), func(t *testing.T) { testPinnedReaderCarriesTheWatch(t, proto) })
+	}
+}
+
+func testPinnedReaderCarriesTheWatch(t *testing.T, proto int) {
+	c := protoClient(t, proto)
 	counter := &tripCounter{}
 	c.AddHook(counter)
 	b := newRedisBroker(c)
@@ -162,49 +199,52 @@ func TestPinnedReaderCarriedWatchRefusesAChangedLease(t *testing.T) {
 		}},
 	} {
 		for _, mode := range []broker.ReadMode{broker.ReadNew, broker.ReadPending} {
-			t.Run(fmt.Sprintf("%s/mode %d", tc.name, mode), func(t *testing.T) {
-				b, c := newBroker(t)
-				st := layout.Stream(cat, key)
-				pub := publish(t, b, key, "", 20)
-				r := newPinned(t, b)
-				l := pinnedAcquire(t, r, key, owner)
-				first, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, 5, broker.ReadNew)
-				if err != nil || len(first) != 5 {
-					t.Fatal(len(first), err)
-				}
-				// The reader's connection now watches the lease, as read
-				// right after the first EXEC.
-				tc.change(t, b, c, l)
-				before := snapshot(t, c)
-				msgs, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, msgIDs(first), 5, mode)
-				var lle *broker.LeaseLostError
-				if !errors.Is(err, broker.ErrLeaseLost) || !errors.As(err, &lle) || lle.Token != l.Token || len(msgs) != 0 {
-					t.Fatalf("stale ack and read = %v, %v; want ErrLeaseLost for %s", msgIDs(msgs), err, l.Token)
-				}
-				wantUnchanged(t, c, before)
-				p := c.XPending(t.Context(), st, group).Val()
-				if p.Count != 5 || p.Lower != pub[0] || p.Higher != pub[4] || p.Consumers[l.Token] != 5 {
-					t.Fatalf("pending = %+v, want the first batch, still the stale owner's", p)
-				}
-				// The same reader serves the next owner (a new generation
-				// on this node, or another node's lease it was given).
-				nl := takeOver(t, b, c, l, "node-c")
-				if _, err := b.ReclaimPartitionPending(t.Context(), nl.Fence, st, group, 0, 100); err != nil {
-					t.Fatal(err)
-				}
-				msgs, err = r.AckAndReadPartitionFenced(t.Context(), nl.Fence, st, group, nil, 20, broker.ReadPending)
-				if err != nil || !slices.Equal(msgIDs(msgs), pub[:5]) {
-					t.Fatalf("the next owner's pending = %v, %v", msgIDs(msgs), err)
-				}
-				msgs, err = r.AckAndReadPartitionFenced(t.Context(), nl.Fence, st, group, msgIDs(msgs), 20, broker.ReadNew)
-				if err != nil || !slices.Equal(msgIDs(msgs), pub[5:]) {
-					t.Fatalf("the next owner's read = %v, %v", msgIDs(msgs), err)
-				}
-				// And the stale fence stays refused.
-				if _, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, msgIDs(msgs), 5, broker.ReadNew); !errors.Is(err, broker.ErrLeaseLost) {
-					t.Fatalf("stale read after the next owner's = %v, want ErrLeaseLost", err)
-				}
-			})
+			for _, proto := range []int{2, 3} {
+				t.Run(fmt.Sprintf("%s/mode %d/RESP%d", tc.name, mode, proto), func(t *testing.T) {
+					c := protoClient(t, proto)
+					b := redisbroker.New(c)
+					st := layout.Stream(cat, key)
+					pub := publish(t, b, key, "", 20)
+					r := newPinned(t, b)
+					l := pinnedAcquire(t, r, key, owner)
+					first, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, 5, broker.ReadNew)
+					if err != nil || len(first) != 5 {
+						t.Fatal(len(first), err)
+					}
+					// The reader's connection now watches the lease, as read
+					// right after the first EXEC.
+					tc.change(t, b, c, l)
+					before := snapshot(t, c)
+					msgs, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, msgIDs(first), 5, mode)
+					var lle *broker.LeaseLostError
+					if !errors.Is(err, broker.ErrLeaseLost) || !errors.As(err, &lle) || lle.Token != l.Token || len(msgs) != 0 {
+						t.Fatalf("stale ack and read = %v, %v; want ErrLeaseLost for %s", msgIDs(msgs), err, l.Token)
+					}
+					wantUnchanged(t, c, before)
+					p := c.XPending(t.Context(), st, group).Val()
+					if p.Count != 5 || p.Lower != pub[0] || p.Higher != pub[4] || p.Consumers[l.Token] != 5 {
+						t.Fatalf("pending = %+v, want the first batch, still the stale owner's", p)
+					}
+					// The same reader serves the next owner (a new generation
+					// on this node, or another node's lease it was given).
+					nl := takeOver(t, b, c, l, "node-c")
+					if _, err := b.ReclaimPartitionPending(t.Context(), nl.Fence, st, group, 0, 100); err != nil {
+						t.Fatal(err)
+					}
+					msgs, err = r.AckAndReadPartitionFenced(t.Context(), nl.Fence, st, group, nil, 20, broker.ReadPending)
+					if err != nil || !slices.Equal(msgIDs(msgs), pub[:5]) {
+						t.Fatalf("the next owner's pending = %v, %v", msgIDs(msgs), err)
+					}
+					msgs, err = r.AckAndReadPartitionFenced(t.Context(), nl.Fence, st, group, msgIDs(msgs), 20, broker.ReadNew)
+					if err != nil || !slices.Equal(msgIDs(msgs), pub[5:]) {
+						t.Fatalf("the next owner's read = %v, %v", msgIDs(msgs), err)
+					}
+					// And the stale fence stays refused.
+					if _, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, msgIDs(msgs), 5, broker.ReadNew); !errors.Is(err, broker.ErrLeaseLost) {
+						t.Fatalf("stale read after the next owner's = %v, want ErrLeaseLost", err)
+					}
+				})
+			}
 		}
 	}
 }
@@ -214,8 +254,13 @@ func TestPinnedReaderCarriedWatchRefusesAChangedLease(t *testing.T) {
 // trip are the retry's check, so the read costs one more round trip and
 // no script.
 func TestPinnedReaderRetriesAfterRenewal(t *testing.T) {
-	server.FlushAll(t)
-	c := server.Client(t)
+	for _, proto := range []int{2, 3} {
+		t.Run(fmt.Sprintf("RESP%d", proto), func(t *testing.T) { testPinnedReaderRetriesAfterRenewal(t, proto) })
+	}
+}
+
+func testPinnedReaderRetriesAfterRenewal(t *testing.T, proto int) {
+	c := protoClient(t, proto)
 	counter := &tripCounter{}
 	c.AddHook(counter)
 	b := newRedisBroker(c)
@@ -300,7 +345,7 @@ func TestPinnedReaderAcquiresWithTails(t *testing.T) {
 			b := redisbroker.New(c)
 			acquire(t, b, "warm", owner, time.Minute) // the script is cached
 			if !pinned {
-				newPinned(t, b) // takes the one place
+				pinnedAcquire(t, newPinned(t, b), "other", owner) // takes the one place
 			}
 			r := newPinned(t, b)
 			st, bf := layout.Stream(cat, key), layout.Stream(cat, key+":"+broker.DefaultBackfillSuffix)
@@ -328,6 +373,43 @@ func TestPinnedReaderAcquiresWithTails(t *testing.T) {
 			_, ok, tails, err = r.AcquirePartitionLeaseAndTails(t.Context(), lk, gk, "node-b", time.Minute, []string{st, bf})
 			if err != nil || ok || tails != nil {
 				t.Fatalf("acquire of a held lease = %v, %v, %v", ok, tails, err)
+			}
+		})
+	}
+}
+
+// Tails that cannot be read (a lane key of the wrong type) do not fail an
+// acquisition that took the lease: the lease comes back, with nil tails
+// and no error, so that its owner can release it (the runtime would
+// otherwise drop a held lease, and the partition would stall until its
+// TTL), and LastEntryIDs reports why. Pinned or not alike.
+func TestPinnedReaderAcquiresWithUnreadableTails(t *testing.T) {
+	for _, pinned := range []bool{true, false} {
+		t.Run(fmt.Sprintf("pinned=%v", pinned), func(t *testing.T) {
+			server.FlushAll(t)
+			opts := server.Options()
+			opts.PoolSize = 2 // one pinned reader
+			c := redis.NewClient(opts)
+			t.Cleanup(func() { _ = c.Close() })
+			b := redisbroker.New(c)
+			if !pinned {
+				pinnedAcquire(t, newPinned(t, b), "other", owner) // takes the one place
+			}
+			r := newPinned(t, b)
+			st, bf := layout.Stream(cat, key), layout.Stream(cat, key+":"+broker.DefaultBackfillSuffix)
+			publish(t, b, key, "", 1)
+			if err := c.Set(t.Context(), bf, "x", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			lk, gk := layout.LeaseKey(group, key), layout.GenerationKey(group, key)
+			l, ok, tails, err := r.AcquirePartitionLeaseAndTails(t.Context(), lk, gk, owner, time.Minute, []string{st, bf})
+			if err != nil || !ok || tails != nil || l.Generation != 1 {
+				t.Fatalf("acquire with a wrong-type lane = %+v, %v, %v, %v; want the lease, nil tails, no error", l, ok, tails, err)
+			}
+			_, err = r.LastEntryIDs(t.Context(), []string{st, bf})
+			wantWrongType(t, "last entry ids", err, bf, "stream")
+			if ok, err := b.ReleasePartitionLease(t.Context(), l.Fence); err != nil || !ok {
+				t.Fatalf("release = %v, %v", ok, err)
 			}
 		})
 	}
@@ -362,18 +444,19 @@ func TestPinnedReaderAcquiresAfterNoScript(t *testing.T) {
 }
 
 // close gives the connection back unwatched: a transaction on it is not
-// refused by a change to the lease the reader watched.
+// refused by a change to the lease the reader watched. The pool has one
+// connection, so the transaction runs on the one the reader gave back.
 func TestPinnedReaderCloseUnwatches(t *testing.T) {
 	server.FlushAll(t)
 	opts := server.Options()
 	opts.PoolSize = 2 // one connection may be pinned, and it is the only one made
 	c := redis.NewClient(opts)
 	t.Cleanup(func() { _ = c.Close() })
-	other := server.Client(t)
 	b := redisbroker.New(c)
 	st := layout.Stream(cat, key)
 	publish(t, b, key, "", 3)
 	ar, closeFn := b.PinnedReader()
+	t.Cleanup(func() { _ = closeFn(context.Background()) })
 	r := ar.(pinnedReader)
 	l := pinnedAcquire(t, r, key, owner)
 	if _, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, 10, broker.ReadNew); err != nil {
@@ -388,43 +471,173 @@ func TestPinnedReaderCloseUnwatches(t *testing.T) {
 	if err := closeFn(t.Context()); err != nil {
 		t.Fatalf("second close: %v", err)
 	}
-	other.PExpire(t.Context(), l.LeaseKey, time.Minute) // touch it
-	_, err := c.TxPipelined(t.Context(), func(p redis.Pipeliner) error {
-		p.Set(t.Context(), "other", "1", 0)
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("a transaction on the returned connection: %v (a watch was left)", err)
+	if s := c.PoolStats(); s.TotalConns != 1 || s.IdleConns != 1 {
+		t.Fatalf("pool %+v: want the connection back", s)
 	}
-	// A closed reader still works, on the pool.
+	wantNoWatchLeft(t, c, l.LeaseKey)
+	// A closed reader still works, and pins a connection again.
 	if _, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, 10, broker.ReadNew); err != nil {
 		t.Fatal(err)
 	}
+	if s := c.PoolStats(); s.TotalConns-s.IdleConns != 1 {
+		t.Fatalf("pool %+v: want the reader's connection pinned again", s)
+	}
+	if err := closeFn(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	wantNoWatchLeft(t, c, l.LeaseKey)
 }
 
-// At most half of the pool is pinned; readers beyond that run on the
-// pool, call by call, with the same results.
+// close is bounded by its context: with a context that is done (on a
+// client that honours contexts), it fails at once, and the connection,
+// which may still watch the lease, is dropped instead of pooled.
+func TestPinnedReaderCloseHonoursTheContext(t *testing.T) {
+	server.FlushAll(t)
+	opts := server.Options()
+	opts.PoolSize = 2
+	opts.ContextTimeoutEnabled = true
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	b := redisbroker.New(c)
+	st := layout.Stream(cat, key)
+	publish(t, b, key, "", 3)
+	ar, closeFn := b.PinnedReader()
+	r := ar.(pinnedReader)
+	l := pinnedAcquire(t, r, key, owner)
+	if _, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, 10, broker.ReadNew); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), -time.Second)
+	defer cancel()
+	err := closeFn(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("close with an expired context = %v, want DeadlineExceeded", err)
+	}
+	if s := c.PoolStats(); s.TotalConns != 0 {
+		t.Fatalf("pool %+v: the connection that did not unwatch was kept", s)
+	}
+	wantNoWatchLeft(t, c, l.LeaseKey)
+	if err := closeFn(t.Context()); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+}
+
+// An error reply (here WRONGTYPE, reading the tail of a key that is not
+// a stream) leaves the pinned connection sound and watching: it stays
+// pinned rather than going back to the pool with its watch, and the next
+// round trip unwatches it. Only a transport failure drops it.
+func TestPinnedReaderKeepsItsConnectionOnAnErrorReply(t *testing.T) {
+	server.FlushAll(t)
+	opts := server.Options()
+	opts.PoolSize = 2 // one connection may be pinned
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	b := redisbroker.New(c)
+	st := layout.Stream(cat, key)
+	pub := publish(t, b, key, "", 3)
+	if err := c.Set(t.Context(), "not-a-stream", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := newPinned(t, b)
+	l := pinnedAcquire(t, r, key, owner)
+	_, err := r.LastEntryIDs(t.Context(), []string{st, "not-a-stream"})
+	wantWrongType(t, "last entry ids", err, "not-a-stream", "stream")
+	if s := c.PoolStats(); s.TotalConns-s.IdleConns != 1 {
+		t.Fatalf("pool %+v: want the reader's connection still pinned", s)
+	}
+	wantNoWatchLeft(t, c, l.LeaseKey) // on another connection: none watches
+	// The lease key was touched since the reader's WATCH: the read is
+	// refused once, retried, and reads.
+	msgs, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, 10, broker.ReadNew)
+	if err != nil || !slices.Equal(msgIDs(msgs), pub) {
+		t.Fatalf("read after the error = %v, %v", msgIDs(msgs), err)
+	}
+}
+
+// A pinned connection killed between two reads (CLIENT KILL, a server
+// restart, a dropped socket) fails the read that meets it: the carried
+// watch is gone with it, and neither go-redis nor the reader may send the
+// transaction again on another socket, which did not WATCH. The next read
+// takes a new connection and checks the lease afresh.
+func TestPinnedReaderConnectionKilledBetweenReads(t *testing.T) {
+	for _, proto := range []int{2, 3} {
+		t.Run(fmt.Sprintf("RESP%d", proto), func(t *testing.T) {
+			c := protoClient(t, proto)
+			b := redisbroker.New(c)
+			killer := server.Client(t)
+			st := layout.Stream(cat, key)
+			pub := publish(t, b, key, "", 6)
+			r := newPinned(t, b)
+			l := pinnedAcquire(t, r, key, owner)
+			first, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, 3, broker.ReadNew)
+			if err != nil || !slices.Equal(msgIDs(first), pub[:3]) {
+				t.Fatalf("read = %v, %v", msgIDs(first), err)
+			}
+			if err := killer.Do(t.Context(), "client", "kill", "type", "normal", "skipme", "yes").Err(); err != nil {
+				t.Fatal(err)
+			}
+			before := snapshot(t, killer)
+			msgs, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, msgIDs(first), 3, broker.ReadNew)
+			if !errors.Is(err, broker.ErrUnavailable) || len(msgs) != 0 {
+				t.Fatalf("read on a killed connection = %v, %v; want ErrUnavailable", msgIDs(msgs), err)
+			}
+			wantUnchanged(t, killer, before)
+			msgs, err = r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, msgIDs(first), 3, broker.ReadNew)
+			if err != nil || !slices.Equal(msgIDs(msgs), pub[3:]) {
+				t.Fatalf("read on a new connection = %v, %v", msgIDs(msgs), err)
+			}
+		})
+	}
+}
+
+// The Brokers of one client share one PinLimit: readers of both pin at
+// most half of the pool together, the rest run on the pool with the same
+// results, and the client still has connections for everything else
+// while every place is held. close gives the place back.
 func TestPinnedReaderLimit(t *testing.T) {
 	server.FlushAll(t)
 	opts := server.Options()
 	opts.PoolSize = 4
+	opts.PoolTimeout = time.Second
 	c := redis.NewClient(opts)
 	t.Cleanup(func() { _ = c.Close() })
-	b := redisbroker.New(c)
-	var readers []pinnedReader
-	for i := range 3 {
-		readers = append(readers, newPinned(t, b))
+	pins := redisbroker.NewPinLimit(c)
+	brokers := []*redisbroker.Broker{
+		redisbroker.New(c, redisbroker.WithPinLimit(pins)),
+		redisbroker.New(c, redisbroker.WithPinLimit(pins), redisbroker.WithBackfillSuffix("bf")),
+	}
+	var closers []func(context.Context) error
+	for i := range 6 {
+		ar, closeFn := brokers[i%2].PinnedReader()
+		t.Cleanup(func() { _ = closeFn(context.Background()) })
+		closers = append(closers, closeFn)
+		r := ar.(pinnedReader)
 		k := fmt.Sprintf("k%d", i)
 		st := layout.Stream(cat, k)
-		pub := publish(t, b, k, "", 2)
-		l := pinnedAcquire(t, readers[i], k, owner)
-		msgs, err := readers[i].AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, 10, broker.ReadNew)
+		pub := publish(t, brokers[0], k, "", 2)
+		l := pinnedAcquire(t, r, k, owner)
+		msgs, err := r.AckAndReadPartitionFenced(t.Context(), l.Fence, st, group, nil, 10, broker.ReadNew)
 		if err != nil || !slices.Equal(msgIDs(msgs), pub) {
 			t.Fatalf("reader %d: %v, %v", i, msgIDs(msgs), err)
 		}
+		if n := pins.Held(); n > 2 {
+			t.Fatalf("%d connections pinned by two Brokers, want at most half of a pool of 4", n)
+		}
+		if s := c.PoolStats(); s.TotalConns-s.IdleConns > 2 {
+			t.Fatalf("pool %+v: more than half of it held", s)
+		}
+		if err := c.Ping(t.Context()).Err(); err != nil {
+			t.Fatalf("ping with %d readers: %v", i+1, err)
+		}
 	}
-	if s := c.PoolStats(); s.TotalConns-s.IdleConns != 2 {
-		t.Fatalf("pool %+v: want two connections pinned", s)
+	if n := pins.Held(); n != 2 {
+		t.Fatalf("%d pinned, want 2", n)
+	}
+	if err := closers[5](t.Context()); err != nil || pins.Held() != 2 {
+		t.Fatalf("closing a reader that never pinned = %v, %d pinned", err, pins.Held())
+	}
+	if err := closers[0](t.Context()); err != nil || pins.Held() != 1 {
+		t.Fatalf("closing a pinned reader = %v, %d pinned", err, pins.Held())
 	}
 }
 
