@@ -290,9 +290,10 @@ func TestTopicCatchUp(t *testing.T) {
 	if slow.complete("slow", aggs, 80) {
 		t.Fatal("slow completed while stuck")
 	}
-	if len(n.ts.Throttled()) != 0 {
-		t.Fatalf("throttled %v: a stuck subscription held the shared reader back", n.ts.Throttled())
-	}
+	// Fast may have caught up on its own reader at the end (detached, so
+	// the partition was throttled until it attached again): the throttle
+	// must clear while slow is still stuck.
+	waitFor(t, 5*time.Second, "the partition not throttled while slow is stuck", func() bool { return len(n.ts.Throttled()) == 0 })
 	close(stuck)
 	waitFor(t, 10*time.Second, "slow to catch up again", func() bool { return slow.complete("slow", aggs, 80) })
 	slow.checkOrder(t, "slow", aggs, 80)
