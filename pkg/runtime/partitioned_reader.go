@@ -19,11 +19,9 @@ import (
 //
 // The subscription keeps one pinned reader per worker slot (at most
 // Workers): a worker uses its slot's reader for the lease acquisition,
-// the tails and every read, and closes it when it gives the slot back
-// (putReader), so that a connection is pinned only while a worker works
-// with it: not while the partition waits for news, nor between two
-// partitions. The next worker to take the slot (any partition) reuses the
-// reader, with a connection taken afresh.
+// the tails and every read, and the next worker to take the slot (any
+// partition) inherits it, connection included. They are closed when the
+// subscription stops.
 type ReaderPinner interface {
 	PinnedReader() (reader broker.AckReader, close func(ctx context.Context) error)
 }
@@ -70,28 +68,26 @@ func (p *Partitioned) takeReader() *slotReader {
 	return r
 }
 
-// putReader gives r's connection back and keeps r for the next worker to
-// take a slot. Giving the connection back costs a round trip (UNWATCH)
-// per slot handover, and the watch it carried, which the next worker
-// could use only if it read the same lease. What it buys: the broker's
-// connections are pinned by busy workers only, so the pool (shared with
-// renewals, heartbeats, the ledger and other subscriptions) gets them
-// back whenever a worker waits; and no pinned connection sits idle, where
-// a server's timeout or a NAT would close it under the next worker (a
-// connection the pool hands out again is checked first).
+// putReader keeps r, with its connection, for the next worker to take a
+// slot. Closing it here would give the connection back to the pool
+// between partitions, at the cost of a round trip (UNWATCH) per slot
+// handover: measured, about a tenth of the runtime's throughput
+// (docs/decisions/fenced-read-transactions.md). The broker bounds what
+// readers pin per client and checks a connection that idled before using
+// it again.
 func (p *Partitioned) putReader(r *slotReader) {
 	if r == nil {
 		return
 	}
-	p.closeReader(r)
 	select {
 	case p.readers <- r:
 	default: // not expected: there are as many places as slots
+		p.closeReader(r)
 	}
 }
 
 // closeReaders closes the free pinned readers; it runs once every worker
-// has returned (and so given its reader back, closed): a safety net.
+// has returned (and so given its reader back).
 func (p *Partitioned) closeReaders() {
 	if p.pinner == nil {
 		return

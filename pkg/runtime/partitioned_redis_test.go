@@ -602,12 +602,11 @@ func TestRedisLaneReadsAreTransactions(t *testing.T) {
 }
 
 // A subscription on the Redis adapter reads through pinned readers, one
-// per worker slot: a fresh partition of one batch costs four round
+// per worker slot: a fresh partition of one batch costs three round
 // trips (the acquisition with the lease check and the lanes' tails, the
-// read, the read that acks it, and the UNWATCH that gives the connection
-// back when the worker gives its slot back), and when the node stops
-// every pinned connection is back in the pool, unwatched (a watch left
-// behind would refuse the next transaction on that connection).
+// read, the read that acks it), and when the node stops every pinned
+// connection is back in the pool, unwatched (a watch left behind would
+// refuse the next transaction on that connection).
 func TestRedisPinnedReaders(t *testing.T) {
 	e := newRedisEnv(t)
 	rec := newRecorder(t)
@@ -646,8 +645,8 @@ func TestRedisPinnedReaders(t *testing.T) {
 			return err == nil && p.Count == 0
 		})
 	}
-	if got := trips.partition.Load(); got != 4*int64(len(keys)) {
-		t.Errorf("%d round trips of the workers for %d partitions, want 4 each", got, len(keys))
+	if got := trips.partition.Load(); got != 3*int64(len(keys)) {
+		t.Errorf("%d round trips of the workers for %d partitions, want 3 each", got, len(keys))
 	}
 	if s := c.PoolStats(); s.TotalConns-s.IdleConns > uint32(cfg.Workers)+4 {
 		t.Errorf("pool %+v: more connections in use than the slots' and the background's", s)
@@ -782,12 +781,11 @@ func TestRedisSubscriptionsShareThePinLimit(t *testing.T) {
 	}
 }
 
-// A pinned connection is given back whenever its worker gives its slot
-// back, so none sits idle pinned: a server that closes idle connections
-// (timeout 1) closes only pooled ones, which the pool checks before it
-// hands them out again. A reader that kept its connection while the
-// partition idled would meet a closed socket and fail the next
-// acquisition or read.
+// A pinned connection that idled is checked before its next call: a
+// server that closes idle connections (timeout 1) closes the slots'
+// pinned connections while the partitions idle, and the next acquisition
+// takes another instead of failing on the closed socket (which the
+// runtime reported as an error and answered by releasing the lease).
 func TestRedisPinnedReadersSurviveAnIdleTimeout(t *testing.T) {
 	e := newRedisEnv(t)
 	admin := e.client()

@@ -90,7 +90,7 @@ func (b *Broker) txClient(ctx context.Context, key string) *redis.Client {
 // taken from c, and the PinLimit allows it), else on a connection of its
 // own (readTx).
 func (b *Broker) tx(ctx context.Context, pc *pinnedConn, c *redis.Client, op string, f broker.Fence, stream, group string, ack []string, count int64, id string) ([]broker.Message, txOutcome, error) {
-	if pc != nil && pc.client == c && pc.pin() {
+	if pc != nil && pc.client == c && pc.pin(ctx) {
 		return pc.readTx(ctx, op, f, stream, group, ack, count, id)
 	}
 	return b.readTx(ctx, c, op, f, stream, group, ack, count, id)

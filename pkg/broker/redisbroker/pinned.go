@@ -97,10 +97,10 @@ func (l *PinLimit) give() { l.held.Add(-1) }
 // a connection that failed, context errors included), never pooled while
 // it watches a key. The
 // reader may be used again after close: its next call pins a connection
-// again, if the limit allows. Closing twice is a no-op. Callers close the
-// reader whenever it will sit unused (between two partitions, say), so
-// that no connection stays pinned idle, where a server's timeout or a NAT
-// would close it under the reader.
+// again, if the limit allows. Closing twice is a no-op. A connection left
+// pinned and idle for a second or more is checked (UNWATCH, a round trip
+// of its own) before its next call, and replaced if a server's timeout or
+// a NAT closed it meanwhile.
 func (b *Broker) PinnedReader() (broker.AckReader, func(context.Context) error) {
 	pc := &pinnedConn{b: b}
 	if c, ok := b.client.(*redis.Client); ok && !b.cfg.scriptReads {
@@ -129,22 +129,49 @@ type pinnedConn struct {
 	watching string
 	seen     string
 	seenOK   bool
+	// used is when the connection was last pinned for a call (pin).
+	used time.Time
 }
 
 var _ broker.AckReader = (*pinnedConn)(nil)
 
-// pin makes sure the reader holds a connection, taking one from the pool
-// (and a place in the PinLimit) if it holds none; false when it cannot be
-// pinned: the call runs on the pool.
-func (pc *pinnedConn) pin() bool {
+// idleCheck is how long a pinned connection may sit unused before its
+// next call checks it first. A server's timeout (redis.conf "timeout",
+// whole seconds, 1 at least) or a NAT closes an idle connection; the
+// pool checks its own idle connections before it hands them out, but a
+// pinned one is out of the pool. A call on a closed socket would fail
+// the read, and the runtime would release the lease with an error; a
+// fenced read must not be sent twice, so the check is a round trip of
+// its own, paid only after an idle gap.
+const idleCheck = time.Second
+
+// pin makes sure the reader holds a sound connection, taking one from the
+// pool (and a place in the PinLimit) if it holds none; false when it
+// cannot be pinned: the call runs on the pool. A connection idle for
+// idleCheck or longer is checked first with UNWATCH (which also ends
+// whatever it watched; the carried check is dropped): a transport failure
+// drops it, and another is taken.
+func (pc *pinnedConn) pin(ctx context.Context) bool {
 	if pc.conn != nil {
-		return true
+		now := time.Now()
+		if now.Sub(pc.used) < idleCheck {
+			pc.used = now
+			return true
+		}
+		err := pc.conn.Do(ctx, "unwatch").Err()
+		if !transport(err) {
+			pc.watched, pc.watching = err != nil, ""
+			pc.used = now
+			return true
+		}
+		pc.broken()
 	}
 	if pc.client == nil || !pc.b.cfg.pins.take() {
 		return false
 	}
 	pc.conn = pc.client.Conn()
 	pc.watched, pc.watching = false, ""
+	pc.used = time.Now()
 	return true
 }
 
@@ -160,7 +187,7 @@ func (pc *pinnedConn) AckAndReadPartitionFenced(ctx context.Context, f broker.Fe
 // lease key in the same round trip, so that the owner's first fenced read
 // carries them.
 func (pc *pinnedConn) AcquirePartitionLease(ctx context.Context, leaseKey, generationKey, owner string, ttl time.Duration) (broker.Lease, bool, error) {
-	if !pc.pin() {
+	if !pc.pin(ctx) {
 		return pc.b.AcquirePartitionLease(ctx, leaseKey, generationKey, owner, ttl)
 	}
 	const op = "acquire lease"
@@ -188,7 +215,7 @@ func (pc *pinnedConn) AcquirePartitionLease(ctx context.Context, leaseKey, gener
 // they could not be read (the caller then calls LastEntryIDs, which
 // reports why).
 func (pc *pinnedConn) AcquirePartitionLeaseAndTails(ctx context.Context, leaseKey, generationKey, owner string, ttl time.Duration, streams []string) (broker.Lease, bool, map[string]string, error) {
-	if !pc.pin() {
+	if !pc.pin(ctx) {
 		l, ok, err := pc.b.AcquirePartitionLease(ctx, leaseKey, generationKey, owner, ttl)
 		if err != nil || !ok {
 			return l, ok, nil, err
@@ -274,7 +301,7 @@ func (pc *pinnedConn) acquire(ctx context.Context, run func(context.Context, red
 
 // LastEntryIDs is the Broker's, on the pinned connection.
 func (pc *pinnedConn) LastEntryIDs(ctx context.Context, streams []string) (map[string]string, error) {
-	if !pc.pin() {
+	if !pc.pin(ctx) {
 		return pc.b.LastEntryIDs(ctx, streams)
 	}
 	// Judged on the pipeline's own error, not the mapped one: an error
@@ -398,7 +425,7 @@ func (pc *pinnedConn) readTx(ctx context.Context, op string, f broker.Fence, str
 // watch makes the connection watch key alone and read it (one round
 // trip): the check of a transaction that carries none.
 func (pc *pinnedConn) watch(ctx context.Context, key string) error {
-	if !pc.pin() {
+	if !pc.pin(ctx) {
 		// Dropped by a transport failure after a refused EXEC, and no
 		// place left: nothing is carried, the script decides.
 		return nil
