@@ -95,9 +95,9 @@ func (l *PinLimit) give() { l.held.Add(-1) }
 // place in the PinLimit. It is bounded by ctx as every call is (New); a
 // connection whose UNWATCH did not complete is dropped (go-redis removes
 // a connection that failed, context errors included), never pooled while
-// it watches a key. The
-// reader may be used again after close: its next call pins a connection
-// again, if the limit allows. Closing twice is a no-op. A connection left
+// it watches a key. The reader may be used again after close: its next
+// call pins a connection again, if the limit allows. Closing twice is a
+// no-op. A connection left
 // pinned and idle for a second or more is checked (UNWATCH, a round trip
 // of its own) before its next call, and replaced if a server's timeout or
 // a NAT closed it meanwhile.
