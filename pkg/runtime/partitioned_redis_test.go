@@ -645,8 +645,11 @@ func TestRedisPinnedReaders(t *testing.T) {
 			return err == nil && p.Count == 0
 		})
 	}
-	if got := trips.partition.Load(); got != 3*int64(len(keys)) {
-		t.Errorf("%d round trips of the workers for %d partitions, want 3 each", got, len(keys))
+	// A slot's connection left idle for a second is checked (a lone
+	// UNWATCH) before its next use; on a machine stalled that long a slot
+	// may pay it once, so each slot is allowed one.
+	if got, want := trips.partition.Load(), 3*int64(len(keys)); got < want || got > want+int64(cfg.Workers) {
+		t.Errorf("%d round trips of the workers for %d partitions, want 3 each (and at most one idle check per slot)", got, len(keys))
 	}
 	if s := c.PoolStats(); s.TotalConns-s.IdleConns > uint32(cfg.Workers)+4 {
 		t.Errorf("pool %+v: more connections in use than the slots' and the background's", s)
