@@ -301,3 +301,44 @@ func TestTopicCatchUp(t *testing.T) {
 		t.Fatalf("catch-up limit still held: %d", limit.InUse())
 	}
 }
+
+// TestTopicStuckPartitionDoesNotHoldTheReader: a partition whose lanes
+// cannot take more (one aggregate stuck, its window at the limit) gets
+// its fetches delivered only as far as the window allows (the rest waits
+// in the feed) and stops fetching; the shared reader keeps serving the
+// other partition through fetch after fetch of thousands of records.
+func TestTopicStuckPartitionDoesNotHoldTheReader(t *testing.T) {
+	e := newTopicEnv(t, onMemory, 2)
+	rec := newTopicRecorder(t)
+	stuck := make(chan struct{})
+	rec.setHold(func(ctx context.Context, m runtime.Message) {
+		if m.Aggregate == "a0000" && m.Headers.Get("seq") == "2" {
+			select {
+			case <-stuck:
+			case <-ctx.Done():
+			}
+		}
+	})
+	n := e.start("n1", e.config(tsub(topicSub, rec.handler("n1"))), nil)
+	defer e.stopAll()
+	awaitStarted(t, n.ts)
+	aggs := aggNames(10) // even ones on partition 0, odd ones on 1
+	var odd []string
+	for i, a := range aggs {
+		if i%2 == 1 {
+			odd = append(odd, a)
+		}
+	}
+	for round := 1; round <= 3; round++ {
+		to := round * 2000 // 10,000 records per partition and round
+		e.produce(aggs, to-1999, to)
+		waitFor(t, 30*time.Second, fmt.Sprintf("partition 1 to flow, round %d", round), func() bool { return rec.complete(topicSub, odd, to) })
+	}
+	if got := len(rec.handled(topicSub, "a0000")); got != 1 {
+		t.Fatalf("a0000 handled %d records past its stuck one", got)
+	}
+	waitFor(t, 10*time.Second, "partition 0 throttled", func() bool { return slices.Contains(n.ts.Throttled(), 0) })
+	close(stuck)
+	waitFor(t, 30*time.Second, "everything handled", func() bool { return rec.complete(topicSub, aggs, 6000) })
+	rec.checkOrder(t, topicSub, aggs, 6000)
+}

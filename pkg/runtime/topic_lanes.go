@@ -765,7 +765,13 @@ func (sp *subPart) doneLocked(it laneItem) {
 	if n <= tp.t.cfg.MaxInFlight/2 && (sp.catching || tp.closed) {
 		tp.cond.Broadcast()
 	}
-	if tp.fetchPaused && sp.attached && n <= tp.resumeAtLocked() {
+	// The window is a span (from the oldest record not done), so it can
+	// drop by many at once: wake the waiting feed once a chunk fits.
+	if tp.feedWaiting && n <= tp.feedLimit()-deliverChunk {
+		tp.feedWaiting = false
+		tp.cond.Broadcast()
+	}
+	if tp.fetchPaused && sp.attached && n+tp.undelivered <= tp.resumeAtLocked() {
 		tp.balanceLocked()
 		if !tp.fetchPaused {
 			tp.kickFetch()
