@@ -27,27 +27,9 @@ func appendPartitionJSON(dst []byte, p *inspect.Partition, prefix, indent string
 	o.strPtr("lastEntryId", p.LastEntryID)
 	o.intPtr("idleMs", p.IdleMs)
 	o.key("lanes")
-	if p.Lanes == nil {
-		o.null()
-	} else {
-		o.open('[')
-		for i := range p.Lanes {
-			o.elem()
-			appendLane(&o, &p.Lanes[i])
-		}
-		o.close(']')
-	}
+	appendArray(&o, p.Lanes, appendLane)
 	o.key("groups")
-	if p.Groups == nil {
-		o.null()
-	} else {
-		o.open('[')
-		for i := range p.Groups {
-			o.elem()
-			appendGroup(&o, &p.Groups[i])
-		}
-		o.close(']')
-	}
+	appendArray(&o, p.Groups, appendGroup)
 	if p.Error != "" {
 		o.str("error", p.Error)
 	}
@@ -64,20 +46,33 @@ func appendLane(o *jsonOut, l *inspect.Lane) {
 	o.strPtr("lastEntryId", l.LastEntryID)
 	if len(l.Groups) > 0 {
 		o.key("groups")
-		o.open('[')
-		for i := range l.Groups {
-			g := &l.Groups[i]
-			o.elem()
-			o.open('{')
-			o.str("name", g.Name)
-			o.str("lastDeliveredId", g.LastDeliveredID)
-			o.int("pending", g.Pending)
-			o.intPtr("lag", g.Lag)
-			o.close('}')
-		}
-		o.close(']')
+		appendArray(o, l.Groups, appendLaneGroup)
 	}
 	o.close('}')
+}
+
+func appendLaneGroup(o *jsonOut, g *inspect.LaneGroup) {
+	o.open('{')
+	o.str("name", g.Name)
+	o.str("lastDeliveredId", g.LastDeliveredID)
+	o.int("pending", g.Pending)
+	o.intPtr("lag", g.Lag)
+	o.close('}')
+}
+
+// appendArray writes items with each (null for a nil slice, as
+// encoding/json does).
+func appendArray[T any](o *jsonOut, items []T, each func(*jsonOut, *T)) {
+	if items == nil {
+		o.null()
+		return
+	}
+	o.open('[')
+	for i := range items {
+		o.elem()
+		each(o, &items[i])
+	}
+	o.close(']')
 }
 
 func appendGroup(o *jsonOut, g *inspect.Group) {
