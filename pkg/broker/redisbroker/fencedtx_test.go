@@ -119,11 +119,7 @@ func TestFencedReadTransactionLeavesNoWatch(t *testing.T) {
 func TestFencedReadTransactionDecodesLikeTheScript(t *testing.T) {
 	for _, proto := range []int{2, 3} {
 		t.Run(fmt.Sprintf("RESP%d", proto), func(t *testing.T) {
-			server.FlushAll(t)
-			opts := server.Options()
-			opts.Protocol = proto
-			c := redis.NewClient(opts)
-			t.Cleanup(func() { _ = c.Close() })
+			c := protoClient(t, proto)
 			tx := redisbroker.New(c)
 			script := redisbroker.New(c, redisbroker.WithScriptReads())
 			st := layout.Stream(cat, key)

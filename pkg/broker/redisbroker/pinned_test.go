@@ -647,11 +647,7 @@ func TestPinnedReaderLimit(t *testing.T) {
 func TestPinnedReaderDecodesLikeTheScript(t *testing.T) {
 	for _, proto := range []int{2, 3} {
 		t.Run(fmt.Sprintf("RESP%d", proto), func(t *testing.T) {
-			server.FlushAll(t)
-			opts := server.Options()
-			opts.Protocol = proto
-			c := redis.NewClient(opts)
-			t.Cleanup(func() { _ = c.Close() })
+			c := protoClient(t, proto)
 			b := redisbroker.New(c)
 			script := redisbroker.New(c, redisbroker.WithScriptReads())
 			st := layout.Stream(cat, key)
