@@ -27,6 +27,7 @@ type config struct {
 	retryTimeout   time.Duration
 	retries        int
 	fetchMaxWait   time.Duration
+	fetchPartBytes int32
 	scanBytes      int32
 	aggregate      AggregateFrom
 	logger         *slog.Logger
@@ -41,6 +42,7 @@ func defaultConfig() config {
 		retryTimeout:   15 * time.Second,
 		retries:        5,
 		fetchMaxWait:   100 * time.Millisecond,
+		fetchPartBytes: 128 << 10,
 		scanBytes:      4 << 20,
 	}
 }
@@ -90,6 +92,24 @@ func WithRetry(n int, total time.Duration) Option {
 // times a second instead of twice.
 func WithFetchMaxWait(d time.Duration) Option { return func(c *config) { c.fetchMaxWait = d } }
 
+// WithFetchMaxPartitionBytes is the most bytes a Reader's fetch asks for
+// per partition (kgo's FetchMaxPartitionBytes; a record batch larger than
+// it still comes whole). Default 128 KiB, an eighth of Kafka's consumers'
+// 1 MiB. A reader feeds a runtime that handles every record, and nothing
+// of a fetch can be handled before the whole fetch response is decoded:
+// at 1 MiB per partition a response of 12 partitions held some 600,000
+// small records, so a node started (or caught up) with one core decoding
+// for a third of a second while the others waited, and it then handled
+// records decoded long before, out of the CPU's caches. Smaller fetches
+// let handling start at once and overlap decoding; they also keep what a
+// throttled partition holds fetched but undelivered close to its
+// in-flight window (a window of 1,000 records against a 50,000-record
+// fetch made backpressure coarse). The Kafka benchmark measured 64, 128,
+// 256 and 512 KiB and 1 MiB (docs/benchmarks.md). Raise it for large
+// records on a high-latency link, where fewer, larger fetches pay fewer
+// round trips.
+func WithFetchMaxPartitionBytes(n int32) Option { return func(c *config) { c.fetchPartBytes = n } }
+
 // WithScanBytes is the most bytes Scan and Rescan ask for per fetch.
 // Default 4 MiB.
 func WithScanBytes(n int32) Option { return func(c *config) { c.scanBytes = n } }
@@ -125,6 +145,9 @@ func (c *config) validate() error {
 	}
 	if c.retries < 1 {
 		return invalidf("retries must be at least 1, got %d", c.retries)
+	}
+	if c.fetchPartBytes <= 0 {
+		return invalidf("fetch max partition bytes must be positive, got %d", c.fetchPartBytes)
 	}
 	if c.scanBytes <= 0 {
 		return invalidf("scan bytes must be positive, got %d", c.scanBytes)

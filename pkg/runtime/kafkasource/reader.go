@@ -94,12 +94,14 @@ func (s *Source) NewReader(topic string) (*Reader, error) {
 	if err := s.checkArgs(topic); err != nil {
 		return nil, err
 	}
-	opts := append(s.cfg.kgoOpts(s.brokers, s.conns),
+	// The reader's own settings go before the shared ones, which end with
+	// WithKgoOptions' (so those still win, and are given once: kgo adds
+	// up hooks given twice).
+	opts := append([]kgo.Opt{
 		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
 		kgo.FetchMaxWait(s.cfg.fetchMaxWait),
-	)
-	// Applied after the defaults, so WithKgoOptions still wins.
-	opts = append(opts, s.cfg.extra...)
+		kgo.FetchMaxPartitionBytes(s.cfg.fetchPartBytes),
+	}, s.cfg.kgoOpts(s.brokers, s.conns)...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)

@@ -596,3 +596,94 @@ func steadyGoroutines() int {
 	}
 	return n
 }
+
+// newClientHook records the clients created with it (once per client, or
+// once per time it was given).
+type newClientHook struct {
+	mu      sync.Mutex
+	clients []*kgo.Client
+}
+
+func (h *newClientHook) OnNewClient(cl *kgo.Client) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.clients = append(h.clients, cl)
+}
+
+func (h *newClientHook) took() []*kgo.Client {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.clients)
+}
+
+// A Reader asks for WithFetchMaxPartitionBytes per partition (128 KiB by
+// default), and a fetch then holds about that much: the runtime handles a
+// partition's records while the next fetch is decoded instead of waiting
+// for one response of a megabyte per partition. WithKgoOptions are given
+// to its client once (kgo adds up hooks given twice).
+func TestReaderFetchMaxPartitionBytes(t *testing.T) {
+	k := testenv.StartKafka(t, 1, "orders")
+	cl := k.Client(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20 {
+		// One produce call per 10 records: 20 record batches of about
+		// 10 KiB each (a fetch returns whole batches), random bytes so
+		// that compression keeps them that size.
+		rs := make([]*kgo.Record, 10)
+		for i := range rs {
+			v := make([]byte, 1024)
+			for j := range v {
+				v[j] = byte(rng.Uint32())
+			}
+			rs[i] = &kgo.Record{Topic: "orders", Value: v}
+		}
+		k.Produce(t, cl, rs...)
+	}
+	for _, tt := range []struct {
+		name      string
+		opts      []kafkasource.Option
+		wantBytes int32
+		maxFirst  int // records in the first Poll at most
+	}{
+		{"default", nil, 128 << 10, 200},
+		{"16KiB", []kafkasource.Option{kafkasource.WithFetchMaxPartitionBytes(16 << 10)}, 16 << 10, 20},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := &newClientHook{}
+			s := newSource(t, k.Brokers, append(tt.opts, kafkasource.WithKgoOptions(kgo.WithHooks(h)))...)
+			before := len(h.took())
+			r := newReader(t, s, "orders")
+			clients := h.took()[before:]
+			if len(clients) != 1 {
+				t.Fatalf("the Reader's client was announced %d times to a hook given once, want 1", len(clients))
+			}
+			if got := clients[0].OptValue(kgo.FetchMaxPartitionBytes); got != tt.wantBytes {
+				t.Errorf("the Reader's FetchMaxPartitionBytes = %v, want %d", got, tt.wantBytes)
+			}
+			r.Assign(map[int32]int64{0: 0})
+			ctx := testCtx(t)
+			var first, total int
+			for total < 200 {
+				bs, err := r.Poll(ctx)
+				if err != nil {
+					t.Fatalf("Poll: %v", err)
+				}
+				for _, b := range bs {
+					if b.Err != nil {
+						t.Fatalf("partition %d: %v", b.Partition, b.Err)
+					}
+					total += len(b.Records)
+				}
+				if first == 0 {
+					first = total
+				}
+			}
+			if first > tt.maxFirst {
+				t.Errorf("the first Poll returned %d records of about 1 KiB, want at most %d", first, tt.maxFirst)
+			}
+			if total != 200 {
+				t.Errorf("read %d records, want 200", total)
+			}
+		})
+	}
+}

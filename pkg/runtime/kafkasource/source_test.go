@@ -458,3 +458,12 @@ func mapsEqual[K comparable, V comparable](a, b map[K]V) bool {
 	}
 	return true
 }
+
+func TestNewRefusesNonPositiveFetchMaxPartitionBytes(t *testing.T) {
+	for _, n := range []int32{0, -1} {
+		_, err := kafkasource.New([]string{"127.0.0.1:1"}, kafkasource.WithFetchMaxPartitionBytes(n))
+		if !errors.Is(err, kafkasource.ErrInvalidArgument) || !strings.Contains(err.Error(), "fetch max partition bytes") {
+			t.Errorf("WithFetchMaxPartitionBytes(%d): New = %v, want ErrInvalidArgument naming the option", n, err)
+		}
+	}
+}
