@@ -117,7 +117,17 @@ func kRaw(tb testing.TB, k *testenv.Kafka, n int) time.Duration {
 // the lanes and saves checkpoints as it goes, as in production.
 func kRuntime(tb testing.TB, k *testenv.Kafka, n int) (took, first time.Duration) {
 	tb.Helper()
-	src, err := kafkasource.New(k.Brokers)
+	var opts []kafkasource.Option
+	if v := os.Getenv("PROTCTL_BENCH_KAFKA_FETCH_BYTES"); v != "" {
+		// The reader's fetch size per partition, to compare settings
+		// (docs/benchmarks.md); the default is the package's.
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil {
+			tb.Fatalf("PROTCTL_BENCH_KAFKA_FETCH_BYTES: %v", err)
+		}
+		opts = append(opts, kafkasource.WithFetchMaxPartitionBytes(int32(n)))
+	}
+	src, err := kafkasource.New(k.Brokers, opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}
