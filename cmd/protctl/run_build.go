@@ -74,6 +74,9 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 		if s := cfg.Kafka.SASL; s != nil {
 			kopts = append(kopts, kafkasource.WithSASL(s.Mechanism, s.Username, s.Password))
 		}
+		if n := cfg.Kafka.FetchMaxPartitionBytes; n > 0 {
+			kopts = append(kopts, kafkasource.WithFetchMaxPartitionBytes(int32(n)))
+		}
 		if n.kafka, err = kafkasource.New(cfg.Kafka.Brokers, kopts...); err != nil {
 			return nil, clierr.Usage.Errorf("kafka: %w", err)
 		}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
@@ -175,12 +176,25 @@ func TestRunNodeAdminEndpoint(t *testing.T) {
 
 // A Kafka topic subscription from the config: its partitions are leased in
 // Redis, records reach the http handler in order per key, and the drain
-// saves the checkpoints (the next offset of every partition).
+// saves the checkpoints (the next offset of every partition). The reader
+// fetches kafka.fetchMaxPartitionBytes per partition (seen by the broker).
 func TestRunNodeKafkaSubscription(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	kafka := testenv.StartKafka(t, 3, "orders")
+	var fetchMu sync.Mutex
+	partMaxBytes := map[int32]int{} // PartitionMaxBytes -> fetch requests
+	kafka.Cluster.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		fetchMu.Lock()
+		defer fetchMu.Unlock()
+		for _, tp := range req.(*kmsg.FetchRequest).Topics {
+			for _, p := range tp.Partitions {
+				partMaxBytes[p.PartitionMaxBytes]++
+			}
+		}
+		return nil, nil, false // observed, not handled: it stays and the broker answers
+	})
 
 	rec, hs := newSeqServer(t)
 
@@ -189,7 +203,7 @@ func TestRunNodeKafkaSubscription(t *testing.T) {
 	writeFile(t, path, fmt.Sprintf(`service: shop
 node: node-1
 redis: {url: "%s"}
-kafka: {brokers: ["%s"]}
+kafka: {brokers: ["%s"], fetchMaxPartitionBytes: 65536}
 admin: {listen: "127.0.0.1:0"}
 lease: {ttl: 2s, renewEvery: 400ms}
 subscriptions:
@@ -207,6 +221,11 @@ subscriptions:
 	waitFor(t, time.Minute, "every record handled", func() bool { return rec.total() >= len(records) })
 	waitFor(t, 30*time.Second, "/readyz 200 (topic joined)", func() bool { code, _ := httpGet(t, base+"/readyz"); return code == 200 })
 	rec.wantInOrder(t, keys, 10)
+	fetchMu.Lock()
+	if len(partMaxBytes) != 1 || partMaxBytes[65536] == 0 {
+		t.Errorf("fetch requests by partition max bytes: %v, want every one at 65536 (kafka.fetchMaxPartitionBytes)", partMaxBytes)
+	}
+	fetchMu.Unlock()
 	_, metrics := httpGet(t, base+"/metrics")
 	if n, ok := metricValue(metrics, `protctl_messages_processed_total{subscription="ledger-sync"}`); !ok || n != float64(len(records)) {
 		t.Errorf("processed %v (%v), want %d", n, ok, len(records))

@@ -106,6 +106,11 @@ type Kafka struct {
 	SASL *SASL `yaml:"sasl"`
 	// ClientID names the client in the brokers' logs. Default: protctl.
 	ClientID string `yaml:"clientId"`
+	// FetchMaxPartitionBytes is the most bytes a topic's reader fetches
+	// per partition at once. 0: kafkasource's default (128 KiB, sized so
+	// that handling overlaps decoding); raise it for large records on a
+	// high-latency link.
+	FetchMaxPartitionBytes int `yaml:"fetchMaxPartitionBytes"`
 }
 
 // SASL is Kafka SASL authentication: mechanism (PLAIN, SCRAM-SHA-256 or

@@ -128,6 +128,8 @@ func TestNodeConfigRejects(t *testing.T) {
 		{"exec command not in PATH", strings.Replace(minimal, "log: {}", "exec: {command: [no-such-program-xyz]}", 1), "subscriptions[0].handler.exec.command", "not found in PATH", 9},
 		{"empty exec command", strings.Replace(minimal, "log: {}", "exec: {command: []}", 1), "subscriptions[0].handler.exec.command", "is required", 9},
 		{"kafka without brokers section", strings.Replace(minimal, "redis: {categories: [shop::order]}", "kafka: {topic: orders}", 1), "subscriptions[0].kafka", "top-level kafka", 7},
+		{"kafka negative fetch size", minimal + "kafka: {brokers: ['k:9092'], fetchMaxPartitionBytes: -1}\n", "kafka.fetchMaxPartitionBytes", "want 1 to 2147483647 bytes", 10},
+		{"kafka fetch size past int32", minimal + "kafka: {brokers: ['k:9092'], fetchMaxPartitionBytes: 4294967296}\n", "kafka.fetchMaxPartitionBytes", "got 4294967296", 10},
 		{"kafka bad broker", minimal + "kafka: {brokers: [localhost]}\n", "kafka.brokers[0]", "host:port", 10},
 		{"kafka bad start", strings.Replace(minimal, "redis: {categories: [shop::order]}", "kafka: {topic: orders, startFrom: latest}", 1) + "kafka: {brokers: ['k:9092']}\n", "subscriptions[0].kafka.startFrom", "earliest or head", 7},
 		{"kafka sasl without password", minimal + "kafka:\n  brokers: ['k:9092']\n  sasl: {mechanism: plain, username: u}\n", "kafka.sasl.passwordFile", "PROTCTL_KAFKA_PASSWORD", 12},

@@ -193,6 +193,9 @@ func (v *validator) kafka() {
 	if k.ClientID == "" {
 		k.ClientID = "protctl"
 	}
+	if n := k.FetchMaxPartitionBytes; n < 0 || n > math.MaxInt32 {
+		v.add("kafka.fetchMaxPartitionBytes", "want 1 to %d bytes (or 0 for the default), got %d", math.MaxInt32, n)
+	}
 	v.tls(&k.TLS, "kafka.tls")
 	if s := k.SASL; s != nil {
 		if m, err := security.ParseMechanism(s.Mechanism); err != nil {
