@@ -201,6 +201,39 @@ func (l *aggLane) pop(bs *laneBlocks) laneItem {
 	return it
 }
 
+// take moves items from the front of the lane to dst, as many as it
+// holds or the lane has, and returns how many. It copies a block's run of
+// them at a time: one bulk copy per run instead of a copy of every item
+// (a laneItem holds pointers, so each copy is a typed copy with write
+// barriers while the GC marks). Blocks are given back, cleared, as in
+// pop.
+func (l *aggLane) take(dst []laneItem, bs *laneBlocks) int {
+	n := 0
+	for n < len(dst) && l.n > 0 {
+		b := l.head
+		end := laneBlockLen
+		if b == l.tail {
+			end = l.ti
+		}
+		k := copy(dst[n:], b.items[l.hi:end])
+		n += k
+		l.hi += k
+		l.n -= k
+		switch {
+		case l.n == 0:
+			// Then head is tail: a block after head always holds items.
+			clear(b.items[:l.ti])
+			bs.put(b)
+			l.head, l.tail, l.hi, l.ti = nil, nil, 0, 0
+		case l.hi == laneBlockLen:
+			l.head, l.hi = b.next, 0
+			clear(b.items[:])
+			bs.put(b)
+		}
+	}
+	return n
+}
+
 // unpop puts an item back in front.
 func (l *aggLane) unpop(it laneItem, bs *laneBlocks) {
 	if l.head == nil {
@@ -391,7 +424,8 @@ func (d *dedupMemory) seenAll(agg string, batch []laneItem, dup []bool) []bool {
 		mem = *a
 	}
 	d.mu.Unlock()
-	for _, it := range batch {
+	for i := range batch {
+		it := &batch[i]
 		seen := it.rec != nil && mem.seen(it.off, it.id, it.idState == idKnown)
 		if !seen && it.rec != nil {
 			mem.add(it.off, it.id, it.idState == idKnown)
@@ -649,17 +683,26 @@ func (sp *subPart) work() {
 		}
 		ln := sp.ready.pop()
 		sp.busy++
+		// The batch is taken a block's run of items at a time; the items
+		// that need no handler call are settled and dropped from it, and
+		// more taken, until it is full or the lane empty.
+		var st *parkState
+		if len(sp.parked) > 0 {
+			st = sp.parked[ln.agg]
+		}
 		batch = batch[:0]
 		for len(batch) < laneTurn && ln.len() > 0 && !ln.hold {
-			if it := ln.pop(&sp.blocks); !sp.settleLocked(ln.agg, it) {
-				batch = append(batch, it)
-			}
+			from := len(batch)
+			k := ln.take(batch[from:laneTurn], &sp.blocks)
+			batch = batch[:from+sp.settleLocked(st, batch[from:from+k])]
 		}
 		tp.mu.Unlock()
 
 		// Dedup for the whole batch at once: one lock for the checks, one
 		// for recording what was handled.
 		handled = handled[:0]
+		// batch is read in place, by index, here and below: a laneItem
+		// copied is a typed copy of a struct of pointers.
 		for i := range batch {
 			if it := &batch[i]; it.idState == idParse {
 				it.id, it.idState = tp.t.envelopeIdentity(it.rec)
@@ -668,8 +711,8 @@ func (sp *subPart) work() {
 		dup = sp.dedup.seenAll(ln.agg, batch, dup)
 		// Message.Position for the whole batch: one string, sliced.
 		posBuf, posEnd = posBuf[:0], posEnd[:0]
-		for _, it := range batch {
-			if it.rec != nil {
+		for i := range batch {
+			if it := &batch[i]; it.rec != nil {
 				posBuf = strconv.AppendInt(posBuf, it.off, 10)
 			}
 			posEnd = append(posEnd, len(posBuf))
@@ -689,7 +732,7 @@ func (sp *subPart) work() {
 			if n > 0 {
 				from = posEnd[n-1]
 			}
-			res := sp.process(ln.agg, batch[n], positions[from:posEnd[n]])
+			res := sp.process(ln.agg, &batch[n], positions[from:posEnd[n]])
 			if res == outAbandoned {
 				break // not done: the checkpoint stays below it
 			}
@@ -708,8 +751,8 @@ func (sp *subPart) work() {
 		}
 
 		tp.mu.Lock()
-		for _, it := range batch[:n] {
-			sp.doneLocked(it)
+		for i := range batch[:n] {
+			sp.doneLocked(&batch[i])
 		}
 		for i := len(batch) - 1; i >= n; i-- {
 			ln.unpop(batch[i], &sp.blocks)
@@ -733,29 +776,42 @@ func (sp *subPart) work() {
 	}
 }
 
-// settleLocked finishes items that need no handler call: records of a
-// parked aggregate, and retry items whose retry ended. It reports whether
-// it did.
-func (sp *subPart) settleLocked(agg string, it laneItem) bool {
-	st := sp.parked[agg]
-	switch it.kind {
-	case itemLive:
-		if st != nil && !st.retrying {
+// settleLocked finishes the items that need no handler call, records of
+// a parked aggregate and retry items whose retry ended, and drops them:
+// it moves the others, in order, to the front of items and returns how
+// many there are. st is the aggregate's parked entry, nil when none: the
+// caller looks it up once per batch, as nothing done under the lock
+// while the batch is taken changes sp.parked.
+func (sp *subPart) settleLocked(st *parkState, items []laneItem) int {
+	if st != nil && st.retrying {
+		// A retry's records, its resolve and the records queued behind
+		// them are all handled.
+		return len(items)
+	}
+	j := 0
+	for i := range items {
+		it := &items[i]
+		switch {
+		case it.kind != itemLive:
+			// A retry's item, the retry having ended: dropped.
+		case st == nil:
+			if i != j {
+				items[j] = *it
+			}
+			j++
+		default:
+			// The aggregate is parked: its ledger entry covers the record.
 			sp.sr.c.skipped.Add(1)
 			sp.doneLocked(it)
-			return true
-		}
-	case itemRetry, itemResolve:
-		if st == nil || !st.retrying {
-			return true
 		}
 	}
-	return false
+	clear(items[j:]) // no record is kept past the batch's end
+	return j
 }
 
 // doneLocked marks a live record done: the low watermark may move, and
 // backpressure may ease.
-func (sp *subPart) doneLocked(it laneItem) {
+func (sp *subPart) doneLocked(it *laneItem) {
 	if it.kind != itemLive {
 		return
 	}
@@ -787,7 +843,7 @@ func (sp *subPart) doneLocked(it laneItem) {
 // (lease lost, handoff timeout, stop) or the subscription failed. A
 // record handled counts as processed in the caller's tally (one atomic
 // add per lane batch).
-func (sp *subPart) process(agg string, it laneItem, pos string) outcome {
+func (sp *subPart) process(agg string, it *laneItem, pos string) outcome {
 	if it.kind == itemResolve {
 		if sp.resolveRetry(agg) {
 			return outChanged
@@ -957,7 +1013,7 @@ func (sp *subPart) burst() int {
 // park records the aggregate in the ledger, fenced, before its record
 // counts as done; it retries the write until it succeeds or the lease is
 // gone.
-func (sp *subPart) park(agg string, it laneItem, herr error, attempts int) bool {
+func (sp *subPart) park(agg string, it *laneItem, herr error, attempts int) bool {
 	tp := sp.tp
 	t := tp.t
 	now := t.clk.Now()
