@@ -178,35 +178,13 @@ func (l *aggLane) slot(bs *laneBlocks) *laneItem {
 	return it
 }
 
-// pop takes the first item; the lane must not be empty. Items are
-// cleared (so that a free block holds no record) a block at a time when
-// the block is given back, not one by one: clearing pointers costs write
-// barriers while the GC marks.
-func (l *aggLane) pop(bs *laneBlocks) laneItem {
-	b := l.head
-	it := b.items[l.hi]
-	l.hi++
-	l.n--
-	switch {
-	case l.n == 0:
-		// Then head is tail: a block after head always holds items.
-		clear(b.items[:l.ti])
-		bs.put(b)
-		l.head, l.tail, l.hi, l.ti = nil, nil, 0, 0
-	case l.hi == laneBlockLen:
-		l.head, l.hi = b.next, 0
-		clear(b.items[:])
-		bs.put(b)
-	}
-	return it
-}
-
 // take moves items from the front of the lane to dst, as many as it
 // holds or the lane has, and returns how many. It copies a block's run of
 // them at a time: one bulk copy per run instead of a copy of every item
 // (a laneItem holds pointers, so each copy is a typed copy with write
-// barriers while the GC marks). Blocks are given back, cleared, as in
-// pop.
+// barriers while the GC marks). Items are cleared (so that a free block
+// holds no record) a block at a time when the block is given back, not
+// one by one, for the same reason.
 func (l *aggLane) take(dst []laneItem, bs *laneBlocks) int {
 	n := 0
 	for n < len(dst) && l.n > 0 {
@@ -1205,10 +1183,8 @@ func (sp *subPart) retry(ctx context.Context, e Parked) error {
 	}
 	tp.mu.Lock()
 	// The retry's records go ahead of the ones queued meanwhile.
-	queued := make([]laneItem, 0, ln.len())
-	for ln.len() > 0 {
-		queued = append(queued, ln.pop(&sp.blocks))
-	}
+	queued := make([]laneItem, ln.len())
+	ln.take(queued, &sp.blocks)
 	for _, r := range recs {
 		id, idState := t.headerIdentity(r)
 		ln.push(laneItem{rec: r, value: r.Value, headers: r.Headers, seq: -1, off: r.Offset, id: id,
