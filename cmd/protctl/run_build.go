@@ -8,6 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -155,10 +158,7 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 	adminAddr := ""
 	if !cfg.Admin.Disabled {
 		if n.ln, err = admin.Listen(cfg.Admin.Listen, cfg.Admin.Token); err != nil {
-			if errors.Is(err, admin.ErrTokenRequired) {
-				return nil, clierr.Usage.Wrap(err)
-			}
-			return nil, err
+			return nil, adminListenError(cfg.Admin.Listen, err)
 		}
 		adminAddr = n.ln.Addr().String()
 	}
@@ -193,6 +193,39 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 		}
 	}
 	return n, nil
+}
+
+// adminListenError says what to change when the admin endpoint cannot
+// listen: the setting (admin.listen, which may not be in the file at all
+// when the default is taken by another node on the host) and the ways out.
+// A taken port is a config error (exit 2): the fix is in the file.
+func adminListenError(listen string, err error) error {
+	if errors.Is(err, admin.ErrTokenRequired) {
+		return clierr.Usage.Errorf("admin.tokenFile: a token is required when admin.listen (%s) is not a loopback address: set %s or admin.tokenFile", listen, nodeconfig.EnvAdminToken)
+	}
+	setting := "admin.listen " + listen
+	if listen == nodeconfig.DefaultAdminListen {
+		setting = "admin.listen (default " + listen + ")"
+	}
+	host, port, _ := net.SplitHostPort(listen)
+	next := "7071"
+	if p, perr := strconv.Atoi(port); perr == nil && p > 0 && p < 65535 {
+		next = strconv.Itoa(p + 1)
+	}
+	var cause error = err
+	var op *net.OpError
+	if errors.As(err, &op) {
+		cause = op.Err
+		var se *os.SyscallError
+		if errors.As(cause, &se) {
+			cause = se.Err
+		}
+	}
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return clierr.Usage.Errorf("%s: the address is already in use (another node on this host?): give each node its own admin.listen, e.g. %q, or %q for a free port (published in the node's status record), or set admin.disabled: true",
+			setting, net.JoinHostPort(host, next), net.JoinHostPort(host, "0"))
+	}
+	return clierr.Usage.Errorf("%s: cannot listen: %v: set admin.listen to an address of this host, or admin.disabled: true", setting, cause)
 }
 
 func (n *runningNode) startAdmin() error {
