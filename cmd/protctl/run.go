@@ -180,10 +180,10 @@ wait:
 		return newLineErrors("every subscription failed:", failed)
 	case stopErr != nil && dctx.Err() != nil:
 		log.Error("drain did not finish in time: handlers cancelled, their messages stay pending for the next owner", "deadline", deadline, "err", stopErr)
-		return clierr.Interrupted.Errorf("drain did not finish within %s: %w", deadline, stopErr)
+		return clierr.Interrupted.Wrap(newLineErrors(fmt.Sprintf("drain did not finish within %s (drain.timeout):", deadline), stopErr))
 	case stopErr != nil:
 		log.Error("drain finished with errors", "err", stopErr, "took", time.Since(start))
-		return fmt.Errorf("drain: %w", stopErr)
+		return newLineErrors("drain finished with errors:", stopErr)
 	}
 	log.Info("drained: leases released, membership left", "took", time.Since(start).Round(time.Millisecond))
 	return nil
@@ -207,15 +207,27 @@ type lineErrors struct {
 	errs []error
 }
 
-// newLineErrors splits err into its joined errors under head.
+// newLineErrors splits err into its joined errors (errors.Join's, whose
+// nil members it already dropped) under head.
 func newLineErrors(head string, err error) error {
 	le := &lineErrors{head: head}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
+	if j, ok := err.(interface{ Unwrap() []error }); ok && isJoin(err) {
 		le.errs = j.Unwrap()
 	} else {
 		le.errs = []error{err}
 	}
 	return le
+}
+
+// isJoin reports whether err is errors.Join's (its message is its
+// errors' joined by line breaks), not fmt.Errorf's with several %w.
+func isJoin(err error) bool {
+	j := err.(interface{ Unwrap() []error })
+	msgs := make([]string, 0, len(j.Unwrap()))
+	for _, e := range j.Unwrap() {
+		msgs = append(msgs, e.Error())
+	}
+	return err.Error() == strings.Join(msgs, "\n")
 }
 
 func (e *lineErrors) Error() string { return strings.Join(e.Lines(), "\n") }

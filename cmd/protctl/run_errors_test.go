@@ -160,3 +160,39 @@ func TestAdminListenErrorDefaultAddress(t *testing.T) {
 		t.Errorf("kind %s, want %s", k, clierr.Usage)
 	}
 }
+
+// The node's joined errors (every subscription failed, a drain that
+// failed) are printed one per line under their heading, with the exit
+// code of the kind they carry; a line break inside one stays escaped, and
+// an error that is not a multi-line one keeps its line breaks escaped.
+func TestRunNodeJoinedErrorsOnePerLine(t *testing.T) {
+	joined := errors.Join(
+		fmt.Errorf(`subscription "a": %w`, errors.New("handler exited 3")),
+		fmt.Errorf(`subscription "b": %w`, errors.New("line one\nline two")),
+	)
+	cases := []struct {
+		name string
+		err  error
+		code int
+		want string
+	}{
+		{"every subscription failed", newLineErrors("every subscription failed:", joined), 1,
+			"protctl: every subscription failed:\nprotctl: subscription \"a\": handler exited 3\nprotctl: subscription \"b\": line one\\nline two\n"},
+		{"drain overran", clierr.Interrupted.Wrap(newLineErrors("drain did not finish within 1s (drain.timeout):", joined)), 130,
+			"protctl: drain did not finish within 1s (drain.timeout):\nprotctl: subscription \"a\": handler exited 3\nprotctl: subscription \"b\": line one\\nline two\n"},
+		{"one error", newLineErrors("drain finished with errors:", errors.New("leave membership: refused")), 1,
+			"protctl: drain finished with errors:\nprotctl: leave membership: refused\n"},
+		{"not multi-line", errors.New("x\ny"), 1, "protctl: x\\ny\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cl := newCLI(t)
+			cl.extra = with(errCmd(c.err))
+			r := cl.run("fail")
+			r.wantCode(t, c.code)
+			if r.stderr != c.want {
+				t.Fatalf("stderr:\n%s\nwant:\n%s", r.stderr, c.want)
+			}
+		})
+	}
+}
