@@ -50,7 +50,8 @@ func printError(ios *output.IOStreams, cmd *cobra.Command, format string, kind c
 }
 
 // multiLine is an error made of several problems, one per line
-// (*nodeconfig.Error; errors.Join's): printError keeps its line breaks.
+// (*nodeconfig.Error, run node's lineErrors): printError keeps its line
+// breaks.
 type multiLine interface {
 	error
 	Lines() []string

@@ -131,7 +131,10 @@ func runNode(ctx context.Context, opts *runNodeOptions) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return clierr.Unavailable.Errorf("redis %s: %w%s", nodeconfig.RedactURL(cfg.Redis.URL), err, redisAuthHint(err))
+		if hint := redisAuthHint(err); hint != "" {
+			return clierr.Unavailable.Errorf("redis.url %s: Redis refused the login: %w%s", nodeconfig.RedactURL(cfg.Redis.URL), err, hint)
+		}
+		return clierr.Unavailable.Errorf("redis.url %s: cannot reach Redis: %w", nodeconfig.RedactURL(cfg.Redis.URL), err)
 	}
 
 	if err := n.startAdmin(); err != nil {
