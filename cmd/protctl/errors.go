@@ -31,11 +31,30 @@ func printError(ios *output.IOStreams, cmd *cobra.Command, format string, kind c
 		}})
 		return
 	}
+	var ml multiLine
+	if errors.As(err, &ml) {
+		// Several problems (a node config's): one line each, every line
+		// escaped on its own so that a control character still cannot
+		// forge output, but the line breaks between them are kept.
+		lines := strings.Split(err.Error(), "\n")
+		for i := range lines {
+			lines[i] = output.Escape(lines[i])
+		}
+		msg = strings.Join(lines, "\nprotctl: ")
+	}
 	fmt.Fprintf(ios.ErrOut, "protctl: %s\n", msg)
 	var cle commandLineError
 	if errors.As(err, &cle) && cmd != nil {
 		fmt.Fprintf(ios.ErrOut, "Run '%s --help' for usage.\n", cmd.CommandPath())
 	}
+}
+
+// multiLine is an error made of several problems, one per line
+// (*nodeconfig.Error, run node's lineErrors): printError keeps its line
+// breaks.
+type multiLine interface {
+	error
+	Lines() []string
 }
 
 // permissionDenied is a Redis ACL denial, said so in words: the reply

@@ -131,7 +131,10 @@ func runNode(ctx context.Context, opts *runNodeOptions) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return clierr.Unavailable.Errorf("redis %s: %w", nodeconfig.RedactURL(cfg.Redis.URL), err)
+		if hint := redisAuthHint(err); hint != "" {
+			return clierr.Unavailable.Errorf("redis.url %s: Redis refused the login: %w%s", nodeconfig.RedactURL(cfg.Redis.URL), err, hint)
+		}
+		return clierr.Unavailable.Errorf("redis.url %s: cannot reach Redis: %w", nodeconfig.RedactURL(cfg.Redis.URL), err)
 	}
 
 	if err := n.startAdmin(); err != nil {
@@ -177,14 +180,69 @@ wait:
 	n.stopAdmin(dctx)
 	switch {
 	case failed != nil:
-		return fmt.Errorf("every subscription failed: %w", failed)
+		return newLineErrors("every subscription failed:", failed)
 	case stopErr != nil && dctx.Err() != nil:
 		log.Error("drain did not finish in time: handlers cancelled, their messages stay pending for the next owner", "deadline", deadline, "err", stopErr)
-		return clierr.Interrupted.Errorf("drain did not finish within %s: %w", deadline, stopErr)
+		return clierr.Interrupted.Wrap(newLineErrors(fmt.Sprintf("drain did not finish within %s (drain.timeout):", deadline), stopErr))
 	case stopErr != nil:
 		log.Error("drain finished with errors", "err", stopErr, "took", time.Since(start))
-		return fmt.Errorf("drain: %w", stopErr)
+		return newLineErrors("drain finished with errors:", stopErr)
 	}
 	log.Info("drained: leases released, membership left", "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
+
+// redisAuthHint names the settings to fix when Redis refused the
+// credentials (its reply prefixes WRONGPASS and NOAUTH).
+func redisAuthHint(err error) string {
+	msg := err.Error()
+	if strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") {
+		return fmt.Sprintf(" (check redis.username and the password: %s, redis.passwordFile or the URL's)", nodeconfig.EnvRedisPassword)
+	}
+	return ""
+}
+
+// lineErrors is a heading and several errors (errors.Join's, such as the
+// node's fatal errors), printed one per line (printError's multiLine),
+// not joined by escaped line breaks.
+type lineErrors struct {
+	head string
+	errs []error
+}
+
+// newLineErrors splits err into its joined errors (errors.Join's, whose
+// nil members it already dropped) under head.
+func newLineErrors(head string, err error) error {
+	le := &lineErrors{head: head}
+	if j, ok := err.(interface{ Unwrap() []error }); ok && isJoin(err) {
+		le.errs = j.Unwrap()
+	} else {
+		le.errs = []error{err}
+	}
+	return le
+}
+
+// isJoin reports whether err is errors.Join's (its message is its
+// errors' joined by line breaks), not fmt.Errorf's with several %w.
+func isJoin(err error) bool {
+	j := err.(interface{ Unwrap() []error })
+	msgs := make([]string, 0, len(j.Unwrap()))
+	for _, e := range j.Unwrap() {
+		msgs = append(msgs, e.Error())
+	}
+	return err.Error() == strings.Join(msgs, "\n")
+}
+
+func (e *lineErrors) Error() string { return strings.Join(e.Lines(), "\n") }
+
+// Lines are the heading and then one line per error; a line break inside
+// one is written \n.
+func (e *lineErrors) Lines() []string {
+	out := []string{e.head}
+	for _, err := range e.errs {
+		out = append(out, strings.NewReplacer("\r", `\r`, "\n", `\n`).Replace(err.Error()))
+	}
+	return out
+}
+
+func (e *lineErrors) Unwrap() []error { return e.errs }

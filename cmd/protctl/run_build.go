@@ -8,6 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -155,10 +159,7 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 	adminAddr := ""
 	if !cfg.Admin.Disabled {
 		if n.ln, err = admin.Listen(cfg.Admin.Listen, cfg.Admin.Token); err != nil {
-			if errors.Is(err, admin.ErrTokenRequired) {
-				return nil, clierr.Usage.Wrap(err)
-			}
-			return nil, err
+			return nil, adminListenError(cfg.Admin.Listen, err)
 		}
 		adminAddr = n.ln.Addr().String()
 	}
@@ -193,6 +194,39 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 		}
 	}
 	return n, nil
+}
+
+// adminListenError says what to change when the admin endpoint cannot
+// listen: the setting (admin.listen, which may not be in the file at all
+// when the default is taken by another node on the host) and the ways out.
+// A taken port is a config error (exit 2): the fix is in the file.
+func adminListenError(listen string, err error) error {
+	if errors.Is(err, admin.ErrTokenRequired) {
+		return clierr.Usage.Errorf("admin.tokenFile: a token is required when admin.listen (%s) is not a loopback address: set %s or admin.tokenFile", listen, nodeconfig.EnvAdminToken)
+	}
+	setting := "admin.listen " + listen
+	if listen == nodeconfig.DefaultAdminListen {
+		setting = "admin.listen (default " + listen + ")"
+	}
+	host, port, _ := net.SplitHostPort(listen)
+	next := "7071"
+	if p, perr := strconv.Atoi(port); perr == nil && p > 0 && p < 65535 {
+		next = strconv.Itoa(p + 1)
+	}
+	var cause error = err
+	var op *net.OpError
+	if errors.As(err, &op) {
+		cause = op.Err
+		var se *os.SyscallError
+		if errors.As(cause, &se) {
+			cause = se.Err
+		}
+	}
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return clierr.Usage.Errorf("%s: the address is already in use (another node on this host?): give each node its own admin.listen, e.g. %q, or %q for a free port (published in the node's status record), or set admin.disabled: true",
+			setting, net.JoinHostPort(host, next), net.JoinHostPort(host, "0"))
+	}
+	return clierr.Usage.Errorf("%s: cannot listen: %v: set admin.listen to an address of this host, or admin.disabled: true", setting, cause)
 }
 
 func (n *runningNode) startAdmin() error {
@@ -322,9 +356,16 @@ var _ runtime.BatchRenewer = timedRedisBroker{}
 // partitions this node is given: Redis, the entries of each assigned
 // partition's lanes not yet delivered to the group (XINFO GROUPS lag,
 // Redis 7+), in one pipeline; Kafka, head minus checkpoint of each held
-// partition.
+// partition. A subscription whose lag cannot be read is left out, never
+// reported as 0 (docs/node-config.md): one whose Redis reads fail, a
+// topic's subscriptions before they joined (nothing held says nothing
+// about the topic) or when the watermarks or checkpoints cannot be read,
+// and every one while the node's heartbeats fail (Redis unreachable).
 func (n *runningNode) lag(ctx context.Context) (map[string]int64, error) {
 	out := map[string]int64{}
+	if err := n.node.StoreErr(); err != nil {
+		return out, err
+	}
 	layout, _ := broker.ParseLayout(n.cfg.Redis.Layout)
 	type probe struct {
 		sub string
@@ -333,7 +374,12 @@ func (n *runningNode) lag(ctx context.Context) (map[string]int64, error) {
 	var probes []probe
 	pipe := n.redis.Pipeline()
 	store := redisstore.New(n.redis)
-	var kafkaErr error
+	var firstErr error
+	keep := func(err error) {
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
 	for _, s := range n.node.Subscriptions() {
 		switch sub := s.(type) {
 		case *runtime.Partitioned:
@@ -347,6 +393,10 @@ func (n *runningNode) lag(ctx context.Context) (map[string]int64, error) {
 				}
 			}
 		case *runtime.TopicSubscriptions:
+			if st := sub.JoinState(); st != runtime.JoinJoined {
+				keep(fmt.Errorf("topic %s: %s", sub.Topic(), st))
+				continue
+			}
 			held := sub.Held()
 			parts := make([]int32, 0, len(held))
 			for p := range held {
@@ -357,17 +407,17 @@ func (n *runningNode) lag(ctx context.Context) (map[string]int64, error) {
 			if len(parts) > 0 {
 				var err error
 				if marks, err = n.kafka.Watermarks(ctx, sub.Topic(), parts...); err != nil {
-					kafkaErr = err
+					keep(err)
 					continue
 				}
 			}
 			for _, ts := range c.Subscriptions {
-				out[ts.Name] = 0
 				next, err := store.LoadAll(ctx, c.LeaseGroup.String(), ts.Name)
 				if err != nil {
-					kafkaErr = err
+					keep(err)
 					continue
 				}
+				out[ts.Name] = 0
 				for _, p := range parts {
 					from, ok := next[p]
 					if !ok {
@@ -381,10 +431,19 @@ func (n *runningNode) lag(ctx context.Context) (map[string]int64, error) {
 		}
 	}
 	if len(probes) > 0 {
-		_, _ = pipe.Exec(ctx) // a missing stream (an empty lane) fails its own command only
+		_, _ = pipe.Exec(ctx) // each command carries its own error
 		for _, p := range probes {
 			groups, err := p.cmd.Result()
 			if err != nil {
+				// A lane that does not exist yet (no backfill) is empty;
+				// anything else leaves the subscription's lag unknown.
+				if !strings.HasPrefix(err.Error(), "ERR no such key") {
+					keep(err)
+					delete(out, p.sub)
+				}
+				continue
+			}
+			if _, known := out[p.sub]; !known {
 				continue
 			}
 			for _, g := range groups {
@@ -397,5 +456,5 @@ func (n *runningNode) lag(ctx context.Context) (map[string]int64, error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	return out, kafkaErr
+	return out, firstErr
 }

@@ -230,6 +230,26 @@ subscriptions:
 	if n, ok := metricValue(metrics, `protctl_messages_processed_total{subscription="ledger-sync"}`); !ok || n != float64(len(records)) {
 		t.Errorf("processed %v (%v), want %d", n, ok, len(records))
 	}
+	// Every metric of the subscription carries its configured name, none
+	// the node's internal topic:orders.
+	for series, want := range map[string]float64{
+		`protctl_subscription_up{subscription="ledger-sync",state="running"}`:     1,
+		`protctl_partitions_assigned{subscription="ledger-sync"}`:                 3,
+		`protctl_partitions_held{subscription="ledger-sync"}`:                     3,
+		`protctl_partitions_paused{subscription="ledger-sync"}`:                   0,
+		`protctl_parked{subscription="ledger-sync"}`:                              0,
+		`protctl_lease_events_total{subscription="ledger-sync",event="acquired"}`: 3,
+	} {
+		if v, ok := metricValue(metrics, series); !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", series, v, ok, want)
+		}
+	}
+	if _, ok := metricValue(metrics, `protctl_lag{subscription="ledger-sync"}`); !ok {
+		t.Errorf("no lag for ledger-sync, whose partitions are held:\n%s", metrics)
+	}
+	if strings.Contains(metrics, `subscription="topic:`) {
+		t.Errorf("a metric labelled with the internal topic:<topic> name:\n%s", metrics)
+	}
 
 	if err := stop(); err != nil {
 		t.Fatalf("drain: %v", err)
@@ -323,4 +343,96 @@ func seqRecords(topic string, keys []string, n int) []*kgo.Record {
 		}
 	}
 	return records
+}
+
+// What /metrics says when Kafka is down is what is known, not a guess: a
+// Kafka topic subscription whose broker is a closed port is "unavailable"
+// (up 0), not running, and has no lag sample (unknown, not 0), under its
+// configured name only; the Redis subscription next to it runs and has
+// its lag.
+func TestRunNodeMetricsWhenKafkaIsUnreachable(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	closed, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "node.yaml")
+	writeFile(t, path, fmt.Sprintf(`service: shop
+node: node-1
+redis: {url: "%s"}
+kafka: {brokers: ["127.0.0.1:%d"]}
+admin: {listen: "127.0.0.1:0"}
+lease: {ttl: 2s, renewEvery: 400ms}
+drain: {timeout: 5s}
+subscriptions:
+  - name: projector
+    redis: {categories: [shop::order]}
+    handler: {log: {}}
+  - name: ledger-sync
+    kafka: {topic: orders}
+    handler: {log: {}}
+`, srv.URL(), closed))
+	base, stop := startRunNode(t, path)
+
+	var metrics string
+	waitFor(t, 2*time.Minute, "ledger-sync unavailable", func() bool {
+		_, metrics = httpGet(t, base+"/metrics")
+		v, ok := metricValue(metrics, `protctl_subscription_up{subscription="ledger-sync",state="unavailable"}`)
+		return ok && v == 0
+	})
+	if _, ok := metricValue(metrics, `protctl_lag{subscription="ledger-sync"}`); ok {
+		t.Errorf("a lag for ledger-sync, whose Kafka cannot be reached:\n%s", metrics)
+	}
+	if strings.Count(metrics, `protctl_subscription_up{subscription="ledger-sync"`) != 1 {
+		t.Errorf("ledger-sync's up is not one sample:\n%s", metrics)
+	}
+	if v, ok := metricValue(metrics, `protctl_subscription_up{subscription="projector",state="running"}`); !ok || v != 1 {
+		t.Errorf("projector not running (%v %v):\n%s", v, ok, metrics)
+	}
+	if v, ok := metricValue(metrics, `protctl_lag{subscription="projector"}`); !ok || v != 0 {
+		t.Errorf("projector lag %v (present %v), want 0: Redis answers\n%s", v, ok, metrics)
+	}
+	if strings.Contains(metrics, `subscription="topic:`) {
+		t.Errorf("a metric labelled with the internal topic:<topic> name:\n%s", metrics)
+	}
+	_, status := httpGet(t, base+"/v1/status")
+	if !strings.Contains(status, `"state": "unavailable"`) {
+		t.Errorf("/v1/status does not say unavailable:\n%s", status)
+	}
+	if err := stop(); err != nil {
+		t.Errorf("drain: %v", err)
+	}
+}
+
+// The same on the Redis side: once Redis dies under a running node, its
+// subscription is "unavailable" (up 0), not running, and no lag is
+// reported (it cannot be read), where it said running 1 and lag 0.
+func TestRunNodeMetricsWhenRedisIsUnreachable(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	if err := <-publishEvents(t, c, keyNames(2), 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "node.yaml")
+	writeFile(t, path, nodeYAML(srv.URL(), "node-1", "      log: {}\n", 5*time.Second))
+	base, stop := startRunNode(t, path)
+
+	var metrics string
+	waitFor(t, time.Minute, "projector running with a lag of 0", func() bool {
+		_, metrics = httpGet(t, base+"/metrics")
+		up, ok1 := metricValue(metrics, `protctl_subscription_up{subscription="`+procGroup+`",state="running"}`)
+		lag, ok2 := metricValue(metrics, `protctl_lag{subscription="`+procGroup+`"}`)
+		return ok1 && ok2 && up == 1 && lag == 0
+	})
+	srv.Kill()
+	waitFor(t, 2*time.Minute, "projector unavailable once Redis is gone", func() bool {
+		_, metrics = httpGet(t, base+"/metrics")
+		v, ok := metricValue(metrics, `protctl_subscription_up{subscription="`+procGroup+`",state="unavailable"}`)
+		return ok && v == 0
+	})
+	if strings.Contains(metrics, "protctl_lag{") {
+		t.Errorf("a lag while Redis cannot be reached:\n%s", metrics)
+	}
+	_ = stop() // the drain cannot release anything in a dead Redis
 }

@@ -85,7 +85,44 @@ subscriptions:
 	cl.ctx = ctx
 	r := cl.run("run", "node", "--config", path)
 	r.wantCode(t, 3)
-	if !strings.Contains(r.stderr, "redis redis://127.0.0.1:") {
+	if !strings.HasPrefix(r.stderr, "protctl: redis.url redis://127.0.0.1:"+strconv.Itoa(port)+"/0: cannot reach Redis: ") {
 		t.Errorf("stderr: %s", r.stderr)
+	}
+}
+
+// Redis refusing the node's credentials at start exits 3 naming the
+// settings that hold them, not only Redis's reply.
+func TestRunNodeRedisAuthRefusedNamesTheSettings(t *testing.T) {
+	srv := testenv.StartRedis(t, testenv.WithACLUser("node", "s3cret"))
+	path := filepath.Join(t.TempDir(), "node.yaml")
+	writeFile(t, path, `service: shop
+redis: {url: "`+srv.URL()+`"}
+admin: {listen: "127.0.0.1:0"}
+subscriptions:
+  - name: p
+    redis: {categories: [c]}
+    handler: {log: {}}
+`)
+	for _, tc := range []struct{ name, password, reply string }{
+		{"no password", "", "NOAUTH"},
+		{"wrong password", "nope", "WRONGPASS"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := newCLI(t)
+			cl.env["PROTCTL_REDIS_PASSWORD"] = tc.password
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cl.ctx = ctx
+			r := cl.run("run", "node", "--config", path)
+			r.wantCode(t, 3)
+			for _, want := range []string{"Redis refused the login: " + tc.reply, "redis.username", "PROTCTL_REDIS_PASSWORD", "redis.passwordFile"} {
+				if !strings.Contains(r.stderr, want) {
+					t.Errorf("stderr lacks %q: %s", want, r.stderr)
+				}
+			}
+			if strings.Contains(r.stderr, "nope") {
+				t.Errorf("stderr shows the password: %s", r.stderr)
+			}
+		})
 	}
 }

@@ -59,7 +59,10 @@ type Config struct {
 	// only).
 	Metrics *Metrics
 	// Lag, when set, is called at each /metrics scrape (bounded by
-	// LagTimeout) for the protctl_lag gauge; an error leaves it out.
+	// LagTimeout) for the protctl_lag gauge, by subscription as
+	// configured. A subscription whose lag cannot be read must be left
+	// out of the map (never 0); the error, logged, does not discard the
+	// lags that were read.
 	Lag func(ctx context.Context) (map[string]int64, error)
 	// LagTimeout bounds Lag. Default: 2s.
 	LagTimeout time.Duration
@@ -261,12 +264,42 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "ready")
 }
 
+// memberer is a subscription that runs several configured subscriptions
+// under one name (a Kafka topic's: *runtime.TopicSubscriptions).
+type memberer interface {
+	Members() []runtime.SubscriptionStatus
+}
+
+// storeHealth is a node that knows whether its store (Redis) answers
+// (*runtime.Node).
+type storeHealth interface {
+	StoreErr() error
+}
+
 func (s *Server) snapshot(ctx context.Context) Snapshot {
 	n := s.cfg.Node
 	snap := Snapshot{Status: n.Status()}
 	snap.Ready, _ = s.Ready()
+	var storeErr error
+	if h, ok := n.(storeHealth); ok {
+		storeErr = h.StoreErr()
+	}
 	for _, sub := range n.Subscriptions() {
-		snap.Subscriptions = append(snap.Subscriptions, sub.Status())
+		st := sub.Status()
+		st.State = reportedState(st.State, storeErr)
+		snap.Subscriptions = append(snap.Subscriptions, st)
+		ms := []runtime.SubscriptionStatus{st}
+		if m, ok := sub.(memberer); ok {
+			ms = m.Members()
+			if snap.Groups == nil {
+				snap.Groups = map[string][]string{}
+			}
+			for i := range ms {
+				ms[i].State = reportedState(ms[i].State, storeErr)
+				snap.Groups[st.Name] = append(snap.Groups[st.Name], ms[i].Name)
+			}
+		}
+		snap.Members = append(snap.Members, ms...)
 	}
 	if s.cfg.Lag != nil {
 		lctx, cancel := context.WithTimeout(ctx, s.cfg.LagTimeout)
@@ -274,11 +307,21 @@ func (s *Server) snapshot(ctx context.Context) Snapshot {
 		cancel()
 		if err != nil {
 			s.cfg.Logger.Debug("admin: reading the lag failed", "err", err)
-		} else {
-			snap.Lag = lag
 		}
+		// What could be read is reported; the rest is left out.
+		snap.Lag = lag
 	}
 	return snap
+}
+
+// reportedState is st, except that a subscription that would be running
+// (or joining) is unavailable while the node's store cannot be reached:
+// it cannot renew, read or acknowledge anything then.
+func reportedState(st runtime.SubscriptionState, storeErr error) runtime.SubscriptionState {
+	if storeErr != nil && (st == runtime.StateRunning || st == runtime.StateJoining) {
+		return runtime.StateUnavailable
+	}
+	return st
 }
 
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {

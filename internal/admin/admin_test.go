@@ -355,3 +355,90 @@ func TestNodeAdminMethodsAndUnknownPaths(t *testing.T) {
 		t.Errorf("unknown path: %d", rec.Code)
 	}
 }
+
+// storeNode is a fakeNode whose store (Redis) fails, as runtime.Node's
+// StoreErr reports it.
+type storeNode struct {
+	*fakeNode
+	err error // under fakeNode.mu
+}
+
+func (n *storeNode) StoreErr() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.err
+}
+
+// topicSubs is a subscription running several configured ones under one
+// name, as runtime.TopicSubscriptions does.
+type topicSubs struct {
+	fakeSub
+	members []runtime.SubscriptionStatus
+}
+
+func (s *topicSubs) Members() []runtime.SubscriptionStatus { return s.members }
+
+// Every per-subscription metric is labelled with the configured names (a
+// topic's subscriptions one by one, its lease events under each), a lag
+// that could not be read is absent while the ones read stay, and a store
+// that fails makes running subscriptions unavailable (up 0) in /metrics
+// and /v1/status alike.
+func TestNodeAdminMetricsLabelsStatesAndUnknownLag(t *testing.T) {
+	m := admin.NewMetrics()
+	obs := m.Observer(nil)
+	obs.OnLease(runtime.LeaseEvent{Subscription: "topic:orders", Kind: runtime.LeaseAcquired})
+	obs.OnHandled(runtime.HandledEvent{Subscription: "ledger-sync"})
+	fn := &fakeNode{join: runtime.JoinJoined, st: runtime.NodeStatus{Service: "shop", Node: "n1"}}
+	fn.subs = []runtime.Subscription{
+		&fakeSub{st: runtime.SubscriptionStatus{Name: "projector", Source: runtime.SourceRedis, State: runtime.StateRunning}},
+		&topicSubs{fakeSub: fakeSub{st: runtime.SubscriptionStatus{Name: "topic:orders", Source: runtime.SourceKafka, State: runtime.StateUnavailable}},
+			members: []runtime.SubscriptionStatus{
+				{Name: "ledger-sync", Source: runtime.SourceKafka, State: runtime.StateUnavailable, Parked: 2},
+				{Name: "fraud", Source: runtime.SourceKafka, State: runtime.StateFailed},
+			}},
+	}
+	node := &storeNode{fakeNode: fn}
+	_, base := newServer(t, admin.Config{Listen: "127.0.0.1:0", Node: node, Metrics: m,
+		Lag: func(context.Context) (map[string]int64, error) {
+			return map[string]int64{"projector": 5}, errors.New("topic orders: joining")
+		}})
+
+	_, body, _ := get(t, base+"/metrics", "")
+	if _, err := parseExposition(body); err != nil {
+		t.Fatalf("the exposition does not parse: %v\n%s", err, body)
+	}
+	for _, want := range []string{
+		`protctl_subscription_up{subscription="projector",state="running"} 1`,
+		`protctl_subscription_up{subscription="ledger-sync",state="unavailable"} 0`,
+		`protctl_subscription_up{subscription="fraud",state="failed"} 0`,
+		`protctl_parked{subscription="ledger-sync"} 2`,
+		`protctl_lag{subscription="projector"} 5`,
+		`protctl_lease_events_total{subscription="ledger-sync",event="acquired"} 1`,
+		`protctl_lease_events_total{subscription="fraud",event="acquired"} 1`,
+		`protctl_messages_processed_total{subscription="ledger-sync"} 1`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	for _, bad := range []string{`subscription="topic:orders"`, `protctl_lag{subscription="ledger-sync"}`, `protctl_lag{subscription="fraud"}`} {
+		if strings.Contains(body, bad) {
+			t.Errorf("metrics have %s:\n%s", bad, body)
+		}
+	}
+
+	node.mu.Lock()
+	node.err = errors.New("dial tcp: connection refused")
+	node.mu.Unlock()
+	_, body, _ = get(t, base+"/metrics", "")
+	if want := `protctl_subscription_up{subscription="projector",state="unavailable"} 0`; !strings.Contains(body, want) {
+		t.Errorf("Redis down: metrics lack %s:\n%s", want, body)
+	}
+	if want := `protctl_subscription_up{subscription="fraud",state="failed"} 0`; !strings.Contains(body, want) {
+		t.Errorf("Redis down: a failed subscription is still failed: metrics lack %s", want)
+	}
+	_, status, _ := get(t, base+"/v1/status", "")
+	if strings.Contains(status, `"state": "running"`) || !strings.Contains(status, `"state": "unavailable"`) {
+		t.Errorf("Redis down: /v1/status:\n%s", status)
+	}
+}

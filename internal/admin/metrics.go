@@ -117,9 +117,18 @@ type Snapshot struct {
 	Status        runtime.NodeStatus
 	Ready         bool
 	Subscriptions []runtime.SubscriptionStatus
+	// Members are the subscriptions as configured, which every
+	// per-subscription metric is labelled by: a Kafka topic's
+	// subscriptions one by one, not under Subscriptions' "topic:<topic>".
+	// nil: Subscriptions.
+	Members []runtime.SubscriptionStatus
+	// Groups maps the name of a subscription that runs several (a
+	// topic's "topic:<topic>", which its lease events carry) to their
+	// names, so that what is counted under it is reported under each.
+	Groups map[string][]string
 	// Lag is the number of entries (Redis) or offsets (Kafka) not yet
-	// handled on the partitions this node is given, by subscription; nil
-	// when unknown.
+	// handled on the partitions this node is given, by subscription; a
+	// subscription whose lag is unknown is absent.
 	Lag map[string]int64
 }
 
@@ -136,16 +145,21 @@ func (m *Metrics) Write(w io.Writer, s Snapshot) error {
 	e.family("protctl_node_start_time_seconds", "gauge", "When the node started, in seconds since the Unix epoch.")
 	e.sample("protctl_node_start_time_seconds", nil, unixSeconds(st.StartedAt))
 
-	// Gauges from the subscriptions' status (no I/O).
+	// Gauges from the subscriptions' status (no I/O), labelled with the
+	// configured names, as the counters and the lag are.
+	members := s.Members
+	if members == nil {
+		members = s.Subscriptions
+	}
 	held := map[string]int{}
-	for _, ss := range s.Subscriptions {
+	for _, ss := range members {
 		for _, h := range ss.Held {
 			held[h.Subscription]++
 		}
 	}
-	names := make([]string, 0, len(s.Subscriptions))
+	names := make([]string, 0, len(members))
 	byName := map[string]runtime.SubscriptionStatus{}
-	for _, ss := range s.Subscriptions {
+	for _, ss := range members {
 		names = append(names, ss.Name)
 		byName[ss.Name] = ss
 	}
@@ -168,7 +182,7 @@ func (m *Metrics) Write(w io.Writer, s Snapshot) error {
 	for _, n := range names {
 		e.sample("protctl_parked", []label{{"subscription", n}}, float64(byName[n].Parked))
 	}
-	e.family("protctl_subscription_up", "gauge", "1 while the subscription runs, 0 once it stopped or failed.")
+	e.family("protctl_subscription_up", "gauge", "1 while the subscription handles messages (state running), else 0; state is new, joining, unavailable, running, stopping, stopped or failed.")
 	for _, n := range names {
 		e.sample("protctl_subscription_up", []label{{"subscription", n}, {"state", string(byName[n].State)}}, b2f(byName[n].State == runtime.StateRunning))
 	}
@@ -179,16 +193,40 @@ func (m *Metrics) Write(w io.Writer, s Snapshot) error {
 		}
 	}
 
-	// Counters and histograms from the hooks.
+	// Counters and histograms from the hooks. What was counted under a
+	// group's name (a topic's lease events) is reported under each of
+	// its subscriptions instead.
 	var subNames []string
 	m.subs.Range(func(k, _ any) bool {
-		subNames = append(subNames, k.(string))
+		if _, group := s.Groups[k.(string)]; !group {
+			subNames = append(subNames, k.(string))
+		}
 		return true
 	})
+	for _, ms := range s.Groups {
+		for _, n := range ms {
+			if !slices.Contains(subNames, n) {
+				subNames = append(subNames, n)
+			}
+		}
+	}
 	sort.Strings(subNames)
 	subs := make([]*subMetrics, len(subNames))
+	leases := make([]map[runtime.LeaseEventKind]uint64, len(subNames))
 	for i, n := range subNames {
 		subs[i] = m.sub(n)
+		leases[i] = subs[i].leaseCounts(nil)
+	}
+	for g, ms := range s.Groups {
+		gs, ok := m.subs.Load(g)
+		if !ok {
+			continue
+		}
+		for i, n := range subNames {
+			if slices.Contains(ms, n) {
+				leases[i] = gs.(*subMetrics).leaseCounts(leases[i])
+			}
+		}
 	}
 	e.family("protctl_messages_processed_total", "counter", "Handler calls that succeeded, by subscription.")
 	for i, n := range subNames {
@@ -210,16 +248,8 @@ func (m *Metrics) Write(w io.Writer, s Snapshot) error {
 	}
 	e.family("protctl_lease_events_total", "counter", "Lease changes (acquired, released, lost, untrusted, contested), by subscription.")
 	for i, n := range subNames {
-		s := subs[i]
-		s.mu.Lock()
-		kinds := sortedKeys(s.leases)
-		counts := make([]uint64, len(kinds))
-		for j, k := range kinds {
-			counts[j] = s.leases[k]
-		}
-		s.mu.Unlock()
-		for j, k := range kinds {
-			e.sample("protctl_lease_events_total", []label{{"subscription", n}, {"event", string(k)}}, float64(counts[j]))
+		for _, k := range sortedKeys(leases[i]) {
+			e.sample("protctl_lease_events_total", []label{{"subscription", n}, {"event", string(k)}}, float64(leases[i][k]))
 		}
 	}
 	e.family("protctl_handler_duration_seconds", "histogram", "Time spent in the handler per call, by subscription.")
@@ -231,6 +261,19 @@ func (m *Metrics) Write(w io.Writer, s Snapshot) error {
 	e.family("protctl_lease_renew_failures_total", "counter", "Lease renewal calls that failed (the store could not be reached).")
 	e.sample("protctl_lease_renew_failures_total", nil, float64(m.renewFailures.Load()))
 	return bw.Flush()
+}
+
+// leaseCounts adds s's lease event counts to into (a new map when nil).
+func (s *subMetrics) leaseCounts(into map[runtime.LeaseEventKind]uint64) map[runtime.LeaseEventKind]uint64 {
+	if into == nil {
+		into = map[runtime.LeaseEventKind]uint64{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, v := range s.leases {
+		into[k] += v
+	}
+	return into
 }
 
 func b2f(b bool) float64 {

@@ -29,19 +29,67 @@ func (d *decoder) add(path string, line int, format string, a ...any) {
 	d.problems = append(d.problems, Problem{Field: path, Line: line, Msg: fmt.Sprintf(format, a...)})
 }
 
-func (d *decoder) decodeDocument(data []byte, c *Config) {
+// decodeDocument decodes data into c; false when there was no document
+// to decode (invalid YAML, or empty), so that nothing can be validated.
+func (d *decoder) decodeDocument(data []byte, c *Config) bool {
 	d.lines = map[string]int{}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		line, msg := yamlErrorLine(err)
 		d.problems = append(d.problems, Problem{Line: line, Msg: msg})
-		return
+		return false
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 || doc.Content[0].Tag == "!!null" {
 		d.add("", 0, "the config is empty")
-		return
+		return false
+	}
+	if doc.Content[0].Kind != yaml.MappingNode {
+		d.add("", doc.Content[0].Line, "want a mapping of fields (service, redis, subscriptions, ...), got %s", kindName(doc.Content[0]))
+		return false
 	}
 	d.decode(doc.Content[0], reflect.ValueOf(c).Elem(), "")
+	return true
+}
+
+// suppressed reports whether a problem the validator found is about a
+// field the decoder already reported, so that the validator's word on it
+// would be a repeat or wrong (the decoder left the field zero): the same
+// field or one inside it; for a misspelt name, the field it was probably
+// meant to be, one inside that, or a problem of the enclosing mapping
+// that names it ("exactly one of exec, http, log" after "exce").
+func (d *decoder) suppressed(v Problem) bool {
+	for _, p := range d.problems {
+		if p.Field != "" && (v.Field == p.Field || within(v.Field, p.Field)) {
+			return true
+		}
+		if p.meant == "" {
+			continue
+		}
+		if v.Field == p.meant || within(v.Field, p.meant) {
+			return true
+		}
+		name := p.meant[strings.LastIndexByte(p.meant, '.')+1:]
+		if within(p.meant, v.Field) && !strings.ContainsAny(p.meant[len(v.Field)+1:], ".[") && mentions(v.Msg, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// mentions reports whether msg has word as a whole word.
+func mentions(msg, word string) bool {
+	for _, w := range strings.FieldsFunc(msg, func(r rune) bool { return r == ' ' || r == ',' || r == ':' }) {
+		if w == word {
+			return true
+		}
+	}
+	return false
+}
+
+// within reports whether path is a field inside parent.
+func within(path, parent string) bool {
+	rest, ok := strings.CutPrefix(path, parent)
+	return ok && rest != "" && (rest[0] == '.' || rest[0] == '[')
 }
 
 // yamlErrorLine extracts "line N" from a yaml.v3 syntax error.
@@ -202,7 +250,8 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 		idx, ok := fields[name]
 		if !ok {
 			msg := "unknown field"
-			if s := suggest(name, names); s != "" {
+			s := suggest(name, names)
+			if s != "" {
 				msg += fmt.Sprintf(" (did you mean %s?)", s)
 			} else {
 				sorted := append([]string(nil), names...)
@@ -210,6 +259,9 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 				msg += "; known fields: " + strings.Join(sorted, ", ")
 			}
 			d.add(fp, k.Line, "%s", msg)
+			if s != "" {
+				d.problems[len(d.problems)-1].meant = join(path, s)
+			}
 			continue
 		}
 		if seen[name] {

@@ -11,6 +11,10 @@ type Problem struct {
 	Field string
 	Line  int
 	Msg   string
+
+	// meant is the field a misspelt one probably is (the decoder's
+	// suggestion), whose validation problems would repeat this one.
+	meant string
 }
 
 func (p Problem) String() string {
@@ -21,26 +25,30 @@ func (p Problem) String() string {
 }
 
 // Error is a config that cannot be used. Its message has one line per
-// problem, "file:line: path: message", in file order.
+// problem, "file:line: path: message", in file order (Lines).
 type Error struct {
 	File     string
 	Problems []Problem
 }
 
-func (e *Error) Error() string {
-	var b strings.Builder
+func (e *Error) Error() string { return strings.Join(e.Lines(), "\n") }
+
+// Lines are the problems, one line each, "file:line: path: message"; a
+// line break inside one (a field name read from the file) is written \n,
+// so that each problem stays on its own line.
+func (e *Error) Lines() []string {
+	out := make([]string, len(e.Problems))
 	for i, p := range e.Problems {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
+		var b strings.Builder
 		b.WriteString(e.File)
 		if p.Line > 0 {
 			fmt.Fprintf(&b, ":%d", p.Line)
 		}
 		b.WriteString(": ")
 		b.WriteString(p.String())
+		out[i] = strings.NewReplacer("\r", `\r`, "\n", `\n`).Replace(b.String())
 	}
-	return b.String()
+	return out
 }
 
 // Has reports whether a problem is about field (exact path).

@@ -288,15 +288,26 @@ func parse(data []byte, name, abs string, getenv func(string) string) (*Config, 
 	}
 	c := &Config{}
 	d := &decoder{}
-	d.decodeDocument(data, c)
-	if len(d.problems) > 0 {
+	if !d.decodeDocument(data, c) {
+		// Not YAML, or empty: there is nothing to validate.
 		return nil, &Error{File: name, Problems: d.problems}
 	}
+	// Validate what was decoded even when some fields were not, so that
+	// every problem is reported at once rather than one run at a time;
+	// the validator's view of a field that failed to decode (left zero)
+	// is dropped (see suppressed).
 	c.File = abs
 	v := &validator{c: c, lines: d.lines, getenv: getenv, dir: filepath.Dir(abs)}
 	v.run()
-	if len(v.problems) > 0 {
-		return nil, &Error{File: name, Problems: v.problems}
+	problems := d.problems
+	for _, p := range v.problems {
+		if !d.suppressed(p) {
+			problems = append(problems, p)
+		}
+	}
+	if len(problems) > 0 {
+		sortProblems(problems)
+		return nil, &Error{File: name, Problems: problems}
 	}
 	return c, nil
 }

@@ -176,39 +176,98 @@ func TestNodeConfigRejects(t *testing.T) {
 	}
 }
 
-// Several problems are reported together, in file order, one per line.
-func TestNodeConfigReportsEveryProblem(t *testing.T) {
-	yaml := `service: shop
+// Every problem is reported in one go, in file order, one per line:
+// decoding problems (unknown fields, wrong types, keys set twice) do not
+// hide the validation problems of the rest of the file (a handler with
+// nothing in it, an exec command that is not on PATH or not executable,
+// a duplicate category, a bad topic), and a field that failed to decode
+// gets no second, wrong, problem from validation.
+func TestNodeConfigReportsEveryProblemAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "plain.sh"), []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	yaml := `service: [shop]
+bogus: 1
 redis: {url: redis://h:1}
+lease: {ttl: 15}
+kafka: {brokers: ["k:9092"]}
 subscriptions:
   - name: a
-    redis: {categories: [c]}
+    redis: {categories: [c, c]}
     handler: {}
   - name: b
     redis: {categories: [c]}
+    handler: {exec: {command: [no-such-program-xyz]}}
+  - name: c
+    redis: {categories: [c]}
+    handler: {exec: {command: [./plain.sh]}}
+  - name: d
+    redis: {categories: [c]}
+    handler: {exce: {command: [x]}}
+  - name: e
+    kafka: {topic: "orders/eu"}
     handler: {http: {url: "nope"}}
-    bogus: 1
+    maxInFlight: lots
+  - name: "topic:orders"
+    redis: {categories: [c]}
+    handler: {log: {}}
+  - name: f
+    kafka: {topic: orders}
+    handler: {log: {}}
 `
-	_, err := parse(t, yaml, nil)
+	_, err := nodeconfig.Parse([]byte(yaml), "node.yaml", dir, env(nil))
 	if err == nil {
 		t.Fatal("accepted")
 	}
 	want := []string{
-		"node.yaml:6: subscriptions[0].handler: exactly one of exec, http, log is required",
-		`node.yaml:9: subscriptions[1].handler.http.url: want an http:// or https:// URL with a host, got "nope"`,
-		"node.yaml:10: subscriptions[1].bogus: unknown field",
+		`node.yaml:1: service: want a string, got a list`,
+		`node.yaml:2: bogus: unknown field`,
+		`node.yaml:4: lease.ttl: want a duration such as 15s or 200ms, got "15"`,
+		`node.yaml:8: subscriptions[0].redis.categories[1]: "c" is also subscriptions[0].redis.categories[0]`,
+		`node.yaml:9: subscriptions[0].handler: exactly one of exec, http, log is required`,
+		`node.yaml:12: subscriptions[1].handler.exec.command: no-such-program-xyz: not found in PATH`,
+		`node.yaml:15: subscriptions[2].handler.exec.command: ` + filepath.Join(dir, "plain.sh") + ` is not executable (chmod +x)`,
+		`node.yaml:18: subscriptions[3].handler.exce: unknown field (did you mean exec?)`,
+		`node.yaml:20: subscriptions[4].kafka.topic: invalid Kafka topic name "orders/eu"`,
+		`node.yaml:21: subscriptions[4].handler.http.url: want an http:// or https:// URL with a host, got "nope"`,
+		`node.yaml:22: subscriptions[4].maxInFlight: want an integer, got "lots"`,
+		`node.yaml:23: subscriptions[5].name: "topic:orders" is the name the node gives the subscriptions of Kafka topic orders`,
 	}
 	got := strings.Split(err.Error(), "\n")
-	// The decoder reports unknown fields before validation runs, so the
-	// validation problems only appear once the file decodes.
-	if len(got) != 1 || !strings.HasPrefix(got[0], want[2]) {
-		t.Fatalf("decode problems:\n%v", err)
+	var ce *nodeconfig.Error
+	if !errors.As(err, &ce) || len(ce.Lines()) != len(got) {
+		t.Fatalf("error %T, want a *nodeconfig.Error whose Lines are its message's lines", err)
 	}
-	yaml = strings.Replace(yaml, "    bogus: 1\n", "", 1)
-	_, err = parse(t, yaml, nil)
-	got = strings.Split(err.Error(), "\n")
-	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
-		t.Fatalf("got:\n%s\nwant:\n%s", err, strings.Join(want[:2], "\n"))
+	if len(got) != len(want) {
+		t.Errorf("%d problems, want %d:\n%s", len(got), len(want), err)
+	}
+	for i := range min(len(got), len(want)) {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("problem %d:\n got %s\nwant %s...", i, got[i], want[i])
+		}
+	}
+	// The repeats that must not be there: the service that did not
+	// decode is not "required", the misspelt handler is not also "exactly
+	// one of", the subscription whose maxInFlight did not decode is not
+	// "must equal" its topic's other one.
+	for _, bad := range []string{"service: is required", "subscriptions[3].handler: exactly one", "must equal"} {
+		if strings.Contains(err.Error(), bad) {
+			t.Errorf("a repeated or wrong problem %q:\n%s", bad, err)
+		}
+	}
+}
+
+// A line break in a field name read from the file stays inside its
+// problem's line.
+func TestNodeConfigProblemLinesStayLines(t *testing.T) {
+	_, err := parse(t, minimal+"\"a\\nb\": 1\n", nil)
+	var ce *nodeconfig.Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("error %v, want a *nodeconfig.Error", err)
+	}
+	if lines := ce.Lines(); len(lines) != 1 || !strings.Contains(lines[0], `a\nb: unknown field`) {
+		t.Fatalf("lines %q, want one naming the field a\\nb", lines)
 	}
 }
 

@@ -65,8 +65,12 @@ func (v *validator) run() {
 		c.Drain.Timeout = Duration(DefaultDrainTimeout)
 	}
 	v.subscriptions()
-	// File order; problems of fields absent from the file (line 0) last.
-	slices.SortStableFunc(v.problems, func(a, b Problem) int {
+}
+
+// sortProblems puts problems in file order, those of fields absent from
+// the file (line 0) last.
+func sortProblems(problems []Problem) {
+	slices.SortStableFunc(problems, func(a, b Problem) int {
 		la, lb := a.Line, b.Line
 		if la == 0 {
 			la = math.MaxInt
@@ -308,6 +312,20 @@ func (v *validator) subscriptions() {
 			}
 		}
 	}
+	// A node runs a topic's subscriptions under the name topic:<topic>:
+	// a Redis subscription of that name would be refused when the node
+	// is built.
+	for i := range c.Subscriptions {
+		s := &c.Subscriptions[i]
+		if s.Redis == nil || s.Kafka != nil {
+			continue
+		}
+		if topic, ok := strings.CutPrefix(s.Name, "topic:"); ok {
+			if _, clash := topics[topic]; clash {
+				v.add(fmt.Sprintf("subscriptions[%d].name", i), "%q is the name the node gives the subscriptions of Kafka topic %s: choose another", s.Name, topic)
+			}
+		}
+	}
 	if needKafka >= 0 && c.Kafka == nil {
 		v.add(fmt.Sprintf("subscriptions[%d].kafka", needKafka), "a Kafka subscription needs the top-level kafka section (brokers)")
 	}
@@ -318,9 +336,15 @@ func (v *validator) redisSource(r *RedisSource, p string) {
 	if len(r.Categories) == 0 {
 		v.add(p+".categories", "at least one category is required")
 	}
+	seen := map[string]int{}
 	for i, cat := range r.Categories {
+		cp := fmt.Sprintf("%s.categories[%d]", p, i)
 		if err := layout.ValidateName("config", "category", cat); err != nil || strings.Contains(cat, "{") || strings.Contains(cat, "}") {
-			v.add(fmt.Sprintf("%s.categories[%d]", p, i), "invalid category %q", cat)
+			v.add(cp, "invalid category %q", cat)
+		} else if j, dup := seen[cat]; dup {
+			v.add(cp, "%q is also %s.categories[%d]", cat, p, j)
+		} else {
+			seen[cat] = i
 		}
 	}
 	if r.BackfillSuffix == "" {
@@ -335,6 +359,9 @@ func (v *validator) kafkaSource(s *Subscription, p string, topics map[string]int
 	if k.Topic == "" {
 		v.add(p+".kafka.topic", "is required")
 		return
+	}
+	if !validTopic(k.Topic) {
+		v.add(p+".kafka.topic", "invalid Kafka topic name %q: 1 to 249 of a-z, A-Z, 0-9, '.', '_', '-' (not . or ..)", k.Topic)
 	}
 	if _, err := kafkasource.ParseAggregateFrom(k.Aggregate); err != nil {
 		v.add(p+".kafka.aggregate", "want key, header:NAME or json:PATH, got %q", k.Aggregate)
@@ -436,6 +463,21 @@ func (v *validator) handler(h *Handler, p string) {
 			}
 		}
 	}
+}
+
+// validTopic reports whether name is a legal Kafka topic name.
+func validTopic(name string) bool {
+	if name == "" || len(name) > 249 || name == "." || name == ".." {
+		return false
+	}
+	for _, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // RedactURL hides a URL's password.

@@ -58,12 +58,22 @@ type SubscriptionStatus struct {
 // SubscriptionState is where a subscription is in its life.
 type SubscriptionState string
 
+// The states, in the words every report uses (the /metrics state label,
+// /v1/status; docs/node-config.md lists them). Only running means the
+// subscription is handling messages.
 const (
-	StateNew      SubscriptionState = "new"
-	StateRunning  SubscriptionState = "running"
-	StateStopping SubscriptionState = "stopping"
-	StateStopped  SubscriptionState = "stopped"
-	StateFailed   SubscriptionState = "failed"
+	StateNew SubscriptionState = "new"
+	// StateJoining: started, taking its share of partitions for the first
+	// time, no attempt has failed yet (Kafka topic subscriptions).
+	StateJoining SubscriptionState = "joining"
+	// StateUnavailable: started, but what it needs cannot be reached (the
+	// latest join attempt failed: Kafka or Redis down, the topic missing);
+	// it keeps retrying.
+	StateUnavailable SubscriptionState = "unavailable"
+	StateRunning     SubscriptionState = "running"
+	StateStopping    SubscriptionState = "stopping"
+	StateStopped     SubscriptionState = "stopped"
+	StateFailed      SubscriptionState = "failed"
 )
 
 // Host is what a Node gives the subscriptions it runs. It is safe for
@@ -354,6 +364,16 @@ func (n *Node) Err() error {
 		errs = append(errs, fmt.Errorf("subscription %q: %w", name, n.fatal[name]))
 	}
 	return errors.Join(errs...)
+}
+
+// StoreErr is the error of the latest heartbeat when it failed: Redis,
+// which holds the leases and the membership, cannot be reached, so no
+// subscription of the node can make progress. nil before the first
+// failure and again once a heartbeat succeeds.
+func (n *Node) StoreErr() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.lastHBErr
 }
 
 // Subscriptions returns the node's subscriptions.

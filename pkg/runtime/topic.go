@@ -458,7 +458,7 @@ func (t *TopicSubscriptions) heldPart(p int32) *topicPart {
 // numbers.
 func (t *TopicSubscriptions) Status() SubscriptionStatus {
 	t.mu.Lock()
-	st := SubscriptionStatus{Name: t.name, Source: SourceKafka, State: t.state, Err: t.fatalErr}
+	st := SubscriptionStatus{Name: t.name, Source: SourceKafka, State: t.stateLocked(), Err: t.fatalErr}
 	t.mu.Unlock()
 	st.Held = []HeldPartition{}
 	parked := 0
@@ -485,6 +485,66 @@ func (t *TopicSubscriptions) Status() SubscriptionStatus {
 	st.Parked = parked
 	st.Counters = t.Counters()
 	return st
+}
+
+// stateLocked is the reported state: running only once joined, since
+// before that nothing is handled (t.mu held).
+func (t *TopicSubscriptions) stateLocked() SubscriptionState {
+	if t.state != StateRunning || t.join != JoinJoining {
+		return t.state
+	}
+	if t.lastJoinErr != nil {
+		return StateUnavailable
+	}
+	return StateJoining
+}
+
+// Members is the status of each subscription of the topic under its own
+// name, in configuration order: its held partitions (shared with the
+// others), its paused partitions (numbers), its parked aggregates, its
+// counters, and the topic's state, or failed when that subscription
+// stopped on a fatal error. Operators name subscriptions as configured,
+// so reports per subscription (the node's metrics) read these rather
+// than Status's single "topic:<topic>" entry.
+func (t *TopicSubscriptions) Members() []SubscriptionStatus {
+	t.mu.Lock()
+	state := t.stateLocked()
+	t.mu.Unlock()
+	throttled := []string{}
+	for _, p := range t.Throttled() {
+		throttled = append(throttled, strconv.Itoa(int(p)))
+	}
+	out := make([]SubscriptionStatus, len(t.subs))
+	index := make(map[*SubscriptionRuntime]int, len(t.subs))
+	for i, s := range t.subs {
+		index[s] = i
+		counters := t.c.snapshot() // the topic's own (assigned, joins): shared
+		for k, v := range s.Counters() {
+			counters[k] += v
+		}
+		out[i] = SubscriptionStatus{Name: s.cfg.Name, Source: SourceKafka, State: state,
+			Held: []HeldPartition{}, Paused: []string{}, Throttled: throttled, Counters: counters}
+		if err := s.Err(); err != nil {
+			out[i].State, out[i].Err = StateFailed, err
+		}
+	}
+	for _, tp := range t.heldParts() {
+		if tp.lease.lost.Load() {
+			continue
+		}
+		tp.mu.Lock()
+		for _, sp := range tp.subs {
+			m := &out[index[sp.sr]]
+			m.Held = append(m.Held, HeldPartition{Subscription: sp.sr.cfg.Name, Source: SourceKafka, Topic: t.cfg.Topic,
+				Partition: tp.pstr, Generation: tp.lease.gen})
+			m.Parked += len(sp.parked)
+			if sp.paused {
+				m.Paused = append(m.Paused, tp.pstr)
+			}
+		}
+		tp.mu.Unlock()
+	}
+	return out
 }
 
 // Counters returns the counters of every subscription, summed, with the
