@@ -44,12 +44,12 @@ func TestParkedRetryAndSkipRecordRequests(t *testing.T) {
 	}
 
 	e.env("USER", "alice").run("parked", "retry", s.Projector, s.Halted, "--yes").wantCode(t, 0)
-	p, err := store.GetParked(ctx, s.Projector, s.Halted)
+	p, err := store.GetParked(ctx, s.Projector, "", s.Halted)
 	if err != nil || p.Request == nil || p.Request.Action != runtime.ActionRetry || p.Request.By != "protctl:alice" {
 		t.Fatalf("after retry: %+v %v", p.Request, err)
 	}
 	e.run("parked", "skip", s.Projector, s.Halted, "--reason", "refunded by hand", "--yes").wantCode(t, 0)
-	p, err = store.GetParked(ctx, s.Projector, s.Halted)
+	p, err = store.GetParked(ctx, s.Projector, "", s.Halted)
 	if err != nil || p.Request == nil || p.Request.Action != runtime.ActionSkip || p.Request.Reason != "refunded by hand" {
 		t.Fatalf("after skip: %+v %v", p.Request, err)
 	}

@@ -495,7 +495,7 @@ func TestParkedRetryAndSkip(t *testing.T) {
 	if o := apply(t, e, roundTrip(t, p)); o != repair.OutcomeApplied {
 		t.Fatalf("retry: %s %+v", o, p.Items[0])
 	}
-	got, _ := e.store.GetParked(ctx, s.Projector, s.Halted)
+	got, _ := e.store.GetParked(ctx, s.Projector, "", s.Halted)
 	if got.Request == nil || got.Request.Action != runtime.ActionRetry || got.Request.By != "alice" {
 		t.Fatalf("request %+v", got.Request)
 	}
