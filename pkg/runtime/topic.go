@@ -511,7 +511,10 @@ func (t *TopicSubscriptions) Counters() map[string]int64 {
 // wrapped, when the topic no longer retains the parked offset: the entry
 // is then marked unrecoverable and only Skip resolves it). Otherwise it
 // records the request in the ledger for whichever node holds (or will
-// hold) the partition. ErrNotParked when there is no such entry.
+// hold) the partition. An aggregate parked on several partitions (an
+// aggregate from a header or a JSON path) has an entry on each: Retry
+// acts on every one, and returns their errors joined. ErrNotParked when
+// there is no such entry.
 func (t *TopicSubscriptions) Retry(ctx context.Context, sub, aggregate string) error {
 	return t.operate(ctx, ActionRetry, sub, aggregate)
 }
@@ -519,7 +522,8 @@ func (t *TopicSubscriptions) Retry(ctx context.Context, sub, aggregate string) e
 // Skip resolves the parked aggregate of subscription sub without handling
 // its parked records; its later records are handled again. Like Retry it
 // acts at once when this node holds the partition and otherwise records
-// the request for the owner. ErrNotParked when there is no such entry.
+// the request for the owner, on every partition the aggregate is parked
+// on. ErrNotParked when there is no such entry.
 func (t *TopicSubscriptions) Skip(ctx context.Context, sub, aggregate string) error {
 	return t.operate(ctx, ActionSkip, sub, aggregate)
 }
