@@ -483,21 +483,26 @@ func (s *compSession) aggregates(ctx context.Context, q *compQuery) error {
 	if len(subs) == 0 {
 		return nil
 	}
-	var cursor uint64
-	for {
-		kv, next, err := s.c.HScan(ctx, redisstore.ParkedIndexKey(subs[0]), cursor, globEscape(q.toComplete)+"*", 1000).Result()
-		if err != nil {
-			return err
-		}
-		for i := 0; i < len(kv); i += 2 { // field, value, field, value...
-			if err := s.add(q.toComplete, kv[i]); err != nil {
+	// Both ledger indexes: the current one and the layout before
+	// decision 0007, which entries parked by earlier versions are in.
+	for _, idx := range []string{redisstore.ParkedEntriesKey(subs[0]), redisstore.ParkedIndexKey(subs[0])} {
+		var cursor uint64
+		for {
+			kv, next, err := s.c.HScan(ctx, idx, cursor, globEscape(q.toComplete)+"*", 1000).Result()
+			if err != nil {
 				return err
 			}
-		}
-		if cursor = next; cursor == 0 {
-			return nil
+			for i := 0; i < len(kv); i += 2 { // field, value, field, value...
+				if err := s.add(q.toComplete, kv[i]); err != nil {
+					return err
+				}
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
 		}
 	}
+	return nil
 }
 
 // streams offers partition streams C:K in two steps: first the categories

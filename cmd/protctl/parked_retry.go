@@ -18,6 +18,7 @@ type parkedRequestOptions struct {
 	Action       repair.Action
 	Subscription string
 	Aggregate    string
+	Partition    string
 	All          bool
 	RPS          int
 	Max          int
@@ -48,6 +49,7 @@ func (opts *parkedRequestOptions) parseArgs(cmd *cobra.Command, args []string) e
 func (opts *parkedRequestOptions) addFlags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.BoolVar(&opts.All, "all", false, "every parked entry (of --subscription, if given)")
+	fl.StringVar(&opts.Partition, "partition", "", "the entry of AGGREGATE on this partition (a Kafka aggregate parked on several); with --all, only this partition's entries")
 	fl.StringVar(&opts.Subscription, "subscription", "", "with --all: only this subscription's entries")
 	fl.IntVar(&opts.Max, "max", 0, "with --all: at most N entries; 0 for no cap")
 	fl.IntVar(&opts.RPS, "rps", 0, "record at most N requests per second; 0 for no pacing")
@@ -89,6 +91,7 @@ func runParkedRequest(ctx context.Context, opts *parkedRequestOptions) error {
 			Action:       opts.Action,
 			Subscription: opts.Subscription,
 			Aggregate:    opts.Aggregate,
+			Partition:    opts.Partition,
 			All:          opts.All,
 			Max:          opts.Max,
 			Reason:       opts.Reason,

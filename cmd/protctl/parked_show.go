@@ -21,6 +21,7 @@ type parkedShowOptions struct {
 
 	Subscription string
 	Aggregate    string
+	Partition    string
 	ShowPayload  bool
 }
 
@@ -33,9 +34,12 @@ func newParkedShowCmd(f *Factory) *cobra.Command {
 entry itself with its envelope decoded: headers always, the payload (the
 envelope's data) only with --show-payload. An entry whose body was deleted
 is reported as missing. Exits 4 when nothing is parked for SUBSCRIPTION and
-AGGREGATE.`,
+AGGREGATE. A Kafka aggregate parked on several partitions has an entry on
+each: name one with --partition (without it the command exits 2 and names
+the partitions).`,
 		Example: `  protctl parked show app.OrderProjector o-1
-  protctl parked show app.OrderProjector o-1 --show-payload -o json`,
+  protctl parked show app.OrderProjector o-1 --show-payload -o json
+  protctl parked show ledger-sync o-1 --partition 3`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Subscription, opts.Aggregate = args[0], args[1]
@@ -44,6 +48,7 @@ AGGREGATE.`,
 		},
 	}
 	cmd.Flags().BoolVar(&opts.ShowPayload, "show-payload", false, "show the failing record's payload")
+	cmd.Flags().StringVar(&opts.Partition, "partition", "", "the entry on this partition (a Kafka aggregate parked on several)")
 	return cmd
 }
 
@@ -60,7 +65,7 @@ func runParkedShow(ctx context.Context, opts *parkedShowOptions) error {
 	if err != nil {
 		return err
 	}
-	p, err := ins.ParkedEntry(ctx, opts.Subscription, opts.Aggregate)
+	p, err := ins.ParkedEntry(ctx, opts.Subscription, opts.Partition, opts.Aggregate)
 	if errors.Is(err, runtime.ErrNotParked) {
 		return clierr.NotFound.Errorf("nothing is parked for subscription %q and aggregate %q", opts.Subscription, opts.Aggregate)
 	}

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/protctl/protctl/internal/clierr"
+	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
@@ -44,12 +46,12 @@ func TestParkedRetryAndSkipRecordRequests(t *testing.T) {
 	}
 
 	e.env("USER", "alice").run("parked", "retry", s.Projector, s.Halted, "--yes").wantCode(t, 0)
-	p, err := store.GetParked(ctx, s.Projector, s.Halted)
+	p, err := store.GetParked(ctx, s.Projector, "", s.Halted)
 	if err != nil || p.Request == nil || p.Request.Action != runtime.ActionRetry || p.Request.By != "protctl:alice" {
 		t.Fatalf("after retry: %+v %v", p.Request, err)
 	}
 	e.run("parked", "skip", s.Projector, s.Halted, "--reason", "refunded by hand", "--yes").wantCode(t, 0)
-	p, err = store.GetParked(ctx, s.Projector, s.Halted)
+	p, err = store.GetParked(ctx, s.Projector, "", s.Halted)
 	if err != nil || p.Request == nil || p.Request.Action != runtime.ActionSkip || p.Request.Reason != "refunded by hand" {
 		t.Fatalf("after skip: %+v %v", p.Request, err)
 	}
@@ -60,6 +62,55 @@ func TestParkedRetryAndSkipRecordRequests(t *testing.T) {
 		e.run("parked", "retry", s.Projector, s.Halted, "--all", "--yes").wantCode(t, clierr.ExitUsage)
 		e.run("parked", "retry", "--all", "--rps", "-1", "--yes").wantCode(t, clierr.ExitUsage)
 	})
+}
+
+// TestParkedAggregateOnTwoPartitions: a Kafka aggregate parked on two
+// partitions is two entries; naming it without --partition exits 2 and
+// names the partitions, and --partition picks one (issue 16 item 2).
+func TestParkedAggregateOnTwoPartitions(t *testing.T) {
+	e := newOpsEnv(t)
+	ctx := context.Background()
+	store := redisstore.New(e.c)
+	lg := redisstore.TopicLeaseGroup("shop", "orders")
+	const sub, agg = "ledger-sync", "x"
+	for _, p := range []int32{0, 1} {
+		f := broker.Fence{LeaseKey: lg.LeaseKey(p), Token: "node-a:1"}
+		if err := e.c.Set(ctx, f.LeaseKey, f.Token, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		part := strconv.Itoa(int(p))
+		if err := store.Park(ctx, f, runtime.Parked{Subscription: sub, Source: runtime.SourceKafka, Aggregate: agg,
+			Topic: "orders", Partition: part, Position: "1" + part, Error: "boom", Attempts: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := e.run("parked", "ls", "--subscription", sub, "-o", "json")
+	r.wantCode(t, 0)
+	if !strings.Contains(r.stdout, `"partition": "0"`) || !strings.Contains(r.stdout, `"partition": "1"`) {
+		t.Fatalf("ls does not list both partitions' entries:\n%s", r.stdout)
+	}
+	r = e.run("parked", "show", sub, agg)
+	r.wantCode(t, clierr.ExitUsage)
+	if !strings.Contains(r.stderr, "partitions 0, 1") || !strings.Contains(r.stderr, "--partition") {
+		t.Fatalf("show without --partition: %s", r.stderr)
+	}
+	r = e.run("parked", "show", sub, agg, "--partition", "1", "-o", "json")
+	r.wantCode(t, 0)
+	if !strings.Contains(r.stdout, `"position": "11"`) {
+		t.Fatalf("show --partition 1:\n%s", r.stdout)
+	}
+	e.run("parked", "retry", sub, agg, "--yes").wantCode(t, clierr.ExitUsage)
+	e.run("parked", "retry", sub, agg, "--partition", "0", "--yes").wantCode(t, 0)
+	p0, err0 := store.GetParked(ctx, sub, "0", agg)
+	p1, err1 := store.GetParked(ctx, sub, "1", agg)
+	if err0 != nil || err1 != nil || p0.Request == nil || p1.Request != nil {
+		t.Fatalf("after retry --partition 0: partition 0 %+v (%v), partition 1 %+v (%v)", p0.Request, err0, p1.Request, err1)
+	}
+	e.run("parked", "skip", sub, agg, "--all", "--partition", "1", "--reason", "r", "--yes").wantCode(t, clierr.ExitUsage)
+	e.run("parked", "skip", "--all", "--subscription", sub, "--partition", "1", "--reason", "r", "--yes").wantCode(t, 0)
+	if p1, err := store.GetParked(ctx, sub, "1", agg); err != nil || p1.Request == nil || p1.Request.Action != runtime.ActionSkip {
+		t.Fatalf("after skip --all --partition 1: %+v %v", p1.Request, err)
+	}
 }
 
 // env returns a non-terminal invocation with one more variable set.

@@ -104,6 +104,8 @@ func dataErr(err error) error {
 		return clierr.Usage.Wrap(err)
 	case errors.Is(err, runtime.ErrUnrecoverable):
 		return clierr.Refused.Wrap(err)
+	case errors.Is(err, runtime.ErrAmbiguousParked):
+		return clierr.Usage.Errorf("%w (name the entry with --partition)", err)
 	}
 	return err
 }

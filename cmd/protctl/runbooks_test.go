@@ -749,7 +749,7 @@ func runbookDefs() map[string]runbookDef {
 // parked reads the halted partition's ledger entry.
 func (rb *rbEnv) parked() runtime.Parked {
 	rb.t.Helper()
-	p, err := redisstore.New(rb.c).GetParked(rb.ctx(), rb.s.Projector, rb.s.Halted)
+	p, err := redisstore.New(rb.c).GetParked(rb.ctx(), rb.s.Projector, "", rb.s.Halted)
 	if err != nil {
 		rb.t.Fatal(err)
 	}

@@ -79,7 +79,7 @@ func (in *Inspector) explain(ctx context.Context, category, key string, opts Exp
 	for gi, g := range p.Groups {
 		gd := GroupDetail{Group: g, PendingEntries: []PendingEntry{}}
 		if in.cfg.ledger != nil {
-			_, err := in.cfg.ledger.GetParked(ctx, g.Name, key)
+			_, err := in.cfg.ledger.GetParked(ctx, g.Name, "", key)
 			switch {
 			case err == nil:
 				gd.Parked = ptr(true)

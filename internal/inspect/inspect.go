@@ -21,8 +21,11 @@ var ErrNotFound = errors.New("inspect: not found")
 type Ledger interface {
 	// ListParked returns the entries of subscription ("" for all).
 	ListParked(ctx context.Context, subscription string) ([]runtime.Parked, error)
-	// GetParked returns one entry or runtime.ErrNotParked.
-	GetParked(ctx context.Context, subscription, aggregate string) (runtime.Parked, error)
+	// GetParked returns the entry of (subscription, partition,
+	// aggregate), runtime.ErrNotParked, or (partition "") an
+	// *runtime.AmbiguousParkedError when the aggregate is parked on
+	// several partitions.
+	GetParked(ctx context.Context, subscription, partition, aggregate string) (runtime.Parked, error)
 }
 
 // Members lists a service's live nodes (runtime.Membership's reader).
@@ -265,11 +268,13 @@ func (in *Inspector) Parked(ctx context.Context, subscription string) ([]runtime
 }
 
 // ParkedEntry reads one ledger entry; runtime.ErrNotParked when missing.
-func (in *Inspector) ParkedEntry(ctx context.Context, subscription, aggregate string) (runtime.Parked, error) {
+// partition "" names the aggregate's only entry: an
+// *runtime.AmbiguousParkedError when it is parked on several partitions.
+func (in *Inspector) ParkedEntry(ctx context.Context, subscription, partition, aggregate string) (runtime.Parked, error) {
 	if in.cfg.ledger == nil {
 		return runtime.Parked{}, errNoLedger
 	}
-	return in.cfg.ledger.GetParked(ctx, subscription, aggregate)
+	return in.cfg.ledger.GetParked(ctx, subscription, partition, aggregate)
 }
 
 // Nodes lists service's live nodes from their status records. It fails

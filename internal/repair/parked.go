@@ -27,7 +27,7 @@ func (r *Repairer) planParked(ctx context.Context, req ParkedRequest) (*Plan, er
 			return nil, err
 		}
 		for _, p := range list {
-			if req.Aggregate == "" || p.Aggregate == req.Aggregate {
+			if (req.Aggregate == "" || p.Aggregate == req.Aggregate) && (req.Partition == "" || p.Partition == req.Partition) {
 				entries = append(entries, p)
 			}
 		}
@@ -38,7 +38,7 @@ func (r *Repairer) planParked(ctx context.Context, req ParkedRequest) (*Plan, er
 		if req.Subscription == "" || req.Aggregate == "" {
 			return nil, &broker.InvalidArgumentError{Op: op, Arg: "subscription and aggregate", Value: `""`, Reason: "name one entry or ask for all"}
 		}
-		p, err := r.cfg.ledger.GetParked(ctx, req.Subscription, req.Aggregate)
+		p, err := r.cfg.ledger.GetParked(ctx, req.Subscription, req.Partition, req.Aggregate)
 		if err != nil {
 			return nil, err
 		}
@@ -54,7 +54,7 @@ func (r *Repairer) planParked(ctx context.Context, req ParkedRequest) (*Plan, er
 func parkedItem(req ParkedRequest, p runtime.Parked) Item {
 	it := Item{
 		Action: req.Action,
-		Target: Target{Subscription: p.Subscription, Aggregate: p.Aggregate, Category: p.Category, Key: redisKey(p)},
+		Target: Target{Subscription: p.Subscription, Aggregate: p.Aggregate, Category: p.Category, Key: redisKey(p), Partition: kafkaPartition(p)},
 		Params: Params{Reason: req.Reason, By: req.By},
 		Precondition: Precondition{Parked: &ParkedState{
 			Status: string(p.Status), Position: p.Position, Attempts: p.Attempts, Generation: p.Generation,
@@ -76,6 +76,13 @@ func parkedItem(req ParkedRequest, p runtime.Parked) Item {
 	return it
 }
 
+func kafkaPartition(p runtime.Parked) string {
+	if p.Source == runtime.SourceKafka {
+		return p.Partition
+	}
+	return ""
+}
+
 func redisKey(p runtime.Parked) string {
 	if p.Source == runtime.SourceRedis {
 		return p.Partition
@@ -93,7 +100,7 @@ func (r *Repairer) applyParked(ctx context.Context, it *Item) error {
 	if planned == nil {
 		return fmt.Errorf("%w: %s item without a planned ledger entry", ErrInvalidPlan, it.Action)
 	}
-	now, err := r.cfg.ledger.GetParked(ctx, t.Subscription, t.Aggregate)
+	now, err := r.cfg.ledger.GetParked(ctx, t.Subscription, t.Partition, t.Aggregate)
 	if errors.Is(err, runtime.ErrNotParked) {
 		it.Result, it.Detail = ResultConflict, "the entry was resolved since the plan"
 		return nil
@@ -106,9 +113,9 @@ func (r *Repairer) applyParked(ctx context.Context, it *Item) error {
 		return nil
 	}
 	if it.Action == ActionRetry {
-		err = r.cfg.ledger.RequestRetry(ctx, t.Subscription, t.Aggregate, it.Params.By)
+		err = r.cfg.ledger.RequestRetry(ctx, t.Subscription, t.Partition, t.Aggregate, it.Params.By)
 	} else {
-		err = r.cfg.ledger.RequestSkip(ctx, t.Subscription, t.Aggregate, it.Params.Reason, it.Params.By)
+		err = r.cfg.ledger.RequestSkip(ctx, t.Subscription, t.Partition, t.Aggregate, it.Params.Reason, it.Params.By)
 	}
 	switch {
 	case errors.Is(err, runtime.ErrNotParked):

@@ -104,6 +104,9 @@ type Target struct {
 	ID           string `json:"id,omitempty"`
 	Subscription string `json:"subscription,omitempty"`
 	Aggregate    string `json:"aggregate,omitempty"`
+	// Partition is a Kafka entry's partition: an aggregate can be parked
+	// on several. Empty for Redis entries (Key names the partition).
+	Partition string `json:"partition,omitempty"`
 }
 
 // String names the target for tables: "shop::order/o-1", "group g on

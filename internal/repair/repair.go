@@ -25,8 +25,8 @@ type Broker interface {
 // implements it).
 type Ledger interface {
 	inspect.Ledger
-	RequestRetry(ctx context.Context, subscription, aggregate, by string) error
-	RequestSkip(ctx context.Context, subscription, aggregate, reason, by string) error
+	RequestRetry(ctx context.Context, subscription, partition, aggregate, by string) error
+	RequestSkip(ctx context.Context, subscription, partition, aggregate, reason, by string) error
 }
 
 // DefaultOperator is the owner name of the short lease Apply takes to
@@ -179,6 +179,9 @@ type ParkedRequest struct {
 	// Aggregate names one entry; with All, every entry of Subscription
 	// ("" for every subscription) becomes an item.
 	Aggregate string
+	// Partition narrows Aggregate to its entry on one partition (Kafka:
+	// the partition number); "" for the aggregate's only entry.
+	Partition string
 	All       bool
 	// Max caps the items of an All request; 0 means no cap.
 	Max    int

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -495,7 +496,7 @@ func TestParkedRetryAndSkip(t *testing.T) {
 	if o := apply(t, e, roundTrip(t, p)); o != repair.OutcomeApplied {
 		t.Fatalf("retry: %s %+v", o, p.Items[0])
 	}
-	got, _ := e.store.GetParked(ctx, s.Projector, s.Halted)
+	got, _ := e.store.GetParked(ctx, s.Projector, "", s.Halted)
 	if got.Request == nil || got.Request.Action != runtime.ActionRetry || got.Request.By != "alice" {
 		t.Fatalf("request %+v", got.Request)
 	}
@@ -525,6 +526,48 @@ func TestParkedRetryAndSkip(t *testing.T) {
 	}
 	if _, err := e.r.PlanParked(ctx, repair.ParkedRequest{Action: repair.ActionRetry, Subscription: s.Projector, Aggregate: "nope"}); !errors.Is(err, runtime.ErrNotParked) {
 		t.Fatalf("missing entry: %v", err)
+	}
+}
+
+// TestParkedKafkaAggregateOnTwoPartitions: each partition's entry of an
+// aggregate is its own plan item, carrying its partition, and applying
+// it requests that entry only; naming the aggregate without a partition
+// is ErrAmbiguousParked (issue 16 item 2).
+func TestParkedKafkaAggregateOnTwoPartitions(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t)
+	lg := redisstore.TopicLeaseGroup("shop", "orders")
+	const sub, agg = "ledger-sync", "x"
+	for _, p := range []int32{0, 1} {
+		f := broker.Fence{LeaseKey: lg.LeaseKey(p), Token: "node-a:1"}
+		if err := e.c.Set(ctx, f.LeaseKey, f.Token, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		part := strconv.Itoa(int(p))
+		if err := e.store.Park(ctx, f, runtime.Parked{Subscription: sub, Source: runtime.SourceKafka, Aggregate: agg,
+			Topic: "orders", Partition: part, Position: "1" + part, Error: "boom", Attempts: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.r.PlanParked(ctx, repair.ParkedRequest{Action: repair.ActionRetry, Subscription: sub, Aggregate: agg}); !errors.Is(err, runtime.ErrAmbiguousParked) {
+		t.Fatalf("plan without a partition: %v, want ErrAmbiguousParked", err)
+	}
+	p, err := e.r.PlanParked(ctx, repair.ParkedRequest{Action: repair.ActionRetry, Subscription: sub, All: true})
+	if err != nil || len(p.Items) != 2 || p.Items[0].Target.Partition == p.Items[1].Target.Partition {
+		t.Fatalf("plan of all: %+v %v, want one item per partition", p, err)
+	}
+	p, err = e.r.PlanParked(ctx, repair.ParkedRequest{Action: repair.ActionRetry, Subscription: sub, Aggregate: agg, Partition: "1", By: "alice"})
+	it := one(t, p, err)
+	if it.Target.Partition != "1" || it.Precondition.Parked.Position != "11" {
+		t.Fatalf("item %+v", it)
+	}
+	if o := apply(t, e, roundTrip(t, p)); o != repair.OutcomeApplied {
+		t.Fatalf("retry: %s %+v", o, p.Items[0])
+	}
+	p0, _ := e.store.GetParked(ctx, sub, "0", agg)
+	p1, _ := e.store.GetParked(ctx, sub, "1", agg)
+	if p0.Request != nil || p1.Request == nil || p1.Request.By != "alice" {
+		t.Fatalf("requests: partition 0 %+v, partition 1 %+v; want partition 1's only", p0.Request, p1.Request)
 	}
 }
 

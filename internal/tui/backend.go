@@ -102,8 +102,8 @@ type TopicSubscription struct {
 //	release      Category, Key, Group, Force  [partitions release]
 //	trim         Stream, MaxLen               [streams trim]
 //	dead-letter  Category, Key, Group, Reason [partitions skip-head]
-//	retry        Subscription, Aggregate      [parked retry]
-//	skip         Subscription, Aggregate, Reason [parked skip]
+//	retry        Subscription, Aggregate, Partition         [parked retry]
+//	skip         Subscription, Aggregate, Partition, Reason [parked skip]
 type ActionRequest struct {
 	Action       repair.Action
 	Category     string
@@ -115,7 +115,10 @@ type ActionRequest struct {
 	Force        bool
 	Subscription string
 	Aggregate    string
-	Reason       string
+	// Partition names a Kafka entry's partition (an aggregate can be
+	// parked on several); "" for Redis entries.
+	Partition string
+	Reason    string
 	// By names the operator in the failure ledger (retry, skip).
 	By string
 }
@@ -143,8 +146,15 @@ func (r ActionRequest) CommandLine(context string) string {
 		}
 	case repair.ActionRetry:
 		args = []string{"parked", "retry", q(r.Subscription), q(r.Aggregate)}
+		if r.Partition != "" {
+			args = append(args, "--partition", q(r.Partition))
+		}
 	case repair.ActionSkip:
-		args = []string{"parked", "skip", q(r.Subscription), q(r.Aggregate), "--reason", q(r.Reason)}
+		args = []string{"parked", "skip", q(r.Subscription), q(r.Aggregate)}
+		if r.Partition != "" {
+			args = append(args, "--partition", q(r.Partition))
+		}
+		args = append(args, "--reason", q(r.Reason))
 	default:
 		return "protctl ?"
 	}

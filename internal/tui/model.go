@@ -698,6 +698,9 @@ func (m *Model) action(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 	case viewParked:
 		pk := snap.parked[r.item]
 		base := ActionRequest{Subscription: pk.Subscription, Aggregate: pk.Aggregate, By: m.opts.Operator}
+		if pk.Source == runtime.SourceKafka {
+			base.Partition = pk.Partition
+		}
 		if key.Matches(msg, k.Retry) {
 			base.Action = repair.ActionRetry
 			return m, m.openConfirm(base)

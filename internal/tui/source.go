@@ -164,7 +164,7 @@ func (b *RedisBackend) Plan(ctx context.Context, req ActionRequest) (*repair.Pla
 	case repair.ActionRetry, repair.ActionSkip:
 		return b.rep.PlanParked(ctx, repair.ParkedRequest{
 			Action: req.Action, Subscription: req.Subscription, Aggregate: req.Aggregate,
-			Reason: req.Reason, By: req.By,
+			Partition: req.Partition, Reason: req.Reason, By: req.By,
 		})
 	}
 	return nil, fmt.Errorf("tui: unknown action %q", req.Action)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
@@ -60,6 +61,11 @@ type Partitioned struct {
 	// rediscover asks the discovery loop for a scan now (a wake-up
 	// subscription was just (re)established: signals may have been lost).
 	rediscover chan struct{}
+
+	// ledgerReads numbers the ledger polls' ListParked calls, each taken
+	// before the call starts: the logical clock ledgerList judges a
+	// list's age by (part.ledgerSeen).
+	ledgerReads atomic.Int64
 
 	leases   leaseTable
 	assigned assignedSet

@@ -25,11 +25,11 @@ type (
 	evWake struct{ keys []string }
 	// evResync: wake-up signals may have been lost.
 	evResync struct{}
-	// evLedgerList: the subscription's parked entries, as read from
-	// started on.
+	// evLedgerList: the subscription's parked entries, as read by the
+	// list numbered started (Partitioned.ledgerReads).
 	evLedgerList struct {
 		entries []Parked
-		started time.Time
+		started int64
 	}
 	// evLedgerSignal: an operator request on key.
 	evLedgerSignal struct{ key string }
@@ -100,7 +100,11 @@ type part struct {
 	parked      *Parked
 	reaped      bool      // retired by this node; not reaped again until active
 	created     time.Time // when the coordinator learnt of the key
-	ledgerAt    time.Time // when a worker last parked or resolved the key
+	// ledgerSeen is ledgerReads read once a worker's park or resolve of
+	// the key had returned: a list numbered above it started after that
+	// write. (A wall time here would trust the clock's order of two
+	// goroutines' readings; a count does not.)
+	ledgerSeen int64
 }
 
 // coordinator owns the partition map: it decides which keys this node
@@ -514,10 +518,10 @@ func (c *coordinator) workerDone(w *worker, res result) {
 	switch {
 	case res.kind == resParked:
 		pt.parked = res.parked
-		pt.ledgerAt = now
+		pt.ledgerSeen = p.ledgerReads.Load()
 	case res.resolved:
 		pt.parked = nil
-		pt.ledgerAt = now
+		pt.ledgerSeen = p.ledgerReads.Load()
 	}
 	if res.kind == resFatal {
 		p.fail(res.err)
@@ -586,7 +590,7 @@ func (c *coordinator) watchIdle(pt *part, now time.Time) {
 // ledgerList applies a full read of the parked entries. A key a worker
 // parked or resolved after the read began keeps what the worker knew: the
 // read is older.
-func (c *coordinator) ledgerList(entries []Parked, started time.Time) {
+func (c *coordinator) ledgerList(entries []Parked, started int64) {
 	parked := make(map[string]*Parked, len(entries))
 	for i := range entries {
 		e := &entries[i]
@@ -596,7 +600,7 @@ func (c *coordinator) ledgerList(entries []Parked, started time.Time) {
 		parked[e.Aggregate] = e
 	}
 	for key, e := range parked {
-		if pt := c.parts[key]; pt != nil && !pt.ledgerAt.Before(started) {
+		if pt := c.parts[key]; pt != nil && pt.ledgerSeen >= started {
 			continue
 		}
 		pt := c.parts[key]
@@ -627,7 +631,7 @@ func (c *coordinator) ledgerList(entries []Parked, started time.Time) {
 	// Parked here but no longer in the ledger: resolved by someone else
 	// (or the entry was deleted): process the partition again.
 	for key, pt := range c.parts {
-		if _, ok := parked[key]; ok || pt.parked == nil || !pt.ledgerAt.Before(started) {
+		if _, ok := parked[key]; ok || pt.parked == nil || pt.ledgerSeen >= started {
 			continue
 		}
 		pt.parked = nil

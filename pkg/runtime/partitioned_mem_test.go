@@ -355,7 +355,7 @@ func TestMemPoisonParkRetrySkip(t *testing.T) {
 			l, _ := e.store.ListParked(ctx, group)
 			return len(l) == 2
 		})
-		parked, err := e.store.GetParked(ctx, group, "k003")
+		parked, err := e.store.GetParked(ctx, group, "", "k003")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -378,7 +378,7 @@ func TestMemPoisonParkRetrySkip(t *testing.T) {
 
 		// Fix the handler, then retry k003: it resumes at its head.
 		rec.setFail(nil)
-		if err := e.store.RequestRetry(ctx, group, "k003", "ops"); err != nil {
+		if err := e.store.RequestRetry(ctx, group, "", "k003", "ops"); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, time.Minute, 50*time.Millisecond, "retried key handled", func() bool {
@@ -387,12 +387,12 @@ func TestMemPoisonParkRetrySkip(t *testing.T) {
 		if got := rec.handled("k003"); !slices.Equal(got, []int{1, 2, 3, 4, 5, 6}) {
 			t.Errorf("k003 after retry handled %v", got)
 		}
-		if _, err := e.store.GetParked(ctx, group, "k003"); !errors.Is(err, runtime.ErrNotParked) {
+		if _, err := e.store.GetParked(ctx, group, "", "k003"); !errors.Is(err, runtime.ErrNotParked) {
 			t.Errorf("k003 still in the ledger after a successful retry: %v", err)
 		}
 
 		// Skip k006: its head goes to the DLQ, the rest is handled.
-		if err := e.store.RequestSkip(ctx, group, "k006", "bad data", "ops"); err != nil {
+		if err := e.store.RequestSkip(ctx, group, "", "k006", "bad data", "ops"); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, time.Minute, 50*time.Millisecond, "skipped key handled", func() bool {
@@ -405,7 +405,7 @@ func TestMemPoisonParkRetrySkip(t *testing.T) {
 		if err != nil || len(dlq) != 1 || seqOf(t, dlq[0].Data) != 3 {
 			t.Fatalf("dlq = %+v, %v; want the third entry", dlq, err)
 		}
-		if _, err := e.store.GetParked(ctx, group, "k006"); !errors.Is(err, runtime.ErrNotParked) {
+		if _, err := e.store.GetParked(ctx, group, "", "k006"); !errors.Is(err, runtime.ErrNotParked) {
 			t.Errorf("k006 still in the ledger after a skip: %v", err)
 		}
 		st := subOf(n).Status()
@@ -435,7 +435,7 @@ func TestMemParkedKeySurvivesFailover(t *testing.T) {
 		})
 		n1 := e.start("node-1", rec.handler("node-1"), nil, nil)
 		eventually(t, time.Minute, 50*time.Millisecond, "parked", func() bool {
-			_, err := e.store.GetParked(ctx, group, "k001")
+			_, err := e.store.GetParked(ctx, group, "", "k001")
 			return err == nil
 		})
 		if err := n1.Stop(ctx); err != nil {
@@ -451,7 +451,7 @@ func TestMemParkedKeySurvivesFailover(t *testing.T) {
 		if st := subOf(n2).Status(); st.Parked != 1 {
 			t.Errorf("new owner's status parked = %d, want 1", st.Parked)
 		}
-		if err := e.store.RequestRetry(ctx, group, "k001", "ops"); err != nil {
+		if err := e.store.RequestRetry(ctx, group, "", "k001", "ops"); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, time.Minute, 50*time.Millisecond, "retried on the new owner", func() bool {

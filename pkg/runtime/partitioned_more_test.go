@@ -173,10 +173,10 @@ func TestMemHandlerPanicParks(t *testing.T) {
 		})
 		e.start("node-1", h, nil, nil)
 		eventually(t, time.Minute, 10*time.Millisecond, "parked", func() bool {
-			_, err := e.store.GetParked(ctx, group, "k")
+			_, err := e.store.GetParked(ctx, group, "", "k")
 			return err == nil
 		})
-		p, _ := e.store.GetParked(ctx, group, "k")
+		p, _ := e.store.GetParked(ctx, group, "", "k")
 		if !strings.Contains(p.Error, "panicked: nil map") || p.Attempts != 3 || calls.Load() != 3 {
 			t.Errorf("parked %+v after %d calls", p, calls.Load())
 		}

@@ -432,15 +432,15 @@ func TestRedisPoisonParkRetrySkip(t *testing.T) {
 		l, _ := e.store.ListParked(ctx, group)
 		return len(l) == 2
 	})
-	p, err := e.store.GetParked(ctx, group, "a")
+	p, err := e.store.GetParked(ctx, group, "", "a")
 	if err != nil || p.Attempts != 3 || p.Stream != cat+":a" || p.Status != runtime.StatusParked {
 		t.Fatalf("parked a: %+v %v", p, err)
 	}
 	fixed.Store(true)
-	if err := e.store.RequestRetry(ctx, group, "a", "ops"); err != nil {
+	if err := e.store.RequestRetry(ctx, group, "", "a", "ops"); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.RequestSkip(ctx, group, "b", "bad", "ops"); err != nil {
+	if err := e.store.RequestSkip(ctx, group, "", "b", "bad", "ops"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 20*time.Second, 20*time.Millisecond, "a retried and b skipped", func() bool {

@@ -335,7 +335,7 @@ func (p *Partitioned) ledgerLoop(ctx context.Context) {
 	}()
 	backoff := newBackoff(time.Second, p.cfg.LedgerPollEvery)
 	for {
-		started := p.clk.Now()
+		started := p.ledgerReads.Add(1)
 		entries, err := p.cfg.Ledger.ListParked(ctx, p.cfg.Name)
 		if ctx.Err() != nil {
 			return

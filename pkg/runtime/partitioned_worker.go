@@ -263,7 +263,7 @@ func (w *worker) tails() (result, bool) {
 // (the key stays parked, or the read failed).
 func (w *worker) checkParked() (result, bool) {
 	p := w.p
-	e, err := p.cfg.Ledger.GetParked(w.ctx, p.cfg.Name, w.key)
+	e, err := p.cfg.Ledger.GetParked(w.ctx, p.cfg.Name, "", w.key)
 	if errors.Is(err, ErrNotParked) {
 		return result{}, false
 	}

@@ -3,6 +3,8 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
@@ -11,12 +13,35 @@ import (
 // Errors returned by the stores.
 var (
 	// ErrNotParked is returned by GetParked, RequestRetry and RequestSkip
-	// when no ledger entry exists for the subscription and aggregate.
+	// when no ledger entry exists for the subscription and aggregate (on
+	// the partition asked for).
 	ErrNotParked = errors.New("runtime: not parked")
+	// ErrAmbiguousParked is returned (as an *AmbiguousParkedError) by
+	// GetParked, RequestRetry and RequestSkip called without a partition
+	// for an aggregate parked on more than one partition.
+	ErrAmbiguousParked = errors.New("runtime: aggregate is parked on more than one partition")
 	// ErrUnrecoverable is returned by RequestRetry for an entry whose
 	// records the source no longer retains: it can only be skipped.
 	ErrUnrecoverable = errors.New("runtime: parked entry is unrecoverable")
 )
+
+// AmbiguousParkedError says which partitions hold an entry of an
+// aggregate that a caller named without a partition. A Kafka aggregate
+// taken from a header or a JSON path, or a key that moved when the topic
+// gained partitions, can be parked on several partitions at once: each is
+// its own entry (its own parked head), retried or skipped on its own.
+type AmbiguousParkedError struct {
+	Subscription string
+	Aggregate    string
+	Partitions   []string // sorted
+}
+
+func (e *AmbiguousParkedError) Error() string {
+	return fmt.Sprintf("runtime: %q of subscription %q is parked on partitions %s: name one",
+		e.Aggregate, e.Subscription, strings.Join(e.Partitions, ", "))
+}
+
+func (e *AmbiguousParkedError) Unwrap() error { return ErrAmbiguousParked }
 
 // MaxErrorLen bounds a parked entry's error text, in bytes.
 const MaxErrorLen = 1024
@@ -94,24 +119,34 @@ type Parked struct {
 }
 
 // LedgerReader is what operators' tools read.
+//
+// An entry is identified by (subscription, partition, aggregate): a Kafka
+// aggregate can be parked on several partitions at once, each entry with
+// its own head. The calls that name one entry take the partition
+// (Parked.Partition); "" names the aggregate's only entry and fails with
+// an *AmbiguousParkedError (ErrAmbiguousParked) when there are several.
+// A Redis entry's partition is its key, which is also its aggregate, so
+// "" always names it.
 type LedgerReader interface {
-	// ListParked returns the entries of subscription ("" for all), oldest
-	// first.
+	// ListParked returns the entries of subscription ("" for all), every
+	// partition's, oldest first.
 	ListParked(ctx context.Context, subscription string) ([]Parked, error)
-	// GetParked returns one entry, or ErrNotParked.
-	GetParked(ctx context.Context, subscription, aggregate string) (Parked, error)
+	// GetParked returns one entry, or ErrNotParked, or (partition "")
+	// ErrAmbiguousParked.
+	GetParked(ctx context.Context, subscription, partition, aggregate string) (Parked, error)
 }
 
 // LedgerRequester records operators' requests and signals the owner.
 // Neither call needs the partition's lease: the owner acts on the request
-// under its own fence.
+// under its own fence. partition is as in GetParked.
 type LedgerRequester interface {
 	// RequestRetry asks the owner to handle the aggregate again from its
-	// parked position. ErrNotParked, ErrUnrecoverable.
-	RequestRetry(ctx context.Context, subscription, aggregate, by string) error
+	// parked position. ErrNotParked, ErrUnrecoverable, ErrAmbiguousParked.
+	RequestRetry(ctx context.Context, subscription, partition, aggregate, by string) error
 	// RequestSkip asks the owner to resolve the entry without handling its
 	// head (Redis: dead-letter the head; Kafka: drop the parked records).
-	RequestSkip(ctx context.Context, subscription, aggregate, reason, by string) error
+	// ErrNotParked, ErrAmbiguousParked.
+	RequestSkip(ctx context.Context, subscription, partition, aggregate, reason, by string) error
 }
 
 // Ledger is the failure ledger. Writes by owners are fenced: f is the
@@ -120,13 +155,17 @@ type LedgerRequester interface {
 type Ledger interface {
 	LedgerReader
 	LedgerRequester
-	// Park creates or replaces the entry for (p.Subscription,
-	// p.Aggregate).
+	// Park creates or replaces the entry for (p.Subscription, the
+	// partition of f, p.Aggregate); entries of the aggregate on other
+	// partitions stay. Once Park returned, every ListParked and GetParked
+	// that starts later sees the entry until it is resolved.
 	Park(ctx context.Context, f broker.Fence, p Parked) error
-	// SetStatus changes an entry's status and clears its request (the
-	// owner has taken it up). ErrNotParked when missing.
+	// SetStatus changes the status of the entry fenced by f (the
+	// partition's) and clears its request (the owner has taken it up).
+	// ErrNotParked when missing.
 	SetStatus(ctx context.Context, f broker.Fence, subscription, aggregate string, status ParkStatus) error
-	// Resolve deletes the entry after a successful retry or a skip.
+	// Resolve deletes the entry fenced by f (the partition's) after a
+	// successful retry or a skip.
 	Resolve(ctx context.Context, f broker.Fence, subscription, aggregate string) error
 	// WatchRequests signals the aggregates of subscription that received an
 	// operator request, until ctx ends (then the channel closes). Signals

@@ -148,6 +148,10 @@ type SubscriptionRuntime struct {
 	mu     sync.Mutex
 	err    error
 	dedup  map[int32]*dedupMemory
+	// ledgerReads counts the ledger polls' ListParked calls, each taking
+	// its number before it starts: the logical clock reconcile judges a
+	// list's age by (see parkState.seen).
+	ledgerReads atomic.Int64
 
 	c subCounters
 }
@@ -567,7 +571,10 @@ func (t *TopicSubscriptions) Counters() map[string]int64 {
 // wrapped, when the topic no longer retains the parked offset: the entry
 // is then marked unrecoverable and only Skip resolves it). Otherwise it
 // records the request in the ledger for whichever node holds (or will
-// hold) the partition. ErrNotParked when there is no such entry.
+// hold) the partition. An aggregate parked on several partitions (an
+// aggregate from a header or a JSON path) has an entry on each: Retry
+// acts on every one, and returns their errors joined. ErrNotParked when
+// there is no such entry.
 func (t *TopicSubscriptions) Retry(ctx context.Context, sub, aggregate string) error {
 	return t.operate(ctx, ActionRetry, sub, aggregate)
 }
@@ -575,7 +582,8 @@ func (t *TopicSubscriptions) Retry(ctx context.Context, sub, aggregate string) e
 // Skip resolves the parked aggregate of subscription sub without handling
 // its parked records; its later records are handled again. Like Retry it
 // acts at once when this node holds the partition and otherwise records
-// the request for the owner. ErrNotParked when there is no such entry.
+// the request for the owner, on every partition the aggregate is parked
+// on. ErrNotParked when there is no such entry.
 func (t *TopicSubscriptions) Skip(ctx context.Context, sub, aggregate string) error {
 	return t.operate(ctx, ActionSkip, sub, aggregate)
 }
@@ -591,13 +599,55 @@ func (t *TopicSubscriptions) operate(ctx context.Context, action Action, sub, ag
 	if state != StateRunning {
 		return ErrTopicStopped
 	}
-	e, err := t.cfg.Ledger.GetParked(ctx, sub, aggregate)
+	entries, err := t.entriesOf(ctx, sub, aggregate)
 	if err != nil {
 		return err
 	}
+	// An aggregate parked on several partitions has an entry (a parked
+	// head) on each: the action is carried out on every one.
+	var errs []error
+	for _, e := range entries {
+		if err := t.operateOn(ctx, sr, action, e); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// entriesOf reads the entries of aggregate: its only one, or one per
+// partition it is parked on. ErrNotParked when there is none.
+func (t *TopicSubscriptions) entriesOf(ctx context.Context, sub, aggregate string) ([]Parked, error) {
+	e, err := t.cfg.Ledger.GetParked(ctx, sub, "", aggregate)
+	var amb *AmbiguousParkedError
+	if !errors.As(err, &amb) {
+		if err != nil {
+			return nil, err
+		}
+		return []Parked{e}, nil
+	}
+	var out []Parked
+	for _, p := range amb.Partitions {
+		e, err := t.cfg.Ledger.GetParked(ctx, sub, p, aggregate)
+		if errors.Is(err, ErrNotParked) {
+			continue // resolved meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("runtime: %q of %q: %w", aggregate, sub, ErrNotParked)
+	}
+	return out, nil
+}
+
+// operateOn carries out action on entry e: here when this node holds its
+// partition, otherwise by recording the request for the owner.
+func (t *TopicSubscriptions) operateOn(ctx context.Context, sr *SubscriptionRuntime, action Action, e Parked) error {
 	if e.Source != SourceKafka || e.Topic != t.cfg.Topic {
 		return fmt.Errorf("runtime: %s %q of %q: the entry is not of topic %q (source %s, topic %q)",
-			action, aggregate, sub, t.cfg.Topic, e.Source, e.Topic)
+			action, e.Aggregate, e.Subscription, t.cfg.Topic, e.Source, e.Topic)
 	}
 	if p, perr := strconv.ParseInt(e.Partition, 10, 32); perr == nil {
 		if tp := t.heldPart(int32(p)); tp != nil {
@@ -608,9 +658,9 @@ func (t *TopicSubscriptions) operate(ctx context.Context, action Action, sub, ag
 	}
 	// Not ours (or not any more): the owner acts on the request.
 	if action == ActionRetry {
-		return t.cfg.Ledger.RequestRetry(ctx, sub, aggregate, t.node)
+		return t.cfg.Ledger.RequestRetry(ctx, e.Subscription, e.Partition, e.Aggregate, t.node)
 	}
-	return t.cfg.Ledger.RequestSkip(ctx, sub, aggregate, "", t.node)
+	return t.cfg.Ledger.RequestSkip(ctx, e.Subscription, e.Partition, e.Aggregate, "", t.node)
 }
 
 // Name is the subscription's name.

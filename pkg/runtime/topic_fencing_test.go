@@ -121,7 +121,7 @@ func TestTopicFencingPark(t *testing.T) {
 			takeOver()
 			close(release)
 			waitFor(t, 5*time.Second, "the stale node to drop the partition", func() bool { return len(n.ts.Held()) == 0 })
-			if _, err := e.store.GetParked(context.Background(), topicSub, "a0000"); !errors.Is(err, runtime.ErrNotParked) {
+			if _, err := e.store.GetParked(context.Background(), topicSub, "", "a0000"); !errors.Is(err, runtime.ErrNotParked) {
 				t.Fatalf("GetParked after a stale park = %v, want ErrNotParked", err)
 			}
 			if n := parked.Load(); n != 0 {

@@ -65,7 +65,18 @@ type parkState struct {
 	// skip is resolving the entry. The aggregate's new records are then
 	// queued, not skipped.
 	retrying bool
-	at       time.Time // when this node learned of it
+	// seen is the subscription's ledger read count (ledgerReads) once
+	// this node knew the entry as it is: read after the fenced write that
+	// created or changed it returned, or after the read it was taken
+	// from returned. A poll's list whose number is above seen started
+	// later, so the ledger it read held the entry unless the entry was
+	// resolved since: only such a list may drop the park, or change it.
+	// A list with a number at or below seen may have read the ledger
+	// before the write landed (Park is several round trips); judging it
+	// by a time taken before the write un-parked a fresh park, let its
+	// later records run past the parked head, and a Retry then dropped
+	// the head as handled.
+	seen int64
 }
 
 // aggLane is one aggregate's queue. active means a worker holds it or it
@@ -1018,8 +1029,10 @@ func (sp *subPart) park(agg string, it *laneItem, herr error, attempts int) bool
 	if err := sp.fenced(func(ctx context.Context) error { return t.cfg.Ledger.Park(ctx, tp.lease.fence, e) }, "park"); err != nil {
 		return false
 	}
+	// Read after the write returned: see parkState.seen.
+	seen := sp.sr.ledgerReads.Load()
 	tp.mu.Lock()
-	sp.parked[agg] = &parkState{entry: e, at: now}
+	sp.parked[agg] = &parkState{entry: e, seen: seen}
 	tp.mu.Unlock()
 	sp.sr.c.parked.Add(1)
 	t.log.Warn("aggregate parked", "subscription", sp.sr.cfg.Name, "partition", tp.p, "aggregate", agg,
@@ -1114,7 +1127,8 @@ func (sp *subPart) retry(ctx context.Context, e Parked) error {
 	tp.mu.Lock()
 	st := sp.parked[agg]
 	if st == nil {
-		st = &parkState{entry: e, at: t.clk.Now()}
+		// e was read from the ledger before this call.
+		st = &parkState{entry: e, seen: sp.sr.ledgerReads.Load()}
 		sp.parked[agg] = st
 	}
 	if st.retrying {
@@ -1167,8 +1181,10 @@ func (sp *subPart) retry(ctx context.Context, e Parked) error {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.cfg.OpTimeout)
 		serr := t.cfg.Ledger.SetStatus(sctx, tp.lease.fence, sp.sr.cfg.Name, agg, status)
 		cancel()
+		seen := sp.sr.ledgerReads.Load()
 		tp.mu.Lock()
 		st.entry.Status = status
+		st.seen = max(st.seen, seen)
 		tp.mu.Unlock()
 		undo(false)
 		if status == StatusUnrecoverable {
@@ -1217,7 +1233,8 @@ func (sp *subPart) skip(ctx context.Context, e Parked) error {
 		return fmt.Errorf("runtime: skip %q of %q: a retry is under way", agg, sp.sr.cfg.Name)
 	}
 	if st == nil {
-		st = &parkState{entry: e, at: t.clk.Now()}
+		// e was read from the ledger before this call.
+		st = &parkState{entry: e, seen: sp.sr.ledgerReads.Load()}
 		sp.parked[agg] = st
 	}
 	st.retrying = true
@@ -1248,26 +1265,29 @@ func (sp *subPart) skip(ctx context.Context, e Parked) error {
 	return nil
 }
 
-// reconcile applies a re-read of the ledger's entries of this partition:
+// reconcile applies a re-read of the ledger's entries of this partition,
+// from the list numbered listed (SubscriptionRuntime.ledgerReads):
 // entries that are gone (deleted by hand) stop holding their aggregate
-// back, and known entries take the ledger's view (status, request).
-// Entries this node parked after the read began are kept. Entries it does
-// not know are not adopted: only the owner parks, so such an entry can
-// only be one this node resolved after the read, and adopting it would
-// skip records nothing covers.
-func (sp *subPart) reconcile(entries []Parked, listed time.Time) {
+// back, and known entries take the ledger's view (status, request). Only
+// a list that started after this node knew an entry as it is (listed >
+// parkState.seen) may do either: an older one may have read the ledger
+// before this node's write landed. Entries being retried or skipped are
+// left alone. Entries it does not know are not adopted: only the owner
+// parks, so such an entry can only be one this node resolved after the
+// read, and adopting it would skip records nothing covers.
+func (sp *subPart) reconcile(entries []Parked, listed int64) {
 	tp := sp.tp
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
 	in := make(map[string]bool, len(entries))
 	for _, e := range entries {
 		in[e.Aggregate] = true
-		if st := sp.parked[e.Aggregate]; st != nil && !st.retrying {
+		if st := sp.parked[e.Aggregate]; st != nil && !st.retrying && listed > st.seen {
 			st.entry = e
 		}
 	}
 	for agg, st := range sp.parked {
-		if !in[agg] && !st.retrying && st.at.Before(listed) {
+		if !in[agg] && !st.retrying && listed > st.seen {
 			delete(sp.parked, agg)
 		}
 	}

@@ -63,7 +63,7 @@ func TestTopicParking(t *testing.T) {
 			var entry runtime.Parked
 			waitFor(t, 10*time.Second, "a0000 parked", func() bool {
 				var err error
-				entry, err = e.store.GetParked(ctx, topicSub, "a0000")
+				entry, err = e.store.GetParked(ctx, topicSub, "", "a0000")
 				return err == nil
 			})
 			want := offsetOf(recs, "a0000", 3)
@@ -98,7 +98,7 @@ func TestTopicParking(t *testing.T) {
 				t.Fatalf("a0000 handled %v, want 1..8 in order", got)
 			}
 			waitFor(t, 5*time.Second, "the entry resolved", func() bool {
-				_, err := e.store.GetParked(ctx, topicSub, "a0000")
+				_, err := e.store.GetParked(ctx, topicSub, "", "a0000")
 				return errors.Is(err, runtime.ErrNotParked)
 			})
 			e.produce(aggs, 9, 9)
@@ -135,7 +135,7 @@ func TestTopicParkedUnrecoverable(t *testing.T) {
 	e.produce(aggs, 1, 4)
 	ctx := context.Background()
 	waitFor(t, 10*time.Second, "a0000 parked and the others done", func() bool {
-		_, err := e.store.GetParked(ctx, topicSub, "a0000")
+		_, err := e.store.GetParked(ctx, topicSub, "", "a0000")
 		return err == nil && rec.complete(topicSub, aggs[1:], 4)
 	})
 	head := e.heads()[0]
@@ -146,11 +146,11 @@ func TestTopicParkedUnrecoverable(t *testing.T) {
 	if !errors.Is(err, runtime.ErrUnrecoverable) {
 		t.Fatalf("Retry after DeleteRecords = %v, want ErrUnrecoverable", err)
 	}
-	entry, err := e.store.GetParked(ctx, topicSub, "a0000")
+	entry, err := e.store.GetParked(ctx, topicSub, "", "a0000")
 	if err != nil || entry.Status != runtime.StatusUnrecoverable {
 		t.Fatalf("entry %+v (%v), want status unrecoverable", entry, err)
 	}
-	if err := e.store.RequestRetry(ctx, topicSub, "a0000", "op"); !errors.Is(err, runtime.ErrUnrecoverable) {
+	if err := e.store.RequestRetry(ctx, topicSub, "", "a0000", "op"); !errors.Is(err, runtime.ErrUnrecoverable) {
 		t.Fatalf("RequestRetry of an unrecoverable entry = %v, want ErrUnrecoverable", err)
 	}
 	e.produce([]string{"a0000"}, 5, 5)
@@ -163,7 +163,7 @@ func TestTopicParkedUnrecoverable(t *testing.T) {
 	if err := n.ts.Skip(ctx, topicSub, "a0000"); err != nil {
 		t.Fatalf("Skip: %v", err)
 	}
-	if _, err := e.store.GetParked(ctx, topicSub, "a0000"); !errors.Is(err, runtime.ErrNotParked) {
+	if _, err := e.store.GetParked(ctx, topicSub, "", "a0000"); !errors.Is(err, runtime.ErrNotParked) {
 		t.Fatalf("GetParked after Skip = %v, want ErrNotParked", err)
 	}
 	e.produce([]string{"a0000"}, 6, 6)
@@ -195,8 +195,8 @@ func TestTopicRetryForwarded(t *testing.T) {
 	e.produce(aggs, 1, 3)
 	ctx := context.Background()
 	waitFor(t, 10*time.Second, "both parked", func() bool {
-		_, err0 := e.store.GetParked(ctx, topicSub, "a0000")
-		_, err1 := e.store.GetParked(ctx, topicSub, "a0001")
+		_, err0 := e.store.GetParked(ctx, topicSub, "", "a0000")
+		_, err1 := e.store.GetParked(ctx, topicSub, "", "a0001")
 		return err0 == nil && err1 == nil
 	})
 	owner, _ := holders(t, e.live())
@@ -211,8 +211,8 @@ func TestTopicRetryForwarded(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the owner to retry a0000", func() bool { return slices.Equal(rec.handled(topicSub, "a0000"), []int{1, 2, 3}) })
 	waitFor(t, 10*time.Second, "both entries resolved", func() bool {
-		_, err0 := e.store.GetParked(ctx, topicSub, "a0000")
-		_, err1 := e.store.GetParked(ctx, topicSub, "a0001")
+		_, err0 := e.store.GetParked(ctx, topicSub, "", "a0000")
+		_, err1 := e.store.GetParked(ctx, topicSub, "", "a0001")
 		return errors.Is(err0, runtime.ErrNotParked) && errors.Is(err1, runtime.ErrNotParked)
 	})
 	if got := rec.handled(topicSub, "a0001"); !slices.Equal(got, []int{1}) {
@@ -239,12 +239,12 @@ func TestTopicParkedSurvivesHandover(t *testing.T) {
 	e.produce(aggs, 1, 3)
 	ctx := context.Background()
 	waitFor(t, 10*time.Second, "a0000 parked", func() bool {
-		_, err := e.store.GetParked(ctx, topicSub, "a0000")
+		_, err := e.store.GetParked(ctx, topicSub, "", "a0000")
 		return err == nil && rec.complete(topicSub, aggs[1:], 3)
 	})
 	e.stop(n1)
 	rec.setFail(nil)
-	if err := e.store.RequestRetry(ctx, topicSub, "a0000", "op"); err != nil {
+	if err := e.store.RequestRetry(ctx, topicSub, "", "a0000", "op"); err != nil {
 		t.Fatal(err)
 	}
 	e.produce(aggs, 4, 4)
@@ -286,7 +286,7 @@ func TestTopicSkipHoldsNewRecords(t *testing.T) {
 	e.produce([]string{"a0000"}, 1, 1)
 	ctx := context.Background()
 	waitFor(t, 10*time.Second, "a0000 parked", func() bool {
-		_, err := e.store.GetParked(ctx, topicSub, "a0000")
+		_, err := e.store.GetParked(ctx, topicSub, "", "a0000")
 		return err == nil
 	})
 	rec.setFail(nil)

@@ -118,7 +118,9 @@ func (tp *topicPart) addSub(sr *SubscriptionRuntime, next, saved int64) {
 func (sp *subPart) adopt(entries []Parked) {
 	tp := sp.tp
 	for _, e := range entries {
-		sp.parked[e.Aggregate] = &parkState{entry: e, at: tp.t.clk.Now()}
+		// Read by a list that returned before now: a later poll's list
+		// sees the entry unless it was resolved.
+		sp.parked[e.Aggregate] = &parkState{entry: e, seen: sp.sr.ledgerReads.Load()}
 		switch {
 		case e.Request != nil:
 			tp.pending = append(tp.pending, pendingAction{sp: sp, action: e.Request.Action, entry: e})
@@ -789,10 +791,12 @@ func (t *TopicSubscriptions) ledgerLoop(ctx context.Context, sr *SubscriptionRun
 			b.reset()
 			for agg := range ch {
 				octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
-				e, err := t.cfg.Ledger.GetParked(octx, sr.cfg.Name, agg)
+				entries, err := t.entriesOf(octx, sr.cfg.Name, agg)
 				cancel()
 				if err == nil {
-					t.actOnEntry(ctx, sr, e)
+					for _, e := range entries {
+						t.actOnEntry(ctx, sr, e)
+					}
 				}
 			}
 		}
@@ -803,7 +807,9 @@ func (t *TopicSubscriptions) ledgerLoop(ctx context.Context, sr *SubscriptionRun
 		if !t.sleep(ctx, wait) {
 			return
 		}
-		listed := t.clk.Now()
+		// The list's number is taken before it starts: reconcile compares
+		// it with when each local park became known (parkState.seen).
+		listed := sr.ledgerReads.Add(1)
 		octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
 		entries, err := t.cfg.Ledger.ListParked(octx, sr.cfg.Name)
 		cancel()
@@ -829,7 +835,7 @@ func (t *TopicSubscriptions) ledgerLoop(ctx context.Context, sr *SubscriptionRun
 			// The list may be stale by now (a signal may have been acted
 			// on meanwhile): act on the entry as it is.
 			octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
-			fresh, err := t.cfg.Ledger.GetParked(octx, sr.cfg.Name, e.Aggregate)
+			fresh, err := t.cfg.Ledger.GetParked(octx, sr.cfg.Name, e.Partition, e.Aggregate)
 			cancel()
 			if err == nil {
 				t.actOnEntry(ctx, sr, fresh)

@@ -13,7 +13,8 @@ import (
 )
 
 // Park creates or replaces the entry of (p.Subscription, p.Aggregate)
-// under f's lease. A stale f fails with a *broker.LeaseLostError (Op
+// under f's lease; the aggregate's entries under other leases (other
+// partitions) stay. A stale f fails with a *broker.LeaseLostError (Op
 // "park") and changes nothing. p.Error is cut to runtime.MaxErrorLen
 // bytes; an empty p.Status means runtime.StatusParked and a zero
 // p.ParkedAt the clock's now.
@@ -46,10 +47,10 @@ func (s *Store) Park(ctx context.Context, f broker.Fence, p runtime.Parked) erro
 	}
 	aggs := s.parked[p.Subscription]
 	if aggs == nil {
-		aggs = make(map[string]entry)
+		aggs = make(map[entryID]entry)
 		s.parked[p.Subscription] = aggs
 	}
-	aggs[p.Aggregate] = entry{leaseKey: f.LeaseKey, data: data}
+	aggs[entryID{p.Aggregate, f.LeaseKey}] = entry{leaseKey: f.LeaseKey, partition: p.Partition, data: data}
 	return nil
 }
 
@@ -72,11 +73,12 @@ func (s *Store) SetStatus(ctx context.Context, f broker.Fence, subscription, agg
 	if err := s.fence(ctx, op, f); err != nil {
 		return err
 	}
-	e, ok := s.parked[subscription][aggregate]
-	if !ok || e.leaseKey != f.LeaseKey {
+	id := entryID{aggregate, f.LeaseKey}
+	e, ok := s.parked[subscription][id]
+	if !ok {
 		return notParked(op, subscription, aggregate)
 	}
-	return s.edit(op, subscription, aggregate, e, func(p *runtime.Parked) error {
+	return s.edit(op, subscription, id, e, func(p *runtime.Parked) error {
 		p.Status = status
 		p.Request = nil
 		return nil
@@ -99,9 +101,7 @@ func (s *Store) Resolve(ctx context.Context, f broker.Fence, subscription, aggre
 	if err := s.fence(ctx, op, f); err != nil {
 		return err
 	}
-	if e, ok := s.parked[subscription][aggregate]; ok && e.leaseKey == f.LeaseKey {
-		delete(s.parked[subscription], aggregate)
-	}
+	delete(s.parked[subscription], entryID{aggregate, f.LeaseKey})
 	return nil
 }
 
@@ -135,14 +135,16 @@ func (s *Store) ListParked(ctx context.Context, subscription string) ([]runtime.
 	slices.SortFunc(out, func(a, b runtime.Parked) int {
 		return cmp.Or(a.ParkedAt.Compare(b.ParkedAt),
 			cmp.Compare(a.Subscription, b.Subscription),
-			cmp.Compare(a.Aggregate, b.Aggregate))
+			cmp.Compare(a.Aggregate, b.Aggregate),
+			cmp.Compare(a.Partition, b.Partition))
 	})
 	return out, nil
 }
 
-// GetParked returns the entry of (subscription, aggregate), or
-// runtime.ErrNotParked.
-func (s *Store) GetParked(ctx context.Context, subscription, aggregate string) (runtime.Parked, error) {
+// GetParked returns the entry of (subscription, partition, aggregate), or
+// runtime.ErrNotParked; partition "" names the aggregate's only entry
+// (an *runtime.AmbiguousParkedError when it has several).
+func (s *Store) GetParked(ctx context.Context, subscription, partition, aggregate string) (runtime.Parked, error) {
 	const op = "get parked"
 	if err := validSubscription(op, subscription); err != nil {
 		return runtime.Parked{}, err
@@ -155,9 +157,9 @@ func (s *Store) GetParked(ctx context.Context, subscription, aggregate string) (
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.parked[subscription][aggregate]
-	if !ok {
-		return runtime.Parked{}, notParked(op, subscription, aggregate)
+	_, e, err := s.lookup(op, subscription, partition, aggregate)
+	if err != nil {
+		return runtime.Parked{}, err
 	}
 	var p runtime.Parked
 	if err := json.Unmarshal(e.data, &p); err != nil {
@@ -166,20 +168,47 @@ func (s *Store) GetParked(ctx context.Context, subscription, aggregate string) (
 	return p, nil
 }
 
+// lookup finds the entry of (subscription, partition, aggregate); s.mu is
+// held.
+func (s *Store) lookup(op, subscription, partition, aggregate string) (entryID, entry, error) {
+	var (
+		id    entryID
+		found entry
+		parts []string
+	)
+	for eid, e := range s.parked[subscription] {
+		if eid.aggregate != aggregate || (partition != "" && e.partition != partition) {
+			continue
+		}
+		id, found = eid, e
+		parts = append(parts, e.partition)
+	}
+	switch {
+	case len(parts) == 0:
+		return entryID{}, entry{}, notParked(op, subscription, aggregate)
+	case len(parts) > 1:
+		slices.Sort(parts)
+		return entryID{}, entry{}, &runtime.AmbiguousParkedError{Subscription: subscription, Aggregate: aggregate, Partitions: parts}
+	}
+	return id, found, nil
+}
+
 // RequestRetry records an operator's retry request and sets the entry's
 // status to retrying, then signals the subscription's watchers.
-// runtime.ErrNotParked, runtime.ErrUnrecoverable.
-func (s *Store) RequestRetry(ctx context.Context, subscription, aggregate, by string) error {
-	return s.request(ctx, "request retry", runtime.ActionRetry, subscription, aggregate, "", by)
+// runtime.ErrNotParked, runtime.ErrUnrecoverable,
+// runtime.ErrAmbiguousParked.
+func (s *Store) RequestRetry(ctx context.Context, subscription, partition, aggregate, by string) error {
+	return s.request(ctx, "request retry", runtime.ActionRetry, subscription, partition, aggregate, "", by)
 }
 
 // RequestSkip records an operator's skip request (the status stays), then
-// signals the subscription's watchers. runtime.ErrNotParked.
-func (s *Store) RequestSkip(ctx context.Context, subscription, aggregate, reason, by string) error {
-	return s.request(ctx, "request skip", runtime.ActionSkip, subscription, aggregate, reason, by)
+// signals the subscription's watchers. runtime.ErrNotParked,
+// runtime.ErrAmbiguousParked.
+func (s *Store) RequestSkip(ctx context.Context, subscription, partition, aggregate, reason, by string) error {
+	return s.request(ctx, "request skip", runtime.ActionSkip, subscription, partition, aggregate, reason, by)
 }
 
-func (s *Store) request(ctx context.Context, op string, action runtime.Action, subscription, aggregate, reason, by string) error {
+func (s *Store) request(ctx context.Context, op string, action runtime.Action, subscription, partition, aggregate, reason, by string) error {
 	if err := validSubscription(op, subscription); err != nil {
 		return err
 	}
@@ -193,11 +222,11 @@ func (s *Store) request(ctx context.Context, op string, action runtime.Action, s
 	now := s.cfg.clock.Now().UTC().Truncate(time.Microsecond)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.parked[subscription][aggregate]
-	if !ok {
-		return notParked(op, subscription, aggregate)
+	id, e, err := s.lookup(op, subscription, partition, aggregate)
+	if err != nil {
+		return err
 	}
-	err := s.edit(op, subscription, aggregate, e, func(p *runtime.Parked) error {
+	err = s.edit(op, subscription, id, e, func(p *runtime.Parked) error {
 		if action == runtime.ActionRetry {
 			if p.Status == runtime.StatusUnrecoverable {
 				return fmt.Errorf("memstore: %s: %q of subscription %q: %w", op, aggregate, subscription, runtime.ErrUnrecoverable)
@@ -220,7 +249,7 @@ func (s *Store) request(ctx context.Context, op string, action runtime.Action, s
 }
 
 // edit decodes e, applies change and stores the result; s.mu is held.
-func (s *Store) edit(op, subscription, aggregate string, e entry, change func(*runtime.Parked) error) error {
+func (s *Store) edit(op, subscription string, id entryID, e entry, change func(*runtime.Parked) error) error {
 	var p runtime.Parked
 	if err := json.Unmarshal(e.data, &p); err != nil {
 		return fmt.Errorf("memstore: %s: %w", op, err)
@@ -233,7 +262,7 @@ func (s *Store) edit(op, subscription, aggregate string, e entry, change func(*r
 		return fmt.Errorf("memstore: %s: %w", op, err)
 	}
 	e.data = data
-	s.parked[subscription][aggregate] = e
+	s.parked[subscription][id] = e
 	return nil
 }
 

@@ -127,10 +127,10 @@ func TestTimesComeFromTheClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Advance(time.Minute)
-	if err := s.RequestRetry(ctx, "sync", "o", "alice"); err != nil {
+	if err := s.RequestRetry(ctx, "sync", "", "o", "alice"); err != nil {
 		t.Fatal(err)
 	}
-	p, err := s.GetParked(ctx, "sync", "o")
+	p, err := s.GetParked(ctx, "sync", "", "o")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestCancelledWatchersAreForgotten(t *testing.T) {
 	if err := s.Park(ctx, f, runtime.Parked{Subscription: "sync", Aggregate: "o"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RequestSkip(ctx, "sync", "o", "r", "alice"); err != nil {
+	if err := s.RequestSkip(ctx, "sync", "", "o", "r", "alice"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -34,7 +34,7 @@ type Store struct {
 	mu          sync.Mutex
 	members     map[string]map[string]member          // service -> node
 	checkpoints map[string]map[string]map[int32]int64 // lease group -> subscription -> partition
-	parked      map[string]map[string]entry           // subscription -> aggregate
+	parked      map[string]map[entryID]entry          // subscription -> (aggregate, lease)
 	watchers    map[string]map[*watcher]struct{}      // by subscription
 }
 
@@ -55,8 +55,18 @@ type member struct {
 // call with another lease key does not see it (on Redis the record's key
 // extends the lease key).
 type entry struct {
-	leaseKey string
-	data     []byte
+	leaseKey  string
+	partition string // runtime.Parked.Partition
+	data      []byte
+}
+
+// entryID is an entry's identity within its subscription: the aggregate
+// and the lease (the partition) it was parked under. An aggregate parked
+// on two partitions has two entries, as on Redis, where the record key
+// extends the lease key.
+type entryID struct {
+	aggregate string
+	leaseKey  string
 }
 
 type watcher struct{ ch chan string }
@@ -100,7 +110,7 @@ func New(leases Leases, opts ...Option) *Store {
 		cfg:         cfg,
 		members:     make(map[string]map[string]member),
 		checkpoints: make(map[string]map[string]map[int32]int64),
-		parked:      make(map[string]map[string]entry),
+		parked:      make(map[string]map[entryID]entry),
 		watchers:    make(map[string]map[*watcher]struct{}),
 	}
 }

@@ -12,7 +12,9 @@
 // {service|name}, and a parked entry's record extends the lease key it is
 // fenced by (RecordKey), so it shares the lease's slot whenever the lease
 // key is tagged. The ledger's per-subscription indexes live in their own
-// slots and are only ever written by plain commands.
+// slots and are written by plain commands and one-key scripts
+// (docs/decisions/0007-ledger-index-per-partition.md: an aggregate has a
+// record per partition it is parked on).
 //
 // # Scripts
 //
@@ -26,10 +28,14 @@
 //	checkpoint.lua  lease == token? HSET partition next if next > stored
 //	park.lua        lease == token? SET record
 //	setstatus.lua   lease == token? record.status = s, record.request = nil
-//	resolve.lua     lease == token? DEL record
+//	resolve.lua     lease == token? DEL record, return its park id
 //	request.lua     record exists? (retry: not unrecoverable) set request
 //	                {action, reason, by, requestedAt = server TIME}
+//	index.lua       add a record (with its park id) to an aggregate's
+//	                field of ParkedEntriesKey, or drop it while it holds
+//	                the given park id
 //	unindex.lua     HDEL index aggregate if it still points at the record
+//	                (ParkedIndexKey, the layout before 0007)
 //
 // Each script checks the TYPE of every key before its first write (Redis
 // does not roll a failed script back), so a key of another type fails the

@@ -16,11 +16,13 @@ import (
 //	protctl:{S|N}:generation:<p>          STRING integer fence counter (broker.LeaseManager)
 //	protctl:{S|N}:checkpoints:<sub>       HASH partition -> next offset
 //	<lease key>:parked:<len>:<sub>:<agg>  STRING JSON runtime.Parked (RecordKey)
-//	protctl:parked:<sub>                  HASH aggregate -> record key (own slot)
+//	protctl:ledger:<sub>                  HASH aggregate -> (record key, park id)... (own slot)
+//	protctl:parked:<sub>                  HASH aggregate -> record key (before 0007; own slot)
 //	protctl:parked:__subscriptions__      SET subscriptions that have had entries
 //	protctl:parked:<sub>:requests         Pub/Sub channel: aggregates with a new request
 //
-// docs/decisions/0003-runtime-store-layout.md explains the choices.
+// docs/decisions/0003-runtime-store-layout.md explains the choices,
+// docs/decisions/0007-ledger-index-per-partition.md the ledger index.
 const (
 	prefix = "protctl:"
 	// ParkedSubscriptionsKey is the SET of subscriptions that have had
@@ -36,8 +38,19 @@ func MembersKey(service string) string { return prefix + "{" + service + "}:memb
 // heartbeat's TTL.
 func NodeKey(service, node string) string { return prefix + "{" + service + "}:node:" + node }
 
-// ParkedIndexKey is the HASH aggregate -> record key of subscription's
-// parked entries. It lives in its own slot.
+// ParkedEntriesKey is the ledger index of subscription: a HASH from an
+// aggregate to its records, one per partition it is parked on (each with
+// the id of the park that wrote it). It lives in its own slot. Readers
+// find entries through it and through ParkedIndexKey.
+func ParkedEntriesKey(subscription string) string { return prefix + "ledger:" + subscription }
+
+// ParkedIndexKey is the index of the layout before decision 0007: a HASH
+// aggregate -> record key, one slot per aggregate, so an aggregate parked
+// on a second partition hid its first entry. Park still writes it (the
+// aggregate's latest record) so that nodes and CLIs of earlier versions
+// keep seeing entries, and readers merge it with ParkedEntriesKey, so
+// that entries parked by earlier versions are found. It lives in its own
+// slot.
 func ParkedIndexKey(subscription string) string { return prefix + "parked:" + subscription }
 
 // RequestsChannel is the Pub/Sub channel on which RequestRetry and

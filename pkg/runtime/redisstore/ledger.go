@@ -3,10 +3,14 @@ package redisstore
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -14,21 +18,27 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 )
 
-// Park creates or replaces the entry of (p.Subscription, p.Aggregate),
-// fenced by f. It takes three round trips, in this order:
+// Park creates or replaces the entry of (p.Subscription, f's partition,
+// p.Aggregate), fenced by f; the aggregate's entries on other partitions
+// (under other leases) stay. It takes three round trips, in this order:
 //
-//  1. HSET the subscription's index to the entry's record key
-//     (RecordKey(f.LeaseKey, ...)), idempotent;
-//  2. SADD the subscription to ParkedSubscriptionsKey;
+//  1. the index script adds the entry's record key
+//     (RecordKey(f.LeaseKey, ...)) with a new park id to the aggregate's
+//     field of ParkedEntriesKey;
+//  2. one pipeline: SADD the subscription to ParkedSubscriptionsKey, and
+//     HSET the aggregate to the record key in ParkedIndexKey (the layout
+//     before decision 0007, for nodes and CLIs of earlier versions);
 //  3. the fenced script: the lease must hold exactly f.Token, then SET
-//     the record.
+//     the record (with the park id).
 //
-// The index lives in another slot than the record, so it cannot be
-// written in the fenced script. Writing it first means a record never
-// exists without its index entry; a refused park can leave an index
-// entry without a record, which every reader skips. When the record key
-// holds another type the index entry this call added is taken back, so
-// the refused call changes nothing a reader can see.
+// The indexes live in other slots than the record, so they cannot be
+// written in the fenced script. Writing them first means a record never
+// exists without its index entry; a refused park can leave an index entry
+// without a record, which every reader skips. When the record key holds
+// another type the index entries this call added are taken back, so the
+// refused call changes nothing a reader can see. Once Park returned,
+// every reader that starts later finds the entry: only a Resolve of this
+// very park (its park id) drops it from ParkedEntriesKey.
 //
 // A stale f fails with a *broker.LeaseLostError (Op "park"). p.Error is
 // cut to runtime.MaxErrorLen bytes; an empty p.Status means
@@ -48,39 +58,72 @@ func (s *Store) Park(ctx context.Context, f broker.Fence, p runtime.Parked) erro
 	if p.ParkedAt.IsZero() {
 		p.ParkedAt = s.cfg.now()
 	}
-	data, err := json.Marshal(p)
+	id, err := newParkID()
+	if err != nil {
+		return fmt.Errorf("redisstore: %s: %w", op, err)
+	}
+	data, err := json.Marshal(storedParked{Parked: p, ParkID: id})
 	if err != nil {
 		return fmt.Errorf("redisstore: %s: %w", op, err)
 	}
 	rec := RecordKey(f.LeaseKey, p.Subscription, p.Aggregate)
-	idx := ParkedIndexKey(p.Subscription)
-	added, err := s.client.HSet(ctx, idx, p.Aggregate, rec).Result()
-	if err != nil {
-		return mapErr(call{op: op, key: idx, want: "hash"}, err)
+	entries, idx := ParkedEntriesKey(p.Subscription), ParkedIndexKey(p.Subscription)
+	if err := indexScript.Run(ctx, s.client, []string{entries}, "add", p.Aggregate, rec, id).Err(); err != nil {
+		return mapErr(call{op: op, keys: []string{entries}}, err)
 	}
-	// undo takes back the index entry this call created. Only then: an
-	// entry that existed may be another call's, for the same record.
+	var sadd, added *redis.IntCmd
+	_, _ = s.client.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		sadd = pl.SAdd(ctx, ParkedSubscriptionsKey, p.Subscription)
+		added = pl.HSet(ctx, idx, p.Aggregate, rec)
+		return nil
+	})
+	// undo takes back the index entries of this call: this park's id in
+	// ParkedEntriesKey, and the old index's entry only when this call
+	// created it (one that existed may be another call's, for the same
+	// record).
 	undo := func() {
-		if added == 1 {
+		_ = indexScript.Run(ctx, s.client, []string{entries}, "drop", p.Aggregate, rec, id).Err()
+		if n, err := added.Result(); err == nil && n == 1 {
 			_ = unindexScript.Run(ctx, s.client, []string{idx}, p.Aggregate, rec).Err()
 		}
 	}
-	if err := s.client.SAdd(ctx, ParkedSubscriptionsKey, p.Subscription).Err(); err != nil {
+	if err := sadd.Err(); err != nil {
 		undo()
 		return mapErr(call{op: op, key: ParkedSubscriptionsKey, want: "set"}, err)
+	}
+	if err := added.Err(); err != nil {
+		undo()
+		return mapErr(call{op: op, key: idx, want: "hash"}, err)
 	}
 	keys := []string{f.LeaseKey, rec}
 	if err := parkScript.Run(ctx, s.client, keys, f.Token, data).Err(); err != nil {
 		err = mapErr(call{op: op, keys: keys, fence: &f}, err)
 		// A record key of another type cannot be a concurrent park's
-		// record, so taking the index entry back is safe. After a lost
-		// lease it is not: the new owner may be parking the same record.
+		// record, so taking the index entries back is safe. After a lost
+		// lease it is not for the old index: the new owner may be parking
+		// the same record (ParkedEntriesKey keeps the new owner's park id).
 		if errors.Is(err, broker.ErrWrongType) {
 			undo()
 		}
 		return err
 	}
 	return nil
+}
+
+// storedParked is a record as stored: the entry and the id of the park
+// that wrote it, which Resolve hands to the index script so that it drops
+// only this park's index entry.
+type storedParked struct {
+	runtime.Parked
+	ParkID string `json:"parkId"`
+}
+
+func newParkID() (string, error) {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
 }
 
 // SetStatus sets the status of the entry of (subscription, aggregate)
@@ -102,11 +145,14 @@ func (s *Store) SetStatus(ctx context.Context, f broker.Fence, subscription, agg
 	return nil
 }
 
-// Resolve deletes the entry of (subscription, aggregate) parked under f's
-// lease in one fenced script, then drops it from the index (unless a newer
-// park pointed the index elsewhere meanwhile). A stale f fails with a
-// *broker.LeaseLostError (Op "resolve") and deletes nothing. Resolving a
-// missing entry is not an error.
+// Resolve deletes the entry of (subscription, f's partition, aggregate)
+// in one fenced script, then drops it from the indexes: from
+// ParkedEntriesKey only while the aggregate's field holds the park id of
+// the record deleted (a newer park of the same record, by a new owner
+// after this one stalled past its lease, keeps its entry), from
+// ParkedIndexKey only while it points at the record. A stale f fails
+// with a *broker.LeaseLostError (Op "resolve") and deletes nothing.
+// Resolving a missing entry is not an error.
 func (s *Store) Resolve(ctx context.Context, f broker.Fence, subscription, aggregate string) error {
 	const op = "resolve"
 	if err := validEntry(op, f, subscription, aggregate); err != nil {
@@ -114,22 +160,56 @@ func (s *Store) Resolve(ctx context.Context, f broker.Fence, subscription, aggre
 	}
 	rec := RecordKey(f.LeaseKey, subscription, aggregate)
 	keys := []string{f.LeaseKey, rec}
-	if err := resolveScript.Run(ctx, s.client, keys, f.Token).Err(); err != nil {
+	id, err := resolveScript.Run(ctx, s.client, keys, f.Token).Text()
+	deleted := err == nil
+	if isNil(err) {
+		err = nil
+	}
+	if err != nil {
 		return mapErr(call{op: op, keys: keys, fence: &f}, err)
 	}
-	idx := []string{ParkedIndexKey(subscription)}
-	if err := unindexScript.Run(ctx, s.client, idx, aggregate, rec).Err(); err != nil {
-		// The record is gone: readers skip the index entry left behind.
-		return mapErr(call{op: op, keys: idx}, err)
+	entries, idx := ParkedEntriesKey(subscription), ParkedIndexKey(subscription)
+	_, err = s.client.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		if deleted && id != "" {
+			indexScript.Eval(ctx, pl, []string{entries}, "drop", aggregate, rec, id)
+		}
+		unindexScript.Eval(ctx, pl, []string{idx}, aggregate, rec)
+		return nil
+	})
+	if err != nil {
+		// The record is gone: readers skip the index entries left behind.
+		return mapErr(call{op: op, keys: []string{entries, idx}}, err)
 	}
 	return nil
 }
 
+// decodeIndexed reads a ParkedEntriesKey field's value (see index.lua):
+// pairs of record key and park id, each <length>:<bytes>.
+func decodeIndexed(key, v string) ([]string, error) {
+	var out []string
+	for n := 0; v != ""; n++ {
+		colon := strings.IndexByte(v, ':')
+		if colon < 0 {
+			return nil, fmt.Errorf("redisstore: key %q holds a bad ledger index value", key)
+		}
+		l, err := strconv.Atoi(v[:colon])
+		if err != nil || l < 0 || colon+1+l > len(v) {
+			return nil, fmt.Errorf("redisstore: key %q holds a bad ledger index value", key)
+		}
+		if n%2 == 0 {
+			out = append(out, v[colon+1:colon+1+l])
+		}
+		v = v[colon+1+l:]
+	}
+	return out, nil
+}
+
 // ListParked returns subscription's entries ("" for every subscription
-// in ParkedSubscriptionsKey), oldest ParkedAt first. It reads the indexes
-// in one pipeline, then the records in another: one round trip per
-// server node each. Index entries whose record is gone (a refused park,
-// a resolve that did not finish) are skipped.
+// in ParkedSubscriptionsKey), every partition's, oldest ParkedAt first.
+// It reads the indexes (ParkedEntriesKey and the earlier layout's
+// ParkedIndexKey, merged) in one pipeline, then the records in another:
+// one round trip per server node each. Index entries whose record is
+// gone (a refused park, a resolve that did not finish) are skipped.
 func (s *Store) ListParked(ctx context.Context, subscription string) ([]runtime.Parked, error) {
 	const op = "list parked"
 	subs := []string{subscription}
@@ -146,27 +226,59 @@ func (s *Store) ListParked(ctx context.Context, subscription string) ([]runtime.
 		return nil, err
 	}
 
-	idxCmds := make([]*redis.MapStringStringCmd, len(subs))
+	newCmds := make([]*redis.MapStringStringCmd, len(subs))
+	oldCmds := make([]*redis.MapStringStringCmd, len(subs))
 	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, sub := range subs {
-			idxCmds[i] = p.HGetAll(ctx, ParkedIndexKey(sub))
+			newCmds[i] = p.HGetAll(ctx, ParkedEntriesKey(sub))
+			oldCmds[i] = p.HGetAll(ctx, ParkedIndexKey(sub))
 		}
 		return nil
 	})
 	var recs []string
-	for i, c := range idxCmds {
-		m, err := c.Result()
-		if err != nil {
-			return nil, mapErr(call{op: op, key: ParkedIndexKey(subs[i]), want: "hash"}, err)
-		}
-		for _, rec := range m {
+	seen := make(map[string]bool)
+	add := func(rec string) {
+		if !seen[rec] {
+			seen[rec] = true
 			recs = append(recs, rec)
 		}
 	}
-	if len(recs) == 0 {
-		return nil, nil
+	for i := range subs {
+		m, err := newCmds[i].Result()
+		if err != nil {
+			return nil, mapErr(call{op: op, key: ParkedEntriesKey(subs[i]), want: "hash"}, err)
+		}
+		for _, v := range m {
+			rs, err := decodeIndexed(ParkedEntriesKey(subs[i]), v)
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range rs {
+				add(r)
+			}
+		}
+		m, err = oldCmds[i].Result()
+		if err != nil {
+			return nil, mapErr(call{op: op, key: ParkedIndexKey(subs[i]), want: "hash"}, err)
+		}
+		for _, r := range m {
+			add(r)
+		}
 	}
+	out, _, err := s.records(ctx, op, recs)
+	if err != nil {
+		return nil, err
+	}
+	sortParked(out)
+	return out, nil
+}
 
+// records GETs recs in one pipeline and decodes those that exist; keys
+// are their record keys.
+func (s *Store) records(ctx context.Context, op string, recs []string) (out []runtime.Parked, keys []string, err error) {
+	if len(recs) == 0 {
+		return nil, nil, nil
+	}
 	recCmds := make([]*redis.StringCmd, len(recs))
 	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, rec := range recs {
@@ -174,23 +286,22 @@ func (s *Store) ListParked(ctx context.Context, subscription string) ([]runtime.
 		}
 		return nil
 	})
-	out := make([]runtime.Parked, 0, len(recs))
+	out = make([]runtime.Parked, 0, len(recs))
 	for i, c := range recCmds {
 		raw, err := c.Result()
 		if isNil(err) {
 			continue
 		}
 		if err != nil {
-			return nil, mapErr(call{op: op, key: recs[i], want: "string"}, err)
+			return nil, nil, mapErr(call{op: op, key: recs[i], want: "string"}, err)
 		}
 		p, err := decodeParked(op, recs[i], raw)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		out = append(out, p)
+		out, keys = append(out, p), append(keys, recs[i])
 	}
-	sortParked(out)
-	return out, nil
+	return out, keys, nil
 }
 
 // sortParked orders entries oldest first, then by subscription and
@@ -199,13 +310,16 @@ func sortParked(ps []runtime.Parked) {
 	slices.SortFunc(ps, func(a, b runtime.Parked) int {
 		return cmp.Or(a.ParkedAt.Compare(b.ParkedAt),
 			cmp.Compare(a.Subscription, b.Subscription),
-			cmp.Compare(a.Aggregate, b.Aggregate))
+			cmp.Compare(a.Aggregate, b.Aggregate),
+			cmp.Compare(a.Partition, b.Partition))
 	})
 }
 
-// GetParked returns the entry of (subscription, aggregate) through the
-// index, or runtime.ErrNotParked.
-func (s *Store) GetParked(ctx context.Context, subscription, aggregate string) (runtime.Parked, error) {
+// GetParked returns the entry of (subscription, partition, aggregate)
+// found through the indexes, or runtime.ErrNotParked; partition "" names
+// the aggregate's only entry (an *runtime.AmbiguousParkedError when it
+// is parked on several partitions).
+func (s *Store) GetParked(ctx context.Context, subscription, partition, aggregate string) (runtime.Parked, error) {
 	const op = "get parked"
 	if err := validSubscription(op, subscription); err != nil {
 		return runtime.Parked{}, err
@@ -214,33 +328,87 @@ func (s *Store) GetParked(ctx context.Context, subscription, aggregate string) (
 		return runtime.Parked{}, err
 	}
 	c := call{op: op, subscription: subscription, aggregate: aggregate}
-	rec, err := s.recordKey(ctx, c)
-	if err != nil {
-		return runtime.Parked{}, err
-	}
-	raw, err := s.client.Get(ctx, rec).Result()
-	if isNil(err) {
-		return runtime.Parked{}, c.entryErr(runtime.ErrNotParked)
-	}
-	if err != nil {
-		c.key, c.want = rec, "string"
-		return runtime.Parked{}, mapErr(c, err)
-	}
-	return decodeParked(op, rec, raw)
+	_, p, err := s.entry(ctx, c, partition)
+	return p, err
 }
 
-// recordKey looks the record key of c's entry up in the index.
-func (s *Store) recordKey(ctx context.Context, c call) (string, error) {
-	idx := ParkedIndexKey(c.subscription)
-	rec, err := s.client.HGet(ctx, idx, c.aggregate).Result()
-	if isNil(err) {
-		return "", c.entryErr(runtime.ErrNotParked)
-	}
+// entry finds the record of (c.subscription, partition, c.aggregate)
+// through both indexes and reads it: two round trips.
+func (s *Store) entry(ctx context.Context, c call, partition string) (string, runtime.Parked, error) {
+	recs, err := s.recordKeys(ctx, c)
 	if err != nil {
-		c.key, c.want = idx, "hash"
-		return "", mapErr(c, err)
+		return "", runtime.Parked{}, err
 	}
-	return rec, nil
+	all, allKeys, err := s.records(ctx, c.op, recs)
+	if err != nil {
+		return "", runtime.Parked{}, err
+	}
+	var (
+		found []runtime.Parked
+		keys  []string
+	)
+	for i, p := range all {
+		if partition == "" || p.Partition == partition {
+			found, keys = append(found, p), append(keys, allKeys[i])
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", runtime.Parked{}, c.entryErr(runtime.ErrNotParked)
+	case 1:
+		return keys[0], found[0], nil
+	}
+	if partition != "" {
+		// Two records of one partition (under two lease layouts): the
+		// newer park is the partition's entry.
+		best := 0
+		for i := range found {
+			if found[i].ParkedAt.After(found[best].ParkedAt) {
+				best = i
+			}
+		}
+		return keys[best], found[best], nil
+	}
+	parts := make([]string, 0, len(found))
+	for _, p := range found {
+		parts = append(parts, p.Partition)
+	}
+	slices.Sort(parts)
+	return "", runtime.Parked{}, &runtime.AmbiguousParkedError{Subscription: c.subscription, Aggregate: c.aggregate, Partitions: slices.Compact(parts)}
+}
+
+// recordKeys looks the record keys of c's aggregate up in both indexes,
+// in one pipeline.
+func (s *Store) recordKeys(ctx context.Context, c call) ([]string, error) {
+	entries, idx := ParkedEntriesKey(c.subscription), ParkedIndexKey(c.subscription)
+	var nc, oc *redis.StringCmd
+	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		nc = p.HGet(ctx, entries, c.aggregate)
+		oc = p.HGet(ctx, idx, c.aggregate)
+		return nil
+	})
+	var recs []string
+	v, err := nc.Result()
+	switch {
+	case isNil(err):
+	case err != nil:
+		c.key, c.want = entries, "hash"
+		return nil, mapErr(c, err)
+	default:
+		if recs, err = decodeIndexed(entries, v); err != nil {
+			return nil, err
+		}
+	}
+	old, err := oc.Result()
+	switch {
+	case isNil(err):
+	case err != nil:
+		c.key, c.want = idx, "hash"
+		return nil, mapErr(c, err)
+	case !slices.Contains(recs, old):
+		recs = append(recs, old)
+	}
+	return recs, nil
 }
 
 func decodeParked(op, key, raw string) (runtime.Parked, error) {
@@ -251,27 +419,28 @@ func decodeParked(op, key, raw string) (runtime.Parked, error) {
 	return p, nil
 }
 
-// RequestRetry records an operator's retry request in the entry and sets
-// its status to retrying, then signals the subscription's watchers. It
-// needs no fence: the owner acts on the request under its own.
-// runtime.ErrNotParked when there is no entry, runtime.ErrUnrecoverable
-// when the entry is unrecoverable (only a skip resolves it).
-func (s *Store) RequestRetry(ctx context.Context, subscription, aggregate, by string) error {
-	return s.request(ctx, "request retry", runtime.ActionRetry, subscription, aggregate, "", by)
+// RequestRetry records an operator's retry request in the entry of
+// (subscription, partition, aggregate) and sets its status to retrying,
+// then signals the subscription's watchers. It needs no fence: the owner
+// acts on the request under its own. runtime.ErrNotParked when there is
+// no entry, runtime.ErrUnrecoverable when the entry is unrecoverable
+// (only a skip resolves it), runtime.ErrAmbiguousParked as in GetParked.
+func (s *Store) RequestRetry(ctx context.Context, subscription, partition, aggregate, by string) error {
+	return s.request(ctx, "request retry", runtime.ActionRetry, subscription, partition, aggregate, "", by)
 }
 
 // RequestSkip records an operator's skip request in the entry (its status
 // stays), then signals the subscription's watchers. runtime.ErrNotParked
-// when there is no entry.
-func (s *Store) RequestSkip(ctx context.Context, subscription, aggregate, reason, by string) error {
-	return s.request(ctx, "request skip", runtime.ActionSkip, subscription, aggregate, reason, by)
+// when there is no entry, runtime.ErrAmbiguousParked as in GetParked.
+func (s *Store) RequestSkip(ctx context.Context, subscription, partition, aggregate, reason, by string) error {
+	return s.request(ctx, "request skip", runtime.ActionSkip, subscription, partition, aggregate, reason, by)
 }
 
-// request finds the record through the index, sets the request in one
+// request finds the record through the indexes, sets the request in one
 // script (RequestedAt is the server's time), and publishes the aggregate
 // on RequestsChannel. A lost signal is not an error: signals are hints,
 // and owners re-read their entries' requests.
-func (s *Store) request(ctx context.Context, op string, action runtime.Action, subscription, aggregate, reason, by string) error {
+func (s *Store) request(ctx context.Context, op string, action runtime.Action, subscription, partition, aggregate, reason, by string) error {
 	if err := validSubscription(op, subscription); err != nil {
 		return err
 	}
@@ -279,10 +448,12 @@ func (s *Store) request(ctx context.Context, op string, action runtime.Action, s
 		return err
 	}
 	c := call{op: op, subscription: subscription, aggregate: aggregate}
-	rec, err := s.recordKey(ctx, c)
+	rec, _, err := s.entry(ctx, c, partition)
 	if err != nil {
 		return err
 	}
+	// Resolved since it was read: the script finds no record
+	// (runtime.ErrNotParked).
 	c.keys = []string{rec}
 	if err := requestScript.Run(ctx, s.client, c.keys, string(action), reason, by).Err(); err != nil {
 		return mapErr(c, err)

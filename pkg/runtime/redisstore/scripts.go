@@ -31,6 +31,8 @@ var (
 	requestLua string
 	//go:embed unindex.lua
 	unindexLua string
+	//go:embed index.lua
+	indexLua string
 )
 
 var (
@@ -43,6 +45,7 @@ var (
 	resolveScript    = newScript(resolveLua)
 	requestScript    = newScript(requestLua)
 	unindexScript    = newScript(unindexLua)
+	indexScript      = newScript(indexLua)
 )
 
 func newScript(body string) *redis.Script { return redis.NewScript(libLua + body) }

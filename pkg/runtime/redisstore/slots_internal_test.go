@@ -163,9 +163,9 @@ func TestEveryScriptsKeysShareASlot(t *testing.T) {
 	for _, f := range []broker.Fence{kafka, redisKey} {
 		p := runtime.Parked{Subscription: "sync", Aggregate: "o-1"}
 		must("park", s.Park(ctx, f, p))
-		must("retry", s.RequestRetry(ctx, "sync", "o-1", "alice"))
+		must("retry", s.RequestRetry(ctx, "sync", "", "o-1", "alice"))
 		must("set status", s.SetStatus(ctx, f, "sync", "o-1", runtime.StatusParked))
-		must("skip", s.RequestSkip(ctx, "sync", "o-1", "r", "alice"))
+		must("skip", s.RequestSkip(ctx, "sync", "", "o-1", "r", "alice"))
 		must("resolve", s.Resolve(ctx, f, "sync", "o-1"))
 	}
 
@@ -174,6 +174,7 @@ func TestEveryScriptsKeysShareASlot(t *testing.T) {
 		"heartbeat": heartbeatScript, "members": membersScript, "leave": leaveScript,
 		"checkpoint": checkpointScript, "park": parkScript, "setstatus": setStatusScript,
 		"resolve": resolveScript, "request": requestScript, "unindex": unindexScript,
+		"index": indexScript,
 	} {
 		scripts[sc.Hash()] = name
 	}

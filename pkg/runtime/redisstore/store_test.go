@@ -117,8 +117,8 @@ func TestWrongTypeKeysAreRefusedAndChangeNothing(t *testing.T) {
 	resolve := op{"resolve", func(s *redisstore.Store) error { return s.Resolve(ctx, fence, sub, agg) }}
 	list := op{"list", func(s *redisstore.Store) error { _, err := s.ListParked(ctx, sub); return err }}
 	listAll := op{"list all", func(s *redisstore.Store) error { _, err := s.ListParked(ctx, ""); return err }}
-	get := op{"get", func(s *redisstore.Store) error { _, err := s.GetParked(ctx, sub, agg); return err }}
-	retry := op{"retry", func(s *redisstore.Store) error { return s.RequestRetry(ctx, sub, agg, "alice") }}
+	get := op{"get", func(s *redisstore.Store) error { _, err := s.GetParked(ctx, sub, "", agg); return err }}
+	retry := op{"retry", func(s *redisstore.Store) error { return s.RequestRetry(ctx, sub, "", agg, "alice") }}
 
 	for _, c := range []struct {
 		name string
@@ -164,7 +164,7 @@ func TestWrongTypeKeysAreRefusedAndChangeNothing(t *testing.T) {
 			// Park's index entry is taken back; its subscription stays listed.
 			mayChange: []string{redisstore.ParkedSubscriptionsKey},
 			after: func(t *testing.T, s *redisstore.Store) {
-				if _, err := s.GetParked(ctx, sub, agg); !errors.Is(err, runtime.ErrNotParked) {
+				if _, err := s.GetParked(ctx, sub, "", agg); !errors.Is(err, runtime.ErrNotParked) {
 					t.Fatalf("get after a refused park: %v, want ErrNotParked", err)
 				}
 			},
@@ -176,7 +176,7 @@ func TestWrongTypeKeysAreRefusedAndChangeNothing(t *testing.T) {
 			ops:       []op{park, setStatus, resolve},
 			mayChange: []string{redisstore.ParkedSubscriptionsKey},
 			after: func(t *testing.T, s *redisstore.Store) {
-				if _, err := s.GetParked(ctx, sub, agg); !errors.Is(err, runtime.ErrNotParked) {
+				if _, err := s.GetParked(ctx, sub, "", agg); !errors.Is(err, runtime.ErrNotParked) {
 					t.Fatalf("get after a refused park: %v, want ErrNotParked", err)
 				}
 				if ps, err := s.ListParked(ctx, ""); err != nil || len(ps) != 0 {
@@ -189,6 +189,17 @@ func TestWrongTypeKeysAreRefusedAndChangeNothing(t *testing.T) {
 			setup: func(c *redis.Client) { c.Set(ctx, lease, token, 0); c.Set(ctx, idx, "x", 0) },
 			key:   idx,
 			ops:   []op{park, list, get, retry},
+			// The subscription is added in the same pipeline.
+			mayChange: []string{redisstore.ParkedSubscriptionsKey},
+		},
+		{
+			name: "the ledger index is a string",
+			setup: func(c *redis.Client) {
+				c.Set(ctx, lease, token, 0)
+				c.Set(ctx, redisstore.ParkedEntriesKey(sub), "x", 0)
+			},
+			key: redisstore.ParkedEntriesKey(sub),
+			ops: []op{park, list, get, retry},
 		},
 		{
 			name: "the subscriptions set is a string",
@@ -199,7 +210,7 @@ func TestWrongTypeKeysAreRefusedAndChangeNothing(t *testing.T) {
 			key: redisstore.ParkedSubscriptionsKey,
 			ops: []op{park, listAll},
 			after: func(t *testing.T, s *redisstore.Store) {
-				if _, err := s.GetParked(ctx, sub, agg); !errors.Is(err, runtime.ErrNotParked) {
+				if _, err := s.GetParked(ctx, sub, "", agg); !errors.Is(err, runtime.ErrNotParked) {
 					t.Fatalf("get after a refused park: %v, want ErrNotParked", err)
 				}
 			},
@@ -254,9 +265,9 @@ func TestUnreachableServerIsUnavailable(t *testing.T) {
 		"resolve":    func() error { return s.Resolve(ctx, f, sub, agg) },
 		"list":       func() error { _, err := s.ListParked(ctx, sub); return err },
 		"list all":   func() error { _, err := s.ListParked(ctx, ""); return err },
-		"get":        func() error { _, err := s.GetParked(ctx, sub, agg); return err },
-		"retry":      func() error { return s.RequestRetry(ctx, sub, agg, "alice") },
-		"skip":       func() error { return s.RequestSkip(ctx, sub, agg, "r", "alice") },
+		"get":        func() error { _, err := s.GetParked(ctx, sub, "", agg); return err },
+		"retry":      func() error { return s.RequestRetry(ctx, sub, "", agg, "alice") },
+		"skip":       func() error { return s.RequestSkip(ctx, sub, "", agg, "r", "alice") },
 		"watch":      func() error { _, err := s.WatchRequests(ctx, sub); return err },
 	}
 	for name, call := range calls {
@@ -282,11 +293,11 @@ func TestRequestsAreStampedWithTheServersTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := time.Now()
-	if err := s.RequestSkip(ctx, sub, agg, "r", "alice"); err != nil {
+	if err := s.RequestSkip(ctx, sub, "", agg, "r", "alice"); err != nil {
 		t.Fatal(err)
 	}
 	after := time.Now()
-	p, err := s.GetParked(ctx, sub, agg)
+	p, err := s.GetParked(ctx, sub, "", agg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,10 +323,10 @@ func TestDanglingIndexEntriesAreSkipped(t *testing.T) {
 	if err != nil || len(ps) != 1 || ps[0].Aggregate != agg {
 		t.Fatalf("list: %+v %v, want only %s", ps, err, agg)
 	}
-	if _, err := s.GetParked(ctx, sub, "order-2"); !errors.Is(err, runtime.ErrNotParked) {
+	if _, err := s.GetParked(ctx, sub, "", "order-2"); !errors.Is(err, runtime.ErrNotParked) {
 		t.Fatalf("get of a dangling entry: %v, want ErrNotParked", err)
 	}
-	if err := s.RequestRetry(ctx, sub, "order-2", "alice"); !errors.Is(err, runtime.ErrNotParked) {
+	if err := s.RequestRetry(ctx, sub, "", "order-2", "alice"); !errors.Is(err, runtime.ErrNotParked) {
 		t.Fatalf("retry of a dangling entry: %v, want ErrNotParked", err)
 	}
 	if n := c.Exists(ctx, redisstore.RecordKey(f.LeaseKey, sub, "order-2")).Val(); n != 0 {
@@ -335,8 +346,8 @@ func TestCorruptRecordsAreReportedNotOverwritten(t *testing.T) {
 	c.Set(ctx, rec, "not json", 0)
 	for name, err := range map[string]error{
 		"set status": s.SetStatus(ctx, f, sub, agg, runtime.StatusParked),
-		"retry":      s.RequestRetry(ctx, sub, agg, "alice"),
-		"get":        func() error { _, err := s.GetParked(ctx, sub, agg); return err }(),
+		"retry":      s.RequestRetry(ctx, sub, "", agg, "alice"),
+		"get":        func() error { _, err := s.GetParked(ctx, sub, "", agg); return err }(),
 	} {
 		if err == nil || !strings.Contains(err.Error(), rec) {
 			t.Errorf("%s of a corrupt record: %v, want an error naming %s", name, err, rec)

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,7 +38,7 @@ func (s *Suite) park(t *testing.T, f broker.Fence, p runtime.Parked) {
 
 func (s *Suite) get(t *testing.T, subscription, aggregate string) runtime.Parked {
 	t.Helper()
-	p, err := s.Store.GetParked(s.Ctx, subscription, aggregate)
+	p, err := s.Store.GetParked(s.Ctx, subscription, "", aggregate)
 	must(t, "get "+aggregate, err)
 	return p
 }
@@ -55,7 +56,7 @@ func (s *Suite) list(t *testing.T, subscription string) []string {
 
 func (s *Suite) wantNotParked(t *testing.T, what, subscription, aggregate string) {
 	t.Helper()
-	_, err := s.Store.GetParked(s.Ctx, subscription, aggregate)
+	_, err := s.Store.GetParked(s.Ctx, subscription, "", aggregate)
 	wantErrIs(t, what, err, runtime.ErrNotParked)
 }
 
@@ -67,6 +68,79 @@ func wantList(t *testing.T, what string, got []string, want ...string) {
 }
 
 var ledgerCases = []Case{
+	{"AnAggregateParkedOnTwoPartitionsHasTwoEntries", func(t *testing.T, s *Suite) {
+		// A Kafka aggregate from a header or JSON path, or a key moved by
+		// added partitions: each partition's entry is its own parked head.
+		s.SetLease(t, lease0, tokenA)
+		s.SetLease(t, lease1, tokenB)
+		f0 := broker.Fence{LeaseKey: lease0, Token: tokenA}
+		f1 := broker.Fence{LeaseKey: lease1, Token: tokenB}
+		p0 := kafkaEntry(sub, "order-1", t0)
+		p1 := kafkaEntry(sub, "order-1", t0.Add(time.Second))
+		p1.Partition, p1.Position = "1", "77"
+		s.park(t, f0, p0)
+		s.park(t, f1, p1)
+
+		ps, err := s.Store.ListParked(s.Ctx, sub)
+		must(t, "list", err)
+		if len(ps) != 2 || ps[0].Partition != "0" || ps[1].Partition != "1" {
+			t.Fatalf("listed %+v, want order-1 on partitions 0 and 1", ps)
+		}
+		_, err = s.Store.GetParked(s.Ctx, sub, "", "order-1")
+		wantErrIs(t, "get without a partition", err, runtime.ErrAmbiguousParked)
+		var amb *runtime.AmbiguousParkedError
+		if !errors.As(err, &amb) || strings.Join(amb.Partitions, ",") != "0,1" {
+			t.Fatalf("ambiguous error %v, want one naming partitions 0 and 1", err)
+		}
+		wantErrIs(t, "retry request without a partition", s.Store.RequestRetry(s.Ctx, sub, "", "order-1", "ops"), runtime.ErrAmbiguousParked)
+		for _, want := range []runtime.Parked{p0, p1} {
+			got, err := s.Store.GetParked(s.Ctx, sub, want.Partition, "order-1")
+			must(t, "get on partition "+want.Partition, err)
+			if got.Position != want.Position {
+				t.Fatalf("partition %s: position %s, want %s", want.Partition, got.Position, want.Position)
+			}
+		}
+		_, err = s.Store.GetParked(s.Ctx, sub, "2", "order-1")
+		wantErrIs(t, "get on a partition with no entry", err, runtime.ErrNotParked)
+
+		// Each partition's owner edits and resolves its own entry only.
+		must(t, "request retry on 0", s.Store.RequestRetry(s.Ctx, sub, "0", "order-1", "ops"))
+		if got, _ := s.Store.GetParked(s.Ctx, sub, "1", "order-1"); got.Request != nil || got.Status != runtime.StatusParked {
+			t.Fatalf("partition 1's entry %+v changed by a request on partition 0", got)
+		}
+		must(t, "set status on 1", s.Store.SetStatus(s.Ctx, f1, sub, "order-1", runtime.StatusRetrying))
+		if got, _ := s.Store.GetParked(s.Ctx, sub, "0", "order-1"); got.Request == nil {
+			t.Fatalf("partition 0's request %+v cleared by partition 1's owner", got)
+		}
+		must(t, "resolve on 1", s.Store.Resolve(s.Ctx, f1, sub, "order-1"))
+		got := s.get(t, sub, "order-1") // the only one left
+		if got.Partition != "0" {
+			t.Fatalf("after resolving partition 1: %+v, want partition 0's entry", got)
+		}
+		wantList(t, "list after resolving partition 1", s.list(t, sub), sub+"/order-1")
+		must(t, "resolve on 0", s.Store.Resolve(s.Ctx, f0, sub, "order-1"))
+		s.wantNotParked(t, "get after both resolved", sub, "order-1")
+		wantList(t, "list after both resolved", s.list(t, sub))
+	}},
+	{"AParkAfterAResolveOfTheSameEntryIsListed", func(t *testing.T, s *Suite) {
+		// Park, resolve and park again the same (partition, aggregate),
+		// then a late resolve of the first park by its stale owner: the
+		// second park stays listed.
+		s.SetLease(t, lease0, tokenA)
+		fa := broker.Fence{LeaseKey: lease0, Token: tokenA}
+		s.park(t, fa, kafkaEntry(sub, "order-1", t0))
+		must(t, "resolve", s.Store.Resolve(s.Ctx, fa, sub, "order-1"))
+		s.SetLease(t, lease0, tokenB)
+		fb := broker.Fence{LeaseKey: lease0, Token: tokenB}
+		p := kafkaEntry(sub, "order-1", t0.Add(time.Second))
+		p.Position = "1300"
+		s.park(t, fb, p)
+		wantErrIs(t, "stale resolve", s.Store.Resolve(s.Ctx, fa, sub, "order-1"), broker.ErrLeaseLost)
+		if got := s.get(t, sub, "order-1"); got.Position != "1300" {
+			t.Fatalf("got %+v, want the second park at 1300", got)
+		}
+		wantList(t, "list", s.list(t, sub), sub+"/order-1")
+	}},
 	{"ParkedEntriesAreListedOldestFirstAndRoundTrip", func(t *testing.T, s *Suite) {
 		if got := s.list(t, ""); len(got) != 0 {
 			t.Fatalf("an empty ledger lists %v", got)
@@ -179,7 +253,7 @@ var ledgerCases = []Case{
 		s.SetLease(t, lease0, tokenA)
 		a := broker.Fence{LeaseKey: lease0, Token: tokenA}
 		s.park(t, a, kafkaEntry(sub, "order-1", t0))
-		must(t, "request retry", s.Store.RequestRetry(s.Ctx, sub, "order-1", "ops"))
+		must(t, "request retry", s.Store.RequestRetry(s.Ctx, sub, "", "order-1", "ops"))
 		must(t, "set status", s.Store.SetStatus(s.Ctx, a, sub, "order-1", runtime.StatusRetrying))
 		got := s.get(t, sub, "order-1")
 		if got.Status != runtime.StatusRetrying || got.Request != nil {

@@ -48,7 +48,7 @@ var raceCases = []Case{
 						errs <- err
 						return
 					}
-					if err := s.Store.RequestRetry(s.Ctx, sub, agg, "alice"); err != nil {
+					if err := s.Store.RequestRetry(s.Ctx, sub, "", agg, "alice"); err != nil {
 						errs <- err
 						return
 					}

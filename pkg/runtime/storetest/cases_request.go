@@ -57,7 +57,7 @@ var requestCases = []Case{
 	{"RequestRetrySetsTheRequestAndSignals", func(t *testing.T, s *Suite) {
 		s.parkOne(t, runtime.StatusParked)
 		ch := s.watch(t, sub)
-		must(t, "request retry", s.Store.RequestRetry(s.Ctx, sub, "order-1", "alice"))
+		must(t, "request retry", s.Store.RequestRetry(s.Ctx, sub, "", "order-1", "alice"))
 		wantSignal(t, ch, "order-1")
 		got := s.get(t, sub, "order-1")
 		if got.Status != runtime.StatusRetrying {
@@ -77,7 +77,7 @@ var requestCases = []Case{
 	{"RequestSkipSetsTheRequestAndSignals", func(t *testing.T, s *Suite) {
 		s.parkOne(t, runtime.StatusParked)
 		ch := s.watch(t, sub)
-		must(t, "request skip", s.Store.RequestSkip(s.Ctx, sub, "order-1", "poison, known bug", "bob"))
+		must(t, "request skip", s.Store.RequestSkip(s.Ctx, sub, "", "order-1", "poison, known bug", "bob"))
 		wantSignal(t, ch, "order-1")
 		got := s.get(t, sub, "order-1")
 		if got.Status != runtime.StatusParked {
@@ -90,40 +90,40 @@ var requestCases = []Case{
 	}},
 	{"RetryOfAnUnrecoverableEntryIsRefused", func(t *testing.T, s *Suite) {
 		s.parkOne(t, runtime.StatusUnrecoverable)
-		err := s.Store.RequestRetry(s.Ctx, sub, "order-1", "alice")
+		err := s.Store.RequestRetry(s.Ctx, sub, "", "order-1", "alice")
 		wantErrIs(t, "retry of an unrecoverable entry", err, runtime.ErrUnrecoverable)
 		got := s.get(t, sub, "order-1")
 		if got.Status != runtime.StatusUnrecoverable || got.Request != nil {
 			t.Fatalf("a refused retry changed the entry: status %q request %+v", got.Status, got.Request)
 		}
 		// Skip is what resolves it.
-		must(t, "skip of an unrecoverable entry", s.Store.RequestSkip(s.Ctx, sub, "order-1", "gone from the topic", "alice"))
+		must(t, "skip of an unrecoverable entry", s.Store.RequestSkip(s.Ctx, sub, "", "order-1", "gone from the topic", "alice"))
 		if got := s.get(t, sub, "order-1"); got.Request == nil || got.Request.Action != runtime.ActionSkip || got.Status != runtime.StatusUnrecoverable {
 			t.Fatalf("after a skip request: status %q request %+v", got.Status, got.Request)
 		}
 	}},
 	{"RequestsOnMissingEntriesAreNotParked", func(t *testing.T, s *Suite) {
-		err := s.Store.RequestRetry(s.Ctx, sub, "order-1", "alice")
+		err := s.Store.RequestRetry(s.Ctx, sub, "", "order-1", "alice")
 		wantErrIs(t, "retry of nothing", err, runtime.ErrNotParked)
-		err = s.Store.RequestSkip(s.Ctx, sub, "order-1", "r", "alice")
+		err = s.Store.RequestSkip(s.Ctx, sub, "", "order-1", "r", "alice")
 		wantErrIs(t, "skip of nothing", err, runtime.ErrNotParked)
 		// Nor after a resolve.
 		s.parkOne(t, runtime.StatusParked)
 		must(t, "resolve", s.Store.Resolve(s.Ctx, broker.Fence{LeaseKey: lease0, Token: tokenA}, sub, "order-1"))
-		err = s.Store.RequestRetry(s.Ctx, sub, "order-1", "alice")
+		err = s.Store.RequestRetry(s.Ctx, sub, "", "order-1", "alice")
 		wantErrIs(t, "retry after resolve", err, runtime.ErrNotParked)
 		// A refused park leaves nothing to request on.
 		a := broker.Fence{LeaseKey: lease1, Token: tokenA}
 		if err := s.Store.Park(s.Ctx, a, kafkaEntry(sub, "order-2", t0)); err == nil {
 			t.Fatal("park without a lease succeeded")
 		}
-		err = s.Store.RequestSkip(s.Ctx, sub, "order-2", "r", "alice")
+		err = s.Store.RequestSkip(s.Ctx, sub, "", "order-2", "r", "alice")
 		wantErrIs(t, "skip after a refused park", err, runtime.ErrNotParked)
 	}},
 	{"RequestsNeedNoLease", func(t *testing.T, s *Suite) {
 		s.parkOne(t, runtime.StatusParked)
 		s.DropLease(t, lease0) // the owner died; nobody holds the partition
-		must(t, "request retry", s.Store.RequestRetry(s.Ctx, sub, "order-1", "alice"))
+		must(t, "request retry", s.Store.RequestRetry(s.Ctx, sub, "", "order-1", "alice"))
 		if got := s.get(t, sub, "order-1"); got.Request == nil {
 			t.Fatal("the request was not recorded")
 		}
@@ -135,8 +135,8 @@ var requestCases = []Case{
 		s.park(t, f, kafkaEntry(sub2, "order-2", t0))
 		ch := s.watch(t, sub)
 		ch2 := s.watch(t, sub2)
-		must(t, "skip in sub2", s.Store.RequestSkip(s.Ctx, sub2, "order-2", "r", "alice"))
-		must(t, "retry in sub", s.Store.RequestRetry(s.Ctx, sub, "order-1", "alice"))
+		must(t, "skip in sub2", s.Store.RequestSkip(s.Ctx, sub2, "", "order-2", "r", "alice"))
+		must(t, "retry in sub", s.Store.RequestRetry(s.Ctx, sub, "", "order-1", "alice"))
 		wantSignal(t, ch, "order-1") // first, so sub2's signal did not reach it
 		wantSignal(t, ch2, "order-2")
 	}},
@@ -163,7 +163,7 @@ var requestCases = []Case{
 		done := make(chan error, 1)
 		go func() {
 			for i := range 500 {
-				if err := s.Store.RequestSkip(s.Ctx, sub, "order-1", strconv.Itoa(i), "alice"); err != nil {
+				if err := s.Store.RequestSkip(s.Ctx, sub, "", "order-1", strconv.Itoa(i), "alice"); err != nil {
 					done <- err
 					return
 				}
