@@ -233,12 +233,20 @@ func latResultOf(rec *latRecorder) latResult {
 // 2,000 events). Events not handled PROTCTL_BENCH_LATENCY_DRAIN (default
 // 40s) after the last publish are reported as not handled.
 //
+// PROTCTL_BENCH_LATENCY_NOTIFY sets the server's notify-keyspace-events
+// (e.g. Et: the runtime then learns of appends from keyspace events; by
+// default the server publishes none and the runtime polls the index).
+//
 // Reported per scenario and rate: p50/p90/p99/max of each consumer (ms),
 // the ratio of the runtime's p99 to the plain loop's (target <= 2) and
 // the runtime's p50 (target <= 2 ms).
 func BenchmarkLatencyRedis(b *testing.B) {
 	ctx := context.Background()
-	srv := testenv.StartRedis(b)
+	var opts []testenv.RedisOption
+	if events := os.Getenv("PROTCTL_BENCH_LATENCY_NOTIFY"); events != "" {
+		opts = append(opts, testenv.WithArgs("--notify-keyspace-events", events))
+	}
+	srv := testenv.StartRedis(b, opts...)
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer admin.Close()
 	window := rtEnvDuration(b, "PROTCTL_BENCH_LATENCY_WINDOW", 2*time.Second)
@@ -370,6 +378,8 @@ func latRun(ctx context.Context, b *testing.B, addr string, admin *redis.Client,
 	rtWait(b, time.Minute, 10*time.Millisecond, "the existing keys handled", func() bool {
 		return rtRec.n.Load() >= pre && plainRec.n.Load() >= pre
 	})
+	// Let the workers of the keys that exist settle (drain and wait).
+	time.Sleep(time.Second)
 	if sc.idle {
 		rtWait(b, time.Minute, 50*time.Millisecond, "the existing keys idle without a lease", func() bool {
 			st := sub.Status()
