@@ -15,10 +15,15 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/broker/memorybroker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+	"github.com/protctl/protctl/pkg/runtime/memstore"
+	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
 // The latency benchmarks measure what a user of a live flow feels: the
@@ -400,4 +405,151 @@ func latRun(ctx context.Context, b *testing.B, addr string, admin *redis.Client,
 		time.Sleep(10 * time.Millisecond)
 	}
 	return latResultOf(rtRec), latResultOf(plainRec)
+}
+
+// BenchmarkLatencyKafka measures produce-to-handler latency of the Kafka
+// topic runtime (a Node with one TopicSubscriptions, stores in memory,
+// 12 partitions on an in-process kfake) against a raw franz-go consumer
+// of the same topic, both consuming the same records in the same run,
+// at the rates of PROTCTL_BENCH_LATENCY_RATES for
+// PROTCTL_BENCH_LATENCY_WINDOW (default 2s) each. Records go to 1,200
+// aggregates in round robin; the producer lingers 0 (each record sent
+// at once). Reported: p50/p99 of each (ms) and the ratio of the p99s
+// (target <= 2).
+func BenchmarkLatencyKafka(b *testing.B) {
+	window := rtEnvDuration(b, "PROTCTL_BENCH_LATENCY_WINDOW", 2*time.Second)
+	drain := rtEnvDuration(b, "PROTCTL_BENCH_LATENCY_DRAIN", 40*time.Second)
+	var rates []int
+	for _, f := range strings.Split(envOr("PROTCTL_BENCH_LATENCY_RATES", "50,500,5000"), ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			b.Fatalf("PROTCTL_BENCH_LATENCY_RATES: %q is not a positive rate", f)
+		}
+		rates = append(rates, n)
+	}
+	for _, rate := range rates {
+		b.Run(strconv.Itoa(rate), func(b *testing.B) {
+			var rt, raw latResult
+			for i := 0; i < b.N; i++ {
+				events := max(1, int(float64(rate)*window.Seconds()))
+				rt, raw = latKafkaRun(b, rate, events, drain)
+			}
+			ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+			b.ReportMetric(ms(rt.p50), "rt-p50-ms")
+			b.ReportMetric(ms(rt.p99), "rt-p99-ms")
+			b.ReportMetric(ms(raw.p50), "raw-p50-ms")
+			b.ReportMetric(ms(raw.p99), "raw-p99-ms")
+			if raw.p99 > 0 {
+				b.ReportMetric(float64(rt.p99)/float64(raw.p99), "p99-ratio")
+			}
+			b.ReportMetric(float64(rt.missing), "rt-not-handled")
+			b.Logf("kafka at %d/s: runtime %s; raw %s", rate, rt, raw)
+		})
+	}
+}
+
+func latKafkaRun(b *testing.B, rate, events int, drain time.Duration) (rt, raw latResult) {
+	b.Helper()
+	k := testenv.StartKafka(b, kPartitions, kTopic)
+	rtRec, rawRec := newLatRecorder(events), newLatRecorder(events)
+
+	src, err := kafkasource.New(k.Brokers)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	mb := memorybroker.New()
+	store := memstore.New(mb.Faults())
+	ts, err := runtime.NewTopicSubscriptions(runtime.TopicConfig{
+		Topic: kTopic,
+		Subscriptions: []runtime.TopicSubscription{{Name: "bench.latency", Handler: runtime.HandlerFunc(
+			func(_ context.Context, m runtime.Message) error {
+				rtRec.record(m.Data)
+				return nil
+			})}},
+		Source:      src,
+		Leases:      mb,
+		LeaseGroup:  redisstore.TopicLeaseGroup("bench", kTopic),
+		Checkpoints: store,
+		Ledger:      store,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	node, err := runtime.NewNode(runtime.NodeConfig{Service: "bench", NodeID: "n1", Membership: store}, ts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := node.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := node.Stop(ctx); err != nil {
+			b.Error(err)
+		}
+	}()
+
+	rawCl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ConsumeTopics(kTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rctx, rcancel := context.WithCancel(context.Background())
+	var rwg sync.WaitGroup
+	rwg.Add(1)
+	go func() {
+		defer rwg.Done()
+		for rctx.Err() == nil {
+			fs := rawCl.PollFetches(rctx)
+			fs.EachRecord(func(r *kgo.Record) { rawRec.record(r.Value) })
+		}
+	}()
+	defer func() { rcancel(); rwg.Wait(); rawCl.Close() }()
+
+	prod := k.Client(b, kgo.ProducerLinger(0))
+	ctx := context.Background()
+	send := func(seq int) {
+		agg := seq % kAggregates
+		if seq < 0 {
+			agg = -seq % kAggregates
+		}
+		key := "agg-" + strconv.Itoa(agg)
+		r := &kgo.Record{Topic: kTopic, Partition: int32(agg % kPartitions), Key: []byte(key),
+			Value:   []byte(latEnvelope(seq, time.Now().UnixNano())),
+			Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(key + "-" + strconv.Itoa(seq))}}}
+		prod.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	// Warm up: one record per partition, seen by both, before the clock.
+	for p := 0; p < kPartitions; p++ {
+		send(-(p + 1))
+	}
+	rtWait(b, time.Minute, 10*time.Millisecond, "both consumers running", func() bool {
+		return rtRec.n.Load() >= kPartitions && rawRec.n.Load() >= kPartitions
+	})
+	b.ResetTimer()
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := 0; i < events; {
+		due := start.Add(time.Duration(i) * interval)
+		if d := time.Until(due); d > 0 {
+			time.Sleep(d)
+		}
+		now := time.Now()
+		for ; i < events && !start.Add(time.Duration(i)*interval).After(now); i++ {
+			send(i)
+		}
+	}
+	b.StopTimer()
+	total := int64(kPartitions + events)
+	deadline := time.Now().Add(drain)
+	for time.Now().Before(deadline) && (rtRec.n.Load() < total || rawRec.n.Load() < total) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return latResultOf(rtRec), latResultOf(rawRec)
 }
