@@ -146,8 +146,10 @@ func (s *watchSet) len() int {
 //     flow each re-issue takes in what drained meanwhile;
 //   - the fresh wait, beside it, names only the streams (re)added since
 //     the base wait was issued. Additions restart it, at most once per
-//     max(WaitRestart, 10µs x its streams): the server's work for a
-//     restart is in proportion to what changed, not to the whole set.
+//     max(WaitRestart, 10µs x its streams), and at most about 125 times
+//     a second while partitions keep draining (waitRestartStreams): the
+//     server's work for a restart is in proportion to what changed, not
+//     to the whole set.
 //
 // When the fresh wait would name more than a quarter of the base's
 // streams (and more than 64), the base wait is restarted to take them in
@@ -172,7 +174,10 @@ func (s *watchSet) len() int {
 func (p *Partitioned) waitLoop(ctx context.Context) {
 	defer p.wg.Done()
 	backoff := newBackoff(100*time.Millisecond, p.cfg.WaitTimeout)
-	var budget waitBudget
+	// budget spaces the base wait's issues, restarts the fresh wait's
+	// restarts for additions (a re-issue after a return is not counted:
+	// entries pay for it).
+	var budget, restarts waitBudget
 	for ctx.Err() == nil {
 		base, epoch, added := p.watch.snapshot()
 		if len(base) == 0 {
@@ -191,7 +196,7 @@ func (p *Partitioned) waitLoop(ctx context.Context) {
 				continue
 			}
 		}
-		if failed := p.waitTiers(ctx, base, epoch, added); failed {
+		if failed := p.waitTiers(ctx, base, epoch, added, &restarts); failed {
 			if !p.sleep(ctx, backoff.next()) {
 				return
 			}
@@ -223,6 +228,18 @@ func (b *waitBudget) spend(now time.Time, n int) time.Duration {
 	b.at = b.at.Add(time.Duration(n) * waitIssueCost)
 	return max(0, b.at.Sub(now))
 }
+
+// due is how long an issue would wait now, without counting it.
+func (b *waitBudget) due(now time.Time) time.Duration {
+	return max(0, b.at.Sub(now))
+}
+
+// waitRestartStreams is what a restart of the fresh wait counts besides
+// its streams, for the round trip that interrupts the running wait and
+// the new wait's call: as much as 1,000 streams (8ms), so that restarts
+// for additions run at most about 125 a second while partitions keep
+// draining (a bulk drain) and at once while they are rare.
+const waitRestartStreams = 1000
 
 // waitDone is the end of one wait: the ids it waited from, the streams it
 // found entries on, and whether the loop stopped it (a restart).
@@ -275,7 +292,7 @@ func (p *Partitioned) reportWait(ctx context.Context, d waitDone) (failed bool) 
 // waitTiers runs one base wait on base (the watch set as of epoch), and
 // fresh waits beside it on what is added after, until the base wait
 // returns or must take the fresh streams in. failed: a wait failed.
-func (p *Partitioned) waitTiers(ctx context.Context, base map[string]string, epoch uint64, added <-chan struct{}) (failed bool) {
+func (p *Partitioned) waitTiers(ctx context.Context, base map[string]string, epoch uint64, added <-chan struct{}, restarts *waitBudget) (failed bool) {
 	bw := p.startWait(ctx, base)
 	var (
 		fw        *pendingWait
@@ -300,7 +317,7 @@ func (p *Partitioned) waitTiers(ctx context.Context, base map[string]string, epo
 		if fw != nil {
 			freshDone = fw.done
 		}
-		restart := false
+		restart, restartedByAddition := false, false
 		select {
 		case <-ctx.Done():
 			bw.finish()
@@ -318,17 +335,18 @@ func (p *Partitioned) waitTiers(ctx context.Context, base map[string]string, epo
 			restart = true // on what is still fresh
 		case <-added:
 			added = nil
+			now := p.clk.Now()
 			gap := max(p.cfg.WaitRestart, time.Duration(freshN)*10*time.Microsecond)
-			wait := lastFresh.Add(gap).Sub(p.clk.Now())
-			if lastFresh.IsZero() || wait <= 0 {
-				restart = true
+			wait := max(lastFresh.Add(gap).Sub(now), restarts.due(now))
+			if wait <= 0 {
+				restart, restartedByAddition = true, true
 			} else if timerC == nil {
 				timer = p.clk.NewTimer(wait)
 				timerC = timer.C()
 			}
 		case <-timerC:
 			timer, timerC = nil, nil
-			restart = true
+			restart, restartedByAddition = true, true
 		}
 		if !restart {
 			continue
@@ -351,6 +369,9 @@ func (p *Partitioned) waitTiers(ctx context.Context, base map[string]string, epo
 		freshN = len(fresh)
 		if freshN > 0 {
 			lastFresh = p.clk.Now()
+			if restartedByAddition {
+				restarts.spend(lastFresh, freshN+waitRestartStreams)
+			}
 			fw = p.startWait(ctx, fresh)
 		}
 	}
