@@ -35,6 +35,16 @@ type Partitioned struct {
 	// readers are the free pinned readers (pinner set), one per worker
 	// slot at most (partitioned_reader.go).
 	readers chan *slotReader
+	// counter and appends find keys other publishers add (nil: the
+	// discovery scan every DiscoverEvery does).
+	counter PartitionCounter
+	appends AppendWatcher
+	// appendEvents is set while append events arrive (AppendWatcher):
+	// the index poll then slows down.
+	appendEvents atomic.Bool
+	// lastScanned is the number of keys the last complete scan found,
+	// which spaces the scans a changed index brings forward.
+	lastScanned atomic.Int64
 
 	// Set by Start.
 	host Host
@@ -58,6 +68,10 @@ type Partitioned struct {
 
 	events chan event
 	sem    chan struct{} // the worker limit
+	// slotWaiters counts workers waiting for a slot: a worker that keeps
+	// finding entries gives its slot up between two rounds while any
+	// waits, so that Workers hot partitions cannot starve the others.
+	slotWaiters atomic.Int64
 	// rediscover asks the discovery loop for a scan now (a wake-up
 	// subscription was just (re)established: signals may have been lost).
 	rediscover chan struct{}
@@ -128,6 +142,8 @@ func NewPartitioned(cfg PartitionedConfig) (*Partitioned, error) {
 	if br, ok := cfg.Broker.(BatchRenewer); ok {
 		p.batchRenewer = br
 	}
+	p.counter, _ = cfg.Broker.(PartitionCounter)
+	p.appends, _ = cfg.Broker.(AppendWatcher)
 	if ar, ok := cfg.Broker.(broker.AckReader); ok {
 		p.ackReader = ar
 		if rp, ok := cfg.Broker.(ReaderPinner); ok {
@@ -185,6 +201,16 @@ func (p *Partitioned) Start(ctx context.Context, host Host) error {
 		for _, cat := range p.cfg.Categories {
 			p.wg.Add(1)
 			go p.signalLoop(p.bgCtx, cat)
+		}
+	}
+	if p.counter != nil {
+		p.wg.Add(1)
+		go p.indexPollLoop(p.bgCtx)
+	}
+	if p.appends != nil {
+		for _, cat := range p.cfg.Categories {
+			p.wg.Add(1)
+			go p.appendLoop(p.bgCtx, cat)
 		}
 	}
 	p.log.Info("subscription started", "subscription", p.cfg.Name, "categories", p.cfg.Categories,

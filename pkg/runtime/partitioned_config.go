@@ -80,13 +80,22 @@ type PartitionedConfig struct {
 	// WaitTimeout bounds one blocking wait on the watched streams.
 	// Default: 5s.
 	WaitTimeout time.Duration
-	// WaitRestart is the shortest time between two restarts of the
-	// blocking wait when partitions join the watched set. Default: 200ms.
+	// WaitRestart is the shortest time between two restarts of the wait
+	// on the partitions that joined the watched set since the wait on the
+	// whole set was issued (the fresh tier: see Partitioned's waitLoop);
+	// a restart costs the server in proportion to those partitions only.
+	// Default: 1ms.
 	WaitRestart time.Duration
 	// DiscoverEvery is the period of the scan of the categories' indexes
 	// for new partition keys (publishes through PublishPartitioned are
 	// seen at once without it). Default: 30s.
 	DiscoverEvery time.Duration
+	// DiscoverPollEvery is the period of the cheap check for keys any
+	// publisher added to an index (one SCARD per category, with a broker
+	// that counts: PartitionCounter); a change brings a scan forward. It
+	// is 1s at least while the broker delivers append events
+	// (AppendWatcher), which find new keys at once. Default: 50ms.
+	DiscoverPollEvery time.Duration
 	// LedgerPollEvery is the period of the re-read of the ledger's parked
 	// entries (operator requests are also signalled). Default: 30s.
 	LedgerPollEvery time.Duration
@@ -169,7 +178,7 @@ func (c *PartitionedConfig) validate() error {
 		c.BackfillSuffix = broker.DefaultBackfillSuffix
 	}
 	for _, d := range []time.Duration{c.LeaseTTL, c.RenewEvery, c.TrustWindow, c.Retry.Backoff, c.Retry.MaxBackoff,
-		c.SystemicBackoff, c.SystemicMaxBackoff, c.IdleAfter, c.WaitTimeout, c.WaitRestart, c.DiscoverEvery,
+		c.SystemicBackoff, c.SystemicMaxBackoff, c.IdleAfter, c.WaitTimeout, c.WaitRestart, c.DiscoverEvery, c.DiscoverPollEvery,
 		c.LedgerPollEvery, c.SweepEvery, c.ReapAfter} {
 		if d < 0 {
 			return errors.New(op + ": durations must not be negative")
@@ -207,8 +216,9 @@ func (c *PartitionedConfig) validate() error {
 	def(&c.SystemicMaxBackoff, 30*time.Second)
 	def(&c.IdleAfter, c.RenewEvery)
 	def(&c.WaitTimeout, 5*time.Second)
-	def(&c.WaitRestart, 200*time.Millisecond)
+	def(&c.WaitRestart, time.Millisecond)
 	def(&c.DiscoverEvery, 30*time.Second)
+	def(&c.DiscoverPollEvery, 50*time.Millisecond)
 	def(&c.LedgerPollEvery, 30*time.Second)
 	def(&c.SweepEvery, 30*time.Second)
 	return nil

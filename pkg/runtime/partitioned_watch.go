@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/protctl/protctl/pkg/runtime/clock"
 )
 
 // watchSet is the set of streams the node waits on: every lane of every
@@ -12,12 +14,16 @@ import (
 // holds its lease (for IdleAfter) or not. It maps each stream to the id
 // after which an entry is news. Workers add their partition when it
 // drains and remove it when it reads again; the coordinator removes
-// partitions it activates or gives away. The wait loop snapshots it.
+// partitions it activates or gives away, and the wait loop removes those
+// a wait found entries on (fired) before it reports them. The wait loop
+// snapshots it.
 type watchSet struct {
 	mu      sync.Mutex
 	after   map[string]string // stream -> last id known delivered
 	keyOf   map[string]string // stream -> partition key
+	stamp   map[string]uint64 // stream -> the epoch it was (re)added at
 	streams map[string][]string
+	epoch   uint64        // counts additions
 	added   chan struct{} // closed (and replaced) when streams are added
 }
 
@@ -25,6 +31,7 @@ func newWatchSet() *watchSet {
 	return &watchSet{
 		after:   make(map[string]string),
 		keyOf:   make(map[string]string),
+		stamp:   make(map[string]uint64),
 		streams: make(map[string][]string),
 		added:   make(chan struct{}),
 	}
@@ -38,10 +45,12 @@ func (s *watchSet) add(key string, after map[string]string) {
 		return // already watched from these ids: no need to restart a wait
 	}
 	s.removeLocked(key)
+	s.epoch++
 	streams := make([]string, 0, len(after))
 	for stream, id := range after {
 		s.after[stream] = id
 		s.keyOf[stream] = key
+		s.stamp[stream] = s.epoch
 		streams = append(streams, stream)
 	}
 	s.streams[key] = streams
@@ -72,34 +81,50 @@ func (s *watchSet) removeLocked(key string) {
 	for _, stream := range s.streams[key] {
 		delete(s.after, stream)
 		delete(s.keyOf, stream)
+		delete(s.stamp, stream)
 	}
 	delete(s.streams, key)
 }
 
-// snapshot returns a copy of the stream ids and the channel closed at the
-// next addition.
-func (s *watchSet) snapshot() (map[string]string, <-chan struct{}) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string]string, len(s.after))
-	for k, v := range s.after {
-		out[k] = v
-	}
-	return out, s.added
+// snapshot returns a copy of the stream ids, the epoch they are as of,
+// and the channel closed at the next addition.
+func (s *watchSet) snapshot() (map[string]string, uint64, <-chan struct{}) {
+	return s.since(0)
 }
 
-// keys maps streams to their partition keys, skipping streams no longer
-// watched (a wake for them is stale).
-func (s *watchSet) keys(streams []string) []string {
+// since is snapshot restricted to the streams (re)added after epoch.
+func (s *watchSet) since(epoch uint64) (map[string]string, uint64, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]string)
+	for k, v := range s.after {
+		if s.stamp[k] > epoch {
+			out[k] = v
+		}
+	}
+	return out, s.epoch, s.added
+}
+
+// fired takes the partitions of streams that a wait from the ids in from
+// found entries on: it removes them from the set (their workers read
+// them now and add them again when they drain) and returns their keys.
+// Streams no longer watched, or watched again from other ids than the
+// wait's (a later wait covers them), are stale and skipped.
+func (s *watchSet) fired(streams []string, from map[string]string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seen := make(map[string]bool, len(streams))
 	var out []string
 	for _, st := range streams {
-		if k, ok := s.keyOf[st]; ok && !seen[k] {
-			seen[k] = true
-			out = append(out, k)
+		k, ok := s.keyOf[st]
+		if !ok || seen[k] || s.after[st] != from[st] {
+			continue
 		}
+		seen[k] = true
+		out = append(out, k)
+	}
+	for _, k := range out {
+		s.removeLocked(k)
 	}
 	return out
 }
@@ -110,20 +135,34 @@ func (s *watchSet) len() int {
 	return len(s.streams)
 }
 
-// waitLoop waits on every watched stream at once with the broker's
-// EntryWaiter and tells the coordinator which partitions got entries. A
-// wait is restarted (at most once per WaitRestart) when partitions join
-// the set, so that a partition that just drained is watched within
-// WaitRestart even for entries no wake-up signal announces. While nothing
-// changes, the loop costs one blocking call per WaitTimeout.
+// waitLoop waits on every watched stream with the broker's EntryWaiter
+// and tells the coordinator which partitions got entries. It waits in two
+// tiers, so that a partition that drains is watched within about a round
+// trip without a wait being issued again over every idle partition:
+//
+//   - the base wait names every stream watched when it was issued. It is
+//     issued again, with everything watched by then, as soon as it
+//     returns (as a plain XREADGROUP BLOCK loop is), so under a steady
+//     flow each re-issue takes in what drained meanwhile;
+//   - the fresh wait, beside it, names only the streams (re)added since
+//     the base wait was issued. Additions restart it, at most once per
+//     max(WaitRestart, 10µs x its streams), and at most about 125 times
+//     a second while partitions keep draining (waitRestartStreams): the
+//     server's work for a restart is in proportion to what changed, not
+//     to the whole set.
+//
+// When the fresh wait would name more than a quarter of the base's
+// streams (and more than 64), the base wait is restarted to take them in
+// instead. Streams a wait found entries on leave the set before they are
+// reported (watchSet.fired), so the wait issued right after does not find
+// the same entries again; their partitions come back when they drain.
 //
 // Issuing a blocking wait costs the server work in proportion to the
-// streams it names (each is looked up and registered, then unregistered):
-// about 5µs a stream, so 50ms for 10,000 streams. The loop therefore
-// issues at most one wait per max(WaitRestart, 100µs x streams), which
-// keeps it under about 5% of a Redis core however often partitions come
-// and go; between two waits nothing is missed, because each wait starts
-// from the ids the partitions were last known delivered up to.
+// streams it names (each is looked up and registered, then unregistered:
+// 1-5µs a stream). While nothing changes the loop costs one blocking call
+// per WaitTimeout (two while partitions drained since the base wait);
+// entries cost a re-issue of the wait that found them, as they cost a
+// plain consumer's loop.
 //
 // On a Redis Cluster one blocking read cannot name streams of different
 // slots, and every partition has a slot of its own in the cluster
@@ -135,10 +174,13 @@ func (s *watchSet) len() int {
 func (p *Partitioned) waitLoop(ctx context.Context) {
 	defer p.wg.Done()
 	backoff := newBackoff(100*time.Millisecond, p.cfg.WaitTimeout)
-	var last time.Time
+	// budget spaces the base wait's issues, restarts the fresh wait's
+	// restarts for additions (a re-issue after a return is not counted:
+	// entries pay for it).
+	var budget, restarts waitBudget
 	for ctx.Err() == nil {
-		after, added := p.watch.snapshot()
-		if len(after) == 0 {
+		base, epoch, added := p.watch.snapshot()
+		if len(base) == 0 {
 			select {
 			case <-ctx.Done():
 				return
@@ -146,53 +188,191 @@ func (p *Partitioned) waitLoop(ctx context.Context) {
 				continue
 			}
 		}
-		gap := max(p.cfg.WaitRestart, time.Duration(len(after))*100*time.Microsecond)
-		if wait := last.Add(gap).Sub(p.clk.Now()); !last.IsZero() && wait > 0 {
-			if !p.sleep(ctx, wait) {
+		if d := budget.spend(p.clk.Now(), len(base)); d > 0 {
+			if !p.sleep(ctx, d) {
 				return
 			}
-			after, added = p.watch.snapshot()
-			if len(after) == 0 {
+			if base, epoch, added = p.watch.snapshot(); len(base) == 0 {
 				continue
 			}
 		}
-		last = p.clk.Now()
-		wctx, cancel := context.WithCancel(ctx)
-		restart := make(chan struct{})
-		go func() {
-			select {
-			case <-added:
-			case <-restart:
-				return
-			}
-			t := p.clk.NewTimer(gap)
-			defer t.Stop()
-			select {
-			case <-t.C():
-				cancel()
-			case <-restart:
-			}
-		}()
-		streams, err := p.waiter.WaitForEntries(wctx, after, p.cfg.WaitTimeout)
-		close(restart)
-		restarted := wctx.Err() != nil
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err != nil && restarted:
-			continue
-		case err != nil:
-			p.log.Warn("waiting for entries failed", "subscription", p.cfg.Name, "streams", len(after), "err", err)
-			p.obs.error(ErrorEvent{Subscription: p.cfg.Name, Op: "wait", Err: err})
+		if failed := p.waitTiers(ctx, base, epoch, added, &restarts); failed {
 			if !p.sleep(ctx, backoff.next()) {
 				return
 			}
 			continue
 		}
 		backoff.reset()
-		if keys := p.watch.keys(streams); len(keys) > 0 {
-			p.send(evWake{keys: keys})
+	}
+}
+
+// waitBudget bounds the server time the base wait's issues take under a
+// steady flow, when it returns at every entry: an issue over n streams is
+// counted as n x waitIssueCost (about 4 times what it costs the server,
+// 1-2µs a stream), and issues wait while the count runs ahead of the
+// clock by more than waitBurst. That keeps issuing under about a quarter
+// of a Redis core, and costs no delay at all while entries are sparse.
+type waitBudget struct{ at time.Time }
+
+const (
+	waitIssueCost = 8 * time.Microsecond
+	waitBurst     = 20 * time.Millisecond
+)
+
+// spend counts an issue over n streams at now and returns how long to
+// wait before it.
+func (b *waitBudget) spend(now time.Time, n int) time.Duration {
+	if floor := now.Add(-waitBurst); b.at.Before(floor) {
+		b.at = floor
+	}
+	b.at = b.at.Add(time.Duration(n) * waitIssueCost)
+	return max(0, b.at.Sub(now))
+}
+
+// due is how long an issue would wait now, without counting it.
+func (b *waitBudget) due(now time.Time) time.Duration {
+	return max(0, b.at.Sub(now))
+}
+
+// waitRestartStreams is what a restart of the fresh wait counts besides
+// its streams, for the round trip that interrupts the running wait and
+// the new wait's call: as much as 1,000 streams (8ms), so that restarts
+// for additions run at most about 125 a second while partitions keep
+// draining (a bulk drain) and at once while they are rare.
+const waitRestartStreams = 1000
+
+// waitDone is the end of one wait: the ids it waited from, the streams it
+// found entries on, and whether the loop stopped it (a restart).
+type waitDone struct {
+	from    map[string]string
+	streams []string
+	err     error
+	stopped bool
+}
+
+// pendingWait is a wait running on its own goroutine.
+type pendingWait struct {
+	done   chan waitDone
+	cancel context.CancelFunc
+}
+
+func (p *Partitioned) startWait(ctx context.Context, from map[string]string) *pendingWait {
+	wctx, cancel := context.WithCancel(ctx)
+	w := &pendingWait{done: make(chan waitDone, 1), cancel: cancel}
+	go func() {
+		streams, err := p.waiter.WaitForEntries(wctx, from, p.cfg.WaitTimeout)
+		w.done <- waitDone{from: from, streams: streams, err: err, stopped: wctx.Err() != nil}
+	}()
+	return w
+}
+
+// finish stops w and returns its end.
+func (w *pendingWait) finish() waitDone {
+	w.cancel()
+	return <-w.done
+}
+
+// reportWait hands the partitions a wait found entries on to the
+// coordinator; failed says the wait failed (not stopped by the loop).
+func (p *Partitioned) reportWait(ctx context.Context, d waitDone) (failed bool) {
+	if ctx.Err() != nil {
+		return false
+	}
+	if d.err != nil && !d.stopped {
+		p.log.Warn("waiting for entries failed", "subscription", p.cfg.Name, "streams", len(d.from), "err", d.err)
+		p.obs.error(ErrorEvent{Subscription: p.cfg.Name, Op: "wait", Err: d.err})
+		return true
+	}
+	if keys := p.watch.fired(d.streams, d.from); len(keys) > 0 {
+		p.send(evWake{keys: keys})
+	}
+	return false
+}
+
+// waitTiers runs one base wait on base (the watch set as of epoch), and
+// fresh waits beside it on what is added after, until the base wait
+// returns or must take the fresh streams in. failed: a wait failed.
+func (p *Partitioned) waitTiers(ctx context.Context, base map[string]string, epoch uint64, added <-chan struct{}, restarts *waitBudget) (failed bool) {
+	bw := p.startWait(ctx, base)
+	var (
+		fw        *pendingWait
+		freshN    int
+		lastFresh time.Time
+		timer     clock.Timer
+		timerC    <-chan time.Time
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	stopFresh := func() {
+		if fw != nil {
+			failed = p.reportWait(ctx, fw.finish()) || failed
+			fw = nil
+		}
+	}
+	for {
+		var freshDone chan waitDone
+		if fw != nil {
+			freshDone = fw.done
+		}
+		restart, restartedByAddition := false, false
+		select {
+		case <-ctx.Done():
+			bw.finish()
+			stopFresh()
+			return false
+		case d := <-bw.done:
+			stopFresh()
+			return p.reportWait(ctx, d) || failed
+		case d := <-freshDone:
+			fw = nil
+			if p.reportWait(ctx, d) {
+				p.reportWait(ctx, bw.finish())
+				return true
+			}
+			restart = true // on what is still fresh
+		case <-added:
+			added = nil
+			now := p.clk.Now()
+			gap := max(p.cfg.WaitRestart, time.Duration(freshN)*10*time.Microsecond)
+			wait := max(lastFresh.Add(gap).Sub(now), restarts.due(now))
+			if wait <= 0 {
+				restart, restartedByAddition = true, true
+			} else if timerC == nil {
+				timer = p.clk.NewTimer(wait)
+				timerC = timer.C()
+			}
+		case <-timerC:
+			timer, timerC = nil, nil
+			restart, restartedByAddition = true, true
+		}
+		if !restart {
+			continue
+		}
+		stopFresh()
+		if failed {
+			p.reportWait(ctx, bw.finish())
+			return true
+		}
+		var fresh map[string]string
+		fresh, _, added = p.watch.since(epoch)
+		for st, id := range fresh {
+			if base[st] == id {
+				delete(fresh, st) // the base wait covers it as it is
+			}
+		}
+		if len(fresh) > 64 && len(fresh) > len(base)/4 {
+			return p.reportWait(ctx, bw.finish())
+		}
+		freshN = len(fresh)
+		if freshN > 0 {
+			lastFresh = p.clk.Now()
+			if restartedByAddition {
+				restarts.spend(lastFresh, freshN+waitRestartStreams)
+			}
+			fw = p.startWait(ctx, fresh)
 		}
 	}
 }
@@ -241,6 +421,9 @@ func (p *Partitioned) discoverLoop(ctx context.Context) {
 		if len(keys) > 0 || scanErr == nil {
 			p.send(evDiscovered{keys: keysOf(keys), complete: scanErr == nil, started: started})
 		}
+		if scanErr == nil {
+			p.lastScanned.Store(int64(len(keys)))
+		}
 		t := p.clk.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -249,6 +432,12 @@ func (p *Partitioned) discoverLoop(ctx context.Context) {
 		case <-t.C():
 		case <-p.rediscover:
 			t.Stop()
+			// A scan brought forward (a changed index, a new watch) waits
+			// for the last one to be rescanGap old: a scan costs the
+			// server in proportion to the index.
+			if d := started.Add(rescanGap(p.lastScanned.Load())).Sub(p.clk.Now()); d > 0 && !p.sleep(ctx, d) {
+				return
+			}
 		}
 	}
 }

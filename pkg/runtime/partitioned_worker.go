@@ -62,7 +62,10 @@ type worker struct {
 	cancel context.CancelCauseFunc
 	lease  *heldLease
 	slot   bool
-	rd     *slotReader // the slot's pinned reader, while slot (nil: none)
+	slotAt time.Time // when the worker took its slot
+	// slotRounds counts the rounds that found entries since then.
+	slotRounds int
+	rd         *slotReader // the slot's pinned reader, while slot (nil: none)
 	// preTails are the lanes' tails taken with the lease (acquire), for
 	// tails; nil when they were not.
 	preTails map[string]string
@@ -220,6 +223,12 @@ func (w *worker) process() result {
 			return r
 		}
 		if got {
+			w.slotRounds++
+			if w.slotRounds > 1 && p.slotWaiters.Load() > 0 && p.clk.Now().Sub(w.slotAt) >= slotQuantum {
+				if r, done := w.yieldSlot(); done {
+					return r
+				}
+			}
 			continue
 		}
 		if r, done := w.drained(); done {
@@ -934,6 +943,18 @@ func (w *worker) takeSlot() (result, bool) {
 	select {
 	case p.sem <- struct{}{}:
 		w.slot = true
+		w.slotAt, w.slotRounds = p.clk.Now(), 0
+		w.rd = p.takeReader()
+		growStack()
+		return result{}, false
+	default:
+	}
+	p.slotWaiters.Add(1)
+	defer p.slotWaiters.Add(-1)
+	select {
+	case p.sem <- struct{}{}:
+		w.slot = true
+		w.slotAt, w.slotRounds = p.clk.Now(), 0
 		w.rd = p.takeReader()
 		growStack()
 		return result{}, false
@@ -944,6 +965,24 @@ func (w *worker) takeSlot() (result, bool) {
 	case <-w.ctx.Done():
 		return w.ctxResult(), true
 	}
+}
+
+// slotQuantum is how long a worker that keeps finding entries keeps its
+// slot while other workers wait for one: a partition that drains sooner,
+// or within two rounds (the common case), never yields, and a yield costs a round trip (the
+// slot's pinned reader re-checks a lease it was not reading under).
+const slotQuantum = 100 * time.Millisecond
+
+// yieldSlot gives the worker's slot to a worker waiting for one and
+// queues for it again (a channel's blocked senders are served in order),
+// so that a partition that never drains cannot keep its slot from
+// partitions that wait. What was handled stays to be acked by the lane's
+// next read, as it would have been without the yield: the wait is
+// bounded by the other workers' quanta, well inside the lease's trust
+// window. stop means the worker must end.
+func (w *worker) yieldSlot() (result, bool) {
+	w.releaseSlot()
+	return w.takeSlot()
 }
 
 func (w *worker) releaseSlot() {

@@ -1,0 +1,555 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/protctl/protctl/internal/testenv"
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/broker/memorybroker"
+	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+	"github.com/protctl/protctl/pkg/runtime/memstore"
+	"github.com/protctl/protctl/pkg/runtime/redisstore"
+)
+
+// The latency benchmarks measure what a user of a live flow feels: the
+// time from a publish to the handler call while events keep arriving at a
+// steady rate, for the runtime and for a plain consumer of the same
+// events in the same run.
+
+// latRecorder keeps, per event sequence number, when its handler call
+// came (nanoseconds after the publish; 0: not yet), for one consumer.
+type latRecorder struct {
+	lat  []atomic.Int64
+	n    atomic.Int64 // handler calls, duplicates included
+	dups atomic.Int64
+}
+
+func newLatRecorder(events int) *latRecorder {
+	return &latRecorder{lat: make([]atomic.Int64, events)}
+}
+
+// record parses the sequence number and publish time out of an event's
+// data (latEnvelope) and records the latency.
+func (r *latRecorder) record(data []byte) {
+	now := time.Now().UnixNano()
+	seq, t := latParse(data)
+	r.n.Add(1)
+	if seq < 0 || seq >= len(r.lat) {
+		return
+	}
+	if !r.lat[seq].CompareAndSwap(0, max(now-t, 1)) {
+		r.dups.Add(1)
+	}
+}
+
+// summary returns the sorted latencies of the events handled and how many
+// were not.
+func (r *latRecorder) summary() (sorted []time.Duration, missing int) {
+	for i := range r.lat {
+		v := r.lat[i].Load()
+		if v == 0 {
+			missing++
+			continue
+		}
+		sorted = append(sorted, time.Duration(v))
+	}
+	slices.Sort(sorted)
+	return sorted, missing
+}
+
+func latPct(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p * float64(len(sorted)-1))
+	return sorted[i]
+}
+
+// latEnvelope is a Protean-shaped envelope carrying seq and the publish
+// time.
+func latEnvelope(seq int, t int64) string {
+	return `{"data":{"s":` + strconv.Itoa(seq) + `,"t":` + strconv.FormatInt(t, 10) +
+		`},"metadata":{"headers":{"id":"e` + strconv.Itoa(seq) + `","type":"Bench.Latency"}}}`
+}
+
+func latParse(data []byte) (seq int, t int64) {
+	seq, t = -1, 0
+	if i := bytes.Index(data, []byte(`"s":`)); i >= 0 {
+		rest := data[i+4:]
+		j := bytes.IndexByte(rest, ',')
+		if j > 0 {
+			seq, _ = strconv.Atoi(string(rest[:j]))
+		}
+	}
+	if i := bytes.Index(data, []byte(`"t":`)); i >= 0 {
+		rest := data[i+4:]
+		j := bytes.IndexByte(rest, '}')
+		if j > 0 {
+			t, _ = strconv.ParseInt(string(rest[:j]), 10, 64)
+		}
+	}
+	return seq, t
+}
+
+// latScenario picks the key of each event.
+type latScenario struct {
+	name string
+	// keys is how many keys exist before the run (written one entry each
+	// and handled): 0 for new keys.
+	keys int
+	key  func(seq int, rng *rand.Rand) string
+	// hold: the keys' partitions are idle (no lease) when the run starts.
+	idle bool
+}
+
+func latScenarios(rng *rand.Rand) []latScenario {
+	zipf := rand.NewZipf(rng, 1.1, 1, 999)
+	return []latScenario{
+		{name: "new", key: func(seq int, _ *rand.Rand) string { return "n" + strconv.Itoa(seq) }},
+		{name: "idle", keys: 1000, idle: true, key: func(_ int, r *rand.Rand) string { return rtKey(r.IntN(1000)) }},
+		{name: "hot", keys: 12, key: func(seq int, _ *rand.Rand) string { return rtKey(seq % 12) }},
+		{name: "zipf", keys: 1000, key: func(int, *rand.Rand) string { return rtKey(int(zipf.Uint64())) }},
+	}
+}
+
+// latPlain is the baseline: one loop of XREADGROUP BLOCK over every
+// stream of the run (COUNT 100 per stream), calling the handler for each
+// entry and acking each stream's batch in one pipeline, until ctx ends.
+func latPlain(ctx context.Context, c *redis.Client, streams []string, group string, handle func([]byte)) error {
+	args := make([]string, 0, 2*len(streams))
+	args = append(args, streams...)
+	for range streams {
+		args = append(args, ">")
+	}
+	for ctx.Err() == nil {
+		res, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group: group, Consumer: "plain", Streams: args, Count: 100, Block: time.Second,
+		}).Result()
+		if err == redis.Nil {
+			continue
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		pipe := c.Pipeline()
+		for _, st := range res {
+			ids := make([]string, len(st.Messages))
+			for i, m := range st.Messages {
+				v, _ := m.Values[broker.DataField].(string)
+				handle([]byte(v))
+				ids[i] = m.ID
+			}
+			if len(ids) > 0 {
+				pipe.XAck(ctx, st.Stream, group, ids...)
+			}
+		}
+		if _, err := pipe.Exec(ctx); err != nil && ctx.Err() == nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// latPublish writes events events at rate per second the way Protean's
+// RedisBroker writes them (SADD C:__partitions__ K, XADD C:K * data ...,
+// pipelined), paced: each event is sent at its due time, or at once with
+// the others already due when the publisher is late. It stamps every
+// event with the time it is sent.
+func latPublish(ctx context.Context, tb testing.TB, c *redis.Client, category string, keys []string, rate int) time.Duration {
+	tb.Helper()
+	l := broker.ProteanLayout
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := 0; i < len(keys); {
+		due := start.Add(time.Duration(i) * interval)
+		if d := time.Until(due); d > 0 {
+			time.Sleep(d)
+		}
+		now := time.Now()
+		pipe := c.Pipeline()
+		for ; i < len(keys) && !start.Add(time.Duration(i)*interval).After(now); i++ {
+			pipe.SAdd(ctx, l.IndexKey(category), keys[i])
+			pipe.XAdd(ctx, &redis.XAddArgs{Stream: l.Stream(category, keys[i]), Values: []string{broker.DataField, latEnvelope(i, now.UnixNano())}})
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return time.Since(start)
+}
+
+// latResult is one consumer's figures for one run.
+type latResult struct {
+	p50, p90, p99, max time.Duration
+	missing            int
+	dups               int64
+}
+
+func (r latResult) String() string {
+	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 2, 64) }
+	s := fmt.Sprintf("p50 %s p90 %s p99 %s max %s ms", ms(r.p50), ms(r.p90), ms(r.p99), ms(r.max))
+	if r.missing > 0 {
+		s += fmt.Sprintf(" (%d not handled)", r.missing)
+	}
+	return s
+}
+
+func latResultOf(rec *latRecorder) latResult {
+	sorted, missing := rec.summary()
+	r := latResult{missing: missing, dups: rec.dups.Load()}
+	if len(sorted) > 0 {
+		r.p50, r.p90, r.p99, r.max = latPct(sorted, 0.50), latPct(sorted, 0.90), latPct(sorted, 0.99), sorted[len(sorted)-1]
+	}
+	return r
+}
+
+// BenchmarkLatencyRedis measures publish-to-handler latency of the Redis
+// partitioned runtime (a Node with one subscription at the production
+// defaults, an in-process handler) against a plain XREADGROUP BLOCK loop
+// over the same streams calling the same handler, both consuming the same
+// events (each with its own group) in the same run. Events are written
+// as Protean's RedisBroker writes them, without protctl's wake-up signal.
+//
+// Scenarios: new (every event to a key nobody has seen: the plain loop is
+// told the streams up front, the runtime must discover them), idle (1,000
+// keys written and handled before, idle without a lease when the run
+// starts, events to random keys), hot (12 keys, round robin) and zipf
+// (1,000 keys, Zipf s=1.1). Rates: PROTCTL_BENCH_LATENCY_RATES (default
+// 50,500,5000 events/s), each for PROTCTL_BENCH_LATENCY_WINDOW (default
+// 2s; new keys are capped at PROTCTL_BENCH_LATENCY_NEWKEYS, default
+// 2,000 events). Events not handled PROTCTL_BENCH_LATENCY_DRAIN (default
+// 40s) after the last publish are reported as not handled.
+//
+// PROTCTL_BENCH_LATENCY_NOTIFY sets the server's notify-keyspace-events
+// (e.g. Et: the runtime then learns of appends from keyspace events; by
+// default the server publishes none and the runtime polls the index).
+//
+// Reported per scenario and rate: p50/p90/p99/max of each consumer (ms),
+// the ratio of the runtime's p99 to the plain loop's (target <= 2) and
+// the runtime's p50 (target <= 2 ms).
+func BenchmarkLatencyRedis(b *testing.B) {
+	ctx := context.Background()
+	var opts []testenv.RedisOption
+	if events := os.Getenv("PROTCTL_BENCH_LATENCY_NOTIFY"); events != "" {
+		opts = append(opts, testenv.WithArgs("--notify-keyspace-events", events))
+	}
+	srv := testenv.StartRedis(b, opts...)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	window := rtEnvDuration(b, "PROTCTL_BENCH_LATENCY_WINDOW", 2*time.Second)
+	drain := rtEnvDuration(b, "PROTCTL_BENCH_LATENCY_DRAIN", 40*time.Second)
+	newCap := rtEnvInt(b, "PROTCTL_BENCH_LATENCY_NEWKEYS", 2000)
+	var rates []int
+	for _, f := range strings.Split(envOr("PROTCTL_BENCH_LATENCY_RATES", "50,500,5000"), ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			b.Fatalf("PROTCTL_BENCH_LATENCY_RATES: %q is not a positive rate", f)
+		}
+		rates = append(rates, n)
+	}
+	only := envOr("PROTCTL_BENCH_LATENCY_SCENARIOS", "")
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, sc := range latScenarios(rng) {
+		if only != "" && !slices.Contains(strings.Split(only, ","), sc.name) {
+			continue
+		}
+		for _, rate := range rates {
+			b.Run(fmt.Sprintf("%s/%d", sc.name, rate), func(b *testing.B) {
+				var rt, plain latResult
+				for i := 0; i < b.N; i++ {
+					events := max(1, int(float64(rate)*window.Seconds()))
+					if sc.keys == 0 {
+						events = min(events, newCap)
+					}
+					rt, plain = latRun(ctx, b, srv.Addr, admin, sc, rate, events, drain, rng)
+				}
+				ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+				b.ReportMetric(ms(rt.p50), "rt-p50-ms")
+				b.ReportMetric(ms(rt.p99), "rt-p99-ms")
+				b.ReportMetric(ms(plain.p50), "plain-p50-ms")
+				b.ReportMetric(ms(plain.p99), "plain-p99-ms")
+				if plain.p99 > 0 {
+					b.ReportMetric(float64(rt.p99)/float64(plain.p99), "p99-ratio")
+				}
+				b.ReportMetric(float64(rt.missing), "rt-not-handled")
+				b.Logf("%s at %d/s: runtime %s; plain %s", sc.name, rate, rt, plain)
+			})
+		}
+	}
+}
+
+func envOr(name, def string) string {
+	if v := strings.TrimSpace(os.Getenv(name)); v != "" {
+		return v
+	}
+	return def
+}
+
+// latRun is one run of a scenario at a rate: a fresh category, the keys
+// that exist before written and handled by both consumers, then events
+// events published at rate while both consume.
+func latRun(ctx context.Context, b *testing.B, addr string, admin *redis.Client, sc latScenario, rate, events int, drain time.Duration, rng *rand.Rand) (rt, plain latResult) {
+	b.Helper()
+	if err := admin.FlushAll(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	const category = "lat::order"
+	const plainGroup = "plain.Consumer"
+	l := broker.ProteanLayout
+	keys := make([]string, events)
+	for i := range keys {
+		keys[i] = sc.key(i, rng)
+	}
+	// Every stream the run touches, for the plain loop, which is told
+	// them up front (its group made on each, MKSTREAM).
+	var streams []string
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if !seen[k] {
+			seen[k] = true
+			streams = append(streams, l.Stream(category, k))
+		}
+	}
+	for p := 0; p < sc.keys; p++ {
+		if k := rtKey(p); !seen[k] {
+			seen[k] = true
+			streams = append(streams, l.Stream(category, k))
+		}
+	}
+	pipe := admin.Pipeline()
+	for _, s := range streams {
+		pipe.XGroupCreateMkStream(ctx, s, plainGroup, "0")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		b.Fatal(err)
+	}
+	// The keys that exist before: one entry each, sequence numbers past
+	// the run's, so neither recorder counts them.
+	pipe = admin.Pipeline()
+	for p := 0; p < sc.keys; p++ {
+		pipe.SAdd(ctx, l.IndexKey(category), rtKey(p))
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: l.Stream(category, rtKey(p)), Values: []string{broker.DataField, latEnvelope(events+p, 0)}})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		b.Fatal(err)
+	}
+
+	rtRec, plainRec := newLatRecorder(events), newLatRecorder(events)
+	h := runtime.HandlerFunc(func(_ context.Context, m runtime.Message) error {
+		rtRec.record(m.Data)
+		return nil
+	})
+	n, sub, _, c := rtNode(b, addr, "node-1", category, h, nil, nil)
+	defer func() {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if err := n.Stop(sctx); err != nil {
+			b.Error(err)
+		}
+		_ = c.Close()
+	}()
+	pc := redis.NewClient(&redis.Options{Addr: addr})
+	defer pc.Close()
+	pctx, pcancel := context.WithCancel(ctx)
+	var pwg sync.WaitGroup
+	pwg.Add(1)
+	go func() {
+		defer pwg.Done()
+		if err := latPlain(pctx, pc, streams, plainGroup, plainRec.record); err != nil {
+			b.Error(err)
+		}
+	}()
+	defer func() { pcancel(); pwg.Wait() }()
+
+	pre := int64(sc.keys)
+	rtWait(b, time.Minute, 10*time.Millisecond, "the existing keys handled", func() bool {
+		return rtRec.n.Load() >= pre && plainRec.n.Load() >= pre
+	})
+	// Let the workers of the keys that exist settle (drain and wait).
+	time.Sleep(time.Second)
+	if sc.idle {
+		rtWait(b, time.Minute, 50*time.Millisecond, "the existing keys idle without a lease", func() bool {
+			st := sub.Status()
+			return len(st.Held) == 0 && st.Counters[runtime.CounterWatched] == pre
+		})
+	}
+	b.ResetTimer()
+	pub := redis.NewClient(&redis.Options{Addr: addr})
+	defer pub.Close()
+	took := latPublish(ctx, b, pub, category, keys, rate)
+	b.StopTimer()
+	if slow := float64(events) / took.Seconds(); slow < 0.9*float64(rate) {
+		b.Logf("the publisher reached %.0f events/s of %d", slow, rate)
+	}
+	total := pre + int64(events)
+	deadline := time.Now().Add(drain)
+	for time.Now().Before(deadline) && (rtRec.n.Load() < total || plainRec.n.Load() < total) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return latResultOf(rtRec), latResultOf(plainRec)
+}
+
+// BenchmarkLatencyKafka measures produce-to-handler latency of the Kafka
+// topic runtime (a Node with one TopicSubscriptions, stores in memory,
+// 12 partitions on an in-process kfake) against a raw franz-go consumer
+// of the same topic, both consuming the same records in the same run,
+// at the rates of PROTCTL_BENCH_LATENCY_RATES for
+// PROTCTL_BENCH_LATENCY_WINDOW (default 2s) each. Records go to 1,200
+// aggregates in round robin; the producer lingers 0 (each record sent
+// at once). Reported: p50/p99 of each (ms) and the ratio of the p99s
+// (target <= 2).
+func BenchmarkLatencyKafka(b *testing.B) {
+	window := rtEnvDuration(b, "PROTCTL_BENCH_LATENCY_WINDOW", 2*time.Second)
+	drain := rtEnvDuration(b, "PROTCTL_BENCH_LATENCY_DRAIN", 40*time.Second)
+	var rates []int
+	for _, f := range strings.Split(envOr("PROTCTL_BENCH_LATENCY_RATES", "50,500,5000"), ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			b.Fatalf("PROTCTL_BENCH_LATENCY_RATES: %q is not a positive rate", f)
+		}
+		rates = append(rates, n)
+	}
+	for _, rate := range rates {
+		b.Run(strconv.Itoa(rate), func(b *testing.B) {
+			var rt, raw latResult
+			for i := 0; i < b.N; i++ {
+				events := max(1, int(float64(rate)*window.Seconds()))
+				rt, raw = latKafkaRun(b, rate, events, drain)
+			}
+			ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+			b.ReportMetric(ms(rt.p50), "rt-p50-ms")
+			b.ReportMetric(ms(rt.p99), "rt-p99-ms")
+			b.ReportMetric(ms(raw.p50), "raw-p50-ms")
+			b.ReportMetric(ms(raw.p99), "raw-p99-ms")
+			if raw.p99 > 0 {
+				b.ReportMetric(float64(rt.p99)/float64(raw.p99), "p99-ratio")
+			}
+			b.ReportMetric(float64(rt.missing), "rt-not-handled")
+			b.Logf("kafka at %d/s: runtime %s; raw %s", rate, rt, raw)
+		})
+	}
+}
+
+func latKafkaRun(b *testing.B, rate, events int, drain time.Duration) (rt, raw latResult) {
+	b.Helper()
+	k := testenv.StartKafka(b, kPartitions, kTopic)
+	rtRec, rawRec := newLatRecorder(events), newLatRecorder(events)
+
+	src, err := kafkasource.New(k.Brokers)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	mb := memorybroker.New()
+	store := memstore.New(mb.Faults())
+	ts, err := runtime.NewTopicSubscriptions(runtime.TopicConfig{
+		Topic: kTopic,
+		Subscriptions: []runtime.TopicSubscription{{Name: "bench.latency", Handler: runtime.HandlerFunc(
+			func(_ context.Context, m runtime.Message) error {
+				rtRec.record(m.Data)
+				return nil
+			})}},
+		Source:      src,
+		Leases:      mb,
+		LeaseGroup:  redisstore.TopicLeaseGroup("bench", kTopic),
+		Checkpoints: store,
+		Ledger:      store,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	node, err := runtime.NewNode(runtime.NodeConfig{Service: "bench", NodeID: "n1", Membership: store}, ts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := node.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := node.Stop(ctx); err != nil {
+			b.Error(err)
+		}
+	}()
+
+	rawCl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ConsumeTopics(kTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rctx, rcancel := context.WithCancel(context.Background())
+	var rwg sync.WaitGroup
+	rwg.Add(1)
+	go func() {
+		defer rwg.Done()
+		for rctx.Err() == nil {
+			fs := rawCl.PollFetches(rctx)
+			fs.EachRecord(func(r *kgo.Record) { rawRec.record(r.Value) })
+		}
+	}()
+	defer func() { rcancel(); rwg.Wait(); rawCl.Close() }()
+
+	prod := k.Client(b, kgo.ProducerLinger(0))
+	ctx := context.Background()
+	send := func(seq int) {
+		agg := seq % kAggregates
+		if seq < 0 {
+			agg = -seq % kAggregates
+		}
+		key := "agg-" + strconv.Itoa(agg)
+		r := &kgo.Record{Topic: kTopic, Partition: int32(agg % kPartitions), Key: []byte(key),
+			Value:   []byte(latEnvelope(seq, time.Now().UnixNano())),
+			Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(key + "-" + strconv.Itoa(seq))}}}
+		prod.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	// Warm up: one record per partition, seen by both, before the clock.
+	for p := 0; p < kPartitions; p++ {
+		send(-(p + 1))
+	}
+	rtWait(b, time.Minute, 10*time.Millisecond, "both consumers running", func() bool {
+		return rtRec.n.Load() >= kPartitions && rawRec.n.Load() >= kPartitions
+	})
+	b.ResetTimer()
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := 0; i < events; {
+		due := start.Add(time.Duration(i) * interval)
+		if d := time.Until(due); d > 0 {
+			time.Sleep(d)
+		}
+		now := time.Now()
+		for ; i < events && !start.Add(time.Duration(i)*interval).After(now); i++ {
+			send(i)
+		}
+	}
+	b.StopTimer()
+	total := int64(kPartitions + events)
+	deadline := time.Now().Add(drain)
+	for time.Now().Before(deadline) && (rtRec.n.Load() < total || rawRec.n.Load() < total) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return latResultOf(rtRec), latResultOf(rawRec)
+}
