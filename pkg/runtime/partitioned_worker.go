@@ -968,7 +968,7 @@ func (w *worker) release(res result, reason string) result {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RenewEvery)
 		defer cancel()
 	}
-	ok, err := p.cfg.Broker.ReleasePartitionLease(ctx, w.lease.fence)
+	ok, err := w.releaseLease(ctx)
 	w.lease.lost.Store(true) // no longer ours either way: the renewer skips it
 	switch {
 	case err != nil:
