@@ -1037,7 +1037,7 @@ func (w *worker) lostResult() result {
 		// wait for the TTL.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), p.cfg.RenewEvery)
 		defer cancel()
-		_, _ = p.cfg.Broker.ReleasePartitionLease(ctx, w.lease.fence)
+		_, _ = w.releaseLease(ctx)
 	}
 	return result{kind: resLost}
 }
