@@ -86,14 +86,14 @@ func (in *Inspector) staleConsumers(ctx context.Context, category string, lanes 
 			case err == nil:
 				lease = &v
 			case errors.Is(err, redis.Nil):
-			case isReplyErr(err):
+			case isReplyErr(err) && strings.HasPrefix(err.Error(), "WRONGTYPE"):
 				continue // not a lease: leave the group's consumers alone
 			default:
 				return nil, wrapErr(op, in.layout.LeaseKey(r.group, r.lane.key), "string", err)
 			}
 			cs, err := r.consumers.Result()
 			if err != nil {
-				if isReplyErr(err) {
+				if isNoSuchKey(err) || (isReplyErr(err) && strings.HasPrefix(err.Error(), "NOGROUP")) {
 					continue // the lane or group went since XINFO GROUPS
 				}
 				return nil, wrapErr(op, r.lane.stream, "stream", err)
