@@ -27,7 +27,7 @@ C:__partitions__. Each subscription reads a partition as a consumer group,
 under a lease G:K:__lease__ whose value owner:generation fences every read
 and ack.
 
-The repairs (reap, release, skip-head) are planned first and applied fenced
+The repairs (reap, release, skip-head, prune-consumers) are planned first and applied fenced
 on the state the plan saw; see "protctl apply".
 
 A partition halted on a poison message (Protean's sequential_by keeps the
@@ -47,6 +47,7 @@ lease and redelivers the head forever) is repaired with protctl alone:
 		newPartitionsReleaseCmd(f),
 		newPartitionsSkipHeadCmd(f),
 		newPartitionsFsckCmd(f),
+		newPartitionsPruneConsumersCmd(f),
 	)
 	return cmd
 }

@@ -23,7 +23,7 @@ func newPartitionsFsckCmd(f *Factory) *cobra.Command {
 	opts := &partitionsFsckOptions{IO: f.IOStreams, Inspector: f.Inspector}
 	return &cobra.Command{
 		Use:   "fsck CATEGORY",
-		Short: "Find orphans: partition streams missing from the index, index entries without streams",
+		Short: "Find orphans (streams missing from the index, index entries without streams) and stale consumers",
 		Long: `Check a category's index against its streams, by an explicit, paced SCAN of
 the keyspace for CATEGORY:* (progress on stderr; the only keyspace scan
 besides listing every category):
@@ -32,6 +32,12 @@ besides listing every category):
                     consumers never discover it, its entries wait forever
   missing-stream    an index entry with no stream: harmless, listed until
                     reaped or published to again
+
+and lists the stale consumers of the partition streams it found: consumers
+of a group with no pending entries that are not the group's live lease
+(owner:generation), as earlier lease generations and Protean instances
+leave them. They hold nothing but cost memory and XINFO time; remove them
+with 'protctl partitions prune-consumers'.
 
 It changes nothing and exits 0 whatever it finds; -o json lists the
 findings for scripts.`,
@@ -62,6 +68,9 @@ func runPartitionsFsck(ctx context.Context, opts *partitionsFsckOptions) error {
 	if rep.Orphans == nil {
 		rep.Orphans = []inspect.Orphan{}
 	}
+	if rep.StaleConsumers == nil {
+		rep.StaleConsumers = []inspect.StaleConsumer{}
+	}
 	return opts.Printer.PrintObject("FsckReport", rep, func(w io.Writer, st output.Styles) error {
 		tone := output.ToneGood
 		if len(rep.Orphans) > 0 {
@@ -72,18 +81,21 @@ func runPartitionsFsck(ctx context.Context, opts *partitionsFsckOptions) error {
 			output.Field{Label: "Index entries", Value: fmt.Sprint(rep.Indexed)},
 			output.Field{Label: "Partition streams", Value: fmt.Sprint(rep.Streams)},
 			output.Field{Label: "Orphans", Value: fmt.Sprint(len(rep.Orphans)), Tone: tone},
+			output.Field{Label: "Stale consumers", Value: fmt.Sprint(len(rep.StaleConsumers)), Tone: staleTone(rep.StaleConsumers)},
 		); err != nil {
 			return err
 		}
-		if len(rep.Orphans) == 0 {
-			return nil
+		if len(rep.Orphans) > 0 {
+			fmt.Fprintln(w)
+			if err := viewPrinter(opts.IO, w).PrintList("Orphan", rep.Orphans, output.TableSpec{Columns: []output.Column{
+				output.Col("KIND", func(o inspect.Orphan) string { return string(o.Kind) }),
+				output.Col("KEY", func(o inspect.Orphan) string { return o.Key }),
+				output.Col("STREAM", func(o inspect.Orphan) string { return o.Stream }),
+				output.Col("LENGTH", func(o inspect.Orphan) string { return fmt.Sprint(o.Length) }),
+			}}); err != nil {
+				return err
+			}
 		}
-		fmt.Fprintln(w)
-		return viewPrinter(opts.IO, w).PrintList("Orphan", rep.Orphans, output.TableSpec{Columns: []output.Column{
-			output.Col("KIND", func(o inspect.Orphan) string { return string(o.Kind) }),
-			output.Col("KEY", func(o inspect.Orphan) string { return o.Key }),
-			output.Col("STREAM", func(o inspect.Orphan) string { return o.Stream }),
-			output.Col("LENGTH", func(o inspect.Orphan) string { return fmt.Sprint(o.Length) }),
-		}})
+		return printStaleConsumers(opts.IO, w, rep.StaleConsumers)
 	})
 }

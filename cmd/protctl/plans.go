@@ -11,7 +11,7 @@ import (
 	"github.com/protctl/protctl/internal/repair"
 )
 
-// mutation is what every mutator (reap, release, skip-head, trim, parked
+// mutation is what every mutator (reap, release, skip-head, prune-consumers, trim, parked
 // retry and skip, apply) shares: the guard rails and the plan/apply flow.
 // Build it in RunE with newMutation; runMutation does the rest:
 //
@@ -319,13 +319,17 @@ func seenText(it repair.Item) string {
 		if pe := pc.Pending; pe != nil {
 			parts = append(parts, fmt.Sprintf("delivered %d times to %s", pe.Deliveries, pe.Consumer))
 		}
+	case repair.ActionPruneConsumer:
+		if pc.ConsumerPending != nil {
+			parts = append(parts, fmt.Sprintf("%d pending", *pc.ConsumerPending))
+		}
 	case repair.ActionReap:
 		if pc.LastEntryID != nil {
 			parts = append(parts, "last entry "+*pc.LastEntryID)
 		}
 	}
 	switch it.Action {
-	case repair.ActionRelease, repair.ActionDeadLetter:
+	case repair.ActionRelease, repair.ActionDeadLetter, repair.ActionPruneConsumer:
 		if pc.Lease != nil {
 			parts = append(parts, "lease "+*pc.Lease)
 		} else {

@@ -43,7 +43,7 @@ const operationsDoc = "../../docs/operations.md"
 // runbookNames are the incidents docs/operations.md must cover.
 var runbookNames = []string{
 	"stuck-parked", "stuck-protean", "node-died", "node-fenced", "redis-restarted",
-	"stream-growth", "reap-cold", "kafka-partitions", "redis-to-cluster",
+	"stream-growth", "reap-cold", "consumers-pile-up", "kafka-partitions", "redis-to-cluster",
 }
 
 // rbCommand is one command line of a runbook block.
@@ -650,6 +650,40 @@ func runbookDefs() map[string]runbookDef {
 						rb.wantRow(r, "trim", "billing::payment:p-1", `.*`, "yes", "applied")
 						rb.wantLen(2)
 					}},
+			},
+		},
+		"consumers-pile-up": {
+			setup: func(t *testing.T) *rbEnv {
+				rb := standardRunbook(t)
+				// Two earlier generations of the healthy partition.
+				for _, name := range []string{"node-a:1", "node-a:2"} {
+					if err := rb.c.XGroupCreateConsumer(rb.ctx(), broker.ProteanLayout.Stream(rb.s.Orders, rb.s.Healthy), rb.s.Projector, name).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return rb
+			},
+			steps: []rbStep{
+				{cmd: "protctl partitions fsck shop::order", check: func(rb *rbEnv, r result) {
+					if !regexp.MustCompile(`(?m)^Stale consumers:\s+4$`).MatchString(r.stdout) {
+						rb.t.Errorf("fsck does not count 4 stale consumers:\n%s", r.stdout)
+					}
+					rb.wantRow(r, "o-healthy", "shop::order:o-healthy", "app.OrderProjector", "node-a:1", `\S+`, rb.s.HealthyToken)
+					rb.wantRow(r, "o-cold", "shop::order:o-cold", "app.OrderProjector", "fixture-consumer", `\S+`, "free")
+				}},
+				{cmd: "protctl partitions prune-consumers shop::order --dry-run", check: func(rb *rbEnv, r result) {
+					rb.wantRow(r, "prune-consumer", "consumer node-a:2 of app.OrderProjector on shop::order:o-healthy", "0 pending; lease "+rb.s.HealthyToken, "yes")
+					if n := strings.Count(strings.TrimSpace(r.stdout), "\n"); n != 4 {
+						rb.t.Errorf("want 4 items, got %d lines:\n%s", n, r.stdout)
+					}
+				}},
+				{cmd: "protctl partitions prune-consumers shop::order --yes", check: func(rb *rbEnv, r result) {
+					rb.wantRow(r, "prune-consumer", "consumer node-a:1 of app.OrderProjector on shop::order:o-healthy", `.*`, "yes", "applied")
+					cs, err := rb.c.XInfoConsumers(rb.ctx(), broker.ProteanLayout.Stream(rb.s.Orders, rb.s.Healthy), rb.s.Projector).Result()
+					if err != nil || len(cs) != 1 || cs[0].Name != rb.s.HealthyToken {
+						rb.t.Errorf("healthy consumers after the prune %+v, %v; want the live lease's alone", cs, err)
+					}
+				}},
 			},
 		},
 		"reap-cold": {

@@ -144,7 +144,7 @@ var (
 		"+smembers", "+sismember", "+smismember", "+scard", "+sscan", "+srandmember",
 		"+hget", "+hgetall", "+hscan",
 		"+zrangebyscore",
-		"+xlen", "+xrange", "+xrevrange", "+xpending", "+xinfo|groups", "+xinfo|stream",
+		"+xlen", "+xrange", "+xrevrange", "+xpending", "+xinfo|groups", "+xinfo|stream", "+xinfo|consumers",
 		"+evalsha", "+eval",
 	}
 
@@ -154,10 +154,11 @@ var (
 	// deadletter.lua (XADD, XACK: skip-head), trim.lua (XTRIM),
 	// request.lua (SET) and the request's PUBLISH (parked retry/skip);
 	// publish.lua, append.lua, record.lua (XADD, SADD, PUBLISH: protctl
-	// publish); the audit entry (XADD ... MAXLEN).
+	// publish); delconsumer.lua (XINFO CONSUMERS, XGROUP DELCONSUMER:
+	// partitions prune-consumers); the audit entry (XADD ... MAXLEN).
 	operatorCommands = []string{
 		"+del", "+srem", "+sadd", "+set",
-		"+xadd", "+xack", "+xtrim",
+		"+xadd", "+xack", "+xtrim", "+xgroup|delconsumer",
 		"+publish",
 	}
 
@@ -170,7 +171,8 @@ var (
 	// before a pipelined EVALSHA. The fenced reads run as optimistic
 	// transactions (redisbroker's fencedtx.go: WATCH lease, GET, MULTI,
 	// XACK or XGROUP CREATE, XREADGROUP, EXEC; UNWATCH when the lease is
-	// not the token).
+	// not the token). reclaim.lua and release.lua delete the group's
+	// empty consumers (XINFO CONSUMERS, XGROUP DELCONSUMER).
 	nodeCommands = []string{
 		"+time", "+type", "+exists",
 		"+get", "+mget", "+set", "+del", "+incr", "+pexpire", "+pttl",
@@ -178,7 +180,7 @@ var (
 		"+hget", "+hgetall", "+hscan", "+hset", "+hdel",
 		"+zadd", "+zrem", "+zrangebyscore", "+zremrangebyscore",
 		"+xadd", "+xack", "+xlen", "+xrange", "+xrevrange", "+xpending",
-		"+xinfo|groups", "+xinfo|stream", "+xgroup|create",
+		"+xinfo|groups", "+xinfo|stream", "+xinfo|consumers", "+xgroup|create", "+xgroup|delconsumer",
 		"+xreadgroup", "+xautoclaim", "+xread", "+xtrim",
 		"+publish", "+subscribe", "+unsubscribe",
 		"+evalsha", "+eval", "+script|load",

@@ -24,7 +24,7 @@ import (
 var (
 	operatorScripts = []string{
 		"redisbroker/lib.lua", "redisbroker/reaplib.lua", "redisbroker/reap.lua", "redisbroker/reaplanes.lua",
-		"redisbroker/release.lua", "redisbroker/trim.lua", "redisbroker/deadletter.lua",
+		"redisbroker/release.lua", "redisbroker/trim.lua", "redisbroker/deadletter.lua", "redisbroker/delconsumer.lua",
 		"redisbroker/publish.lua", "redisbroker/append.lua", "redisbroker/record.lua",
 		"redisstore/lib.lua", "redisstore/request.lua", "redisstore/members.lua",
 	}

@@ -11,7 +11,8 @@ import (
 
 // fsck finds orphans in two passes: a paced SCAN for category:* streams
 // whose partition key is not in the index (checked with SMISMEMBER in
-// batches), then an SSCAN of the index for keys with neither lane.
+// batches), then an SSCAN of the index for keys with neither lane; a
+// third pass lists the stale consumers of the streams the scan found.
 func (in *Inspector) fsck(ctx context.Context, category string, opts ScanOptions) (FsckReport, error) {
 	const op = "fsck"
 	if err := in.layout.ValidateName(op, "category", category); err != nil {
@@ -100,6 +101,15 @@ func (in *Inspector) fsck(ctx context.Context, category string, opts ScanOptions
 		}
 	}
 	rep.Indexed = int64(len(checked))
+
+	// Pass 3: consumers of the streams found that are stale.
+	lanes := make([]laneRef, len(streams))
+	for i, f := range streams {
+		lanes[i] = laneRef{f.key, f.stream}
+	}
+	if rep.StaleConsumers, err = in.staleConsumers(ctx, category, lanes); err != nil {
+		return FsckReport{}, err
+	}
 	slices.SortFunc(rep.Orphans, func(a, b Orphan) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Key, b.Key), cmp.Compare(a.Stream, b.Stream))
 	})

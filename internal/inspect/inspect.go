@@ -253,7 +253,8 @@ func (in *Inspector) TrimInfo(ctx context.Context, stream string, maxLen int64) 
 
 // Fsck finds orphans of category: partition streams missing from the
 // index (by a paced SCAN for category:*) and index entries without any
-// lane.
+// lane; and the stale consumers of the partition streams it found
+// (empty, and not the live lease's: StaleConsumer).
 func (in *Inspector) Fsck(ctx context.Context, category string, opts ScanOptions) (FsckReport, error) {
 	return in.fsck(ctx, category, opts)
 }

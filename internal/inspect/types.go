@@ -331,6 +331,10 @@ type FsckReport struct {
 	Indexed  int64    `json:"indexed"` // index entries checked
 	Streams  int64    `json:"streams"` // partition streams found by the scan
 	Orphans  []Orphan `json:"orphans"`
+	// StaleConsumers are the consumers of the partition streams found
+	// that hold no pending entries and are not the live lease's (see
+	// StaleConsumer).
+	StaleConsumers []StaleConsumer `json:"staleConsumers"`
 }
 
 // ScanProgress reports a paced keyspace scan's progress.

@@ -57,6 +57,8 @@ func (r *Repairer) applyItems(ctx context.Context, p *Plan, opts ApplyOptions, a
 				err = r.applyDeadLetter(ctx, it)
 			case ActionRetry, ActionSkip:
 				err = r.applyParked(ctx, it)
+			case ActionPruneConsumer:
+				err = r.applyPruneConsumer(ctx, it)
 			}
 			if err != nil {
 				it.Result, it.Detail = ResultNone, "not applied: "+err.Error()

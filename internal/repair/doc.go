@@ -76,6 +76,14 @@
 // The plan refuses an entry delivered fewer than MinDeliveries times
 // (default 2) unless Force is set: an owner may be handling it right now.
 //
+// prune-consumer: the plan lists fsck's stale consumers (no pending
+// entries, not the group's live lease). Apply deletes each with the
+// broker's DeleteEmptyConsumer, one script that checks again, right
+// before XGROUP DELCONSUMER (which would destroy pending entries), that
+// the consumer holds none and is not the lease's token: one that gained
+// pending entries or became the live lease's consumer since the plan is a
+// conflict and is kept; one already gone is skipped.
+//
 // retry, skip: recorded in the failure ledger (LedgerRequester), which
 // the owner of the partition acts on under its own fence, now or when a
 // node next owns it. Apply re-reads the entry: gone, or a different

@@ -37,11 +37,15 @@ const (
 	ActionRetry Action = "retry"
 	// ActionSkip asks the owner of a parked aggregate to skip its head.
 	ActionSkip Action = "skip"
+	// ActionPruneConsumer deletes a consumer of a group that holds no
+	// pending entries and is not the live lease's (a stale consumer).
+	ActionPruneConsumer Action = "prune-consumer"
 )
 
 var actions = map[Action]bool{
 	ActionReap: true, ActionRelease: true, ActionTrim: true,
 	ActionDeadLetter: true, ActionRetry: true, ActionSkip: true,
+	ActionPruneConsumer: true,
 }
 
 // Result is what Apply did with an item. The zero value (not applied
@@ -96,6 +100,7 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 //	trim         stream
 //	dead-letter  category, key, group, stream (the lane), id
 //	retry, skip  subscription, aggregate
+//	prune-consumer  category, key, group, stream (the lane), consumer
 type Target struct {
 	Category     string `json:"category,omitempty"`
 	Key          string `json:"key,omitempty"`
@@ -104,6 +109,7 @@ type Target struct {
 	ID           string `json:"id,omitempty"`
 	Subscription string `json:"subscription,omitempty"`
 	Aggregate    string `json:"aggregate,omitempty"`
+	Consumer     string `json:"consumer,omitempty"`
 	// Partition is a Kafka entry's partition: an aggregate can be parked
 	// on several. Empty for Redis entries (Key names the partition).
 	Partition string `json:"partition,omitempty"`
@@ -115,6 +121,8 @@ func (t Target) String() string {
 	switch {
 	case t.Subscription != "":
 		return t.Subscription + "/" + t.Aggregate
+	case t.Consumer != "":
+		return "consumer " + t.Consumer + " of " + t.Group + " on " + t.Stream
 	case t.ID != "":
 		return "entry " + t.ID + " of " + t.Stream + " for " + t.Group
 	case t.Group != "":
@@ -152,6 +160,9 @@ type Precondition struct {
 	Trim *inspect.TrimInfo `json:"trim,omitempty"`
 	// Parked is the ledger entry's state (retry, skip).
 	Parked *ParkedState `json:"parked,omitempty"`
+	// ConsumerPending is the prune-consumer target's pending count seen
+	// (0: only empty consumers are planned).
+	ConsumerPending *int64 `json:"consumerPending,omitempty"`
 }
 
 // ParkedState is the part of a ledger entry a retry or skip depends on.
@@ -399,6 +410,9 @@ func (p *Plan) Validate() error {
 					errs = append(errs, bad("item %d (dead-letter): precondition.pending is required", i))
 				}
 			}
+		case ActionPruneConsumer:
+			errs = append(errs, need("category", t.Category), need("key", t.Key), need("group", t.Group),
+				need("stream", t.Stream), need("consumer", t.Consumer))
 		case ActionRetry, ActionSkip:
 			errs = append(errs, need("subscription", t.Subscription), need("aggregate", t.Aggregate))
 			if it.Allowed && it.Precondition.Parked == nil {

@@ -17,6 +17,7 @@ type Broker interface {
 	broker.LeaseManager
 	broker.Maintainer
 	DeadLetterPartitionFenced(ctx context.Context, f broker.Fence, stream, group, id, dlqStream, reason string) (string, error)
+	ConsumerDeleter
 	Layout() broker.Layout
 }
 

@@ -58,6 +58,11 @@ type ReclaimResult struct {
 	// server dropped them from the pending list while claiming; they are
 	// reported here so that the caller records them (never a silent skip).
 	Missing []string
+	// Pruned counts the consumers of the group (earlier generations, or
+	// names another tool read with) deleted once the pending list was
+	// exhausted because they held no pending entries. The caller's own
+	// consumer is never among them.
+	Pruned int64
 }
 
 // ReapResult reports a reap's verdict. When Reaped is false, Stream, Group
@@ -135,7 +140,11 @@ type FencedConsumer interface {
 	// ReclaimPartitionPending moves every pending entry of group idle for
 	// at least minIdle (from any consumer: earlier generations) to the
 	// consumer f.Token, in batches of count, until the pending list is
-	// exhausted. Each batch is fenced.
+	// exhausted. Each batch is fenced. Then, in the last fenced batch, it
+	// deletes every other consumer of group on stream that holds no
+	// pending entries (ReclaimResult.Pruned), so that consumers of earlier
+	// generations do not accumulate; one still holding entries (younger
+	// than minIdle) is kept.
 	ReclaimPartitionPending(ctx context.Context, f Fence, stream, group string, minIdle time.Duration, count int64) (ReclaimResult, error)
 
 	// DeadLetterPartitionFenced copies entry id of stream to dlqStream
@@ -216,6 +225,21 @@ type EntryWaiter interface {
 	// ends). It returns the streams that have such entries, nil on
 	// timeout. It reads nothing on behalf of any group.
 	WaitForEntries(ctx context.Context, after map[string]string, timeout time.Duration) ([]string, error)
+}
+
+// ConsumerReleaser is an optional capability of a LeaseManager (found by
+// type assertion): a release that leaves no empty consumer behind, so
+// that a partition released when idle does not keep one consumer per
+// generation in its group.
+type ConsumerReleaser interface {
+	// ReleasePartitionLeaseConsumer is ReleasePartitionLease that, in the
+	// same atomic step and only when the lease holds f.Token, first
+	// deletes every consumer of group on each of streams that holds no
+	// pending entries (the caller's own included; consumers holding
+	// entries stay for the next owner's reclaim). A missing stream or
+	// group is skipped. It returns false, and changes nothing, when the
+	// lease does not hold f.Token.
+	ReleasePartitionLeaseConsumer(ctx context.Context, f Fence, group string, streams ...string) (bool, error)
 }
 
 // AckReader is an optional capability (found by type assertion): it acks

@@ -1007,7 +1007,7 @@ func (w *worker) release(res result, reason string) result {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RenewEvery)
 		defer cancel()
 	}
-	ok, err := p.cfg.Broker.ReleasePartitionLease(ctx, w.lease.fence)
+	ok, err := w.releaseLease(ctx)
 	w.lease.lost.Store(true) // no longer ours either way: the renewer skips it
 	switch {
 	case err != nil:
@@ -1076,7 +1076,7 @@ func (w *worker) lostResult() result {
 		// wait for the TTL.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), p.cfg.RenewEvery)
 		defer cancel()
-		_, _ = p.cfg.Broker.ReleasePartitionLease(ctx, w.lease.fence)
+		_, _ = w.releaseLease(ctx)
 	}
 	return result{kind: resLost}
 }

@@ -1,6 +1,7 @@
 package brokertest
 
 import (
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -261,6 +262,150 @@ var consumeCases = []Case{
 		}
 		if got := ids(s.drain(t, l.Fence, s.backfill(key))); !slices.Equal(got, bf) {
 			t.Fatalf("backfill lane = %v, want %v", got, bf)
+		}
+	}},
+}
+
+// consumers returns group's consumers on stream with their pending counts.
+func (s *Suite) consumers(t *testing.T, stream string) map[string]int64 {
+	t.Helper()
+	cs, err := s.faults.Consumers(s.Ctx, stream, group)
+	if err != nil {
+		t.Fatalf("consumers of %s: %v", stream, err)
+	}
+	return cs
+}
+
+// consumerCases hold the group's consumers to one per live owner plus
+// those with entries still to reclaim: without them a group gains a
+// consumer (owner:generation) at every handover, forever.
+var consumerCases = []Case{
+	{"ReclaimDeletesEmptyConsumersOfEarlierGenerations", func(t *testing.T, s *Suite) {
+		s.publish(t, key, "", 6)
+		g1 := s.acquire(t, key, owner, long)
+		s.drain(t, g1.Fence, s.stream(key)) // g1: read and acked all 6, empty
+		s.B.ReleasePartitionLease(s.Ctx, g1.Fence)
+		s.publish(t, key, "", 3)
+		g2 := s.acquire(t, key, "node-b", long)
+		held := s.read(t, g2.Fence, s.stream(key), 10, broker.ReadNew) // g2: 3 pending
+		s.B.ReleasePartitionLease(s.Ctx, g2.Fence)
+		if cs := s.consumers(t, s.stream(key)); len(cs) != 2 {
+			t.Fatalf("before the reclaim, consumers = %v; want both earlier generations", cs)
+		}
+		g3 := s.acquire(t, key, owner, long)
+		res, err := s.B.ReclaimPartitionPending(s.Ctx, g3.Fence, s.stream(key), group, 0, 2)
+		if err != nil || res.Claimed != 3 || res.Pruned != 2 {
+			t.Fatalf("reclaim = %+v, %v; want 3 claimed and 2 consumers pruned", res, err)
+		}
+		want := map[string]int64{g3.Token: 3}
+		if cs := s.consumers(t, s.stream(key)); !maps.Equal(cs, want) {
+			t.Fatalf("after the reclaim, consumers = %v; want %v", cs, want)
+		}
+		if p := s.read(t, g3.Fence, s.stream(key), 10, broker.ReadPending); !slices.Equal(ids(p), ids(held)) {
+			t.Fatalf("pending after the prune = %v, want %v (no entry lost)", ids(p), ids(held))
+		}
+	}},
+	{"ReclaimKeepsConsumersThatStillHoldEntries", func(t *testing.T, s *Suite) {
+		s.publish(t, key, "", 3)
+		old := s.acquire(t, key, owner, long)
+		s.read(t, old.Fence, s.stream(key), 10, broker.ReadNew)
+		s.B.ReleasePartitionLease(s.Ctx, old.Fence)
+		cur := s.acquire(t, key, "node-b", long)
+		// Fresh entries are not idle for an hour: they stay with old,
+		// and so does old's consumer (deleting it would drop them).
+		res, err := s.B.ReclaimPartitionPending(s.Ctx, cur.Fence, s.stream(key), group, time.Hour, 10)
+		if err != nil || res.Claimed != 0 || res.Pruned != 0 {
+			t.Fatalf("reclaim with min idle 1h = %+v, %v; want nothing claimed or pruned", res, err)
+		}
+		if cs := s.consumers(t, s.stream(key)); cs[old.Token] != 3 {
+			t.Fatalf("consumers = %v; want %s with its 3 pending entries", cs, old.Token)
+		}
+	}},
+	{"StaleOwnerCannotPrune", func(t *testing.T, s *Suite) {
+		s.publish(t, key, "", 2)
+		old := s.acquire(t, key, owner, 50*time.Millisecond)
+		s.drain(t, old.Fence, s.stream(key))
+		s.Advance(120 * time.Millisecond)
+		cur := s.acquire(t, key, "node-b", long)
+		s.publish(t, key, "", 1)
+		s.read(t, cur.Fence, s.stream(key), 10, broker.ReadNew) // cur's consumer, 1 pending
+		_, err := s.B.ReclaimPartitionPending(s.Ctx, old.Fence, s.stream(key), group, 0, 10)
+		wantLeaseLost(t, "reclaim", err)
+		if cr, ok := s.B.(broker.ConsumerReleaser); ok {
+			if ok, err := cr.ReleasePartitionLeaseConsumer(s.Ctx, old.Fence, group, s.stream(key)); err != nil || ok {
+				t.Fatalf("stale release = %v, %v; want false", ok, err)
+			}
+		}
+		if cs := s.consumers(t, s.stream(key)); len(cs) != 2 {
+			t.Fatalf("consumers = %v; want both kept (a stale owner deletes nothing)", cs)
+		}
+	}},
+	{"ReleaseDeletesTheOwnersEmptyConsumers", func(t *testing.T, s *Suite) {
+		cr, ok := s.B.(broker.ConsumerReleaser)
+		if !ok {
+			t.Skip("the broker does not implement broker.ConsumerReleaser")
+		}
+		s.publish(t, key, "", 2)
+		s.publish(t, key, broker.DefaultBackfillSuffix, 2)
+		l := s.acquire(t, key, owner, long)
+		s.drain(t, l.Fence, s.stream(key))
+		held := s.read(t, l.Fence, s.backfill(key), 1, broker.ReadNew)
+		if ok, err := cr.ReleasePartitionLeaseConsumer(s.Ctx, l.Fence, group, s.stream(key), s.backfill(key), s.L.LaneStream(cat, key, "none")); err != nil || !ok {
+			t.Fatalf("release = %v, %v; want true", ok, err)
+		}
+		if cs := s.consumers(t, s.stream(key)); len(cs) != 0 {
+			t.Fatalf("main lane consumers after release = %v; want none", cs)
+		}
+		if cs := s.consumers(t, s.backfill(key)); !maps.Equal(cs, map[string]int64{l.Token: 1}) {
+			t.Fatalf("backfill consumers after release = %v; want %s with its pending entry", cs, l.Token)
+		}
+		if s.exists(t, s.L.LeaseKey(group, key)) {
+			t.Fatal("the lease is still there")
+		}
+		next := s.acquire(t, key, "node-b", long)
+		res, err := s.B.ReclaimPartitionPending(s.Ctx, next.Fence, s.backfill(key), group, 0, 10)
+		if err != nil || res.Claimed != 1 || res.Pruned != 1 {
+			t.Fatalf("next owner's reclaim = %+v, %v; want the held entry claimed and the old consumer pruned", res, err)
+		}
+		if p := s.read(t, next.Fence, s.backfill(key), 10, broker.ReadPending); !slices.Equal(ids(p), ids(held)) {
+			t.Fatalf("pending = %v, want %v", ids(p), ids(held))
+		}
+	}},
+	{"ManyHandoversKeepAtMostTwoConsumers", func(t *testing.T, s *Suite) {
+		cr, _ := s.B.(broker.ConsumerReleaser)
+		owners := []string{owner, "node-b", "node-c"}
+		published, handled := 0, 0
+		for i := 0; i < 200; i++ {
+			s.publish(t, key, "", 2)
+			published += 2
+			l := s.acquire(t, key, owners[i%len(owners)], long)
+			if _, err := s.B.ReclaimPartitionPending(s.Ctx, l.Fence, s.stream(key), group, 0, 10); err != nil {
+				t.Fatalf("handover %d: reclaim: %v", i, err)
+			}
+			msgs := s.read(t, l.Fence, s.stream(key), 10, broker.ReadPendingThenNew)
+			// Every third owner hands over with an entry in flight.
+			keep := 0
+			if i%3 == 0 && len(msgs) > 0 {
+				keep = 1
+			}
+			s.ack(t, l.Fence, s.stream(key), msgs[:len(msgs)-keep])
+			handled += len(msgs) - keep
+			if cr != nil && i%2 == 0 {
+				cr.ReleasePartitionLeaseConsumer(s.Ctx, l.Fence, group, s.stream(key))
+			} else {
+				s.B.ReleasePartitionLease(s.Ctx, l.Fence)
+			}
+			if cs := s.consumers(t, s.stream(key)); len(cs) > 2 {
+				t.Fatalf("after handover %d: %d consumers %v; want at most 2", i, len(cs), cs)
+			}
+		}
+		l := s.acquire(t, key, owner, long)
+		if _, err := s.B.ReclaimPartitionPending(s.Ctx, l.Fence, s.stream(key), group, 0, 10); err != nil {
+			t.Fatal(err)
+		}
+		handled += len(s.drain(t, l.Fence, s.stream(key)))
+		if handled != published {
+			t.Fatalf("handled %d of %d entries: pruning lost some", handled, published)
 		}
 	}},
 }

@@ -43,6 +43,9 @@ type Faults interface {
 	StreamLen(ctx context.Context, stream string) (int64, error)
 	// StreamIDs returns every entry id of stream, oldest first.
 	StreamIDs(ctx context.Context, stream string) ([]string, error)
+	// Consumers returns group's consumers on stream with their pending
+	// counts (XINFO CONSUMERS); empty when the stream or group is missing.
+	Consumers(ctx context.Context, stream, group string) (map[string]int64, error)
 }
 
 // Factory returns a fresh, empty Target for one test and registers its

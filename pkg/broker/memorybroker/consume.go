@@ -162,7 +162,9 @@ func (b *Broker) AckPartitionFenced(ctx context.Context, f broker.Fence, streamK
 // pending list and listed in Missing. The
 // whole pass is one atomic step under the fence, so count (the batch size
 // on Redis) only needs to be positive. A missing stream or group has
-// nothing to reclaim.
+// nothing to reclaim. Then every other consumer of the group without
+// pending entries is deleted (ReclaimResult.Pruned), as XGROUP
+// DELCONSUMER in the Redis adapter's last batch.
 func (b *Broker) ReclaimPartitionPending(ctx context.Context, f broker.Fence, streamKey, groupName string, minIdle time.Duration, count int64) (broker.ReclaimResult, error) {
 	const op = "reclaim"
 	if err := b.begin(ctx, "ReclaimPartitionPending"); err != nil {
@@ -203,21 +205,22 @@ func (b *Broker) ReclaimPartitionPending(ctx context.Context, f broker.Fence, st
 		return true
 	})
 	var res broker.ReclaimResult
-	if len(idle) == 0 {
-		return res, nil
-	}
-	c := g.consumer(f.Token, now)
-	for _, id := range idle {
-		if _, ok := s.find(id); !ok {
-			g.ack(id)
-			res.Missing = append(res.Missing, id.String())
-			continue
+	if len(idle) > 0 {
+		c := g.consumer(f.Token, now)
+		for _, id := range idle {
+			if _, ok := s.find(id); !ok {
+				g.ack(id)
+				res.Missing = append(res.Missing, id.String())
+				continue
+			}
+			p := g.pel[id]
+			g.move(p, id, c)
+			p.delivered = now // JUSTID: the delivery count stays
+			res.Claimed++
 		}
-		p := g.pel[id]
-		g.move(p, id, c)
-		p.delivered = now // JUSTID: the delivery count stays
-		res.Claimed++
 	}
+	// As the Redis adapter's last batch: the other consumers left empty go.
+	res.Pruned = g.prune(f.Token)
 	return res, nil
 }
 

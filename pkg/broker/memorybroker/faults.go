@@ -144,3 +144,23 @@ func (f Faults) StreamIDs(ctx context.Context, streamKey string) ([]string, erro
 	}
 	return ids, nil
 }
+
+// Consumers returns group's consumers on stream with their pending counts
+// (empty when the stream or group is missing).
+func (f Faults) Consumers(ctx context.Context, streamKey, group string) (map[string]int64, error) {
+	const op = "consumers"
+	if err := ctxErr(ctx, op); err != nil {
+		return nil, err
+	}
+	now := f.b.lock()
+	defer f.b.mu.Unlock()
+	out := map[string]int64{}
+	s, err := f.b.streamAt(op, streamKey, now)
+	if err != nil || s == nil || s.groups[group] == nil {
+		return out, err
+	}
+	for name, c := range s.groups[group].consumers {
+		out[name] = int64(c.npending)
+	}
+	return out, nil
+}

@@ -112,6 +112,50 @@ func (b *Broker) ReleasePartitionLease(ctx context.Context, f broker.Fence) (boo
 	return true, nil
 }
 
+// ReleasePartitionLeaseConsumer is ReleasePartitionLease that first
+// deletes every consumer of group without pending entries on each of
+// streams (broker.ConsumerReleaser), in the same step and only when the
+// lease holds f.Token. Every stream is type-checked before anything
+// changes.
+func (b *Broker) ReleasePartitionLeaseConsumer(ctx context.Context, f broker.Fence, group string, streams ...string) (bool, error) {
+	const op = "release lease"
+	if err := b.begin(ctx, "ReleasePartitionLeaseConsumer"); err != nil {
+		return false, err
+	}
+	if err := firstErr(validFence(op, f), b.validGroup(op, group)); err != nil {
+		return false, err
+	}
+	for _, s := range streams {
+		if err := nonEmpty(op, "stream", s); err != nil {
+			return false, err
+		}
+	}
+	now := b.lock()
+	defer b.mu.Unlock()
+	lease, err := b.stringAt(op, f.LeaseKey, now)
+	if err != nil {
+		return false, err
+	}
+	found := make([]*stream, 0, len(streams))
+	for _, key := range streams {
+		s, err := b.streamAt(op, key, now)
+		if err != nil {
+			return false, err
+		}
+		found = append(found, s)
+	}
+	if lease == nil || lease.str != f.Token {
+		return false, nil
+	}
+	for _, s := range found {
+		if s != nil && s.groups[group] != nil {
+			s.groups[group].prune("")
+		}
+	}
+	delete(b.keys, f.LeaseKey)
+	return true, nil
+}
+
 // checkFence is the fencing rule, run with mu held in the same step as the
 // operation it guards: the lease key must hold exactly f.Token. Callers
 // look up (and type-check) their other keys first, as the Redis scripts

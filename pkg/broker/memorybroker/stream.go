@@ -167,6 +167,20 @@ func (g *group) consumer(name string, now time.Time) *consumer {
 	return c
 }
 
+// prune deletes every consumer without pending entries except keep ("" =
+// none kept) and returns how many it deleted, as the Redis adapter's
+// prune_consumers (XGROUP DELCONSUMER of empty consumers only).
+func (g *group) prune(keep string) int64 {
+	var n int64
+	for name, c := range g.consumers {
+		if name != keep && c.npending == 0 {
+			delete(g.consumers, name)
+			n++
+		}
+	}
+	return n
+}
+
 func (g *group) owns(c *consumer) func(broker.StreamID) bool {
 	return func(id broker.StreamID) bool {
 		p := g.pel[id]

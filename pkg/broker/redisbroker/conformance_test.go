@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,4 +108,19 @@ func (f faults) StreamIDs(ctx context.Context, stream string) ([]string, error) 
 		ids[i] = m.ID
 	}
 	return ids, nil
+}
+
+func (f faults) Consumers(ctx context.Context, stream, group string) (map[string]int64, error) {
+	out := map[string]int64{}
+	cs, err := f.c.XInfoConsumers(ctx, stream, group).Result()
+	if err != nil {
+		if strings.HasPrefix(err.Error(), "NOGROUP") || strings.HasPrefix(err.Error(), "ERR no such key") {
+			return out, nil
+		}
+		return nil, err
+	}
+	for _, c := range cs {
+		out[c.Name] = c.Pending
+	}
+	return out, nil
 }

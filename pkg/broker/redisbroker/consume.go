@@ -174,6 +174,11 @@ func (b *Broker) AckPartitionFenced(ctx context.Context, f broker.Fence, stream,
 //
 // XAUTOCLAIM drops pending entries whose bodies were deleted and reports
 // their ids; they are returned in Missing so that the caller records them.
+//
+// The last batch (the one whose cursor comes back as 0-0) also deletes
+// every other consumer of the group that holds no pending entries, in
+// the same fenced script (Pruned counts them): see "Consumers do not pile
+// up" in doc.go.
 func (b *Broker) ReclaimPartitionPending(ctx context.Context, f broker.Fence, stream, group string, minIdle time.Duration, count int64) (broker.ReclaimResult, error) {
 	const op = "reclaim"
 	var res broker.ReclaimResult
@@ -203,12 +208,14 @@ func (b *Broker) ReclaimPartitionPending(ctx context.Context, f broker.Fence, st
 		if err != nil {
 			return res, mapErr(call{op: op, keys: keys, fence: &f, stream: stream}, err)
 		}
-		if len(reply) != 3 {
+		if len(reply) != 4 {
 			return res, fmt.Errorf("redisbroker: %s: unexpected reply %v", op, reply)
 		}
 		next, _ := reply[0].(string)
 		claimed, _ := reply[1].(int64)
 		res.Claimed += claimed
+		pruned, _ := reply[3].(int64)
+		res.Pruned += pruned
 		deleted, _ := reply[2].([]any)
 		for _, d := range deleted {
 			if id, ok := d.(string); ok {

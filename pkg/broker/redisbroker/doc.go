@@ -15,14 +15,22 @@
 //
 //	acquire.lua     lease free? INCR generation, SET lease owner:g PX ttl
 //	renew.lua       lease == token? PEXPIRE
-//	release.lua     lease == token? DEL (the generation stays)
+//	release.lua     lease == token? DEL (the generation stays); with
+//	                streams and a group (ReleasePartitionLeaseConsumer),
+//	                first XGROUP DELCONSUMER of every consumer there
+//	                without pending entries
 //	read.lua        lease == token? XREADGROUP (pending "0", then new ">"),
 //	                creating the group from 0 (MKSTREAM) on NOGROUP, once
 //	                (ReadPendingThenNew, and the fallback of the others)
 //	ack.lua         lease == token? XACK of all ids
 //	ackread.lua     lease == token? XACK of the handled batch, then read.lua's
 //	                read (both compose readlib.lua)
-//	reclaim.lua     lease == token? one XAUTOCLAIM ... JUSTID batch
+//	reclaim.lua     lease == token? one XAUTOCLAIM ... JUSTID batch; the
+//	                last one also deletes every other consumer of the
+//	                group without pending entries (XINFO CONSUMERS,
+//	                XGROUP DELCONSUMER)
+//	delconsumer.lua consumer not the lease's token and 0 pending?
+//	                XGROUP DELCONSUMER (DeleteEmptyConsumer, operators)
 //	deadletter.lua  lease == token? XRANGE id, XADD to the DLQ, XACK
 //	trim.lua        safe floor over groups (and registered groups not on
 //	                the stream yet), cutoff at maxLen, XTRIM MINID
@@ -65,6 +73,19 @@
 // ReclaimPartitionPending is a loop of fenced batches rather than one
 // script, so that a long pending list never blocks the server; every
 // batch proves the lease again.
+//
+// # Consumers do not pile up
+//
+// A consumer per generation would grow every group by one at each
+// handover or idle release, forever. The last reclaim batch of a new
+// owner deletes every other consumer of the group that holds no pending
+// entries, and ReleasePartitionLeaseConsumer deletes the releasing
+// owner's consumers that hold none, both inside the script that proves
+// the lease: the lease holder is the only one who may read the partition,
+// so no live reader's consumer is deleted, and XGROUP DELCONSUMER (which
+// would destroy pending entries) never runs on a consumer that has any.
+// A group so holds the current owner's consumer and, at most, consumers
+// with entries still to reclaim.
 //
 // # What is kept
 //

@@ -2,6 +2,7 @@ package redisbroker
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
@@ -89,4 +90,95 @@ func (b *Broker) ReleasePartitionLease(ctx context.Context, f broker.Fence) (boo
 		return false, mapErr(call{op: op, keys: keys}, err)
 	}
 	return n == 1, nil
+}
+
+// ReleasePartitionLeaseConsumer is ReleasePartitionLease that also deletes,
+// in the same script and only when the lease holds f.Token, every consumer
+// of group without pending entries on each of streams (the releasing
+// owner's own included), so that a partition released when idle leaves
+// no consumer behind (broker.ConsumerReleaser). In the cluster layout the
+// partition's lanes share the lease's hash tag, so the script touches one
+// slot.
+func (b *Broker) ReleasePartitionLeaseConsumer(ctx context.Context, f broker.Fence, group string, streams ...string) (bool, error) {
+	const op = "release lease"
+	if err := validFence(op, f); err != nil {
+		return false, err
+	}
+	if err := b.cfg.layout.ValidateName(op, "group", group); err != nil {
+		return false, err
+	}
+	keys := make([]string, 0, 1+len(streams))
+	keys = append(keys, f.LeaseKey)
+	for _, s := range streams {
+		if err := nonEmpty(op, "stream", s); err != nil {
+			return false, err
+		}
+		keys = append(keys, s)
+	}
+	n, err := releaseScript.Run(ctx, b.client, keys, f.Token, group).Int64()
+	if err != nil {
+		return false, mapErr(call{op: op, keys: keys}, err)
+	}
+	return n == 1, nil
+}
+
+// ConsumerVerdict is what DeleteEmptyConsumer did.
+type ConsumerVerdict string
+
+// The verdicts of DeleteEmptyConsumer.
+const (
+	// ConsumerDeleted: the consumer was deleted.
+	ConsumerDeleted ConsumerVerdict = "deleted"
+	// ConsumerGone: no such stream, group or consumer; nothing changed.
+	ConsumerGone ConsumerVerdict = "gone"
+	// ConsumerHasPending: the consumer holds pending entries (Pending of
+	// them); nothing changed.
+	ConsumerHasPending ConsumerVerdict = "pending"
+	// ConsumerLeased: the consumer is the token of the partition's live
+	// lease, its owner's; nothing changed.
+	ConsumerLeased ConsumerVerdict = "lease"
+)
+
+// ConsumerDeletion is DeleteEmptyConsumer's result.
+type ConsumerDeletion struct {
+	Verdict ConsumerVerdict
+	Pending int64 // with ConsumerHasPending
+}
+
+// DeleteEmptyConsumer deletes consumer of group on stream, in one script
+// that first checks that the consumer holds no pending entries (XGROUP
+// DELCONSUMER would destroy them) and is not the value of leaseKey (the
+// group's lease on the partition: its live owner reads as that token).
+// It is the operator's repair of consumers left by earlier generations
+// or by Protean (protctl partitions prune-consumers); the runtime prunes
+// its own in reclaim and release.
+func (b *Broker) DeleteEmptyConsumer(ctx context.Context, leaseKey, stream, group, consumer string) (ConsumerDeletion, error) {
+	const op = "delete consumer"
+	if err := nonEmpty(op, "lease key", leaseKey); err != nil {
+		return ConsumerDeletion{}, err
+	}
+	if err := nonEmpty(op, "stream", stream); err != nil {
+		return ConsumerDeletion{}, err
+	}
+	if err := b.cfg.layout.ValidateName(op, "group", group); err != nil {
+		return ConsumerDeletion{}, err
+	}
+	if err := nonEmpty(op, "consumer", consumer); err != nil {
+		return ConsumerDeletion{}, err
+	}
+	keys := []string{leaseKey, stream}
+	res, err := delConsumerScript.Run(ctx, b.client, keys, group, consumer).Slice()
+	if err != nil {
+		return ConsumerDeletion{}, mapErr(call{op: op, keys: keys, stream: stream}, err)
+	}
+	if len(res) != 2 {
+		return ConsumerDeletion{}, fmt.Errorf("redisbroker: %s: unexpected reply %v", op, res)
+	}
+	v, _ := res[0].(string)
+	n, _ := res[1].(int64)
+	switch d := (ConsumerDeletion{Verdict: ConsumerVerdict(v), Pending: n}); d.Verdict {
+	case ConsumerDeleted, ConsumerGone, ConsumerHasPending, ConsumerLeased:
+		return d, nil
+	}
+	return ConsumerDeletion{}, fmt.Errorf("redisbroker: %s: unexpected verdict %q", op, v)
 }

@@ -61,3 +61,34 @@ local function fields(flat)
   return t
 end
 
+
+-- prune_consumers deletes every consumer of group on KEYS[i] (a stream,
+-- type checked already) that has no pending entries, except keep (the
+-- caller's own consumer, the fence token its lease proves), and returns
+-- how many it deleted. Each generation of a lease reads as a consumer of
+-- its own (owner:generation), so without this a partition's group gains a
+-- consumer at every handover. XGROUP DELCONSUMER destroys the consumer's
+-- pending entries, so a consumer holding any is never touched: the
+-- pending count is read in the same script as the delete, and nothing
+-- runs in between. A consumer a Protean instance named otherwise is
+-- treated the same way: the caller holds the lease, so nobody else may
+-- read the partition, and an empty consumer carries no state but its
+-- idle time. A missing group has no consumers.
+local function prune_consumers(i, group, keep)
+  local r = redis.pcall('XINFO', 'CONSUMERS', KEYS[i], group)
+  if type(r) == 'table' and r.err then
+    if string.sub(r.err, 1, 7) == 'NOGROUP' then
+      return 0
+    end
+    error(r)
+  end
+  local n = 0
+  for _, c in ipairs(r) do
+    local f = fields(c)
+    if f['name'] ~= keep and tonumber(f['pending']) == 0 then
+      redis.call('XGROUP', 'DELCONSUMER', KEYS[i], group, f['name'])
+      n = n + 1
+    end
+  end
+  return n
+end

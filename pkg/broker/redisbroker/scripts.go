@@ -35,6 +35,8 @@ var (
 	ackReadLua string
 	//go:embed reclaim.lua
 	reclaimLua string
+	//go:embed delconsumer.lua
+	delConsumerLua string
 	//go:embed deadletter.lua
 	deadLetterLua string
 	//go:embed trim.lua
@@ -54,20 +56,21 @@ var (
 )
 
 var (
-	acquireScript    = newScript(acquireLua)
-	renewScript      = newScript(renewLua)
-	releaseScript    = newScript(releaseLua)
-	readScript       = newScript(readLibLua, readLua)
-	ackScript        = newScript(readLibLua, ackLua)
-	ackReadScript    = newScript(readLibLua, ackReadLua)
-	reclaimScript    = newScript(reclaimLua)
-	deadLetterScript = newScript(deadLetterLua)
-	trimScript       = newScript(trimLua)
-	reapScript       = newScript(reapLibLua, reapLua)
-	reapLanesScript  = newScript(reapLibLua, reapLanesLua)
-	publishScript    = newScript(publishLua)
-	appendScript     = newScript(appendLua)
-	recordScript     = newScript(recordLua)
+	acquireScript     = newScript(acquireLua)
+	renewScript       = newScript(renewLua)
+	releaseScript     = newScript(releaseLua)
+	readScript        = newScript(readLibLua, readLua)
+	ackScript         = newScript(readLibLua, ackLua)
+	ackReadScript     = newScript(readLibLua, ackReadLua)
+	reclaimScript     = newScript(reclaimLua)
+	delConsumerScript = newScript(delConsumerLua)
+	deadLetterScript  = newScript(deadLetterLua)
+	trimScript        = newScript(trimLua)
+	reapScript        = newScript(reapLibLua, reapLua)
+	reapLanesScript   = newScript(reapLibLua, reapLanesLua)
+	publishScript     = newScript(publishLua)
+	appendScript      = newScript(appendLua)
+	recordScript      = newScript(recordLua)
 )
 
 // newScript composes lib.lua and parts into one script.

@@ -1,0 +1,107 @@
+package repair
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"time"
+
+	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/pkg/broker/redisbroker"
+)
+
+// PruneConsumersRequest asks to delete a category's stale consumers:
+// consumers of a group on a partition lane that hold no pending entries
+// and are not the group's live lease (inspect.StaleConsumer), as fsck
+// lists them.
+type PruneConsumersRequest struct {
+	Category string
+	// Keys limits the plan to these partitions; empty means every
+	// partition stream the scan finds (indexed or not).
+	Keys []string
+	// Group limits the plan to one group; empty means every group.
+	Group string
+	// Scan paces the keyspace scan (fsck's).
+	Scan inspect.ScanOptions
+}
+
+// PlanPruneConsumers plans one prune-consumer item per stale consumer
+// that fsck finds now (the same scan, the same rule), each allowed.
+// Apply re-checks each one in the broker's script (DeleteEmptyConsumer):
+// a consumer that gained pending entries since the plan, or became the
+// live lease's consumer, is a conflict and is not deleted.
+func (r *Repairer) PlanPruneConsumers(ctx context.Context, req PruneConsumersRequest) (*Plan, error) {
+	const op = "plan prune-consumers"
+	l := r.broker.Layout()
+	if err := l.ValidateName(op, "category", req.Category); err != nil {
+		return nil, err
+	}
+	if req.Group != "" {
+		if err := l.ValidateName(op, "group", req.Group); err != nil {
+			return nil, err
+		}
+	}
+	for _, k := range req.Keys {
+		if err := l.ValidateKey(k, r.cfg.backfill); err != nil {
+			return nil, err
+		}
+	}
+	rep, err := r.inspect.Fsck(ctx, req.Category, req.Scan)
+	if err != nil {
+		return nil, err
+	}
+	plan := r.newPlan()
+	for _, c := range rep.StaleConsumers {
+		if (req.Group != "" && c.Group != req.Group) || (len(req.Keys) > 0 && !slices.Contains(req.Keys, c.Key)) {
+			continue
+		}
+		var zero int64
+		idle := (time.Duration(c.IdleMs) * time.Millisecond).Round(time.Second)
+		lease := "the lease is free"
+		if c.Lease != nil {
+			lease = "the live lease is " + *c.Lease
+		}
+		plan.Items = append(plan.Items, Item{
+			Action:       ActionPruneConsumer,
+			Target:       Target{Category: c.Category, Key: c.Key, Group: c.Group, Stream: c.Stream, Consumer: c.Consumer},
+			Precondition: Precondition{Lease: c.Lease, ConsumerPending: &zero},
+			Allowed:      true,
+			Reason:       fmt.Sprintf("no pending entries, idle %s, and %s: deleted if it still has none and is not the live lease's", idle, lease),
+		})
+	}
+	return plan, nil
+}
+
+// applyPruneConsumer deletes the consumer in the broker's script, which
+// checks again, right before XGROUP DELCONSUMER, that it holds no pending
+// entries and is not the live lease's consumer.
+func (r *Repairer) applyPruneConsumer(ctx context.Context, it *Item) error {
+	t := it.Target
+	leaseKey := r.broker.Layout().LeaseKey(t.Group, t.Key)
+	d, err := r.broker.DeleteEmptyConsumer(ctx, leaseKey, t.Stream, t.Group, t.Consumer)
+	if err != nil {
+		return err
+	}
+	switch d.Verdict {
+	case redisbroker.ConsumerDeleted:
+		it.Result, it.Detail = ResultApplied, "deleted consumer "+t.Consumer
+	case redisbroker.ConsumerGone:
+		it.Result, it.Detail = ResultSkipped, "the consumer is already gone"
+	case redisbroker.ConsumerHasPending:
+		it.Result, it.Detail = ResultConflict, fmt.Sprintf("the consumer has %d pending entries now, the plan saw none: kept", d.Pending)
+	case redisbroker.ConsumerLeased:
+		it.Result, it.Detail = ResultConflict, "the consumer is now the live lease's ("+t.Consumer+"): kept"
+	default:
+		return fmt.Errorf("repair: unexpected verdict %q", d.Verdict)
+	}
+	return nil
+}
+
+// ConsumerDeleter is the broker's fenced delete of one consumer
+// (redisbroker.Broker implements it).
+type ConsumerDeleter interface {
+	DeleteEmptyConsumer(ctx context.Context, leaseKey, stream, group, consumer string) (redisbroker.ConsumerDeletion, error)
+}
+
+var _ ConsumerDeleter = (*redisbroker.Broker)(nil)
