@@ -82,11 +82,21 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 		}
 	}
 
+	// One bound for every exec handler of the node: the commands share its
+	// CPUs, whichever subscription runs them.
+	slots := handlers.NewSlots(cfg.Handlers.ExecConcurrency, n.metrics.ObserveExecWait)
+	n.metrics.SetExecQueue(func() admin.ExecQueue {
+		st := slots.Stats()
+		return admin.ExecQueue{Slots: st.Size, Running: st.Running, Waiting: st.Waiting}
+	})
+
 	var subs []runtime.Subscription
 	topics := map[string]*runtime.TopicConfig{}
 	var topicOrder []string
 	for i, sc := range cfg.Subscriptions {
-		h, err := buildHandler(sc.Handler, log.With("subscription", sc.Name), out)
+		// The handlers name the subscription in each line themselves
+		// (from the message): a logger With it would repeat it.
+		h, err := buildHandler(sc.Handler, slots, log, out)
 		if err != nil {
 			return nil, clierr.Usage.Errorf("subscriptions[%d].handler: %w", i, err)
 		}
@@ -227,11 +237,11 @@ func (n *runningNode) close() {
 	}
 }
 
-func buildHandler(h nodeconfig.Handler, log *slog.Logger, out io.Writer) (runtime.Handler, error) {
+func buildHandler(h nodeconfig.Handler, slots *handlers.Slots, log *slog.Logger, out io.Writer) (runtime.Handler, error) {
 	switch {
 	case h.Exec != nil:
 		return handlers.NewExec(handlers.ExecConfig{
-			Command: h.Exec.Command, Dir: h.Exec.Dir, Env: h.Exec.Env, Timeout: h.Exec.Timeout.D(), Logger: log,
+			Command: h.Exec.Command, Dir: h.Exec.Dir, Env: h.Exec.Env, Timeout: h.Exec.Timeout.D(), Slots: slots, Logger: log,
 		})
 	case h.HTTP != nil:
 		return handlers.NewHTTP(handlers.HTTPConfig{URL: h.HTTP.URL, Timeout: h.HTTP.Timeout.D(), Headers: h.HTTP.Headers})

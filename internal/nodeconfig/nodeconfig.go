@@ -63,6 +63,9 @@ type Config struct {
 	Lease Lease `yaml:"lease"`
 	// Drain bounds the graceful stop.
 	Drain Drain `yaml:"drain"`
+	// Handlers are the node's limits on its handlers, across its
+	// subscriptions.
+	Handlers HandlerLimits `yaml:"handlers"`
 	// Subscriptions are the node's consumers. At least one.
 	Subscriptions []Subscription `yaml:"subscriptions"`
 
@@ -155,6 +158,15 @@ type Drain struct {
 	// their handlers are cancelled (they then stay pending for the next
 	// owner). Default: 30s.
 	Timeout Duration `yaml:"timeout"`
+}
+
+// HandlerLimits are the node's limits on its handlers.
+type HandlerLimits struct {
+	// ExecConcurrency bounds the exec handler commands running at once on
+	// the node, over every subscription; calls beyond it wait for a slot,
+	// and the wait does not count against exec.timeout. Default: 4 x the
+	// CPUs (handlers.DefaultExecConcurrency).
+	ExecConcurrency int `yaml:"execConcurrency"`
 }
 
 // Subscription is one consumer: a name, a source and a handler.

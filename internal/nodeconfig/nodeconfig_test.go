@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"testing"
 	"time"
@@ -79,6 +80,12 @@ func TestNodeConfigDefaults(t *testing.T) {
 	if c.Redis.Layout != "protean" || c.Subscriptions[0].Redis.BackfillSuffix != "backfill" {
 		t.Errorf("redis defaults %+v %+v", c.Redis, c.Subscriptions[0].Redis)
 	}
+	if want := 4 * goruntime.NumCPU(); c.Handlers.ExecConcurrency != want {
+		t.Errorf("handlers.execConcurrency default %d, want %d (4 per CPU)", c.Handlers.ExecConcurrency, want)
+	}
+	if c := mustParse(t, minimal+"handlers: {execConcurrency: 3}\n", nil); c.Handlers.ExecConcurrency != 3 {
+		t.Errorf("handlers.execConcurrency %d, want the 3 set", c.Handlers.ExecConcurrency)
+	}
 	noNode := mustParse(t, strings.Replace(minimal, "node: n1\n", "", 1), nil)
 	if host, _ := os.Hostname(); !strings.HasPrefix(noNode.Node, host+"-") {
 		t.Errorf("default node id %q, want hostname-pid", noNode.Node)
@@ -121,6 +128,7 @@ func TestNodeConfigRejects(t *testing.T) {
 		{"renew too slow", strings.Replace(minimal, "node: n1\n", "node: n1\nlease: {ttl: 2s, renewEvery: 1s}\n", 1), "lease.renewEvery", "less than half", 3},
 		{"int as string", strings.Replace(minimal, "    handler:", "    maxPartitions: '3'\n    handler:", 1), "subscriptions[0].maxPartitions", "want an integer", 8},
 		{"negative workers", strings.Replace(minimal, "    handler:", "    workers: -1\n    handler:", 1), "subscriptions[0].workers", "negative", 8},
+		{"negative exec concurrency", minimal + "handlers: {execConcurrency: -2}\n", "handlers.execConcurrency", "must not be negative", 10},
 		{"list for a string", strings.Replace(minimal, "service: shop", "service: [a, b]", 1), "service", "want a string", 1},
 		{"duplicate key", minimal + "service: other\n", "service", "set twice", 10},
 		{"duplicate subscription name", minimal + "  - name: projector\n    redis: {categories: [c]}\n    handler: {log: {}}\n", "subscriptions[1].name", "also the name of subscriptions[0]", 10},

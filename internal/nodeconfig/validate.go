@@ -19,6 +19,7 @@ import (
 
 	"github.com/protctl/protctl/internal/admin"
 	"github.com/protctl/protctl/internal/config/security"
+	"github.com/protctl/protctl/internal/handlers"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
@@ -64,6 +65,7 @@ func (v *validator) run() {
 	if c.Drain.Timeout == 0 {
 		c.Drain.Timeout = Duration(DefaultDrainTimeout)
 	}
+	v.handlerLimits()
 	v.subscriptions()
 	// File order; problems of fields absent from the file (line 0) last.
 	slices.SortStableFunc(v.problems, func(a, b Problem) int {
@@ -254,6 +256,16 @@ func (v *validator) lease() {
 	}
 	if 2*l.RenewEvery >= l.TTL {
 		v.add("lease.renewEvery", "must be less than half of lease.ttl (%s), got %s", l.TTL, l.RenewEvery)
+	}
+}
+
+func (v *validator) handlerLimits() {
+	h := &v.c.Handlers
+	switch {
+	case h.ExecConcurrency < 0:
+		v.add("handlers.execConcurrency", "must not be negative, got %d (0 or unset: %d, 4 per CPU)", h.ExecConcurrency, handlers.DefaultExecConcurrency())
+	case h.ExecConcurrency == 0:
+		h.ExecConcurrency = handlers.DefaultExecConcurrency()
 	}
 }
 
