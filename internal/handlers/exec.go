@@ -85,7 +85,13 @@ func NewExec(cfg ExecConfig) (*Exec, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	base := make([]string, 0, len(os.Environ())+len(cfg.Env))
+	return &Exec{cfg: cfg, base: inheritedEnv(cfg.Env)}, nil
+}
+
+// inheritedEnv is the node's environment less its secrets (SecretEnv),
+// plus env.
+func inheritedEnv(env map[string]string) []string {
+	base := make([]string, 0, len(os.Environ())+len(env))
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		secret := false
@@ -96,10 +102,10 @@ func NewExec(cfg ExecConfig) (*Exec, error) {
 			base = append(base, kv)
 		}
 	}
-	for k, v := range cfg.Env {
+	for k, v := range env {
 		base = append(base, k+"="+v)
 	}
-	return &Exec{cfg: cfg, base: base}, nil
+	return base
 }
 
 // Handle runs the command for m, once a slot is free.

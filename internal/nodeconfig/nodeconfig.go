@@ -6,7 +6,7 @@
 // invalid value is rejected before anything starts, and every problem is
 // reported with the file, the line and the field's path:
 //
-//	node.yaml:14: subscriptions[1].handler: exactly one of exec, http, log is required
+//	node.yaml:14: subscriptions[1].handler: exactly one of exec, http, log, process is required
 //
 // After decoding, Load fills in the defaults (written on each field below
 // and in the docs) and reads the secrets: the Redis password from
@@ -40,6 +40,11 @@ const (
 	DefaultDrainTimeout = 30 * time.Second
 	DefaultExecTimeout  = 30 * time.Second
 	DefaultHTTPTimeout  = 10 * time.Second
+	// DefaultProcessTimeout, DefaultProcessMaxInFlight and
+	// DefaultProcessStopTimeout are a process handler's.
+	DefaultProcessTimeout     = 30 * time.Second
+	DefaultProcessMaxInFlight = 64
+	DefaultProcessStopTimeout = 10 * time.Second
 	DefaultLayout       = "protean"
 	DefaultStartFrom    = "earliest"
 )
@@ -217,11 +222,12 @@ type KafkaSource struct {
 	StartFrom string `yaml:"startFrom"`
 }
 
-// Handler is exactly one of Exec, HTTP and Log.
+// Handler is exactly one of Exec, HTTP, Log and Process.
 type Handler struct {
-	Exec *Exec `yaml:"exec"`
-	HTTP *HTTP `yaml:"http"`
-	Log  *Log  `yaml:"log"`
+	Exec    *Exec    `yaml:"exec"`
+	HTTP    *HTTP    `yaml:"http"`
+	Log     *Log     `yaml:"log"`
+	Process *Process `yaml:"process"`
 }
 
 // Exec runs a command per message.
@@ -235,6 +241,28 @@ type Exec struct {
 	Dir string `yaml:"dir"`
 	// Env adds environment variables to the node's own.
 	Env map[string]string `yaml:"env"`
+}
+
+// Process sends each message to one long-lived child process, as a line
+// of JSON on its stdin, and reads the result from its stdout
+// (docs/node-config.md, "process").
+type Process struct {
+	// Command is the program and its arguments (no shell). Required.
+	Command []string `yaml:"command"`
+	// Dir is the working directory; a relative Command[0] is resolved
+	// against it. Default: the config file's directory.
+	Dir string `yaml:"dir"`
+	// Env adds environment variables to the node's own.
+	Env map[string]string `yaml:"env"`
+	// Timeout bounds one call, from the moment its request is written.
+	// Default: 30s.
+	Timeout Duration `yaml:"timeout"`
+	// MaxInFlight bounds the calls the child has at once, over all
+	// partitions. Default: 64.
+	MaxInFlight int `yaml:"maxInFlight"`
+	// StopTimeout bounds the wait for the child to exit after its stdin
+	// is closed at shutdown; then it is killed. Default: 10s.
+	StopTimeout Duration `yaml:"stopTimeout"`
 }
 
 // HTTP posts each message to a URL.

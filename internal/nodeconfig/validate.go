@@ -398,40 +398,37 @@ func indexOf(subs []Subscription, s *Subscription) int {
 
 func (v *validator) handler(h *Handler, p string) {
 	n := 0
-	for _, set := range []bool{h.Exec != nil, h.HTTP != nil, h.Log != nil} {
+	for _, set := range []bool{h.Exec != nil, h.HTTP != nil, h.Log != nil, h.Process != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		v.add(p, "exactly one of exec, http, log is required")
+		v.add(p, "exactly one of exec, http, log, process is required")
 		return
 	}
 	switch {
 	case h.Exec != nil:
 		e := h.Exec
-		if len(e.Command) == 0 || e.Command[0] == "" {
-			v.add(p+".exec.command", "is required: the program and its arguments, e.g. [\"./handle.sh\"]")
-			return
-		}
 		if e.Timeout == 0 {
 			e.Timeout = Duration(DefaultExecTimeout)
 		}
-		if e.Dir == "" {
-			e.Dir = v.dir
-		} else {
-			e.Dir = v.path(e.Dir)
+		v.command(p+".exec", e.Command, &e.Dir, e.Env)
+	case h.Process != nil:
+		e := h.Process
+		if e.Timeout == 0 {
+			e.Timeout = Duration(DefaultProcessTimeout)
 		}
-		if st, err := os.Stat(e.Dir); err != nil || !st.IsDir() {
-			v.add(p+".exec.dir", "%s is not a directory", e.Dir)
-		} else if err := executable(e.Command[0], e.Dir); err != nil {
-			v.add(p+".exec.command", "%v", err)
+		if e.StopTimeout == 0 {
+			e.StopTimeout = Duration(DefaultProcessStopTimeout)
 		}
-		for k := range e.Env {
-			if k == "" || strings.ContainsAny(k, "=\x00") {
-				v.add(p+".exec.env", "invalid variable name %q", k)
-			}
+		switch {
+		case e.MaxInFlight < 0:
+			v.add(p+".process.maxInFlight", "must not be negative, got %d", e.MaxInFlight)
+		case e.MaxInFlight == 0:
+			e.MaxInFlight = DefaultProcessMaxInFlight
 		}
+		v.command(p+".process", e.Command, &e.Dir, e.Env)
 	case h.HTTP != nil:
 		hh := h.HTTP
 		if hh.URL == "" {
@@ -446,6 +443,30 @@ func (v *validator) handler(h *Handler, p string) {
 			if k == "" || strings.ContainsAny(k, " :\r\n") {
 				v.add(p+".http.headers", "invalid header name %q", k)
 			}
+		}
+	}
+}
+
+// command checks the command, dir and env of an exec or process handler
+// at p, and resolves dir.
+func (v *validator) command(p string, command []string, dir *string, env map[string]string) {
+	if len(command) == 0 || command[0] == "" {
+		v.add(p+".command", "is required: the program and its arguments, e.g. [\"./handle.sh\"]")
+		return
+	}
+	if *dir == "" {
+		*dir = v.dir
+	} else {
+		*dir = v.path(*dir)
+	}
+	if st, err := os.Stat(*dir); err != nil || !st.IsDir() {
+		v.add(p+".dir", "%s is not a directory", *dir)
+	} else if err := executable(command[0], *dir); err != nil {
+		v.add(p+".command", "%v", err)
+	}
+	for k := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			v.add(p+".env", "invalid variable name %q", k)
 		}
 	}
 }
