@@ -45,8 +45,8 @@ const (
 	DefaultProcessTimeout     = 30 * time.Second
 	DefaultProcessMaxInFlight = 64
 	DefaultProcessStopTimeout = 10 * time.Second
-	DefaultLayout       = "protean"
-	DefaultStartFrom    = "earliest"
+	DefaultLayout             = "protean"
+	DefaultStartFrom          = "earliest"
 )
 
 // Config is a node's configuration. Field names (the yaml tags) are API:
