@@ -40,13 +40,15 @@ const (
 	DefaultDrainTimeout = 30 * time.Second
 	DefaultExecTimeout  = 30 * time.Second
 	DefaultHTTPTimeout  = 10 * time.Second
-	// DefaultProcessTimeout, DefaultProcessMaxInFlight and
-	// DefaultProcessStopTimeout are a process handler's.
+	DefaultLayout       = "protean"
+	DefaultStartFrom    = "earliest"
+)
+
+// A process handler's defaults.
+const (
 	DefaultProcessTimeout     = 30 * time.Second
 	DefaultProcessMaxInFlight = 64
 	DefaultProcessStopTimeout = 10 * time.Second
-	DefaultLayout             = "protean"
-	DefaultStartFrom          = "earliest"
 )
 
 // Config is a node's configuration. Field names (the yaml tags) are API:
