@@ -2,7 +2,11 @@ package bench
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -178,4 +182,70 @@ func BenchmarkExecBound(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkHandlerKinds: the exec, http and process handlers behind the
+// same node in the same run, 40 partitions in flight at once: exec (a
+// fork per event, the node's default bound), http (a POST per event to
+// an in-process server answering 204) and process (one long-lived child,
+// examples/processhandler, over newline-delimited JSON). Reported: the
+// events/s of each and the ratios of process to exec and to http.
+//
+//	go test -run '^$' -bench BenchmarkHandlerKinds -benchtime 2x -count 3 ./bench/
+func BenchmarkHandlerKinds(b *testing.B) {
+	const partitions = 40
+	ctx := context.Background()
+	srv := testenv.StartRedis(b)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+
+	execH, err := handlers.NewExec(handlers.ExecConfig{
+		Command: []string{hbScript(b, "cat >/dev/null\n")}, Timeout: 5 * time.Minute,
+		Slots: handlers.NewSlots(handlers.DefaultExecConcurrency(), nil),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer web.Close()
+	httpH, err := handlers.NewHTTP(handlers.HTTPConfig{URL: web.URL})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bin := filepath.Join(b.TempDir(), "processhandler")
+	if out, err := exec.Command("go", "build", "-o", bin, "../examples/processhandler").CombinedOutput(); err != nil {
+		b.Fatalf("go build examples/processhandler: %v\n%s", err, out)
+	}
+	procH, err := handlers.NewProcess(handlers.ProcessConfig{Command: []string{bin}, MaxInFlight: 64})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer procH.Close(ctx)
+
+	var ex, ht, pr hbResult
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		runs := []func(){
+			func() { hbRun(ctx, b, srv, admin, execH, partitions, 10, &ex) },
+			func() { hbRun(ctx, b, srv, admin, httpH, partitions, 250, &ht) },
+			func() { hbRun(ctx, b, srv, admin, procH, partitions, 250, &pr) },
+		}
+		for k := range runs {
+			runs[(i+k)%len(runs)]()
+		}
+	}
+	b.StopTimer()
+	if ex.failures+ht.failures+pr.failures > 0 {
+		b.Fatalf("failures: exec %d, http %d, process %d", ex.failures, ht.failures, pr.failures)
+	}
+	b.ReportMetric(ex.rate(), "exec-events/s")
+	b.ReportMetric(ht.rate(), "http-events/s")
+	b.ReportMetric(pr.rate(), "process-events/s")
+	b.ReportMetric(pr.rate()/ex.rate(), "ratio-process/exec")
+	b.ReportMetric(pr.rate()/ht.rate(), "ratio-process/http")
+	b.ReportMetric(pr.quantile(0.99), "process-p99-ms")
+	b.ReportMetric(ht.quantile(0.99), "http-p99-ms")
 }
