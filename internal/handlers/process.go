@@ -237,7 +237,7 @@ func (p *Process) start() (*child, error) {
 	p.cfg.Logger.Info("process handler started", "command", p.cfg.Command[0], "pid", c.pid)
 	var readers sync.WaitGroup
 	readers.Add(2)
-	go c.write(stdin)
+	go c.write(stdin, c.writes)
 	go func() { defer readers.Done(); c.readResults(stdout) }()
 	go func() { defer readers.Done(); c.readStderr(stderr) }()
 	go func() {
@@ -250,16 +250,16 @@ func (p *Process) start() (*child, error) {
 
 // write copies the request lines to the child's stdin until writes is
 // closed (Close) or a write fails (the child died), then closes stdin.
-func (c *child) write(stdin io.WriteCloser) {
+func (c *child) write(stdin io.WriteCloser, writes <-chan []byte) {
 	w := bufio.NewWriterSize(stdin, 64<<10)
 	broken := false
-	for line := range c.writes {
+	for line := range writes {
 		if broken {
 			continue
 		}
 		_, err := w.Write(line)
 		// Flush when nothing else is queued: one write per burst.
-		if err == nil && len(c.writes) == 0 {
+		if err == nil && len(writes) == 0 {
 			err = w.Flush()
 		}
 		broken = err != nil
@@ -503,12 +503,10 @@ func (p *Process) Handle(ctx context.Context, m runtime.Message) error {
 	}
 	id, ch, err := c.send(func(id uint64) ([]byte, error) { return requestLine(id, m) })
 	if err != nil {
-		if c.dead != nil {
-			select {
-			case <-c.dead:
-				return runtime.Systemic(fmt.Errorf("process %s: %s", name, c.why()))
-			default:
-			}
+		select {
+		case <-c.dead:
+			return runtime.Systemic(fmt.Errorf("process %s: the child %d %s", name, c.pid, c.why()))
+		default:
 		}
 		return runtime.Systemic(fmt.Errorf("process %s: %w", name, err))
 	}
