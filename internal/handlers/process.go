@@ -100,6 +100,7 @@ type child struct {
 	nextID  uint64
 	closing bool // stdin closed or being closed: no more writes
 
+	started time.Time
 	replies atomic.Uint64 // results read: the child's progress
 	dead    chan struct{} // closed once the child exited
 	exitErr string        // why, set before dead closes
@@ -228,7 +229,7 @@ func (p *Process) start() (*child, error) {
 	}
 	p.starts.Add(1)
 	c := &child{
-		p: p, cmd: cmd, pid: cmd.Process.Pid,
+		p: p, cmd: cmd, pid: cmd.Process.Pid, started: time.Now(),
 		writes:  make(chan []byte, p.cfg.MaxInFlight),
 		stderr:  &tail{n: StderrLogLimit},
 		pending: map[uint64]chan processResult{},
@@ -533,11 +534,17 @@ func (p *Process) Handle(ctx context.Context, m runtime.Message) error {
 		c.forget(id)
 		var err error
 		switch {
-		case c.replies.Load() == progress:
-			// Not one result in a whole timeout: the child is stuck, not
-			// this message.
+		case c.replies.Load() == progress && (progress > 0 || time.Since(c.started) >= 3*p.cfg.Timeout):
+			// Not one result in a whole timeout from a child that did
+			// answer before (or had long enough to start): it is stuck,
+			// not this message.
 			c.kill(fmt.Sprintf("answered no call for %s", p.cfg.Timeout))
 			err = runtime.Systemic(fmt.Errorf("process %s: timed out after %s, the child answered no call meanwhile: killed, to be restarted", name, p.cfg.Timeout))
+		case c.replies.Load() == progress:
+			// A child still starting (a slow start on a loaded machine):
+			// not the message's fault, and not a reason to kill it, which
+			// would only start the slow start over.
+			err = runtime.Systemic(fmt.Errorf("process %s: timed out after %s, the child (started %s ago) has answered no call yet", name, p.cfg.Timeout, time.Since(c.started).Round(time.Millisecond)))
 		case p.slots.saturatedSince(mark):
 			err = runtime.Systemic(fmt.Errorf("process %s: timed out after %s while the handler was overloaded (all %d in-flight slots taken, calls waiting)", name, p.cfg.Timeout, p.cfg.MaxInFlight))
 		default:
