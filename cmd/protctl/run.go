@@ -45,7 +45,7 @@ func newRunNodeCmd(f *Factory) *cobra.Command {
 		Use:   "node --config FILE",
 		Short: "Run a node of the runtime in the foreground (SIGTERM drains)",
 		Long: `Run a node of the runtime: the subscriptions of the config file (Redis
-partitioned streams and Kafka topics), each with an exec, http or log handler,
+partitioned streams and Kafka topics), each with an exec, http, process or log handler,
 sharing partitions with the service's other nodes under fenced leases.
 docs/node-config.md documents the file; testdata/node.yaml is an example.
 
@@ -53,7 +53,10 @@ An exec handler's command gets the envelope on stdin and PROTCTL_SUBSCRIPTION,
 PROTCTL_PARTITION, PROTCTL_POSITION, PROTCTL_GENERATION and PROTCTL_ATTEMPT in
 its environment; it exits 0 when done, 75 to be called again later (systemic),
 anything else when the message failed. An http handler POSTs the envelope: 2xx
-is done; 429, 5xx and timeouts are systemic; other 4xx failures.
+is done; 429, 5xx and timeouts are systemic; other 4xx failures. A process
+handler keeps one child running and writes it a JSON request per line on stdin
+({"id", "metadata", "envelope"}); the child answers {"id", "result": "ok",
+"error" or "retry"} per line on stdout, several calls in flight at once.
 
 The admin endpoint (admin.listen, loopback by default) serves /healthz,
 /readyz (503 until the node joined), /metrics (Prometheus) and /v1/status.

@@ -38,6 +38,9 @@ type runningNode struct {
 	metrics *admin.Metrics
 	ln      net.Listener
 	admin   *admin.Server
+	// closers stop the handlers that hold a process (process handlers),
+	// after the node has stopped calling them.
+	closers []func(context.Context) error
 }
 
 // buildNode assembles the node of cfg. It dials nothing; it binds the
@@ -86,13 +89,26 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 		}
 	}
 
+	// One bound for every exec handler of the node: the commands share its
+	// CPUs, whichever subscription runs them.
+	slots := handlers.NewSlots(cfg.Handlers.ExecConcurrency, n.metrics.ObserveExecWait)
+	n.metrics.SetExecQueue(func() admin.ExecQueue {
+		st := slots.Stats()
+		return admin.ExecQueue{Slots: st.Size, Running: st.Running, Waiting: st.Waiting}
+	})
+
 	var subs []runtime.Subscription
 	topics := map[string]*runtime.TopicConfig{}
 	var topicOrder []string
 	for i, sc := range cfg.Subscriptions {
-		h, err := buildHandler(sc.Handler, log.With("subscription", sc.Name), out)
+		// The handlers name the subscription in each line themselves
+		// (from the message): a logger With it would repeat it.
+		h, err := buildHandler(sc.Handler, slots, log, out)
 		if err != nil {
 			return nil, clierr.Usage.Errorf("subscriptions[%d].handler: %w", i, err)
+		}
+		if c, ok := h.(interface{ Close(context.Context) error }); ok {
+			n.closers = append(n.closers, c.Close)
 		}
 		retry := runtime.RetryPolicy{Attempts: sc.Retry.Attempts, Backoff: sc.Retry.Backoff.D(), MaxBackoff: sc.Retry.MaxBackoff.D()}
 		if sc.Redis != nil {
@@ -250,6 +266,14 @@ func (n *runningNode) stopAdmin(ctx context.Context) {
 }
 
 func (n *runningNode) close() {
+	// After the node's drain: a process handler's child gets its stdin
+	// closed and is waited for (up to its process.stopTimeout), then
+	// killed.
+	for _, c := range n.closers {
+		if err := c(context.Background()); err != nil {
+			n.log.Warn("stopping a handler", "err", err)
+		}
+	}
 	if n.ln != nil && n.admin == nil {
 		_ = n.ln.Close()
 	}
@@ -261,18 +285,23 @@ func (n *runningNode) close() {
 	}
 }
 
-func buildHandler(h nodeconfig.Handler, log *slog.Logger, out io.Writer) (runtime.Handler, error) {
+func buildHandler(h nodeconfig.Handler, slots *handlers.Slots, log *slog.Logger, out io.Writer) (runtime.Handler, error) {
 	switch {
 	case h.Exec != nil:
 		return handlers.NewExec(handlers.ExecConfig{
-			Command: h.Exec.Command, Dir: h.Exec.Dir, Env: h.Exec.Env, Timeout: h.Exec.Timeout.D(), Logger: log,
+			Command: h.Exec.Command, Dir: h.Exec.Dir, Env: h.Exec.Env, Timeout: h.Exec.Timeout.D(), Slots: slots, Logger: log,
 		})
 	case h.HTTP != nil:
 		return handlers.NewHTTP(handlers.HTTPConfig{URL: h.HTTP.URL, Timeout: h.HTTP.Timeout.D(), Headers: h.HTTP.Headers})
 	case h.Log != nil:
 		return handlers.NewLog(out, h.Log.Payload), nil
+	case h.Process != nil:
+		return handlers.NewProcess(handlers.ProcessConfig{
+			Command: h.Process.Command, Dir: h.Process.Dir, Env: h.Process.Env, Timeout: h.Process.Timeout.D(),
+			MaxInFlight: h.Process.MaxInFlight, StopTimeout: h.Process.StopTimeout.D(), Logger: log,
+		})
 	}
-	return nil, errors.New("exactly one of exec, http, log is required")
+	return nil, errors.New("exactly one of exec, http, log, process is required")
 }
 
 // nodeRedisClient builds the client of the node's Redis section: a

@@ -78,7 +78,7 @@ subscriptions:
 		}
 		want := []string{
 			"protctl: " + path + ":2: nodes: unknown field",
-			"protctl: " + path + ":8: subscriptions[0].handler: exactly one of exec, http, log is required",
+			"protctl: " + path + ":8: subscriptions[0].handler: exactly one of exec, http, log, process is required",
 			"protctl: " + path + ":11: subscriptions[1].handler.exec.command: no-such-program-xyz: not found in PATH",
 			"protctl: " + path + ":14: subscriptions[2].handler.exec.command: " + filepath.Join(dir, "plain.sh") + " is not executable (chmod +x)",
 			"protctl: " + path + `:17: subscriptions[3].handler.http.url: want an http:// or https:// URL with a host, got "127.0.0.1/events"`,

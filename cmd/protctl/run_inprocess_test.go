@@ -142,6 +142,8 @@ func TestRunNodeAdminEndpoint(t *testing.T) {
 		`protctl_messages_processed_total{subscription="projector"}`,
 		"protctl_lease_renew_duration_seconds_count ",
 		`protctl_node_info{service="shop",node="node-1",join_state="joined"} 1`,
+		// The node's exec slots (one key: nothing ever waits).
+		"protctl_exec_slots ", "protctl_exec_queue_depth 0", "# TYPE protctl_exec_queue_wait_seconds histogram",
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %q", want)

@@ -30,7 +30,7 @@ subscriptions:
 	}{
 		{"unknown field", strings.Replace(good, "node: n1", "node: n1\nnodes: 3", 1), "node.yaml:3: nodes: unknown field"},
 		{"unknown nested field", strings.Replace(good, "categories:", "categorys:", 1), "node.yaml:8: subscriptions[0].redis.categorys: unknown field (did you mean categories?)"},
-		{"missing handler", strings.Replace(good, "    handler:\n      http: {url: \"http://127.0.0.1:1/events\"}\n", "", 1), "subscriptions[0].handler: exactly one of exec, http, log is required"},
+		{"missing handler", strings.Replace(good, "    handler:\n      http: {url: \"http://127.0.0.1:1/events\"}\n", "", 1), "subscriptions[0].handler: exactly one of exec, http, log, process is required"},
 		{"bad handler URL", strings.Replace(good, "http://127.0.0.1:1/events", "127.0.0.1:1/events", 1), `node.yaml:10: subscriptions[0].handler.http.url: want an http:// or https:// URL with a host, got "127.0.0.1:1/events"`},
 		{"bad Redis URL", strings.Replace(good, "redis://127.0.0.1:1/0", "tcp://127.0.0.1:1", 1), "node.yaml:4: redis.url: invalid Redis URL"},
 		{"admin off loopback without a token", strings.Replace(good, "127.0.0.1:0", "0.0.0.0:0", 1), "admin.tokenFile: a token is required"},

@@ -29,6 +29,17 @@ type Metrics struct {
 
 	renew         *histogram
 	renewFailures atomic.Uint64
+
+	execWait  *histogram
+	execQueue atomic.Pointer[func() ExecQueue]
+}
+
+// ExecQueue is the state of a node's exec handler slots (the bound of exec
+// commands running at once) at one moment.
+type ExecQueue struct {
+	Slots   int // the bound
+	Running int // commands running
+	Waiting int // calls waiting for a slot
 }
 
 type subMetrics struct {
@@ -44,8 +55,17 @@ type subMetrics struct {
 
 // NewMetrics returns empty metrics.
 func NewMetrics() *Metrics {
-	return &Metrics{renew: newHistogram(RenewBuckets)}
+	return &Metrics{renew: newHistogram(RenewBuckets), execWait: newHistogram(HandlerBuckets)}
 }
+
+// SetExecQueue makes each scrape read the exec slots' state from f (the
+// node's handlers.Slots), for the protctl_exec_* gauges; until it is
+// called they are left out.
+func (m *Metrics) SetExecQueue(f func() ExecQueue) { m.execQueue.Store(&f) }
+
+// ObserveExecWait records how long one exec handler call waited for a
+// slot (0 when one was free). It is the hook handlers.NewSlots takes.
+func (m *Metrics) ObserveExecWait(d time.Duration) { m.execWait.observe(d.Seconds()) }
 
 func (m *Metrics) sub(name string) *subMetrics {
 	if s, ok := m.subs.Load(name); ok {
@@ -260,6 +280,17 @@ func (m *Metrics) Write(w io.Writer, s Snapshot) error {
 	e.histogram("protctl_lease_renew_duration_seconds", nil, m.renew)
 	e.family("protctl_lease_renew_failures_total", "counter", "Lease renewal calls that failed (the store could not be reached).")
 	e.sample("protctl_lease_renew_failures_total", nil, float64(m.renewFailures.Load()))
+	if f := m.execQueue.Load(); f != nil {
+		q := (*f)()
+		e.family("protctl_exec_slots", "gauge", "The bound of exec handler commands running at once on this node (handlers.execConcurrency).")
+		e.sample("protctl_exec_slots", nil, float64(q.Slots))
+		e.family("protctl_exec_running", "gauge", "Exec handler commands running now.")
+		e.sample("protctl_exec_running", nil, float64(q.Running))
+		e.family("protctl_exec_queue_depth", "gauge", "Exec handler calls waiting for a slot now.")
+		e.sample("protctl_exec_queue_depth", nil, float64(q.Waiting))
+		e.family("protctl_exec_queue_wait_seconds", "histogram", "Time each exec handler call waited for a slot before its command started (0 when one was free; not part of exec.timeout).")
+		e.histogram("protctl_exec_queue_wait_seconds", nil, m.execWait)
+	}
 	return bw.Flush()
 }
 

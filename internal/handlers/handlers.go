@@ -5,7 +5,9 @@
 //
 //	            ok        systemic (pause, retry later)     aggregate (retry, then park)
 //	exec        exit 0    exit 75 (EX_TEMPFAIL), cannot      any other exit, killed by a
-//	                      start the command                  signal, timeout
+//	                      start the command, a timeout       signal, a timeout
+//	                      while the node is out of exec
+//	                      slots (Slots)
 //	http        2xx       429, 5xx, timeout, connection      other 4xx, 3xx (redirects are
 //	                      errors                             not followed)
 //
@@ -16,7 +18,9 @@
 package handlers
 
 import (
+	"encoding/json"
 	"strconv"
+	"sync"
 
 	"github.com/protctl/protctl/pkg/runtime"
 )
@@ -70,14 +74,66 @@ func metadata(m runtime.Message) [][2]string {
 	return out
 }
 
-// tail keeps the last n bytes written to it.
+// messageAttrs returns the attributes that name m in a log line (the
+// subscription, the partition and, for Kafka, the aggregate, the position,
+// the attempt, and the envelope's event id when it has one) followed by
+// more. Handlers get a logger without these attributes and add them per
+// line: a logger that had them already would repeat them.
+func messageAttrs(m runtime.Message, more ...any) []any {
+	attrs := make([]any, 0, 12+len(more))
+	attrs = append(attrs, "subscription", m.Subscription)
+	if m.Source == runtime.SourceKafka {
+		attrs = append(attrs, "topic", m.Topic, "partition", m.Partition, "aggregate", m.Aggregate)
+	} else {
+		attrs = append(attrs, "partition", m.Key)
+	}
+	attrs = append(attrs, "position", m.Position, "attempt", m.Attempt)
+	if id := eventID(m.Data); id != "" {
+		attrs = append(attrs, "event", id)
+	}
+	return append(attrs, more...)
+}
+
+// eventID returns the id of a Protean envelope (metadata.headers.id, or
+// metadata.id), "" for anything else. It parses the envelope: call it on
+// failures and debug lines only.
+func eventID(data []byte) string {
+	var env struct {
+		Metadata struct {
+			ID      any `json:"id"`
+			Headers struct {
+				ID any `json:"id"`
+			} `json:"headers"`
+		} `json:"metadata"`
+	}
+	if len(data) == 0 || data[0] != '{' || json.Unmarshal(data, &env) != nil {
+		return ""
+	}
+	for _, v := range []any{env.Metadata.Headers.ID, env.Metadata.ID} {
+		switch id := v.(type) {
+		case string:
+			if id != "" {
+				return id
+			}
+		case float64:
+			return strconv.FormatFloat(id, 'f', -1, 64)
+		}
+	}
+	return ""
+}
+
+// tail keeps the last n bytes written to it. It is safe for concurrent
+// use.
 type tail struct {
+	mu  sync.Mutex
 	n   int
 	buf []byte
 	cut bool
 }
 
 func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.buf = append(t.buf, p...)
 	if len(t.buf) > t.n {
 		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.n:]...)
@@ -87,6 +143,8 @@ func (t *tail) Write(p []byte) (int, error) {
 }
 
 func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	if t.cut {
 		return "…" + string(t.buf)
 	}

@@ -6,7 +6,7 @@
 // invalid value is rejected before anything starts, and every problem is
 // reported with the file, the line and the field's path:
 //
-//	node.yaml:14: subscriptions[1].handler: exactly one of exec, http, log is required
+//	node.yaml:14: subscriptions[1].handler: exactly one of exec, http, log, process is required
 //
 // After decoding, Load fills in the defaults (written on each field below
 // and in the docs) and reads the secrets: the Redis password from
@@ -44,6 +44,13 @@ const (
 	DefaultStartFrom    = "earliest"
 )
 
+// A process handler's defaults.
+const (
+	DefaultProcessTimeout     = 30 * time.Second
+	DefaultProcessMaxInFlight = 64
+	DefaultProcessStopTimeout = 10 * time.Second
+)
+
 // Config is a node's configuration. Field names (the yaml tags) are API:
 // fields are added, never renamed.
 type Config struct {
@@ -63,6 +70,9 @@ type Config struct {
 	Lease Lease `yaml:"lease"`
 	// Drain bounds the graceful stop.
 	Drain Drain `yaml:"drain"`
+	// Handlers are the node's limits on its handlers, across its
+	// subscriptions.
+	Handlers HandlerLimits `yaml:"handlers"`
 	// Subscriptions are the node's consumers. At least one.
 	Subscriptions []Subscription `yaml:"subscriptions"`
 
@@ -157,6 +167,15 @@ type Drain struct {
 	Timeout Duration `yaml:"timeout"`
 }
 
+// HandlerLimits are the node's limits on its handlers.
+type HandlerLimits struct {
+	// ExecConcurrency bounds the exec handler commands running at once on
+	// the node, over every subscription; calls beyond it wait for a slot,
+	// and the wait does not count against exec.timeout. Default: 4 x the
+	// CPUs (handlers.DefaultExecConcurrency).
+	ExecConcurrency int `yaml:"execConcurrency"`
+}
+
 // Subscription is one consumer: a name, a source and a handler.
 type Subscription struct {
 	// Name is the consumer group (Redis) or the subscription's name under
@@ -205,11 +224,12 @@ type KafkaSource struct {
 	StartFrom string `yaml:"startFrom"`
 }
 
-// Handler is exactly one of Exec, HTTP and Log.
+// Handler is exactly one of Exec, HTTP, Log and Process.
 type Handler struct {
-	Exec *Exec `yaml:"exec"`
-	HTTP *HTTP `yaml:"http"`
-	Log  *Log  `yaml:"log"`
+	Exec    *Exec    `yaml:"exec"`
+	HTTP    *HTTP    `yaml:"http"`
+	Log     *Log     `yaml:"log"`
+	Process *Process `yaml:"process"`
 }
 
 // Exec runs a command per message.
@@ -223,6 +243,28 @@ type Exec struct {
 	Dir string `yaml:"dir"`
 	// Env adds environment variables to the node's own.
 	Env map[string]string `yaml:"env"`
+}
+
+// Process sends each message to one long-lived child process, as a line
+// of JSON on its stdin, and reads the result from its stdout
+// (docs/node-config.md, "process").
+type Process struct {
+	// Command is the program and its arguments (no shell). Required.
+	Command []string `yaml:"command"`
+	// Dir is the working directory; a relative Command[0] is resolved
+	// against it. Default: the config file's directory.
+	Dir string `yaml:"dir"`
+	// Env adds environment variables to the node's own.
+	Env map[string]string `yaml:"env"`
+	// Timeout bounds one call, from the moment its request is written.
+	// Default: 30s.
+	Timeout Duration `yaml:"timeout"`
+	// MaxInFlight bounds the calls the child has at once, over all
+	// partitions. Default: 64.
+	MaxInFlight int `yaml:"maxInFlight"`
+	// StopTimeout bounds the wait for the child to exit after its stdin
+	// is closed at shutdown; then it is killed. Default: 10s.
+	StopTimeout Duration `yaml:"stopTimeout"`
 }
 
 // HTTP posts each message to a URL.

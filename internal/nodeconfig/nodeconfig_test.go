@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"testing"
 	"time"
@@ -79,6 +80,12 @@ func TestNodeConfigDefaults(t *testing.T) {
 	if c.Redis.Layout != "protean" || c.Subscriptions[0].Redis.BackfillSuffix != "backfill" {
 		t.Errorf("redis defaults %+v %+v", c.Redis, c.Subscriptions[0].Redis)
 	}
+	if want := 4 * goruntime.NumCPU(); c.Handlers.ExecConcurrency != want {
+		t.Errorf("handlers.execConcurrency default %d, want %d (4 per CPU)", c.Handlers.ExecConcurrency, want)
+	}
+	if c := mustParse(t, minimal+"handlers: {execConcurrency: 3}\n", nil); c.Handlers.ExecConcurrency != 3 {
+		t.Errorf("handlers.execConcurrency %d, want the 3 set", c.Handlers.ExecConcurrency)
+	}
 	noNode := mustParse(t, strings.Replace(minimal, "node: n1\n", "", 1), nil)
 	if host, _ := os.Hostname(); !strings.HasPrefix(noNode.Node, host+"-") {
 		t.Errorf("default node id %q, want hostname-pid", noNode.Node)
@@ -86,6 +93,10 @@ func TestNodeConfigDefaults(t *testing.T) {
 	withExec := mustParse(t, strings.Replace(minimal, "log: {}", "exec: {command: [sh, -c, 'true']}", 1), nil)
 	if withExec.Subscriptions[0].Handler.Exec.Timeout.D() != 30*time.Second {
 		t.Errorf("exec timeout default %s", withExec.Subscriptions[0].Handler.Exec.Timeout)
+	}
+	withProcess := mustParse(t, strings.Replace(minimal, "log: {}", "process: {command: [sh, -c, 'cat']}", 1), nil)
+	if pr := withProcess.Subscriptions[0].Handler.Process; pr.Timeout.D() != 30*time.Second || pr.MaxInFlight != 64 || pr.StopTimeout.D() != 10*time.Second || pr.Dir == "" {
+		t.Errorf("process defaults %+v", pr)
 	}
 	withHTTP := mustParse(t, strings.Replace(minimal, "log: {}", "http: {url: 'http://x:1/e'}", 1), nil)
 	if withHTTP.Subscriptions[0].Handler.HTTP.Timeout.D() != 10*time.Second {
@@ -105,8 +116,8 @@ func TestNodeConfigRejects(t *testing.T) {
 		{"unknown top-level field", minimal + "servce: x\n", "servce", "unknown field", 10},
 		{"unknown nested field with a suggestion", strings.Replace(minimal, "url:", "ur1:", 1), "redis.ur1", "did you mean url?", 4},
 		{"unknown handler field", strings.Replace(minimal, "log: {}", "log: {colour: true}", 1), "subscriptions[0].handler.log.colour", "unknown field", 9},
-		{"missing handler", strings.Replace(minimal, "    handler:\n      log: {}\n", "", 1), "subscriptions[0].handler", "exactly one of exec, http, log is required", 0},
-		{"two handlers", strings.Replace(minimal, "log: {}", "log: {}\n      http: {url: 'http://x/'}", 1), "subscriptions[0].handler", "exactly one of exec, http, log is required", 8},
+		{"missing handler", strings.Replace(minimal, "    handler:\n      log: {}\n", "", 1), "subscriptions[0].handler", "exactly one of exec, http, log, process is required", 0},
+		{"two handlers", strings.Replace(minimal, "log: {}", "log: {}\n      http: {url: 'http://x/'}", 1), "subscriptions[0].handler", "exactly one of exec, http, log, process is required", 8},
 		{"bad http url", strings.Replace(minimal, "log: {}", "http: {url: 'ftp://x/y'}", 1), "subscriptions[0].handler.http.url", "http:// or https://", 9},
 		{"http url without host", strings.Replace(minimal, "log: {}", "http: {url: 'http:///y'}", 1), "subscriptions[0].handler.http.url", "with a host", 9},
 		{"bad redis url", strings.Replace(minimal, "redis://127.0.0.1:6379/0", "http://127.0.0.1:6379", 1), "redis.url", "invalid Redis URL", 4},
@@ -121,6 +132,10 @@ func TestNodeConfigRejects(t *testing.T) {
 		{"renew too slow", strings.Replace(minimal, "node: n1\n", "node: n1\nlease: {ttl: 2s, renewEvery: 1s}\n", 1), "lease.renewEvery", "less than half", 3},
 		{"int as string", strings.Replace(minimal, "    handler:", "    maxPartitions: '3'\n    handler:", 1), "subscriptions[0].maxPartitions", "want an integer", 8},
 		{"negative workers", strings.Replace(minimal, "    handler:", "    workers: -1\n    handler:", 1), "subscriptions[0].workers", "negative", 8},
+		{"negative exec concurrency", minimal + "handlers: {execConcurrency: -2}\n", "handlers.execConcurrency", "must not be negative", 10},
+		{"empty process command", strings.Replace(minimal, "log: {}", "process: {command: []}", 1), "subscriptions[0].handler.process.command", "is required", 9},
+		{"process command not in PATH", strings.Replace(minimal, "log: {}", "process: {command: [no-such-program-xyz]}", 1), "subscriptions[0].handler.process.command", "not found in PATH", 9},
+		{"negative process in-flight", strings.Replace(minimal, "log: {}", "process: {command: [sh], maxInFlight: -1}", 1), "subscriptions[0].handler.process.maxInFlight", "negative", 9},
 		{"list for a string", strings.Replace(minimal, "service: shop", "service: [a, b]", 1), "service", "want a string", 1},
 		{"duplicate key", minimal + "service: other\n", "service", "set twice", 10},
 		{"duplicate subscription name", minimal + "  - name: projector\n    redis: {categories: [c]}\n    handler: {log: {}}\n", "subscriptions[1].name", "also the name of subscriptions[0]", 10},
@@ -225,7 +240,7 @@ subscriptions:
 		`node.yaml:2: bogus: unknown field`,
 		`node.yaml:4: lease.ttl: want a duration such as 15s or 200ms, got "15"`,
 		`node.yaml:8: subscriptions[0].redis.categories[1]: "c" is also subscriptions[0].redis.categories[0]`,
-		`node.yaml:9: subscriptions[0].handler: exactly one of exec, http, log is required`,
+		`node.yaml:9: subscriptions[0].handler: exactly one of exec, http, log, process is required`,
 		`node.yaml:12: subscriptions[1].handler.exec.command: no-such-program-xyz: not found in PATH`,
 		`node.yaml:15: subscriptions[2].handler.exec.command: ` + filepath.Join(dir, "plain.sh") + ` is not executable (chmod +x)`,
 		`node.yaml:18: subscriptions[3].handler.exce: unknown field (did you mean exec?)`,

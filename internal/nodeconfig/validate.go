@@ -19,6 +19,7 @@ import (
 
 	"github.com/protctl/protctl/internal/admin"
 	"github.com/protctl/protctl/internal/config/security"
+	"github.com/protctl/protctl/internal/handlers"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
@@ -64,6 +65,7 @@ func (v *validator) run() {
 	if c.Drain.Timeout == 0 {
 		c.Drain.Timeout = Duration(DefaultDrainTimeout)
 	}
+	v.handlerLimits()
 	v.subscriptions()
 }
 
@@ -261,6 +263,16 @@ func (v *validator) lease() {
 	}
 }
 
+func (v *validator) handlerLimits() {
+	h := &v.c.Handlers
+	switch {
+	case h.ExecConcurrency < 0:
+		v.add("handlers.execConcurrency", "must not be negative, got %d (0 or unset: %d, 4 per CPU)", h.ExecConcurrency, handlers.DefaultExecConcurrency())
+	case h.ExecConcurrency == 0:
+		h.ExecConcurrency = handlers.DefaultExecConcurrency()
+	}
+}
+
 func (v *validator) subscriptions() {
 	c := v.c
 	if len(c.Subscriptions) == 0 {
@@ -413,40 +425,37 @@ func indexOf(subs []Subscription, s *Subscription) int {
 
 func (v *validator) handler(h *Handler, p string) {
 	n := 0
-	for _, set := range []bool{h.Exec != nil, h.HTTP != nil, h.Log != nil} {
+	for _, set := range []bool{h.Exec != nil, h.HTTP != nil, h.Log != nil, h.Process != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		v.add(p, "exactly one of exec, http, log is required")
+		v.add(p, "exactly one of exec, http, log, process is required")
 		return
 	}
 	switch {
 	case h.Exec != nil:
 		e := h.Exec
-		if len(e.Command) == 0 || e.Command[0] == "" {
-			v.add(p+".exec.command", "is required: the program and its arguments, e.g. [\"./handle.sh\"]")
-			return
-		}
 		if e.Timeout == 0 {
 			e.Timeout = Duration(DefaultExecTimeout)
 		}
-		if e.Dir == "" {
-			e.Dir = v.dir
-		} else {
-			e.Dir = v.path(e.Dir)
+		v.command(p+".exec", e.Command, &e.Dir, e.Env)
+	case h.Process != nil:
+		e := h.Process
+		if e.Timeout == 0 {
+			e.Timeout = Duration(DefaultProcessTimeout)
 		}
-		if st, err := os.Stat(e.Dir); err != nil || !st.IsDir() {
-			v.add(p+".exec.dir", "%s is not a directory", e.Dir)
-		} else if err := executable(e.Command[0], e.Dir); err != nil {
-			v.add(p+".exec.command", "%v", err)
+		if e.StopTimeout == 0 {
+			e.StopTimeout = Duration(DefaultProcessStopTimeout)
 		}
-		for k := range e.Env {
-			if k == "" || strings.ContainsAny(k, "=\x00") {
-				v.add(p+".exec.env", "invalid variable name %q", k)
-			}
+		switch {
+		case e.MaxInFlight < 0:
+			v.add(p+".process.maxInFlight", "must not be negative, got %d", e.MaxInFlight)
+		case e.MaxInFlight == 0:
+			e.MaxInFlight = DefaultProcessMaxInFlight
 		}
+		v.command(p+".process", e.Command, &e.Dir, e.Env)
 	case h.HTTP != nil:
 		hh := h.HTTP
 		if hh.URL == "" {
@@ -478,6 +487,30 @@ func validTopic(name string) bool {
 		}
 	}
 	return true
+}
+
+// command checks the command, dir and env of an exec or process handler
+// at p, and resolves dir.
+func (v *validator) command(p string, command []string, dir *string, env map[string]string) {
+	if len(command) == 0 || command[0] == "" {
+		v.add(p+".command", "is required: the program and its arguments, e.g. [\"./handle.sh\"]")
+		return
+	}
+	if *dir == "" {
+		*dir = v.dir
+	} else {
+		*dir = v.path(*dir)
+	}
+	if st, err := os.Stat(*dir); err != nil || !st.IsDir() {
+		v.add(p+".dir", "%s is not a directory", *dir)
+	} else if err := executable(command[0], *dir); err != nil {
+		v.add(p+".command", "%v", err)
+	}
+	for k := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			v.add(p+".env", "invalid variable name %q", k)
+		}
+	}
 }
 
 // RedactURL hides a URL's password.

@@ -1,0 +1,4 @@
+package handlers
+
+// RestartDelay is restartDelay, for the tests.
+var RestartDelay = restartDelay
