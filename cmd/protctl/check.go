@@ -51,9 +51,11 @@ flag is given; without any, check runs --max-parked 0 --no-expired-leases.
                         partition (unknown lag counts as crossed)
   --max-lag-age D       a group's oldest entry not yet acked (pending or not
                         delivered) is older than D, by the server's clock
-  --no-expired-leases   a group's lease on a partition has expired (a
-                        generation, no lease) while entries wait for it
-                        (pending or not delivered): nobody is on them
+  --no-expired-leases   a group's lease state on a partition is expired:
+                        no lease is held while entries wait for it
+                        (pending or not delivered) and they are not
+                        parked; nobody is on them. Released leases (idle
+                        or parked partitions) do not count.
   --no-paused           a live node of a --service reports paused partitions
 
 Partitions are read from the categories given with --category, else from the
@@ -284,8 +286,10 @@ func checkPartitions(ctx context.Context, opts *checkOptions, ins *inspect.Inspe
 			p := &parts[i]
 			for j := range p.Groups {
 				g := &p.Groups[j]
-				waiting := g.Pending > 0 || g.Lag == nil || *g.Lag > 0
-				if g.Lease == nil && g.Generation != nil && waiting {
+				// The lease state decides (inspect.LeaseStateOf): an idle
+				// partition its owner released, or a parked one, is
+				// released, not expired.
+				if g.LeaseState == inspect.LeaseExpired {
 					n++
 					res.offend(fmt.Sprintf("%s: expired at generation %d, %d pending, lag %s", name(p, g), *g.Generation, g.Pending, quantity(g.Lag, "count")))
 				}

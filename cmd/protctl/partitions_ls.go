@@ -393,6 +393,13 @@ func partitionTable(pr *output.Printer) output.TableSpec {
 				}
 				return output.ToneNone
 			})),
+			output.Col("LEASE", g(func(g *inspect.Group) string { return string(g.LeaseState) }),
+				output.Toned(func(r partitionRow) output.Tone {
+					if r.g == nil {
+						return output.ToneNone
+					}
+					return leaseTone(r.g.LeaseState)
+				})),
 			output.Col("OWNER", g(func(g *inspect.Group) string {
 				if g.Lease == nil {
 					return "-"
@@ -402,20 +409,12 @@ func partitionTable(pr *output.Printer) output.TableSpec {
 			output.Col("GEN", g(func(g *inspect.Group) string { return intCell(g.Generation) })),
 			output.Col("TTL", g(func(g *inspect.Group) string {
 				if g.Lease == nil {
-					if g.Generation != nil {
-						return "expired"
-					}
 					return "-"
 				}
 				if g.Lease.TTLMs == nil {
 					return "none"
 				}
 				return msCell(g.Lease.TTLMs)
-			}), output.Toned(func(r partitionRow) output.Tone {
-				if r.g != nil && r.g.Lease == nil && r.g.Generation != nil {
-					return output.ToneMuted
-				}
-				return output.ToneNone
 			})),
 			output.Col("PARKED", g(func(g *inspect.Group) string { return boolCell(g.Parked) }),
 				output.Toned(func(r partitionRow) output.Tone {

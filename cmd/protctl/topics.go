@@ -65,8 +65,8 @@ func newTopicsListCmd(f *Factory) *cobra.Command {
 		Aliases: []string{"list"},
 		Short:   "List Kafka topics' lease groups: owner, generation, checkpoint, head and lag per partition",
 		Long: `List the lease groups of a service's Kafka topics (protctl:{S|topic:T}:*): for
-every partition the lease (owner, generation, TTL left, state held, expired
-or free), Kafka's earliest offset and head, and for each subscription its
+every partition the lease (owner, generation, TTL left, and a lease state:
+held, released, expired or free, as in docs/cli.md "Lease states"), Kafka's earliest offset and head, and for each subscription its
 checkpoint (the next offset it reads) and lag (head - checkpoint).
 
 Without TOPIC the topics are those with lease-group keys in Redis, found by a
@@ -198,15 +198,7 @@ func topicColumns(withTopic bool) []output.Column {
 	return append(cols,
 		output.Col("PARTITION", func(r topicRow) string { return strconv.FormatInt(int64(r.part.Partition), 10) }),
 		output.Col("STATE", func(r topicRow) string { return string(r.part.State) },
-			output.Toned(func(r topicRow) output.Tone {
-				switch r.part.State {
-				case inspect.LeaseHeld:
-					return output.ToneGood
-				case inspect.LeaseExpired:
-					return output.ToneWarn
-				}
-				return output.ToneMuted
-			})),
+			output.Toned(func(r topicRow) output.Tone { return leaseTone(r.part.State) })),
 		output.Col("OWNER", func(r topicRow) string { return strCell(r.part.Owner) }),
 		output.Col("GEN", func(r topicRow) string { return intCell(r.part.Generation) }),
 		output.Col("TTL", func(r topicRow) string { return msCell(r.part.TTLMs) }),

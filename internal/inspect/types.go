@@ -258,8 +258,9 @@ const (
 	LeaseReleased LeaseState = "released"
 	// LeaseExpired: no lease key, a generation counter, and entries wait
 	// (pending or not delivered, lag unknown counts) that are not parked:
-	// the owner's lease ran out with work left, or entries arrived after
-	// a release and no node has taken the partition yet.
+	// nobody is on them until a node takes the partition. Its owner died
+	// or stopped with work left, or entries arrived after a release (a
+	// node wakes on them within its wait timeout).
 	LeaseExpired LeaseState = "expired"
 	// LeaseFree: neither a lease key nor a generation counter: never
 	// leased.
@@ -285,7 +286,7 @@ func LeaseStates() []StateInfo {
 	return []StateInfo{
 		{string(LeaseHeld), "the lease key exists: an owner works the partition; its TTL is shown"},
 		{string(LeaseReleased), "no lease key, leased before, and nothing waits with nobody on it (nothing pending or undelivered, or what waits is parked): the owner let it go when idle or parked; healthy"},
-		{string(LeaseExpired), "no lease key, leased before, and entries wait (pending or not delivered) that are not parked: the lease ran out with work left, or entries arrived after a release and no node has taken it yet"},
+		{string(LeaseExpired), "no lease key, leased before, and entries wait (pending or not delivered) that are not parked: nobody is on them until a node takes the partition (its owner died or stopped with work left and the lease ran out or was dropped, or entries arrived after a release)"},
 		{string(LeaseFree), "no lease key and no generation counter: never leased"},
 		{string(LeaseUnheld), "no lease key, leased before, waiting work unknown: leases ls without --category cannot read the streams, so cannot tell released from expired"},
 	}
