@@ -1,9 +1,9 @@
 package memorybroker
 
 import (
-	"time"
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
 )
