@@ -81,8 +81,8 @@ func checkStats(t *testing.T, st demo.Stats) {
 		t.Errorf("want 3 nodes sharing the work: %+v", st.Nodes)
 	}
 	var b bytes.Buffer
-	st.Summary(&b, "test")
-	for _, want := range []string{"processed", "parked", "order       kept"} {
+	st.Summary(&b, "test", "")
+	for _, want := range []string{"processed", "parked", "order       kept", "gone now the demo ended"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, b.String())
 		}
