@@ -174,7 +174,7 @@ func (f *fakeActions) Plan(_ context.Context, req ActionRequest) (*repair.Plan, 
 	return &repair.Plan{APIVersion: repair.APIVersion, Kind: repair.PlanKind, Layout: "protean", CreatedAt: fixedNow, Items: []repair.Item{it}}, nil
 }
 
-func (f *fakeActions) Apply(_ context.Context, p *repair.Plan) (repair.Outcome, error) {
+func (f *fakeActions) Apply(_ context.Context, p *repair.Plan, _ string) (repair.Outcome, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i := range p.Items {
