@@ -31,6 +31,8 @@ type checkOptions struct {
 	NoPaused        bool
 
 	checkParked, checkLag, checkLagAge bool
+
+	watch watchOptions
 }
 
 // maxOffenders caps the offenders a check lists.
@@ -63,7 +65,8 @@ context's and those a paced SCAN finds. The result lists each check with its
 limit, the value found and up to 20 offenders.`,
 		Example: `  protctl check
   protctl check --max-parked 0 --max-lag 1000 --max-lag-age 5m --no-expired-leases
-  protctl check --no-paused --service shop -o json`,
+  protctl check --no-paused --service shop -o json
+  protctl check -w --watch-interval 30s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fl := cmd.Flags()
@@ -83,8 +86,13 @@ limit, the value found and up to 20 offenders.`,
 			case opts.NoPaused && len(opts.Services) == 0:
 				return usageError(fmt.Errorf("--no-paused needs --service: node status records are per service"))
 			}
+			if err := opts.watch.validate(); err != nil {
+				return err
+			}
 			opts.Printer = f.Printer()
-			return runCheck(cmd.Context(), opts)
+			return opts.watch.run(cmd.Context(), f.IOStreams, opts.Printer, func(ctx context.Context) error {
+				return runCheck(ctx, opts)
+			})
 		},
 	}
 	fl := cmd.Flags()
@@ -95,6 +103,7 @@ limit, the value found and up to 20 offenders.`,
 	fl.BoolVar(&opts.NoPaused, "no-paused", false, "fail when a node of a --service has paused partitions")
 	fl.StringArrayVar(&opts.Categories, "category", nil, "check these categories (repeatable); default the context's and those found by a scan")
 	fl.StringArrayVar(&opts.Services, "service", nil, "service whose nodes --no-paused checks (repeatable)")
+	addWatchFlags(cmd, &opts.watch)
 	return cmd
 }
 

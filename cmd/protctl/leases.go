@@ -32,6 +32,8 @@ type leasesListOptions struct {
 	Group      string
 	Categories []string
 	State      string
+
+	watch watchOptions
 }
 
 // leaseStates are the --state words, from inspect's one list.
@@ -79,20 +81,27 @@ Without it, a paced SCAN of the keyspace finds every lease and generation key
 category is unknown, and a lease not held reads unheld.`,
 		Example: `  protctl leases ls --category shop::order
   protctl leases ls --group app.OrderProjector
-  protctl leases ls --category shop::order --state expired -o json`,
+  protctl leases ls --category shop::order --state expired -o json
+  protctl leases ls --category shop::order -w --watch-interval 5s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opts.State != "" && !slices.Contains(leaseStates(), opts.State) {
 				return usageError(fmt.Errorf("invalid --state %q: want one of %s", opts.State, strings.Join(leaseStates(), ", ")))
 			}
+			if err := opts.watch.validate(); err != nil {
+				return err
+			}
 			opts.Printer = f.Printer()
-			return runLeasesList(cmd.Context(), opts)
+			return opts.watch.run(cmd.Context(), f.IOStreams, opts.Printer, func(ctx context.Context) error {
+				return runLeasesList(ctx, opts)
+			})
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Group, "group", "", "only this consumer group")
 	fl.StringArrayVar(&opts.Categories, "category", nil, "enumerate from this category's index (repeatable) instead of scanning")
 	fl.StringVar(&opts.State, "state", "", "only leases in this state: held, released, expired, free or unheld")
+	addWatchFlags(cmd, &opts.watch)
 	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(leaseStates(), cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
