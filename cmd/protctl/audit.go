@@ -206,7 +206,12 @@ func runAuditList(ctx context.Context, opts *auditListOptions) error {
 				}
 				return a.Summary
 			}),
-			output.Col("COMMAND", func(a auditItem) string { return a.CommandLine }),
+			output.Col("COMMAND", func(a auditItem) string {
+				if a.Via != "" {
+					return a.CommandLine + " (via " + a.Via + ")"
+				}
+				return a.CommandLine
+			}),
 			output.Col("ID", func(a auditItem) string { return a.ID }, output.WideOnly()),
 			output.Col("EXIT", func(a auditItem) string { return fmt.Sprint(a.ExitCode) }, output.WideOnly()),
 			output.Col("VERSION", func(a auditItem) string { return orDashStr(a.Version) }, output.WideOnly()),

@@ -31,6 +31,8 @@ type checkOptions struct {
 	NoPaused        bool
 
 	checkParked, checkLag, checkLagAge bool
+
+	watch watchOptions
 }
 
 // maxOffenders caps the offenders a check lists.
@@ -51,9 +53,11 @@ flag is given; without any, check runs --max-parked 0 --no-expired-leases.
                         partition (unknown lag counts as crossed)
   --max-lag-age D       a group's oldest entry not yet acked (pending or not
                         delivered) is older than D, by the server's clock
-  --no-expired-leases   a group's lease on a partition has expired (a
-                        generation, no lease) while entries wait for it
-                        (pending or not delivered): nobody is on them
+  --no-expired-leases   a group's lease state on a partition is expired:
+                        no lease is held while entries wait for it
+                        (pending or not delivered) and they are not
+                        parked; nobody is on them. Released leases (idle
+                        or parked partitions) do not count.
   --no-paused           a live node of a --service reports paused partitions
 
 Partitions are read from the categories given with --category, else from the
@@ -61,7 +65,8 @@ context's and those a paced SCAN finds. The result lists each check with its
 limit, the value found and up to 20 offenders.`,
 		Example: `  protctl check
   protctl check --max-parked 0 --max-lag 1000 --max-lag-age 5m --no-expired-leases
-  protctl check --no-paused --service shop -o json`,
+  protctl check --no-paused --service shop -o json
+  protctl check -w --watch-interval 30s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fl := cmd.Flags()
@@ -81,8 +86,13 @@ limit, the value found and up to 20 offenders.`,
 			case opts.NoPaused && len(opts.Services) == 0:
 				return usageError(fmt.Errorf("--no-paused needs --service: node status records are per service"))
 			}
+			if err := opts.watch.validate(); err != nil {
+				return err
+			}
 			opts.Printer = f.Printer()
-			return runCheck(cmd.Context(), opts)
+			return opts.watch.run(cmd.Context(), f.IOStreams, opts.Printer, func(ctx context.Context) error {
+				return runCheck(ctx, opts)
+			})
 		},
 	}
 	fl := cmd.Flags()
@@ -93,6 +103,7 @@ limit, the value found and up to 20 offenders.`,
 	fl.BoolVar(&opts.NoPaused, "no-paused", false, "fail when a node of a --service has paused partitions")
 	fl.StringArrayVar(&opts.Categories, "category", nil, "check these categories (repeatable); default the context's and those found by a scan")
 	fl.StringArrayVar(&opts.Services, "service", nil, "service whose nodes --no-paused checks (repeatable)")
+	addWatchFlags(cmd, &opts.watch)
 	return cmd
 }
 
@@ -284,8 +295,10 @@ func checkPartitions(ctx context.Context, opts *checkOptions, ins *inspect.Inspe
 			p := &parts[i]
 			for j := range p.Groups {
 				g := &p.Groups[j]
-				waiting := g.Pending > 0 || g.Lag == nil || *g.Lag > 0
-				if g.Lease == nil && g.Generation != nil && waiting {
+				// The lease state decides (inspect.LeaseStateOf): an idle
+				// partition its owner released, or a parked one, is
+				// released, not expired.
+				if g.LeaseState == inspect.LeaseExpired {
 					n++
 					res.offend(fmt.Sprintf("%s: expired at generation %d, %d pending, lag %s", name(p, g), *g.Generation, g.Pending, quantity(g.Lag, "count")))
 				}

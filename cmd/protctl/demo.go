@@ -44,6 +44,10 @@ type demoOptions struct {
 	Every time.Duration
 }
 
+// demoRefresh is how often the demo's dashboard re-reads: faster than
+// protctl tui's default, for a demo that changes every second.
+const demoRefresh = time.Second
+
 func newDemoCmd(f *Factory) *cobra.Command {
 	opts := &demoOptions{
 		IO: f.IOStreams, Settings: f.Settings, RedisClient: f.RedisClient, Inspector: f.Inspector, Repairer: f.Repairer,
@@ -59,15 +63,16 @@ ordered events for 300 keys with an occasional poison message. A poison
 message fails every attempt and parks its partition in the failure ledger;
 the key's later events wait behind it (lag), the others flow on.
 
-On a terminal the dashboard shows it live (q quits); with --no-tui, or
-without a terminal, a summary line is printed every second instead. At the
+On a terminal the dashboard shows it live, re-read every ` + demoRefresh.String() + ` (protctl tui
+re-reads every ` + tui.DefaultRefresh.String() + ` unless --refresh says otherwise; q quits); with --no-tui,
+or without a terminal, a summary line is printed every second instead. At the
 end protctl prints what happened: events published, processed and failed,
 partitions parked, lag, and whether per-key order held.
 
 With --redis URL the same demo runs on that Redis (keys demo::order:*,
 protctl:{demo}:*), so protctl partitions ls demo::order, parked ls and the
 dashboard's actions work on it from another terminal; it is left there
-afterwards. --kafka also runs a topic subscription of the same events on an
+afterwards. The in-memory demo's state, parked entries included, ends with it. --kafka also runs a topic subscription of the same events on an
 embedded Kafka (kfake) with 6 partitions.
 
 --duration stops the demo after D (exit 0); otherwise it runs until q or
@@ -189,7 +194,11 @@ func runDemo(ctx context.Context, opts *demoOptions) error {
 	stopErr := d.Stop(sctx)
 	st := d.Stats(sctx)
 	if err := opts.Printer.PrintObject("DemoSummary", demoSummaryOf(st, backend), func(w io.Writer, _ output.Styles) error {
-		st.Summary(w, backend)
+		kept := "" // in memory: nothing is left to look at
+		if opts.UseRedis {
+			kept = redisURL
+		}
+		st.Summary(w, backend, kept)
 		return nil
 	}); err != nil {
 		return err
@@ -224,7 +233,7 @@ func demoDashboard(ctx context.Context, opts *demoOptions, d *demo.Demo, redisUR
 	}
 	o := tui.Options{
 		Info:     tui.Info{Context: "demo", Redis: redisURL, Kafka: kafka, Layout: "protean"},
-		Refresh:  time.Second,
+		Refresh:  demoRefresh,
 		Operator: opts.Operator,
 		Renderer: r,
 		Context:  ctx,

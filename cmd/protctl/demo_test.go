@@ -10,6 +10,7 @@ import (
 
 	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/internal/testenv"
+	"github.com/protctl/protctl/internal/tui"
 )
 
 // `protctl demo --no-tui --duration D` runs with no server, prints a live
@@ -136,5 +137,29 @@ func TestDemoFlagErrors(t *testing.T) {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			newCLI(t).run(args...).wantCode(t, 2)
 		})
+	}
+}
+
+// The in-memory demo's closing line does not send the operator to
+// protctl parked ls for state that ended with the demo, and the demo's
+// help gives the refresh periods the demo and protctl tui really use
+// (issue 18 item 9).
+func TestDemoSaysWhatIsLeftAndItsRefresh(t *testing.T) {
+	r := newCLI(t).run("demo", "--duration", "1s")
+	r.wantCode(t, 0)
+	parked := lineOf(strings.ReplaceAll(r.stdout, "  parked", "parked"), "parked ")
+	if parked == "" || strings.Contains(parked, "see protctl parked ls") || !strings.Contains(parked, "gone now the demo ended") {
+		t.Errorf("closing parked line %q\n%s", parked, r.stdout)
+	}
+	h := newCLI(t).run("demo", "--help")
+	h.wantCode(t, 0)
+	for _, want := range []string{"re-read every " + demoRefresh.String(), "re-reads every " + tui.DefaultRefresh.String()} {
+		if !strings.Contains(strings.Join(strings.Fields(h.stdout), " "), want) {
+			t.Errorf("demo --help lacks %q", want)
+		}
+	}
+	th := newCLI(t).run("tui", "--help")
+	if !strings.Contains(th.stdout, tui.DefaultRefresh.String()) {
+		t.Errorf("tui --help does not give its default refresh %s", tui.DefaultRefresh)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/protctl/protctl/internal/clierr"
+	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
 )
 
@@ -95,7 +96,11 @@ func writeCLIDoc(w *bytes.Buffer, root *cobra.Command) error {
 		"Root":        describe(root),
 		"GlobalFlags": flagUsages(root.PersistentFlags()),
 		"ExitCodes":   clierr.Kinds(),
-		"Commands":    cmds,
+		// The tables of states come from inspect's lists, so that the
+		// reference cannot drift from the words the commands print.
+		"LeaseStates":   inspect.LeaseStates(),
+		"VerdictStates": inspect.VerdictStates(),
+		"Commands":      cmds,
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -15,7 +16,7 @@ func newLeasesCmd(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "leases",
 		Aliases: []string{"lease"},
-		Short:   "List partition leases: owner, generation, TTL left; expired and free marked",
+		Short:   "List partition leases: owner, generation, TTL left, and state",
 		Example: `  protctl leases ls --category shop::order
   protctl leases ls --group app.OrderProjector --state expired`,
 	}
@@ -31,9 +32,30 @@ type leasesListOptions struct {
 	Group      string
 	Categories []string
 	State      string
+
+	watch watchOptions
 }
 
-var leaseStates = []string{string(inspect.LeaseHeld), string(inspect.LeaseExpired), string(inspect.LeaseFree)}
+// leaseStates are the --state words, from inspect's one list.
+func leaseStates() []string {
+	var out []string
+	for _, s := range inspect.LeaseStates() {
+		out = append(out, s.State)
+	}
+	return out
+}
+
+// leaseTone colours a lease state: held good, expired bad (work waits
+// with nobody on it), the rest muted.
+func leaseTone(s inspect.LeaseState) output.Tone {
+	switch s {
+	case inspect.LeaseHeld:
+		return output.ToneGood
+	case inspect.LeaseExpired:
+		return output.ToneBad
+	}
+	return output.ToneMuted
+}
 
 func newLeasesListCmd(f *Factory) *cobra.Command {
 	opts := &leasesListOptions{IO: f.IOStreams, Inspector: f.Inspector}
@@ -42,34 +64,45 @@ func newLeasesListCmd(f *Factory) *cobra.Command {
 		Aliases: []string{"list"},
 		Short:   "List leases with owner, generation and TTL left",
 		Long: `List the leases G:K:__lease__ of partitions, with the owner and generation of
-the lease value, the TTL left, and a state:
+the lease value, the TTL left, and a state (the table "Lease states" in
+docs/cli.md gives each one's meaning):
 
-  held     the lease key exists
-  expired  no lease key, but a generation counter: the partition was leased
-           and the lease expired or was released
-  free     never leased
+  held      the lease key exists; its TTL is shown
+  released  leased before, nothing waits with nobody on it (idle, or parked)
+  expired   leased before, entries wait (pending or not delivered) and
+            nobody holds the lease
+  free      never leased
+  unheld    leased before, not held, waiting work unknown (no --category)
 
 With --category the leases are enumerated from the category's index and its
-groups (free leases included). Without it, a paced SCAN of the keyspace finds
-every lease and generation key (progress on stderr); free leases have no key
-and are not listed, and the category is unknown.`,
+groups (free leases included), and the streams tell released from expired.
+Without it, a paced SCAN of the keyspace finds every lease and generation key
+(progress on stderr); free leases have no key and are not listed, the
+category is unknown, and a lease not held reads unheld.`,
 		Example: `  protctl leases ls --category shop::order
   protctl leases ls --group app.OrderProjector
-  protctl leases ls --category shop::order --state expired -o json`,
+  protctl leases ls --category shop::order --state expired -o json
+  protctl leases ls --category shop::order -w --watch-interval 5s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if opts.State != "" && !slices.Contains(leaseStates, opts.State) {
-				return usageError(fmt.Errorf("invalid --state %q: want held, expired or free", opts.State))
+			if opts.State != "" && !slices.Contains(leaseStates(), opts.State) {
+				return usageError(fmt.Errorf("invalid --state %q: want one of %s", opts.State, strings.Join(leaseStates(), ", ")))
+			}
+			if err := opts.watch.validate(); err != nil {
+				return err
 			}
 			opts.Printer = f.Printer()
-			return runLeasesList(cmd.Context(), opts)
+			return opts.watch.run(cmd.Context(), f.IOStreams, opts.Printer, func(ctx context.Context) error {
+				return runLeasesList(ctx, opts)
+			})
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Group, "group", "", "only this consumer group")
 	fl.StringArrayVar(&opts.Categories, "category", nil, "enumerate from this category's index (repeatable) instead of scanning")
-	fl.StringVar(&opts.State, "state", "", "only leases in this state: held, expired or free")
-	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(leaseStates, cobra.ShellCompDirectiveNoFileComp))
+	fl.StringVar(&opts.State, "state", "", "only leases in this state: held, released, expired, free or unheld")
+	addWatchFlags(cmd, &opts.watch)
+	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(leaseStates(), cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
@@ -105,15 +138,7 @@ func runLeasesList(ctx context.Context, opts *leasesListOptions) error {
 			output.Col("KEY", func(l inspect.Lease) string { return l.Key }),
 			output.Col("CATEGORY", func(l inspect.Lease) string { return orDashStr(l.Category) }),
 			output.Col("STATE", func(l inspect.Lease) string { return string(l.State) },
-				output.Toned(func(l inspect.Lease) output.Tone {
-					switch l.State {
-					case inspect.LeaseHeld:
-						return output.ToneGood
-					case inspect.LeaseExpired:
-						return output.ToneWarn
-					}
-					return output.ToneMuted
-				})),
+				output.Toned(func(l inspect.Lease) output.Tone { return leaseTone(l.State) })),
 			output.Col("OWNER", func(l inspect.Lease) string { return strCell(l.Owner) }),
 			output.Col("GEN", func(l inspect.Lease) string { return intCell(l.Generation) }),
 			output.Col("TTL", func(l inspect.Lease) string {

@@ -24,32 +24,44 @@ func newNodesCmd(f *Factory) *cobra.Command {
 }
 
 type nodesListOptions struct {
+	IO        *output.IOStreams
 	Printer   *output.Printer
 	Inspector func() (*inspect.Inspector, error)
 
 	Service string
+
+	watch watchOptions
 }
 
 func newNodesListCmd(f *Factory) *cobra.Command {
-	opts := &nodesListOptions{Inspector: f.Inspector}
+	opts := &nodesListOptions{IO: f.IOStreams, Inspector: f.Inspector}
 	cmd := &cobra.Command{
-		Use:     "ls --service S",
+		Use:     "ls [--service S]",
 		Aliases: []string{"list"},
 		Short:   "List live nodes: join state, held partitions, paused, throttled, last seen",
 		Long: `List the live nodes of a service from the status records they heartbeat to
 Redis (protctl:{S}:node:*): join state, the partitions each holds with their
 generations, paused and throttled partitions, parked count and when it was
-last seen. A node whose heartbeat expired is not listed.`,
+last seen. A node whose heartbeat expired is not listed. Without --service it
+lists the services found in Redis (their nodes' status records and Kafka
+lease groups), to pick one from.`,
 		Example: `  protctl nodes ls --service shop
-  protctl nodes ls --service shop -o json`,
+  protctl nodes ls --service shop -o json
+  protctl nodes ls --service shop -w
+  protctl nodes ls                 # no --service: the services found in Redis`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := opts.watch.validate(); err != nil {
+				return err
+			}
 			opts.Printer = f.Printer()
-			return runNodesList(cmd.Context(), opts)
+			return opts.watch.run(cmd.Context(), f.IOStreams, opts.Printer, func(ctx context.Context) error {
+				return runNodesList(ctx, opts)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&opts.Service, "service", "", "the service whose nodes to list")
-	_ = cmd.MarkFlagRequired("service")
+	addWatchFlags(cmd, &opts.watch)
 	return cmd
 }
 
@@ -107,6 +119,9 @@ func nodeItemOf(n runtime.NodeStatus) nodeItem {
 }
 
 func runNodesList(ctx context.Context, opts *nodesListOptions) error {
+	if opts.Service == "" {
+		return listServices(ctx, opts.IO, opts.Printer, opts.Inspector, "protctl nodes ls --service S")
+	}
 	ins, err := opts.Inspector()
 	if err != nil {
 		return err
@@ -163,4 +178,39 @@ func listCell(s []string) string {
 		return "-"
 	}
 	return strings.Join(s, ",")
+}
+
+// listServices prints the services found in Redis, for nodes ls and
+// topics ls run without --service: what to pass to it (next says how).
+func listServices(ctx context.Context, ios *output.IOStreams, pr *output.Printer, inspector func() (*inspect.Inspector, error), next string) error {
+	ins, err := inspector()
+	if err != nil {
+		return err
+	}
+	prog := ios.NewProgress("scanning for services")
+	svcs, err := ins.Services(ctx, inspect.ScanOptions{Progress: func(p inspect.ScanProgress) {
+		prog.Update("%d keys scanned, %d service keys", p.Scanned, p.Found)
+	}})
+	prog.Done()
+	if err != nil {
+		return dataErr(err)
+	}
+	if !pr.Structured() && len(svcs) > 0 {
+		fmt.Fprintf(ios.ErrOut, "No --service given; the services found in Redis (%s lists one):\n", next)
+	}
+	return pr.PrintList("Service", svcs, output.TableSpec{
+		Empty: "No services found in Redis: no node status records (protctl:{S}:node:*) or Kafka lease groups (protctl:{S|topic:T}:*).",
+		Columns: []output.Column{
+			output.Col("SERVICE", func(s inspect.Service) string { return s.Name }),
+			output.Col("NODES", func(s inspect.Service) string { return yesNoCell(s.Nodes) }),
+			output.Col("TOPICS", func(s inspect.Service) string { return orDashStr(strings.Join(s.Topics, ",")) }),
+		},
+	})
+}
+
+func yesNoCell(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }

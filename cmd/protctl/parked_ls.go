@@ -16,6 +16,8 @@ type parkedListOptions struct {
 	Inspector func() (*inspect.Inspector, error)
 
 	Subscription string
+
+	watch watchOptions
 }
 
 func newParkedListCmd(f *Factory) *cobra.Command {
@@ -30,14 +32,21 @@ partition key (Redis) with the partition, the position of its failing record
 its status (parked, retrying, unrecoverable), oldest first. An operator's
 request not taken up yet is shown with it.`,
 		Example: `  protctl parked ls
-  protctl parked ls --subscription app.OrderProjector -o json`,
+  protctl parked ls --subscription app.OrderProjector -o json
+  protctl parked ls -w`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := opts.watch.validate(); err != nil {
+				return err
+			}
 			opts.Printer = f.Printer()
-			return runParkedList(cmd.Context(), opts)
+			return opts.watch.run(cmd.Context(), f.IOStreams, opts.Printer, func(ctx context.Context) error {
+				return runParkedList(ctx, opts)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&opts.Subscription, "subscription", "", "only this subscription's entries")
+	addWatchFlags(cmd, &opts.watch)
 	return cmd
 }
 

@@ -93,6 +93,7 @@ func appendGroup(o *jsonOut, g *inspect.Group) {
 		o.str("token", l.Token)
 		o.close('}')
 	}
+	o.str("leaseState", string(g.LeaseState))
 	o.key("parked")
 	if g.Parked == nil {
 		o.null()

@@ -11,7 +11,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -34,8 +33,7 @@ type partitionsListOptions struct {
 	Owner      string
 	SortBy     string
 	Limit      int
-	Watch      bool
-	Interval   time.Duration
+	watch      watchOptions
 }
 
 var partitionSortKeys = []string{"key", "lag", "age", "ttl"}
@@ -60,7 +58,7 @@ the group's lease; "-" means no lease is held.
 --sort-by orders by key (the default), lag (most behind first), age (the
 newest entry's age, oldest first) or ttl (the lease closest to expiry
 first). --limit keeps the first N after sorting. -w/--watch lists again
-every --watch-interval until interrupted.`,
+every --watch-interval until interrupted (Ctrl-C ends it with exit 0).`,
 		Example: `  protctl partitions ls
   protctl partitions ls shop::order --group app.OrderProjector --lagging
   protctl partitions ls shop::order --owner worker-1 --sort-by ttl
@@ -74,8 +72,8 @@ every --watch-interval until interrupted.`,
 			if opts.Limit < 0 {
 				return usageError(fmt.Errorf("invalid --limit %d: want 0 (no limit) or more", opts.Limit))
 			}
-			if opts.Watch && opts.Interval <= 0 {
-				return usageError(fmt.Errorf("invalid --watch-interval %s: want more than 0", opts.Interval))
+			if err := opts.watch.validate(); err != nil {
+				return err
 			}
 			opts.Printer = f.Printer()
 			return runPartitionsList(cmd.Context(), opts)
@@ -87,8 +85,7 @@ every --watch-interval until interrupted.`,
 	fl.StringVar(&opts.Owner, "owner", "", "only partitions with a lease held by this owner")
 	fl.StringVar(&opts.SortBy, "sort-by", "key", "order: key, lag, age or ttl")
 	fl.IntVar(&opts.Limit, "limit", 0, "list at most N partitions (after sorting); 0 for all")
-	fl.BoolVarP(&opts.Watch, "watch", "w", false, "list again every --watch-interval until interrupted")
-	fl.DurationVar(&opts.Interval, "watch-interval", 2*time.Second, "how often -w lists again")
+	addWatchFlags(cmd, &opts.watch)
 	_ = cmd.RegisterFlagCompletionFunc("sort-by", cobra.FixedCompletions(partitionSortKeys, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
@@ -98,25 +95,9 @@ func runPartitionsList(ctx context.Context, opts *partitionsListOptions) error {
 	if err != nil {
 		return err
 	}
-	if !opts.Watch {
+	return opts.watch.run(ctx, opts.IO, opts.Printer, func(ctx context.Context) error {
 		return listPartitionsOnce(ctx, opts, ins)
-	}
-	for round := 0; ; round++ {
-		if round > 0 && opts.IO.IsStdoutTTY() && !opts.Printer.Structured() {
-			// Redraw in place, like watch(1).
-			fmt.Fprint(opts.IO.Out, "\x1b[H\x1b[2J")
-		}
-		if err := listPartitionsOnce(ctx, opts, ins); err != nil {
-			return err
-		}
-		t := time.NewTimer(opts.Interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
+	})
 }
 
 func listPartitionsOnce(ctx context.Context, opts *partitionsListOptions, ins *inspect.Inspector) error {
@@ -393,6 +374,13 @@ func partitionTable(pr *output.Printer) output.TableSpec {
 				}
 				return output.ToneNone
 			})),
+			output.Col("LEASE", g(func(g *inspect.Group) string { return string(g.LeaseState) }),
+				output.Toned(func(r partitionRow) output.Tone {
+					if r.g == nil {
+						return output.ToneNone
+					}
+					return leaseTone(r.g.LeaseState)
+				})),
 			output.Col("OWNER", g(func(g *inspect.Group) string {
 				if g.Lease == nil {
 					return "-"
@@ -402,20 +390,12 @@ func partitionTable(pr *output.Printer) output.TableSpec {
 			output.Col("GEN", g(func(g *inspect.Group) string { return intCell(g.Generation) })),
 			output.Col("TTL", g(func(g *inspect.Group) string {
 				if g.Lease == nil {
-					if g.Generation != nil {
-						return "expired"
-					}
 					return "-"
 				}
 				if g.Lease.TTLMs == nil {
 					return "none"
 				}
 				return msCell(g.Lease.TTLMs)
-			}), output.Toned(func(r partitionRow) output.Tone {
-				if r.g != nil && r.g.Lease == nil && r.g.Generation != nil {
-					return output.ToneMuted
-				}
-				return output.ToneNone
 			})),
 			output.Col("PARKED", g(func(g *inspect.Group) string { return boolCell(g.Parked) }),
 				output.Toned(func(r partitionRow) output.Tone {

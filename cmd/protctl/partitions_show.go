@@ -126,7 +126,7 @@ func writePartitionDetail(w io.Writer, st output.Styles, ios *output.IOStreams, 
 		g := &d.Groups[i]
 		fmt.Fprintf(w, "\n%s\n", st.Header("Group "+output.Escape(g.Name)))
 		gf := []output.Field{
-			{Label: "Lease", Value: leaseText(g.Lease, g.Generation)},
+			{Label: "Lease", Value: leaseText(&g.Group)},
 			{Label: "Generation", Value: intCell(g.Generation)},
 			{Label: "Pending", Value: fmt.Sprint(g.Pending)},
 			{Label: "Lag", Value: lagText(g.Lag)},
@@ -223,14 +223,21 @@ func lagText(lag *int64) string {
 	return fmt.Sprint(*lag)
 }
 
-func leaseText(l *inspect.LeaseInfo, gen *int64) string {
+// leaseText is the Lease line of a group: the state word first, as
+// partitions ls prints it.
+func leaseText(g *inspect.Group) string {
+	l, gen := g.Lease, g.Generation
 	switch {
 	case l != nil && l.TTLMs != nil:
-		return fmt.Sprintf("%s (TTL %s)", l.Token, msCell(l.TTLMs))
+		return fmt.Sprintf("held by %s (TTL %s)", l.Token, msCell(l.TTLMs))
 	case l != nil:
-		return l.Token + " (no expiry)"
+		return "held by " + l.Token + " (no expiry)"
+	case gen != nil && g.LeaseState == inspect.LeaseReleased && g.Parked != nil && *g.Parked:
+		return fmt.Sprintf("released (parked; none held since generation %d)", *gen)
+	case gen != nil && g.LeaseState == inspect.LeaseReleased:
+		return fmt.Sprintf("released (idle; none held since generation %d)", *gen)
 	case gen != nil:
-		return fmt.Sprintf("expired (none held since generation %d)", *gen)
+		return fmt.Sprintf("%s (none held since generation %d)", g.LeaseState, *gen)
 	}
 	return "free (never leased)"
 }

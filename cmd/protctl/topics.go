@@ -45,17 +45,21 @@ type topicsOptions struct {
 	Service       string
 	Topics        []string
 	Subscriptions []string
+
+	watch watchOptions
 }
 
 func newTopicsOptions(f *Factory) *topicsOptions {
 	return &topicsOptions{IO: f.IOStreams, Inspector: f.Inspector, Kafka: f.KafkaSource, Settings: f.Settings}
 }
 
-func addTopicsFlags(cmd *cobra.Command, opts *topicsOptions) {
+func addTopicsFlags(cmd *cobra.Command, opts *topicsOptions, serviceRequired bool) {
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Service, "service", "", "the service whose lease groups to read")
 	fl.StringArrayVar(&opts.Subscriptions, "subscription", nil, "show this subscription (repeatable; default: every subscription with checkpoints, found by a scan)")
-	_ = cmd.MarkFlagRequired("service")
+	if serviceRequired {
+		_ = cmd.MarkFlagRequired("service")
+	}
 }
 
 func newTopicsListCmd(f *Factory) *cobra.Command {
@@ -65,26 +69,43 @@ func newTopicsListCmd(f *Factory) *cobra.Command {
 		Aliases: []string{"list"},
 		Short:   "List Kafka topics' lease groups: owner, generation, checkpoint, head and lag per partition",
 		Long: `List the lease groups of a service's Kafka topics (protctl:{S|topic:T}:*): for
-every partition the lease (owner, generation, TTL left, state held, expired
-or free), Kafka's earliest offset and head, and for each subscription its
+every partition the lease (owner, generation, TTL left, and a lease state:
+held, released, expired or free, as in docs/cli.md "Lease states"), Kafka's earliest offset and head, and for each subscription its
 checkpoint (the next offset it reads) and lag (head - checkpoint).
 
 Without TOPIC the topics are those with lease-group keys in Redis, found by a
 paced SCAN (progress on stderr); a topic found there that Kafka no longer has
 is listed with an error. Subscriptions are found by the same scan unless
 --subscription names them. A TOPIC Kafka does not know exits 4; an
-unreachable Kafka or Redis exits 3.`,
+unreachable Kafka or Redis exits 3. Without --service it lists the services
+found in Redis (their nodes' status records and Kafka lease groups).`,
 		Example: `  protctl topics ls --service shop
   protctl topics ls --service shop orders payments --subscription ledger-sync
-  protctl topics ls --service shop -o json`,
+  protctl topics ls --service shop -o json
+  protctl topics ls --service shop -w
+  protctl topics ls                 # no --service: the services found in Redis`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := opts.watch.validate(); err != nil {
+				return err
+			}
 			opts.Topics = args
 			opts.Printer = f.Printer()
-			return runTopicsList(cmd.Context(), opts)
+			if opts.Service == "" {
+				if len(args) > 0 {
+					return usageError(fmt.Errorf("topics ls %s needs --service: lease groups are per service", strings.Join(args, " ")))
+				}
+				return opts.watch.run(cmd.Context(), f.IOStreams, opts.Printer, func(ctx context.Context) error {
+					return listServices(ctx, f.IOStreams, opts.Printer, opts.Inspector, "protctl topics ls --service S")
+				})
+			}
+			return opts.watch.run(cmd.Context(), f.IOStreams, opts.Printer, func(ctx context.Context) error {
+				return runTopicsList(ctx, opts)
+			})
 		},
 	}
-	addTopicsFlags(cmd, opts)
+	addTopicsFlags(cmd, opts, false)
+	addWatchFlags(cmd, &opts.watch)
 	return cmd
 }
 
@@ -107,7 +128,7 @@ exits 3.`,
 			return runTopicsShow(cmd.Context(), opts)
 		},
 	}
-	addTopicsFlags(cmd, opts)
+	addTopicsFlags(cmd, opts, true)
 	return cmd
 }
 
@@ -198,15 +219,7 @@ func topicColumns(withTopic bool) []output.Column {
 	return append(cols,
 		output.Col("PARTITION", func(r topicRow) string { return strconv.FormatInt(int64(r.part.Partition), 10) }),
 		output.Col("STATE", func(r topicRow) string { return string(r.part.State) },
-			output.Toned(func(r topicRow) output.Tone {
-				switch r.part.State {
-				case inspect.LeaseHeld:
-					return output.ToneGood
-				case inspect.LeaseExpired:
-					return output.ToneWarn
-				}
-				return output.ToneMuted
-			})),
+			output.Toned(func(r topicRow) output.Tone { return leaseTone(r.part.State) })),
 		output.Col("OWNER", func(r topicRow) string { return strCell(r.part.Owner) }),
 		output.Col("GEN", func(r topicRow) string { return intCell(r.part.Generation) }),
 		output.Col("TTL", func(r topicRow) string { return msCell(r.part.TTLMs) }),

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/protctl/protctl/internal/audit"
 	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/internal/tui"
 )
@@ -248,6 +250,16 @@ func TestTUIActionsMatchCLI(t *testing.T) {
 			d.wantView("Result: 1 applied")
 			d.keys("esc")
 
+			// Audited as the command it stands for, target included, as
+			// the CLI's apply is (issue 18 item 10).
+			entries, err := audit.List(context.Background(), viaTUI.c, audit.ListOptions{Limit: 10})
+			if err != nil || len(entries) != 1 {
+				t.Fatalf("audit entries %d: %v", len(entries), err)
+			}
+			if en := entries[0]; en.CommandLine != c.cmdline || en.Via == "" {
+				t.Errorf("audited as %q via %q, want %q via the dashboard", en.CommandLine, en.Via, c.cmdline)
+			}
+
 			viaCLI.run(c.cli(viaCLI)...).wantCode(t, 0)
 
 			tuiState, cliState := redisState(t, viaTUI.c), redisState(t, viaCLI.c)
@@ -351,4 +363,58 @@ func diffLines(want, got string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestTUIOperatorFixes drives the dashboard over a real Redis (issue 18
+// item 10): the bar shows no stale text of an earlier command, a plan
+// with nothing to apply closes on enter, :nodes without a service says
+// one is needed, and a plan's REASON is wrapped, not cut, at 120 columns.
+func TestTUIOperatorFixes(t *testing.T) {
+	e := newOpsEnv(t)
+	d := newDashboard(t, e)
+	lastLine := func() string {
+		lines := strings.Split(d.m.View(), "\n")
+		return lines[len(lines)-1]
+	}
+
+	d.keys(":")
+	d.typeText("parked")
+	d.keys("enter")
+	d.wantView("parked [")
+	d.keys("/")
+	d.typeText("x")
+	if bar := lastLine(); strings.Contains(bar, "arked") || !strings.Contains(bar, "/x") {
+		t.Errorf("filter bar after :parked then /x reads %q", bar)
+	}
+	d.keys("esc", "esc")
+
+	d.keys(":")
+	d.typeText("nodes")
+	d.keys("enter")
+	d.wantView("No service given", "--service")
+
+	d.keys(":")
+	d.typeText("partitions")
+	d.keys("enter")
+	d.m.Update(tea.WindowSizeMsg{Width: 120, Height: 40})
+	d.keys("/")
+	d.typeText("o-lagging")
+	d.keys("enter")
+	d.wantView("o-lagging")
+	d.keys("R")
+	d.wantView("Nothing to apply", "enter or esc closes")
+	v := d.m.View()
+	for _, l := range strings.Split(v, "\n") {
+		if w := lipgloss.Width(l); w > 120 {
+			t.Errorf("line wider than the frame (%d): %q", w, l)
+		}
+	}
+	flat := strings.Join(strings.Fields(v), " ")
+	if !strings.Contains(flat, "(lagging)") {
+		t.Errorf("the plan's REASON is cut; the dialog:\n%s", v)
+	}
+	d.keys("enter")
+	if strings.Contains(d.m.View(), "Nothing to apply") {
+		t.Errorf("enter did not close the plan with nothing to apply:\n%s", d.m.View())
+	}
 }

@@ -26,8 +26,13 @@ type Entry struct {
 	Host string `json:"host"`
 	// Context is the protctl context in use; "" for none.
 	Context string `json:"context"`
-	// CommandLine is the invocation with secrets redacted (RedactArgs).
+	// CommandLine is the invocation with secrets redacted (RedactArgs),
+	// or, for an apply made through the dashboard, the equivalent
+	// command of the plan it applied (repair.ApplyOptions.CommandLine).
 	CommandLine string `json:"commandLine"`
+	// Via is the invocation the apply came through when CommandLine is
+	// an equivalent command (e.g. "protctl tui"); omitted otherwise.
+	Via string `json:"via,omitempty"`
 	// Version is protctl's version.
 	Version string `json:"version"`
 	// Layout is the plan's key layout.
@@ -89,6 +94,11 @@ func newEntry(o Origin, a repair.Applied, maxItems int) Entry {
 	}
 	if a.Err != nil {
 		e.Outcome, e.Error, e.ExitCode = OutcomeError, a.Err.Error(), exitCode(a.Err)
+	}
+	if a.CommandLine != "" {
+		// The dashboard's apply is audited as the command it stands for,
+		// target included, as the CLI's is.
+		e.CommandLine, e.Via = redactURL(a.CommandLine), o.CommandLine
 	}
 	seen := map[repair.Action]bool{}
 	for _, it := range p.Items {

@@ -120,6 +120,7 @@ type Demo struct {
 	members    runtime.Membership
 	reader     runtime.LedgerReader
 	leases     leaseReader
+	leaseTTL   ttlReader
 	checkpoint runtime.Checkpoints
 	pub        *runtime.Publisher
 	kafka      *kafkaSide // nil without Kafka
@@ -142,6 +143,9 @@ type Demo struct {
 // leaseReader reads a lease's value: memorybroker's Faults or Redis.
 type leaseReader func(ctx context.Context, key string) (string, bool, error)
 
+// ttlReader reads a lease's time left: false when missing or no expiry.
+type ttlReader func(ctx context.Context, key string) (time.Duration, bool, error)
+
 // New builds a demo. It does no I/O.
 func New(cfg Config) (*Demo, error) {
 	if err := cfg.defaults(); err != nil {
@@ -160,6 +164,7 @@ func New(cfg Config) (*Demo, error) {
 		d.brk, d.ledger, d.members, d.reader, d.checkpoint = d.mem, store, store, store, store
 		faults := d.mem.Faults()
 		d.leases = faults.GetString
+		d.leaseTTL = faults.TTL
 	} else {
 		store := redisstore.New(cfg.Redis)
 		d.brk = redisbroker.New(cfg.Redis, redisbroker.WithLayout(cfg.Layout))
@@ -171,6 +176,10 @@ func New(cfg Config) (*Demo, error) {
 				return "", false, nil
 			}
 			return v, err == nil, err
+		}
+		d.leaseTTL = func(ctx context.Context, key string) (time.Duration, bool, error) {
+			ttl, err := c.PTTL(ctx, key).Result()
+			return ttl, err == nil && ttl >= 0, err
 		}
 	}
 	pub, err := runtime.NewPublisher(d.brk)

@@ -81,8 +81,8 @@ func checkStats(t *testing.T, st demo.Stats) {
 		t.Errorf("want 3 nodes sharing the work: %+v", st.Nodes)
 	}
 	var b bytes.Buffer
-	st.Summary(&b, "test")
-	for _, want := range []string{"processed", "parked", "order       kept"} {
+	st.Summary(&b, "test", "")
+	for _, want := range []string{"processed", "parked", "order       kept", "gone now the demo ended"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, b.String())
 		}
@@ -118,6 +118,15 @@ func TestDemoInMemory(t *testing.T) {
 			parkedRows++
 		}
 		sum += p.Length
+		// Healthy partitions (nothing waits, or parked) are held or
+		// released, never expired; a held lease shows its TTL.
+		caughtUp := g.Pending == 0 && *g.Lag == 0
+		if (caughtUp || *g.Parked) && g.LeaseState != inspect.LeaseHeld && g.LeaseState != inspect.LeaseReleased {
+			t.Errorf("partition %s (pending %d, lag %d, parked %v): lease state %q", p.Key, g.Pending, *g.Lag, *g.Parked, g.LeaseState)
+		}
+		if g.LeaseState == inspect.LeaseHeld && (g.Lease == nil || g.Lease.TTLMs == nil || *g.Lease.TTLMs <= 0) {
+			t.Errorf("partition %s: held lease without a TTL: %+v", p.Key, g.Lease)
+		}
 	}
 	if len(parts) == 0 || parkedRows != st.Parked || sum != st.Published {
 		t.Errorf("%d partitions, %d parked (want %d), %d entries (want %d)", len(parts), parkedRows, st.Parked, sum, st.Published)
@@ -131,6 +140,11 @@ func TestDemoInMemory(t *testing.T) {
 	leases, err := src.Leases(ctx)
 	if err != nil || len(leases) != len(parts) {
 		t.Errorf("leases: %d %v", len(leases), err)
+	}
+	for _, l := range leases {
+		if l.State == "" || (l.State == inspect.LeaseHeld && l.TTLMs == nil) {
+			t.Errorf("lease %s: state %q ttl %v", l.Key, l.State, l.TTLMs)
+		}
 	}
 	parked, err := src.Parked(ctx)
 	if err != nil || len(parked) != st.Parked {

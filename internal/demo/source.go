@@ -156,9 +156,14 @@ func (s *Source) partition(ctx context.Context, category, key string, parked map
 			owner = v
 		}
 		g.Lease = &inspect.LeaseInfo{Owner: owner, Generation: gen, Token: v}
+		if ttl, ok, err := s.d.leaseTTL(ctx, l.LeaseKey(Subscription, key)); err == nil && ok {
+			ms := ttl.Milliseconds()
+			g.Lease.TTLMs = &ms
+		}
 	}
 	isParked := parked[key]
 	g.Parked = &isParked
+	g.LeaseState = inspect.LeaseStateOf(&g)
 	p.Groups = []inspect.Group{g}
 	return p, nil
 }
@@ -192,8 +197,13 @@ func (s *Source) Explain(ctx context.Context, category, key string) (inspect.Par
 	return d, nil
 }
 
-// Leases lists the subscription's lease of every partition.
+// Leases lists the subscription's lease of every partition, in the
+// states partitions read (inspect.LeaseStateOf).
 func (s *Source) Leases(ctx context.Context) ([]inspect.Lease, error) {
+	parked, err := s.parkedKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
 	keys, err := s.b.PartitionKeys(ctx, Category)
 	if err != nil {
 		return nil, err
@@ -201,21 +211,16 @@ func (s *Source) Leases(ctx context.Context) ([]inspect.Lease, error) {
 	l := s.b.Layout()
 	out := make([]inspect.Lease, 0, len(keys))
 	for _, k := range keys {
-		le := inspect.Lease{Category: Category, Group: Subscription, Key: k, LeaseKey: l.LeaseKey(Subscription, k), State: inspect.LeaseFree}
-		if v, ok, err := s.d.leases(ctx, l.GenerationKey(Subscription, k)); err == nil && ok {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-				le.Counter = &n
-				le.Generation = &n
-				le.State = inspect.LeaseExpired
-			}
+		p, err := s.partition(ctx, Category, k, parked)
+		if err != nil {
+			return nil, err
 		}
-		if v, ok, err := s.d.leases(ctx, le.LeaseKey); err == nil && ok {
-			owner, gen, err := broker.ParseFenceToken(v)
-			if err != nil {
-				owner = v
-			}
-			token := v
-			le.Owner, le.Generation, le.Token, le.State = &owner, &gen, &token, inspect.LeaseHeld
+		g := p.Groups[0]
+		le := inspect.Lease{Category: Category, Group: Subscription, Key: k, LeaseKey: l.LeaseKey(Subscription, k),
+			State: g.LeaseState, Counter: g.Generation, Generation: g.Generation}
+		if g.Lease != nil {
+			owner, gen, token := g.Lease.Owner, g.Lease.Generation, g.Lease.Token
+			le.Owner, le.Generation, le.Token, le.TTLMs = &owner, &gen, &token, g.Lease.TTLMs
 		}
 		out = append(out, le)
 	}

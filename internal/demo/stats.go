@@ -108,8 +108,11 @@ func (s Stats) Line() string {
 	return b.String()
 }
 
-// Summary writes the final summary.
-func (s Stats) Summary(w io.Writer, backend string) {
+// Summary writes the final summary. redisURL is the Redis the demo ran
+// on, empty for the in-memory demo, whose state (parked entries
+// included) ends with the process: the closing line says where to look
+// only when there is something left to look at.
+func (s Stats) Summary(w io.Writer, backend, redisURL string) {
 	fmt.Fprintf(w, "\nprotctl demo: %d nodes on %s, %s\n", len(s.Nodes), backend, s.Elapsed.Round(100*time.Millisecond))
 	fmt.Fprintf(w, "  published   %d events (%d poison)\n", s.Published, s.Poison)
 	side := func(name string, x SideStats) {
@@ -127,7 +130,11 @@ func (s Stats) Summary(w io.Writer, backend string) {
 	if s.Kafka != nil {
 		side(TopicSubscription+" (Kafka topic "+Topic+")", *s.Kafka)
 	}
-	fmt.Fprintf(w, "  parked      %d (see protctl parked ls; retry or skip them with protctl parked retry|skip)\n", s.Parked)
+	if redisURL != "" {
+		fmt.Fprintf(w, "  parked      %d (left on Redis: protctl parked ls --redis %s; retry or skip them with protctl parked retry|skip)\n", s.Parked, redisURL)
+	} else {
+		fmt.Fprintf(w, "  parked      %d (in memory, gone now the demo ended; run it with --redis URL to inspect and repair them with protctl parked ls|retry|skip)\n", s.Parked)
+	}
 	for _, n := range s.Nodes {
 		fmt.Fprintf(w, "  %-10s  %d processed\n", n.ID, n.Processed)
 	}

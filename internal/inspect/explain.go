@@ -88,6 +88,8 @@ func (in *Inspector) explain(ctx context.Context, category, key string, opts Exp
 			default:
 				return PartitionDetail{}, err
 			}
+			// The ledger decides released (parked) or expired.
+			gd.LeaseState = LeaseStateOf(&gd.Group)
 		}
 		for li, l := range lr {
 			c, ok := pend[pendKey{gi, li}]
@@ -203,6 +205,12 @@ func groupVerdict(g GroupDetail, lr [2]laneRead, opts ExplainOptions) Verdict {
 			v.State = StateStuck
 			v.Reason = fmt.Sprintf("halted on a poison message: head %s delivered %d times, pending %s to consumer %s %s",
 				h.ID, h.Deliveries, durationText(idle), h.Consumer, holder)
+		case g.LeaseState == LeaseReleased:
+			// Parked: the owner released it on purpose.
+			v.State = StateStuck
+			v.Reason = fmt.Sprintf("parked in the failure ledger: head %s pending %s to consumer %s (delivered %d times); lease released: waits for parked retry or skip",
+				h.ID, durationText(idle), h.Consumer, h.Deliveries)
+			return v
 		case g.Lease == nil:
 			v.State = StateStuck
 			v.Reason = fmt.Sprintf("lease expired with %d pending: head %s pending %s to consumer %s (delivered %d times); no owner holds the lease",
@@ -248,6 +256,8 @@ func holderText(g Group, consumer string) string {
 		return "whose lease is held"
 	case g.Lease != nil:
 		return fmt.Sprintf("while the lease is held by %s, which has not reclaimed it", g.Lease.Token)
+	case g.LeaseState == LeaseReleased:
+		return fmt.Sprintf("whose lease was released (generation %d, no lease held)", *g.Generation)
 	case g.Generation != nil:
 		return fmt.Sprintf("whose lease has expired (generation %d, no lease held)", *g.Generation)
 	}
@@ -263,7 +273,7 @@ func leaseText(g Group) string {
 	case g.Lease != nil:
 		return fmt.Sprintf("lease held by %s (generation %d, no expiry)", g.Lease.Owner, g.Lease.Generation)
 	case g.Generation != nil:
-		return "no lease held (expired or released at generation " + strconv.FormatInt(*g.Generation, 10) + ")"
+		return "lease " + string(g.LeaseState) + " at generation " + strconv.FormatInt(*g.Generation, 10)
 	}
 	return "never leased"
 }

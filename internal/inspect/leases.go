@@ -140,7 +140,9 @@ func (in *Inspector) readLeases(ctx context.Context, pairs []groupKey) ([]Lease,
 				}
 			}
 			li, gen := leaseOf(r)
-			out = append(out, leaseRow("", gk.group, gk.key, lk, li, gen))
+			// A scan does not know the partition's streams: released and
+			// expired cannot be told apart.
+			out = append(out, leaseRow("", gk.group, gk.key, lk, li, gen, LeaseUnheld))
 		}
 	}
 	return out, nil
@@ -150,19 +152,21 @@ func (in *Inspector) readLeases(ctx context.Context, pairs []groupKey) ([]Lease,
 func (in *Inspector) leasesOf(p *Partition) []Lease {
 	out := make([]Lease, 0, len(p.Groups))
 	for _, g := range p.Groups {
-		out = append(out, leaseRow(p.Category, g.Name, p.Key, in.layout.LeaseKey(g.Name, p.Key), g.Lease, g.Generation))
+		out = append(out, leaseRow(p.Category, g.Name, p.Key, in.layout.LeaseKey(g.Name, p.Key), g.Lease, g.Generation, g.LeaseState))
 	}
 	return out
 }
 
-func leaseRow(category, group, key, leaseKey string, li *LeaseInfo, counter *int64) Lease {
+// leaseRow is a lease row; unheld is the state of a lease that is not
+// held but was (the group's LeaseState when the partition was read).
+func leaseRow(category, group, key, leaseKey string, li *LeaseInfo, counter *int64, unheld LeaseState) Lease {
 	l := Lease{Category: category, Group: group, Key: key, LeaseKey: leaseKey, Counter: counter}
 	switch {
 	case li != nil:
 		l.State = LeaseHeld
 		l.Owner, l.Generation, l.TTLMs, l.Token = ptr(li.Owner), ptr(li.Generation), li.TTLMs, ptr(li.Token)
 	case counter != nil:
-		l.State = LeaseExpired
+		l.State = unheld
 		l.Generation = counter
 	default:
 		l.State = LeaseFree

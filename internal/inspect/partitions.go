@@ -676,6 +676,7 @@ func (in *Inspector) assemble(w *walk, key string, lanes [2]laneRead, names []st
 		if w.parked != nil {
 			g.Parked = ptr(w.parked[parkedKey{name, key}])
 		}
+		g.LeaseState = LeaseStateOf(&g)
 		p.Groups = append(p.Groups, g)
 	}
 	return p

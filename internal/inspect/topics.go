@@ -278,7 +278,7 @@ func (in *Inspector) readTopic(ctx context.Context, kafka Offsets, service, topi
 			}
 		}
 		li, counter := leaseOf(r)
-		row := leaseRow("", "", "", "", li, counter)
+		row := leaseRow("", "", "", "", li, counter, LeaseReleased)
 		wm := marks[p]
 		tp := TopicPartition{
 			Partition: p, Owner: row.Owner, Generation: row.Generation, TTLMs: row.TTLMs,
@@ -299,7 +299,23 @@ func (in *Inspector) readTopic(ctx context.Context, kafka Offsets, service, topi
 			}
 			tp.Subscriptions = append(tp.Subscriptions, ts)
 		}
+		tp.State = topicLeaseState(tp)
 		t.Partitions = append(t.Partitions, tp)
 	}
 	return t, nil
+}
+
+// topicLeaseState is LeaseStateOf for a Kafka partition: records wait
+// when a subscription's checkpoint is behind the head (or it has none on
+// a partition holding records).
+func topicLeaseState(tp TopicPartition) LeaseState {
+	if tp.State != LeaseReleased {
+		return tp.State // held or free
+	}
+	for _, s := range tp.Subscriptions {
+		if (s.Lag != nil && *s.Lag > 0) || (s.Lag == nil && tp.Head > tp.Earliest) {
+			return LeaseExpired
+		}
+	}
+	return LeaseReleased
 }

@@ -75,6 +75,9 @@ type Group struct {
 	Generation *int64 `json:"generation"`
 	// Lease is null when no lease is held.
 	Lease *LeaseInfo `json:"lease"`
+	// LeaseState is held, released, expired or free (LeaseStateOf);
+	// docs/cli.md has the table of their meanings.
+	LeaseState LeaseState `json:"leaseState"`
 	// Parked says whether the failure ledger has an entry for (group,
 	// key); null when the Inspector has no ledger.
 	Parked *bool `json:"parked"`
@@ -227,19 +230,95 @@ func (d *PartitionDetail) Partition() Partition {
 	return p
 }
 
-// LeaseState says whether a (group, key) lease is held.
+// LeaseState is what a (group, key) lease is: held, or why nobody holds
+// it. It is derived once, here (LeaseStateOf), from what Redis can tell:
+// the lease key, the generation counter, the group's pending entries and
+// lag, and the failure ledger; every screen (partitions ls and show,
+// leases ls, check, topics, the dashboard) and every JSON document
+// (groups[].leaseState, leases[].state, topic partitions[].state) prints
+// these words. A released partition and an expired one look the same in
+// Redis (no lease key, a counter); what tells them apart is whether work
+// waits with nobody on it.
+//
+// Partition statuses built on these (OK, IDLE, LAGGING, STALLED, HALTED,
+// ORPHANED) are a separate word set: a lease state says who holds the
+// partition, not whether its work moves.
 type LeaseState string
 
-// Lease states.
+// Lease states. LeaseStates lists them in this order with their meaning.
 const (
-	// LeaseHeld: the lease key exists.
+	// LeaseHeld: the lease key exists: an owner works the partition
+	// under it (owner, generation and TTL are shown).
 	LeaseHeld LeaseState = "held"
-	// LeaseExpired: no lease key, but a generation counter exists: the
-	// partition was leased once and the lease expired or was released.
+	// LeaseReleased: no lease key, a generation counter (it was leased),
+	// and nothing waits with nobody on it: nothing pending and nothing
+	// undelivered, or what waits is parked in the failure ledger. The
+	// owner let it go (idle, or parked); a new entry or an operator's
+	// retry wakes it. Healthy.
+	LeaseReleased LeaseState = "released"
+	// LeaseExpired: no lease key, a generation counter, and entries wait
+	// (pending or not delivered, lag unknown counts) that are not parked:
+	// nobody is on them until a node takes the partition. Its owner died
+	// or stopped with work left, or entries arrived after a release (a
+	// node wakes on them within its wait timeout).
 	LeaseExpired LeaseState = "expired"
-	// LeaseFree: neither a lease nor a generation: never leased.
+	// LeaseFree: neither a lease key nor a generation counter: never
+	// leased.
 	LeaseFree LeaseState = "free"
+	// LeaseUnheld: no lease key, a generation counter, and the work
+	// waiting is unknown: `leases ls` without --category finds leases by
+	// a keyspace scan and cannot tell which category's streams they
+	// guard, so it cannot tell released from expired.
+	LeaseUnheld LeaseState = "unheld"
 )
+
+// StateInfo is a state word with its meaning, for documentation and help
+// (docs/cli.md's table of states is generated from LeaseStates and
+// VerdictStates).
+type StateInfo struct {
+	State   string
+	Meaning string
+}
+
+// LeaseStates lists every lease state with its meaning, in the order of
+// the constants.
+func LeaseStates() []StateInfo {
+	return []StateInfo{
+		{string(LeaseHeld), "the lease key exists: an owner works the partition; its TTL is shown"},
+		{string(LeaseReleased), "no lease key, leased before, and nothing waits with nobody on it (nothing pending or undelivered, or what waits is parked): the owner let it go when idle or parked; healthy"},
+		{string(LeaseExpired), "no lease key, leased before, and entries wait (pending or not delivered) that are not parked: nobody is on them until a node takes the partition (its owner died or stopped with work left and the lease ran out or was dropped, or entries arrived after a release)"},
+		{string(LeaseFree), "no lease key and no generation counter: never leased"},
+		{string(LeaseUnheld), "no lease key, leased before, waiting work unknown: leases ls without --category cannot read the streams, so cannot tell released from expired"},
+	}
+}
+
+// LeaseStateOf derives a group's lease state on a partition: the one rule
+// behind every lease word protctl prints (see LeaseState).
+func LeaseStateOf(g *Group) LeaseState {
+	switch {
+	case g.Lease != nil:
+		return LeaseHeld
+	case g.Generation == nil:
+		return LeaseFree
+	}
+	waiting := g.Pending > 0 || g.Lag == nil || *g.Lag > 0
+	if !waiting || (g.Parked != nil && *g.Parked) {
+		return LeaseReleased
+	}
+	return LeaseExpired
+}
+
+// VerdictStates lists every verdict (partition) state with its meaning,
+// most urgent first.
+func VerdictStates() []StateInfo {
+	return []StateInfo{
+		{string(StateStuck), "work is pending and not moving: a head delivered many times (a poison message), pending entries with no lease held, a parked head, or a head pending longer than a minute"},
+		{string(StateLagging), "entries wait to be delivered and nothing is pending"},
+		{string(StateOrphan), "the index names the partition but no lane exists"},
+		{string(StateHealthy), "caught up or working (pending entries young and delivered few times) under a held lease"},
+		{string(StateIdle), "caught up and no lease held (released or never leased): nothing to do"},
+	}
+}
 
 // Lease is one row of `leases ls`.
 type Lease struct {

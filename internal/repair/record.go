@@ -36,6 +36,9 @@ type Applied struct {
 	Attempted int
 	// StartedAt and FinishedAt bracket the apply (WithNow's clock).
 	StartedAt, FinishedAt time.Time
+	// CommandLine is ApplyOptions.CommandLine: the command the apply
+	// stands for, "" when it is the process's own invocation.
+	CommandLine string
 }
 
 // RecordTimeout bounds a Recorder's call.

@@ -33,6 +33,10 @@ func (r *Repairer) planRelease(ctx context.Context, req ReleaseRequest) (*Plan, 
 		},
 	}
 	switch {
+	case lease.State == inspect.LeaseUnheld && lease.Counter != nil:
+		// Read by key alone: released and expired look the same here.
+		it.Result = ResultSkipped
+		it.Reason = fmt.Sprintf("the lease is not held (it expired or was released at generation %d): nothing to release", *lease.Counter)
 	case lease.State != inspect.LeaseHeld:
 		it.Result = ResultSkipped
 		it.Reason = "the lease is not held (" + string(lease.State) + "): nothing to release"

@@ -201,6 +201,13 @@ type ApplyOptions struct {
 	Interval time.Duration
 	// OnItem, when set, is called after each item with its result.
 	OnItem func(i int, it Item)
+	// CommandLine is the command the apply stands for when it is not
+	// the process's own invocation: the dashboard applies the plan of an
+	// equivalent command (e.g. "protctl partitions release C K --group
+	// G --force"), which the audit log records as the command, with the
+	// process (protctl tui) as the one it came through. Default: none,
+	// the process's own invocation is the command.
+	CommandLine string
 }
 
 // Apply applies p's allowed items in order, re-checking each one's

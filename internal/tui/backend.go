@@ -45,14 +45,23 @@ type Source interface {
 	Topics(ctx context.Context) ([]TopicPartition, error)
 }
 
+// ServiceLister is an optional capability of a Source: the services whose
+// nodes the nodes view lists. A Source that implements it and returns
+// none makes the empty nodes view say that a service is needed, instead
+// of "No live nodes."
+type ServiceLister interface {
+	NodeServices() []string
+}
+
 // Actions plans and applies repairs: the same internal/repair plans the
 // CLI's mutators build. Like Source it is called only from tea.Cmds.
 type Actions interface {
 	// Plan builds the plan of req (reads only).
 	Plan(ctx context.Context, req ActionRequest) (*repair.Plan, error)
 	// Apply applies p's allowed items, recording each item's result in p
-	// (repair.Repairer.Apply).
-	Apply(ctx context.Context, p *repair.Plan) (repair.Outcome, error)
+	// (repair.Repairer.Apply). cmdline is the plan's equivalent command
+	// (ActionRequest.CommandLine), which the audit log records.
+	Apply(ctx context.Context, p *repair.Plan, cmdline string) (repair.Outcome, error)
 }
 
 // ErrUnsupported is returned by a Source or Actions that cannot do what

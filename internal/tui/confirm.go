@@ -101,15 +101,15 @@ func (c *confirm) view(st *Styles, width, height int, readOnly bool) string {
 			title = "Result: " + c.plan.Summary() + " (" + string(c.outcome) + ")"
 		}
 		add(st.Label.Render(title))
-		add(indent(planTable(c.plan, c.state == confirmDone), "  ")...)
+		add(indent(wrapLast(planTable(c.plan, c.state == confirmDone), width-2), "  ")...)
 		add("")
 		switch c.state {
 		case confirmShown:
 			switch n := c.pending(); {
 			case readOnly:
-				add(st.Error.Render("read-only: nothing can be applied"), st.Status.Render("esc closes"))
+				add(st.Error.Render("read-only: nothing can be applied"), st.Status.Render("enter or esc closes"))
 			case n == 0:
-				add(st.Status.Render("Nothing to apply (every item is refused or has nothing to do). esc closes"))
+				add(st.Status.Render("Nothing to apply (every item is refused or has nothing to do). enter or esc closes"))
 			default:
 				add(st.DialogHead.Render(fmt.Sprintf("Apply %d %s? ", n, plural(n, "change", "changes"))) +
 					st.HintKey.Render("y") + st.HintDesc.Render(" apply  ") + st.HintKey.Render("n/esc") + st.HintDesc.Render(" cancel"))
@@ -155,6 +155,47 @@ func planTable(p *repair.Plan, results bool) []string {
 		}
 	})
 	return strings.Split(strings.TrimRight(out, "\n"), "\n")
+}
+
+// wrapLast wraps the last column of a plain table (the plan's REASON)
+// onto continuation lines aligned under its header, so that a long
+// reason is read whole at any width instead of cut at the frame's edge.
+// Lines that fit, and tables whose last column starts too far right to
+// wrap in, are left alone.
+func wrapLast(lines []string, width int) []string {
+	if len(lines) == 0 {
+		return lines
+	}
+	head := lines[0]
+	last := strings.LastIndex(strings.TrimRight(head, " "), "  ")
+	if last < 0 {
+		return lines
+	}
+	col := ansi.StringWidth(head[:last]) + 2
+	for col < ansi.StringWidth(head) && head[col] == ' ' {
+		col++
+	}
+	room := width - col
+	if room < 20 {
+		return lines
+	}
+	out := make([]string, 0, len(lines))
+	pad := strings.Repeat(" ", col)
+	for _, l := range lines {
+		if ansi.StringWidth(l) <= width {
+			out = append(out, l)
+			continue
+		}
+		prefix, text := ansi.Truncate(l, col, ""), ansi.TruncateLeft(l, col, "")
+		for i, part := range strings.Split(ansi.Wrap(text, room, " "), "\n") {
+			if i == 0 {
+				out = append(out, prefix+part)
+			} else {
+				out = append(out, pad+strings.TrimLeft(part, " "))
+			}
+		}
+	}
+	return out
 }
 
 // seenText sums up the state an item was planned against (the CLI's SEEN

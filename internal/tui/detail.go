@@ -152,7 +152,7 @@ func explainText(d *inspect.PartitionDetail) string {
 			delivered = *g.LastDeliveredID
 		}
 		b.WriteString(fieldsText(
-			output.Field{Label: "Lease", Value: leaseText(g.Lease, g.Generation)},
+			output.Field{Label: "Lease", Value: leaseText(&g.Group)},
 			output.Field{Label: "Generation", Value: intText(g.Generation)},
 			output.Field{Label: "Pending", Value: strconv.FormatInt(g.Pending, 10)},
 			output.Field{Label: "Lag", Value: lag},
@@ -203,14 +203,21 @@ func repairHints(d *inspect.PartitionDetail) []string {
 	return hints
 }
 
-func leaseText(l *inspect.LeaseInfo, gen *int64) string {
+// leaseText is the Lease line of a group, in the words of protctl
+// partitions show: the lease state (inspect.LeaseStateOf) first.
+func leaseText(g *inspect.Group) string {
+	l, gen := g.Lease, g.Generation
 	switch {
 	case l != nil && l.TTLMs != nil:
-		return fmt.Sprintf("%s (TTL %s)", l.Token, ms(*l.TTLMs))
+		return fmt.Sprintf("held by %s (TTL %s)", l.Token, ms(*l.TTLMs))
 	case l != nil:
-		return l.Token + " (no expiry)"
+		return "held by " + l.Token + " (no expiry)"
+	case gen != nil && g.LeaseState == inspect.LeaseReleased && g.Parked != nil && *g.Parked:
+		return fmt.Sprintf("released (parked; none held since generation %d)", *gen)
+	case gen != nil && g.LeaseState == inspect.LeaseReleased:
+		return fmt.Sprintf("released (idle; none held since generation %d)", *gen)
 	case gen != nil:
-		return fmt.Sprintf("expired (none held since generation %d)", *gen)
+		return fmt.Sprintf("%s (none held since generation %d)", g.LeaseState, *gen)
 	}
 	return "free (never leased)"
 }

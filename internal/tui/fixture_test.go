@@ -41,6 +41,9 @@ func scenario() *MemorySource {
 	src := NewMemorySource(0)
 	order := func(key string, length int64, idle int64, lanes []inspect.Lane, groups ...inspect.Group) inspect.Partition {
 		last := lanes[0].LastEntryID
+		for i := range groups {
+			groups[i].LeaseState = inspect.LeaseStateOf(&groups[i])
+		}
 		return inspect.Partition{Category: "shop::order", Key: key, Stream: "shop::order:" + key, Length: length,
 			LastEntryID: last, IdleMs: i64(idle), Lanes: lanes, Groups: groups}
 	}
@@ -63,8 +66,8 @@ func scenario() *MemorySource {
 			LastEntryID: str("1772366390000-5"), IdleMs: i64(10_000),
 			Lanes: []inspect.Lane{lane("billing::payment:p-1", 6, "1772366390000-5")},
 			Groups: []inspect.Group{
-				{Name: "audit", Pending: 1, Lag: i64(4), Parked: no(), Created: true},
-				{Name: "ledger-sync", Lag: i64(0), Parked: no(), Created: true},
+				{Name: "audit", Pending: 1, Lag: i64(4), Parked: no(), Created: true, LeaseState: inspect.LeaseFree},
+				{Name: "ledger-sync", Lag: i64(0), Parked: no(), Created: true, LeaseState: inspect.LeaseFree},
 			}},
 		{Category: "billing::payment", Key: "p-ghost", Stream: "billing::payment:p-ghost",
 			Lanes: []inspect.Lane{{Name: "main", Stream: "billing::payment:p-ghost"}}},
@@ -76,7 +79,7 @@ func scenario() *MemorySource {
 		Indexed: true,
 		Groups: []inspect.GroupDetail{{
 			Group: inspect.Group{Name: g, Pending: 1, Lag: i64(4), LastDeliveredID: str("1772366220000-0"),
-				Generation: i64(5), Lease: lease("worker-1", 5, 54_000), Parked: yes(), Created: true},
+				Generation: i64(5), Lease: lease("worker-1", 5, 54_000), Parked: yes(), Created: true, LeaseState: inspect.LeaseHeld},
 			Head: &inspect.Entry{Stream: "shop::order:o-halted", ID: "1772366220000-0", Type: "test.OrderPlaced.v1", EventID: "evt-o-halted-1",
 				Envelope: &broker.Envelope{Metadata: broker.Metadata{Headers: broker.Headers{ID: "evt-o-halted-1", Type: "test.OrderPlaced.v1"}}}},
 			HeadPending: &inspect.PendingEntry{Stream: "shop::order:o-halted", ID: "1772366220000-0", Consumer: "worker-1:5",
@@ -171,7 +174,7 @@ func (f *fakeActions) Plan(_ context.Context, req ActionRequest) (*repair.Plan, 
 	return &repair.Plan{APIVersion: repair.APIVersion, Kind: repair.PlanKind, Layout: "protean", CreatedAt: fixedNow, Items: []repair.Item{it}}, nil
 }
 
-func (f *fakeActions) Apply(_ context.Context, p *repair.Plan) (repair.Outcome, error) {
+func (f *fakeActions) Apply(_ context.Context, p *repair.Plan, _ string) (repair.Outcome, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i := range p.Items {

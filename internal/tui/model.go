@@ -455,10 +455,21 @@ func viewNames() []string {
 	return append(names, "quit")
 }
 
+// noServicesHint is the empty nodes view when no service was named: node
+// status records are per service.
+const noServicesHint = "No service given: the nodes view lists the live nodes of the services named with --service " +
+	"(protctl tui --service S; protctl nodes ls lists the services)."
+
 func (m *Model) openInput(md mode, value string) {
 	m.mode = md
-	m.input.ShowSuggestions = false
+	// Clear the matched suggestions of an earlier command bar first:
+	// textinput only recomputes them while ShowSuggestions is on, and
+	// draws stale ones after the cursor (":parked" then "/x" read
+	// "/xarked").
+	m.input.ShowSuggestions = true
+	m.input.SetValue("")
 	m.input.SetSuggestions(nil)
+	m.input.ShowSuggestions = false
 	m.input.SetValue(value)
 	m.input.CursorEnd()
 	m.input.Focus()
@@ -805,6 +816,9 @@ func (m *Model) confirmKey(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 			return m, m.apply()
 		case key.Matches(msg, m.keys.Cancel):
 			return closeDialog()
+		case (c.pending() == 0 || m.readOnly) && key.Matches(msg, m.keys.Detail, m.keys.Confirm):
+			// Nothing to apply: enter (or y) closes, as esc does.
+			return closeDialog()
 		}
 	case confirmApplying:
 		// Apply cannot be taken back half way; wait for its results.
@@ -824,9 +838,9 @@ func (m *Model) apply() tea.Cmd {
 		return nil
 	}
 	c.state = confirmApplying
-	ctx, actions, seq, p := m.ctx, m.opts.Actions, c.seq, clonePlan(c.plan)
+	ctx, actions, seq, p, cmdline := m.ctx, m.opts.Actions, c.seq, clonePlan(c.plan), c.cmdline
 	return func() tea.Msg {
-		outcome, err := actions.Apply(ctx, p)
+		outcome, err := actions.Apply(ctx, p, cmdline)
 		return applyMsg{seq: seq, plan: p, outcome: outcome, err: err}
 	}
 }
@@ -868,10 +882,16 @@ func (m *Model) View() string {
 		body = p.table.view(st, p.sort)
 		if p.loaded && len(p.table.index) == 0 {
 			empty := viewDefs[m.active].empty
+			if sl, ok := m.opts.Source.(ServiceLister); ok && m.active == viewNodes && len(sl.NodeServices()) == 0 {
+				empty = noServicesHint
+			}
 			if p.filter.text != "" {
 				empty = "No rows match the filter (esc clears it)."
 			}
-			body += "\n" + st.Status.Render("  "+empty)
+			// Under the column heads: after the table's blank rows it
+			// fell below the frame and was never seen.
+			head, _, _ := strings.Cut(body, "\n")
+			body = head + "\n" + st.Status.Render("  "+empty)
 		}
 		if p.err != nil {
 			what := "error: " + oneLine(p.err.Error())

@@ -123,6 +123,9 @@ func (b *RedisBackend) Parked(ctx context.Context) ([]runtime.Parked, error) {
 	return b.ins.Parked(ctx, "")
 }
 
+// NodeServices are RedisOptions.Services (ServiceLister).
+func (b *RedisBackend) NodeServices() []string { return b.opts.Services }
+
 // Nodes lists the live nodes of every configured service.
 func (b *RedisBackend) Nodes(ctx context.Context) ([]runtime.NodeStatus, error) {
 	var out []runtime.NodeStatus
@@ -172,9 +175,9 @@ func (b *RedisBackend) Plan(ctx context.Context, req ActionRequest) (*repair.Pla
 
 // Apply applies p with the Repairer (each item's precondition re-checked
 // atomically in Redis).
-func (b *RedisBackend) Apply(ctx context.Context, p *repair.Plan) (repair.Outcome, error) {
+func (b *RedisBackend) Apply(ctx context.Context, p *repair.Plan, cmdline string) (repair.Outcome, error) {
 	if b.rep == nil {
 		return "", ErrReadOnly
 	}
-	return b.rep.Apply(ctx, p, repair.ApplyOptions{})
+	return b.rep.Apply(ctx, p, repair.ApplyOptions{CommandLine: cmdline})
 }

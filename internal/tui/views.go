@@ -48,7 +48,7 @@ var viewDefs = [numViews]viewDef{
 			{title: "PENDING", right: true, sort: sortNum, num: 2, desc: true},
 			{title: "OWNER", min: 6, max: 18, sort: sortText},
 			{title: "GEN", right: true, sort: sortNum, num: 3, desc: true, drop: 1},
-			{title: "TTL", right: true, sort: sortNum, num: 4},
+			{title: "LEASE", right: true, sort: sortNum, num: 4},
 			{title: "PARKED", sort: sortText, desc: true},
 			{title: "IDLE", right: true, sort: sortNum, num: 5, desc: true},
 		},
@@ -246,8 +246,10 @@ func partitionRows(parts []inspect.Partition, base int) []row {
 				owner, ttl, ttlKey = esc(g.Lease.Owner), msText(g.Lease.TTLMs), *g.Lease.TTLMs
 			case g.Lease != nil:
 				owner, ttl = esc(g.Lease.Owner), "none"
-			case g.Generation != nil:
-				ttl = "expired"
+			case g.LeaseState != "":
+				// Not held: the lease state says why (released, expired,
+				// free), in partitions ls's words.
+				ttl = string(g.LeaseState)
 			}
 			r := newRow(base+i, cat, key, esc(g.Name), lanes, length, lag, strconv.FormatInt(g.Pending, 10),
 				owner, intText(g.Generation), ttl, boolText(g.Parked), idle)
@@ -256,6 +258,8 @@ func partitionRows(parts []inspect.Partition, base int) []row {
 			switch {
 			case g.Parked != nil && *g.Parked:
 				r.toneCol, r.tone = 10, toneBad
+			case g.LeaseState == inspect.LeaseExpired:
+				r.toneCol, r.tone = 9, toneWarn
 			case g.Lease == nil && g.Generation != nil:
 				r.toneCol, r.tone = 9, toneMuted
 			case g.Lag == nil || *g.Lag > 0:
@@ -285,6 +289,8 @@ func leaseRows(leases []inspect.Lease) []row {
 		case inspect.LeaseHeld:
 			r.tone = toneGood
 		case inspect.LeaseExpired:
+			r.tone = toneWarn
+		default:
 			r.tone = toneMuted
 		}
 		rows = append(rows, r)
@@ -412,7 +418,7 @@ func relTime(d time.Duration) string {
 type catStats struct {
 	partitions int
 	leased     int // groups holding a lease
-	expired    int // groups whose lease expired (a generation, no lease)
+	expired    int // groups whose lease state is expired (work waits, no owner)
 	lag        int64
 	unknownLag bool
 }
@@ -424,7 +430,7 @@ func (s *catStats) add(p *inspect.Partition) {
 		switch {
 		case g.Lease != nil:
 			s.leased++
-		case g.Generation != nil:
+		case g.LeaseState == inspect.LeaseExpired:
 			s.expired++
 		}
 		if g.Lag == nil {

@@ -62,7 +62,9 @@ type Message struct {
 
 	// Generation is the lease generation the message is processed under.
 	Generation int64
-	// Attempt counts deliveries to this handler, from 1.
+	// Attempt counts deliveries to this handler, from 1. It goes on
+	// counting across an operator's retry of a parked entry: the first
+	// delivery of a retry after 3 parked attempts is attempt 4.
 	Attempt int
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -819,5 +820,53 @@ func TestRedisPinnedReadersSurviveAnIdleTimeout(t *testing.T) {
 	rec.checkOrder(t, want)
 	if n := errs.Load(); n != 0 {
 		t.Errorf("%d error events after an idle gap", n)
+	}
+}
+
+// A parked head that fails again after an operator's retry is parked
+// again with its attempts added (3 + 3 = 6), and Message.Attempt goes on
+// counting (4, 5, 6, then 7 on the retry that succeeds), as
+// docs/operations.md says (issue 18 item 9).
+func TestRedisRetryKeepsCountingAttempts(t *testing.T) {
+	ctx := context.Background()
+	e := newRedisEnv(t)
+	rec := newRecorder(t)
+	publishAll(t, e.pub, []string{"a"}, 1, 2)
+	var fixed atomic.Bool
+	var mu sync.Mutex
+	var seen []int
+	rec.setFail(func(m runtime.Message) error {
+		if seqOf(t, m.Data) != 1 {
+			return nil
+		}
+		mu.Lock()
+		seen = append(seen, m.Attempt)
+		mu.Unlock()
+		if fixed.Load() {
+			return nil
+		}
+		return errors.New("poison")
+	})
+	e.start("node-1", rec.handler("node-1"), nil, nil)
+	parkedWith := func(n int) func() bool {
+		return func() bool {
+			p, err := e.store.GetParked(ctx, group, "a")
+			return err == nil && p.Attempts == n && p.Status == runtime.StatusParked
+		}
+	}
+	eventually(t, 20*time.Second, 20*time.Millisecond, "a parked with 3 attempts", parkedWith(3))
+	if err := e.store.RequestRetry(ctx, group, "a", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, 20*time.Millisecond, "a parked again with 6 attempts", parkedWith(6))
+	fixed.Store(true)
+	if err := e.store.RequestRetry(ctx, group, "a", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, 20*time.Millisecond, "a retried", func() bool { return rec.complete(map[string]int{"a": 2}) })
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(seen, []int{1, 2, 3, 4, 5, 6, 7}) {
+		t.Errorf("attempts seen %v, want 1..7", seen)
 	}
 }

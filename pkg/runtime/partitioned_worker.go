@@ -573,6 +573,13 @@ func (w *worker) handleBatch(ln lane, msgs []broker.Message) (result, bool) {
 func (w *worker) handle(ln lane, m broker.Message) (result, bool) {
 	p := w.p
 	var retry, pause *backoff // made on the first failure only
+	// A parked head being retried goes on counting its attempts (3 parked
+	// + 3 more = 6), in Message.Attempt and in the ledger when it parks
+	// again; it still gets Retry.Attempts tries before parking.
+	base := 0
+	if r := w.retrying; r != nil && m.ID == r.Position && (r.Stream == "" || r.Stream == ln.stream) {
+		base = r.Attempts
+	}
 	for attempt := 1; ; attempt++ {
 		if !w.lease.trusted(p.clk.Now()) {
 			w.lease.lose(errUntrusted)
@@ -581,7 +588,7 @@ func (w *worker) handle(ln lane, m broker.Message) (result, bool) {
 		if w.ctx.Err() != nil {
 			return w.ctxResult(), true
 		}
-		err := w.call(ln, m, attempt)
+		err := w.call(ln, m, base+attempt)
 		if err == nil {
 			p.c.processed.Add(1)
 			if w.paused {
@@ -619,7 +626,7 @@ func (w *worker) handle(ln lane, m broker.Message) (result, bool) {
 			p.obs.pause(PauseEvent{Subscription: p.cfg.Name, Partition: w.key, Paused: true, Err: err, RetryIn: wait})
 		default:
 			if attempt >= p.cfg.Retry.Attempts {
-				return w.park(ln, m, err, attempt)
+				return w.park(ln, m, err, base+attempt)
 			}
 			if retry == nil {
 				retry = newBackoff(p.cfg.Retry.Backoff, p.cfg.Retry.MaxBackoff)

@@ -864,13 +864,21 @@ func (sp *subPart) process(agg string, it *laneItem, pos string) outcome {
 	retry := newBackoff(sr.cfg.Retry.Backoff, sr.cfg.Retry.MaxBackoff)
 	pause := newBackoff(t.cfg.SystemicBackoff, t.cfg.SystemicMaxBackoff)
 	pausedHere := false // this record paused the partition
+	// An aggregate being retried goes on counting attempts from those it
+	// was parked with (park adds them to the ledger's count the same way).
+	base := 0
+	tp.mu.Lock()
+	if st := sp.parked[agg]; st != nil {
+		base = st.entry.Attempts
+	}
+	tp.mu.Unlock()
 	for attempt := 1; ; attempt++ {
 		// The trust window is enforced by the lease's watchTrust (it
 		// marks the lease lost the moment the window passes).
 		if tp.lease.lost.Load() || tp.ctx.Err() != nil || sr.failed.Load() {
 			return outAbandoned
 		}
-		msg.Attempt = attempt
+		msg.Attempt = base + attempt
 		err := sp.call(msg)
 		if err == nil {
 			if pausedHere {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -306,4 +308,62 @@ func TestTopicSkipHoldsNewRecords(t *testing.T) {
 	}, func() string {
 		return fmt.Sprintf("a0000 handled %v, counters %v", rec.handled(topicSub, "a0000"), n.ts.Counters())
 	})
+}
+
+// TestTopicRetryKeepsCountingAttempts: a parked aggregate that fails
+// again after Retry is parked again with its attempts added, and
+// Message.Attempt goes on counting across the retry (issue 18 item 9).
+func TestTopicRetryKeepsCountingAttempts(t *testing.T) {
+	e := newTopicEnv(t, onRedis, 1)
+	rec := newTopicRecorder(t)
+	var mu sync.Mutex
+	var seen []int
+	var fixed atomic.Bool
+	rec.setFail(func(m runtime.Message) error {
+		if m.Aggregate != "a0000" || m.Headers.Get("seq") != "1" {
+			return nil
+		}
+		mu.Lock()
+		seen = append(seen, m.Attempt)
+		mu.Unlock()
+		if fixed.Load() {
+			return nil
+		}
+		return errors.New("poison")
+	})
+	n := e.start("n1", e.config(tsub(topicSub, rec.handler("n1"))), nil)
+	defer e.stopAll()
+	awaitStarted(t, n.ts)
+	e.produce([]string{"a0000"}, 1, 2)
+	ctx := context.Background()
+	parkedWith := func(want int) func() bool {
+		return func() bool {
+			p, err := e.store.GetParked(ctx, topicSub, "a0000")
+			return err == nil && p.Attempts == want && p.Status == runtime.StatusParked
+		}
+	}
+	first := func() int {
+		p, _ := e.store.GetParked(ctx, topicSub, "a0000")
+		return p.Attempts
+	}
+	waitFor(t, 10*time.Second, "a0000 parked", func() bool { return first() > 0 })
+	n1 := first()
+	if err := n.ts.Retry(ctx, topicSub, "a0000"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a0000 parked again with its attempts added", parkedWith(2*n1))
+	fixed.Store(true)
+	if err := n.ts.Retry(ctx, topicSub, "a0000"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a0000 done", func() bool { return rec.complete(topicSub, []string{"a0000"}, 2) })
+	mu.Lock()
+	defer mu.Unlock()
+	want := make([]int, 2*n1+1)
+	for i := range want {
+		want[i] = i + 1
+	}
+	if !slices.Equal(seen, want) {
+		t.Errorf("attempts seen %v, want %v", seen, want)
+	}
 }

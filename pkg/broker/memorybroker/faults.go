@@ -3,6 +3,7 @@ package memorybroker
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
 )
@@ -61,6 +62,21 @@ func (f Faults) Exists(ctx context.Context, key string) (bool, error) {
 	now := f.b.lock()
 	defer f.b.mu.Unlock()
 	return f.b.lookup(key, now) != nil, nil
+}
+
+// TTL returns the time left before key expires, as Redis's PTTL rounds
+// it (whole milliseconds); false when key is missing or has no expiry.
+func (f Faults) TTL(ctx context.Context, key string) (time.Duration, bool, error) {
+	if err := ctxErr(ctx, "ttl"); err != nil {
+		return 0, false, err
+	}
+	now := f.b.lock()
+	defer f.b.mu.Unlock()
+	o := f.b.lookup(key, now)
+	if o == nil || o.expireAt.IsZero() {
+		return 0, false, nil
+	}
+	return o.expireAt.Sub(now).Truncate(time.Millisecond), true, nil
 }
 
 // GetString returns key's string value; ("", false) when key is missing.
