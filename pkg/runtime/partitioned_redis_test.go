@@ -850,17 +850,17 @@ func TestRedisRetryKeepsCountingAttempts(t *testing.T) {
 	e.start("node-1", rec.handler("node-1"), nil, nil)
 	parkedWith := func(n int) func() bool {
 		return func() bool {
-			p, err := e.store.GetParked(ctx, group, "a")
+			p, err := e.store.GetParked(ctx, group, "", "a")
 			return err == nil && p.Attempts == n && p.Status == runtime.StatusParked
 		}
 	}
 	eventually(t, 20*time.Second, 20*time.Millisecond, "a parked with 3 attempts", parkedWith(3))
-	if err := e.store.RequestRetry(ctx, group, "a", "ops"); err != nil {
+	if err := e.store.RequestRetry(ctx, group, "", "a", "ops"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 20*time.Second, 20*time.Millisecond, "a parked again with 6 attempts", parkedWith(6))
 	fixed.Store(true)
-	if err := e.store.RequestRetry(ctx, group, "a", "ops"); err != nil {
+	if err := e.store.RequestRetry(ctx, group, "", "a", "ops"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 20*time.Second, 20*time.Millisecond, "a retried", func() bool { return rec.complete(map[string]int{"a": 2}) })

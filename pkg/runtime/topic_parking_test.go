@@ -338,12 +338,12 @@ func TestTopicRetryKeepsCountingAttempts(t *testing.T) {
 	ctx := context.Background()
 	parkedWith := func(want int) func() bool {
 		return func() bool {
-			p, err := e.store.GetParked(ctx, topicSub, "a0000")
+			p, err := e.store.GetParked(ctx, topicSub, "", "a0000")
 			return err == nil && p.Attempts == want && p.Status == runtime.StatusParked
 		}
 	}
 	first := func() int {
-		p, _ := e.store.GetParked(ctx, topicSub, "a0000")
+		p, _ := e.store.GetParked(ctx, topicSub, "", "a0000")
 		return p.Attempts
 	}
 	waitFor(t, 10*time.Second, "a0000 parked", func() bool { return first() > 0 })
