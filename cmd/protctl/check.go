@@ -233,7 +233,7 @@ func checkPartitions(ctx context.Context, opts *checkOptions, ins *inspect.Inspe
 		if cats, err = resolveCategories(ctx, opts.IO, ins, opts.Settings); err != nil {
 			return nil, err
 		}
-	} else if err := requireCategories(ctx, ins, cats); err != nil {
+	} else if _, err := requireCategories(ctx, ins, cats); err != nil {
 		return nil, err
 	}
 	parts, err := readPartitions(ctx, opts.IO, ins, cats, inspect.PartitionOptions{})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/pkg/broker"
 )
 
 type partitionsFsckOptions struct {
@@ -32,9 +33,13 @@ besides listing every category):
                     consumers never discover it, its entries wait forever
   missing-stream    an index entry with no stream: harmless, listed until
                     reaped or published to again
+  wrong-type        an index entry whose lane key holds another Redis type
+                    than a stream (TYPE names it): no consumer can read it
 
-It changes nothing and exits 0 whatever it finds; -o json lists the
-findings for scripts.`,
+It changes nothing. It exits 0 whatever orphans it finds, except a key of
+the wrong type, which it counts and lists and then exits 9 (WRONG_TYPE)
+naming; an unknown category exits 4. -o json lists the findings for
+scripts.`,
 		Example: `  protctl partitions fsck shop::order
   protctl partitions fsck shop::order -o json`,
 		Args: cobra.ExactArgs(1),
@@ -51,6 +56,9 @@ func runPartitionsFsck(ctx context.Context, opts *partitionsFsckOptions) error {
 	if err != nil {
 		return err
 	}
+	if _, err := requireCategories(ctx, ins, []string{opts.Category}); err != nil {
+		return err
+	}
 	prog := opts.IO.NewProgress("scanning " + opts.Category + ":*")
 	rep, err := ins.Fsck(ctx, opts.Category, inspect.ScanOptions{Progress: func(p inspect.ScanProgress) {
 		prog.Update("%d keys scanned, %d partition streams", p.Scanned, p.Found)
@@ -62,6 +70,18 @@ func runPartitionsFsck(ctx context.Context, opts *partitionsFsckOptions) error {
 	if rep.Orphans == nil {
 		rep.Orphans = []inspect.Orphan{}
 	}
+	if err := printFsck(opts, rep); err != nil {
+		return err
+	}
+	for _, o := range rep.Orphans {
+		if o.Kind == inspect.OrphanWrongType {
+			return &broker.WrongTypeError{Op: "fsck", Key: o.Stream, Want: "stream", Got: o.Type}
+		}
+	}
+	return nil
+}
+
+func printFsck(opts *partitionsFsckOptions, rep inspect.FsckReport) error {
 	return opts.Printer.PrintObject("FsckReport", rep, func(w io.Writer, st output.Styles) error {
 		tone := output.ToneGood
 		if len(rep.Orphans) > 0 {
@@ -84,6 +104,7 @@ func runPartitionsFsck(ctx context.Context, opts *partitionsFsckOptions) error {
 			output.Col("KEY", func(o inspect.Orphan) string { return o.Key }),
 			output.Col("STREAM", func(o inspect.Orphan) string { return o.Stream }),
 			output.Col("LENGTH", func(o inspect.Orphan) string { return fmt.Sprint(o.Length) }),
+			output.Col("TYPE", func(o inspect.Orphan) string { return orDashStr(o.Type) }),
 		}})
 	})
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/protctl/protctl/internal/config"
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 )
 
@@ -121,12 +122,13 @@ func runPartitionsList(ctx context.Context, opts *partitionsListOptions) error {
 
 func listPartitionsOnce(ctx context.Context, opts *partitionsListOptions, ins *inspect.Inspector) error {
 	cats := opts.Categories
+	var empty []string
+	var err error
 	if len(cats) == 0 {
-		var err error
 		if cats, err = resolveCategories(ctx, opts.IO, ins, opts.Settings); err != nil {
 			return err
 		}
-	} else if err := requireCategories(ctx, ins, cats); err != nil {
+	} else if empty, err = requireCategories(ctx, ins, cats); err != nil {
 		return err
 	}
 	po := inspect.PartitionOptions{Group: opts.Group, Filter: partitionFilter(opts.Lagging, opts.Owner)}
@@ -141,7 +143,14 @@ func listPartitionsOnce(ctx context.Context, opts *partitionsListOptions, ins *i
 	if opts.Limit > 0 && len(sorted) > opts.Limit {
 		sorted = sorted[:opts.Limit]
 	}
-	return printPartitions(opts.IO, opts.Printer, sorted)
+	if len(sorted) == 0 && len(empty) == len(cats) && !opts.Printer.Structured() {
+		_, err := fmt.Fprint(opts.IO.Out, noLivePartitions(ins, empty))
+		return err
+	}
+	if err := printPartitions(opts.IO, opts.Printer, sorted); err != nil {
+		return err
+	}
+	return wrongTypes(sorted)
 }
 
 // errLimitReached stops a streamed listing at --limit.
@@ -163,6 +172,7 @@ func streamPartitions(ctx context.Context, opts *partitionsListOptions, ins *ins
 	prog := opts.IO.NewProgress("reading partitions")
 	defer prog.Done()
 	n := 0
+	var wrong error // the first key of the wrong type, returned at the end
 	add := func(p inspect.Partition) error {
 		if err := w.Add(&p); err != nil {
 			return err
@@ -181,14 +191,22 @@ func streamPartitions(ctx context.Context, opts *partitionsListOptions, ins *ins
 		if err != nil {
 			return err
 		}
-		if err := ins.EachPartitionByKey(ctx, c, keys, po, add); errors.Is(err, errLimitReached) {
+		if err := ins.EachPartitionByKey(ctx, c, keys, po, func(p inspect.Partition) error {
+			if werr := p.Err(); errors.Is(werr, broker.ErrWrongType) && wrong == nil {
+				wrong = werr
+			}
+			return add(p)
+		}); errors.Is(err, errLimitReached) {
 			break
 		} else if err != nil {
 			return err
 		}
 	}
 	prog.Done()
-	return w.Close()
+	if err := w.Close(); err != nil {
+		return err
+	}
+	return wrong
 }
 
 // indexKeys reads category's index with SSCAN pages, deduplicated (SSCAN
@@ -373,7 +391,12 @@ func partitionTable(pr *output.Printer) output.TableSpec {
 		Columns: []output.Column{
 			output.Col("CATEGORY", func(r partitionRow) string { return r.p.Category }),
 			output.Col("KEY", func(r partitionRow) string { return r.p.Key }),
-			output.Col("LENGTH", func(r partitionRow) string { return fmt.Sprint(r.p.Length) }),
+			output.Col("LENGTH", func(r partitionRow) string {
+				if r.p.Err() != nil {
+					return "?" // a lane could not be read: see ERROR (-o wide) and the exit status
+				}
+				return fmt.Sprint(r.p.Length)
+			}),
 			output.Col("GROUP", g(func(g *inspect.Group) string { return g.Name })),
 			output.Col("PENDING", g(func(g *inspect.Group) string { return fmt.Sprint(g.Pending) }),
 				output.Toned(func(r partitionRow) output.Tone {
