@@ -37,9 +37,9 @@ besides listing every category):
                     than a stream (TYPE names it): no consumer can read it
 
 It changes nothing. It exits 0 whatever orphans it finds, except a key of
-the wrong type, which it counts and lists and then exits 9 (WRONG_TYPE)
-naming; an unknown category exits 4. -o json lists the findings for
-scripts.`,
+the wrong type: that one it counts and lists, then exits 9 (WRONG_TYPE)
+naming the key. An unknown category exits 4. -o json lists the findings
+for scripts.`,
 		Example: `  protctl partitions fsck shop::order
   protctl partitions fsck shop::order -o json`,
 		Args: cobra.ExactArgs(1),
