@@ -96,6 +96,7 @@ func TestWrongTypeIsADataErrorEverywhere(t *testing.T) {
 			{"partitions", "reap", s.Orders, "--all-cold", "--yes"},
 			{"leases", "ls", "--category", s.Orders},
 			{"check", "--category", s.Orders},
+			{"publish", s.Orders, "o-new", "--data", env, "--yes"},
 		}},
 		{"group registry", l.GroupsKey(s.Orders), "string", "set", [][]string{
 			{"partitions", "ls", s.Orders},
@@ -115,6 +116,7 @@ func TestWrongTypeIsADataErrorEverywhere(t *testing.T) {
 			{"streams", "trim", main, "--maxlen", "1", "--yes"},
 			{"streams", "trim", main, "--maxlen", "1", "--dry-run"},
 			{"publish", s.Orders, s.Healthy, "--data", env, "--yes"},
+			{"check", "--category", s.Orders},
 		}},
 		{"backfill lane", l.LaneStream(s.Orders, s.Backfill, broker.DefaultBackfillSuffix), "string", "stream", [][]string{
 			{"partitions", "ls", s.Orders},
