@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/protctl/protctl/internal/clierr"
 	"github.com/protctl/protctl/internal/config"
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
@@ -139,6 +140,13 @@ func listPartitionsOnce(ctx context.Context, opts *partitionsListOptions, ins *i
 	if err != nil {
 		return err
 	}
+	if !opts.Lagging && opts.Owner == "" && len(parts) > 0 {
+		// With another filter, the partitions that would show the group
+		// created may be the ones dropped.
+		if err := requireGroup(parts, opts.Group, cats); err != nil {
+			return err
+		}
+	}
 	sorted := sortPartitions(parts, opts.SortBy)
 	if opts.Limit > 0 && len(sorted) > opts.Limit {
 		sorted = sorted[:opts.Limit]
@@ -151,6 +159,24 @@ func listPartitionsOnce(ctx context.Context, opts *partitionsListOptions, ins *i
 		return err
 	}
 	return wrongTypes(sorted)
+}
+
+// requireGroup fails with NOT_FOUND when group (the --group filter) is
+// neither created on a lane nor registered in any of parts: a typo would
+// otherwise list every partition as not read by it. The caller calls it
+// only with partitions listed and no other filter (--lagging, --owner
+// drop partitions that would show the group); a streamed listing that saw
+// the group nowhere passes nil.
+func requireGroup(parts []inspect.Partition, group string, cats []string) error {
+	if group == "" {
+		return nil
+	}
+	for i := range parts {
+		if g, ok := parts[i].Group(group); ok && (g.Created || g.Registered) {
+			return nil
+		}
+	}
+	return clierr.NotFound.Errorf("group %q reads no partition of %s: not created on any lane, not registered (check the spelling)", group, strings.Join(cats, ", "))
 }
 
 // errLimitReached stops a streamed listing at --limit.
@@ -173,6 +199,9 @@ func streamPartitions(ctx context.Context, opts *partitionsListOptions, ins *ins
 	defer prog.Done()
 	n := 0
 	var wrong error // the first key of the wrong type, returned at the end
+	// groupSeen: the --group filter's group is created or registered on a
+	// partition listed (else it is a typo, said at the end, as requireGroup).
+	groupSeen, limited := false, false
 	add := func(p inspect.Partition) error {
 		if err := w.Add(&p); err != nil {
 			return err
@@ -195,8 +224,12 @@ func streamPartitions(ctx context.Context, opts *partitionsListOptions, ins *ins
 			if werr := p.Err(); errors.Is(werr, broker.ErrWrongType) && wrong == nil {
 				wrong = werr
 			}
+			if g, ok := p.Group(opts.Group); ok && (g.Created || g.Registered) {
+				groupSeen = true
+			}
 			return add(p)
 		}); errors.Is(err, errLimitReached) {
+			limited = true
 			break
 		} else if err != nil {
 			return err
@@ -206,7 +239,13 @@ func streamPartitions(ctx context.Context, opts *partitionsListOptions, ins *ins
 	if err := w.Close(); err != nil {
 		return err
 	}
-	return wrong
+	if wrong != nil {
+		return wrong
+	}
+	if opts.Group != "" && n > 0 && !groupSeen && !limited && !opts.Lagging && opts.Owner == "" {
+		return requireGroup(nil, opts.Group, cats)
+	}
+	return nil
 }
 
 // indexKeys reads category's index with SSCAN pages, deduplicated (SSCAN

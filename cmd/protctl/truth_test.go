@@ -28,6 +28,7 @@ func TestUnknownNamesAreNotFound(t *testing.T) {
 		unknown string
 	}{
 		{"partitions ls", []string{"partitions", "ls", cat}, cat},
+		{"partitions ls --group", []string{"partitions", "ls", s.Orders, "--group", group}, group},
 		{"partitions show: category", []string{"partitions", "show", cat, s.Healthy}, cat},
 		{"partitions show: key", []string{"partitions", "show", s.Orders, "o-nosuch"}, "o-nosuch"},
 		{"partitions fsck", []string{"partitions", "fsck", cat}, cat},
