@@ -46,7 +46,8 @@ func printError(ios *output.IOStreams, cmd *cobra.Command, format string, kind c
 // libraries keep their package prefixes, as STYLE wants):
 //
 //   - an unreachable backend the command dialled through the factory says
-//     which Redis (or Kafka) it tried, where that address came from, and
+//     which Redis (or Kafka) it tried (a command that dialled both says
+//     so only for a Kafka error that carries kafkasource.ErrUnreachable), where that address came from, and
 //     the settings that choose it (--redis, PROTCTL_REDIS, the context's
 //     redis.url; --kafka, PROTCTL_KAFKA, kafka.brokers), with the cause;
 //   - a refused Redis login names the credential settings;
@@ -67,6 +68,11 @@ func (f *Factory) operatorError(err error, kind clierr.Kind) error {
 		case usedKafka && errors.Is(err, kafkasource.ErrUnreachable):
 			text = fmt.Sprintf("cannot reach Kafka at %s (%s): %s; the brokers are set by --kafka, %s or the context's kafka.brokers",
 				strings.Join(s.Kafka, ","), sourceText(s, "kafka", "--kafka", config.EnvKafka, "kafka.brokers"), unavailableCause(text), config.EnvKafka)
+		case usedKafka:
+			// Both backends may be in the chain (a topic's Kafka read
+			// fails inside a Redis-backed view): without the Kafka
+			// sentinel it cannot be told which one failed, so the
+			// message stays the library's own.
 		case usedRedis && isLoginRefused(err):
 			text = fmt.Sprintf("Redis at %s refused the login: %s; the user and password are set by the URL's user:password, %s and %s (or %s), or the context's redis.username and redis.passwordFile",
 				config.RedactURL(s.Redis.URL), unavailableCause(text), config.EnvRedisUsername, config.EnvRedisPassword, config.EnvRedisPasswordFile)
@@ -99,6 +105,10 @@ var packagePrefixes = []string{
 	"repair", "kafkasource", "audit", "acl", "nodeconfig", "handlers", "admin", "demo", "tui", "output",
 }
 
+// prefixWords are what a package prefix becomes instead of nothing, where
+// the package names the backend the operator must look at.
+var prefixWords = map[string]string{"kafkasource": "Kafka: "}
+
 // stripPackagePrefixes drops "pkg: " at the start of msg and after each
 // ": " (the separator of wrapped errors), for the packages above.
 func stripPackagePrefixes(msg string) string {
@@ -112,6 +122,7 @@ func stripPackagePrefixes(msg string) string {
 				for _, p := range packagePrefixes {
 					if r, ok := strings.CutPrefix(rest, p+": "); ok {
 						rest, trimmed = r, true
+						b.WriteString(prefixWords[p])
 						break
 					}
 				}
