@@ -385,9 +385,9 @@ func TestAuditLs(t *testing.T) {
 	e.c.Del(context.Background(), audit.Key)
 	e.c.Set(context.Background(), audit.Key, "x", 0)
 	r = e.run("audit", "ls", "-o", "json")
-	r.wantCode(t, clierr.ExitInternal)
-	if !strings.Contains(r.stderr, "WRONGTYPE") {
-		t.Fatalf("stderr %q", r.stderr)
+	r.wantCode(t, clierr.ExitWrongType)
+	if !strings.Contains(r.stderr, audit.Key) || !strings.Contains(r.stderr, "holds a string, want a stream") {
+		t.Fatalf("stderr %q does not name the key, its type and the type expected", r.stderr)
 	}
 }
 

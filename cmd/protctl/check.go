@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/protctl/protctl/internal/config"
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/pkg/broker"
 )
 
 type checkOptions struct {
@@ -244,12 +246,19 @@ func checkPartitions(ctx context.Context, opts *checkOptions, ins *inspect.Inspe
 		if cats, err = resolveCategories(ctx, opts.IO, ins, opts.Settings); err != nil {
 			return nil, err
 		}
-	} else if err := requireCategories(ctx, ins, cats); err != nil {
+	} else if _, err := requireCategories(ctx, ins, cats); err != nil {
 		return nil, err
 	}
 	parts, err := readPartitions(ctx, opts.IO, ins, cats, inspect.PartitionOptions{})
 	if err != nil {
 		return nil, err
+	}
+	for i := range parts {
+		// A lane of the wrong type cannot be checked: say so (exit 9)
+		// rather than pass or fail it as an empty partition.
+		if err := parts[i].Err(); errors.Is(err, broker.ErrWrongType) {
+			return nil, err
+		}
 	}
 	var out []checkResult
 	name := func(p *inspect.Partition, g *inspect.Group) string {

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/protctl/protctl/internal/clierr"
+	"github.com/protctl/protctl/internal/config"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 )
 
 // printError reports err on stderr: one JSON object in -o json and jsonl
@@ -55,6 +58,144 @@ func printError(ios *output.IOStreams, cmd *cobra.Command, format string, kind c
 type multiLine interface {
 	error
 	Lines() []string
+}
+
+// operatorError is err as an operator should read it, the one place
+// where the library's errors are worded for the command line (the
+// libraries keep their package prefixes, as STYLE wants):
+//
+//   - an unreachable backend the command dialled through the factory says
+//     which Redis (or Kafka) it tried (a command that dialled both says
+//     so only for a Kafka error that carries kafkasource.ErrUnreachable), where that address came from, and
+//     the settings that choose it (--redis, PROTCTL_REDIS, the context's
+//     redis.url; --kafka, PROTCTL_KAFKA, kafka.brokers), with the cause;
+//   - a refused Redis login names the credential settings;
+//   - otherwise the package prefixes ("inspect: ", "broker: ",
+//     "redisstore: ", ...) are dropped from the message.
+//
+// The error's chain, and so its exit code, is unchanged.
+func (f *Factory) operatorError(err error, kind clierr.Kind) error {
+	if err == nil || clierr.IsPermissionDenied(err) {
+		return err
+	}
+	f.redisMu.Lock()
+	usedRedis, usedKafka := f.usedRedis, f.usedKafka
+	f.redisMu.Unlock()
+	text := stripPackagePrefixes(err.Error())
+	if kind == clierr.Unavailable && f.settings != nil {
+		switch s := f.settings; {
+		case usedKafka && errors.Is(err, kafkasource.ErrUnreachable):
+			text = fmt.Sprintf("cannot reach Kafka at %s (%s): %s; the brokers are set by --kafka, %s or the context's kafka.brokers",
+				strings.Join(s.Kafka, ","), sourceText(s, "kafka", "--kafka", config.EnvKafka, "kafka.brokers"), unavailableCause(text), config.EnvKafka)
+		case usedKafka:
+			// Both backends may be in the chain (a topic's Kafka read
+			// fails inside a Redis-backed view): without the Kafka
+			// sentinel it cannot be told which one failed, so the
+			// message stays the library's own.
+		case usedRedis && isLoginRefused(err):
+			text = fmt.Sprintf("Redis at %s refused the login: %s; the user and password are set by the URL's user:password, %s and %s (or %s), or the context's redis.username and redis.passwordFile",
+				config.RedactURL(s.Redis.URL), unavailableCause(text), config.EnvRedisUsername, config.EnvRedisPassword, config.EnvRedisPasswordFile)
+		case usedRedis:
+			text = fmt.Sprintf("cannot reach Redis at %s (%s): %s; the address is set by --redis, %s or the context's redis.url",
+				config.RedactURL(s.Redis.URL), sourceText(s, "redis", "--redis", config.EnvRedis, "redis.url"), unavailableCause(text), config.EnvRedis)
+		}
+	}
+	if text == err.Error() {
+		return err
+	}
+	return operatorText{err: err, text: text}
+}
+
+// operatorText is an error with the operator's wording; it unwraps to the
+// error it words.
+type operatorText struct {
+	err  error
+	text string
+}
+
+func (e operatorText) Error() string { return e.text }
+func (e operatorText) Unwrap() error { return e.err }
+
+// packagePrefixes are the packages whose names start the messages of
+// their errors ("inspect: scan: ..."): what the operator reads leaves them
+// out.
+var packagePrefixes = []string{
+	"inspect", "broker", "redisbroker", "memorybroker", "redisstore", "memstore", "runtime",
+	"repair", "kafkasource", "audit", "acl", "nodeconfig", "handlers", "admin", "demo", "tui", "output",
+}
+
+// prefixWords are what a package prefix becomes instead of nothing, where
+// the package names the backend the operator must look at.
+var prefixWords = map[string]string{"kafkasource": "Kafka: "}
+
+// stripPackagePrefixes drops "pkg: " at the start of msg and after each
+// ": " (the separator of wrapped errors), for the packages above.
+func stripPackagePrefixes(msg string) string {
+	var b strings.Builder
+	rest := msg
+	atStart := true
+	for rest != "" {
+		if atStart {
+			for {
+				trimmed := false
+				for _, p := range packagePrefixes {
+					if r, ok := strings.CutPrefix(rest, p+": "); ok {
+						rest, trimmed = r, true
+						b.WriteString(prefixWords[p])
+						break
+					}
+				}
+				if !trimmed {
+					break
+				}
+			}
+		}
+		i := strings.Index(rest, ": ")
+		if i < 0 {
+			b.WriteString(rest)
+			break
+		}
+		b.WriteString(rest[:i+2])
+		rest = rest[i+2:]
+		atStart = true
+	}
+	return b.String()
+}
+
+// unavailableCause is the part of an unavailable error's (prefix-free)
+// message after the last "unavailable: ": the transport's own words.
+func unavailableCause(text string) string {
+	for _, marker := range []string{"unavailable: ", "brokers unreachable: "} {
+		if i := strings.LastIndex(text, marker); i >= 0 {
+			return text[i+len(marker):]
+		}
+	}
+	return text
+}
+
+// sourceText says where setting key came from: the flag, the variable,
+// the context's field, or the default.
+func sourceText(s *config.Settings, key, flag, env, field string) string {
+	switch s.Sources[key] {
+	case config.SourceFlag:
+		return "from " + flag
+	case config.SourceEnv:
+		return "from " + env
+	case config.SourceContext:
+		return fmt.Sprintf("from context %q, %s", s.Context, field)
+	}
+	return "the default"
+}
+
+// isLoginRefused reports a Redis reply refusing the connection's
+// credentials.
+func isLoginRefused(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "ERR AUTH") || strings.HasPrefix(msg, "ERR invalid password")
 }
 
 // permissionDenied is a Redis ACL denial, said so in words: the reply

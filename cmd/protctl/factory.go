@@ -68,6 +68,10 @@ type Factory struct {
 
 	redisMu     sync.Mutex
 	redisClient redis.UniversalClient
+	// usedRedis and usedKafka record that a provider handed out a client
+	// of the resolved settings, so that an unreachable backend's error
+	// can name the settings that chose it (see operatorError).
+	usedRedis, usedKafka bool
 }
 
 // globalFlags hold the root command's persistent flags.
@@ -203,6 +207,7 @@ func (f *Factory) RedisClient() (redis.UniversalClient, error) {
 	goRedisLog.Store(f.Logger())
 	f.Logger().Debug("redis client", "url", config.RedactURL(s.Redis.URL), "layout", s.Layout.String(), "context", s.Context)
 	f.redisClient = c
+	f.usedRedis = true
 	return c, nil
 }
 
@@ -216,6 +221,9 @@ func (f *Factory) KafkaSource() (*kafkasource.Source, error) {
 	if err != nil {
 		return nil, err
 	}
+	f.redisMu.Lock()
+	f.usedKafka = true
+	f.redisMu.Unlock()
 	return newKafkaSource(s, f.Timeout())
 }
 

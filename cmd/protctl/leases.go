@@ -112,7 +112,7 @@ func runLeasesList(ctx context.Context, opts *leasesListOptions) error {
 		return err
 	}
 	if len(opts.Categories) > 0 {
-		if err := requireCategories(ctx, ins, opts.Categories); err != nil {
+		if _, err := requireCategories(ctx, ins, opts.Categories); err != nil {
 			return err
 		}
 	}

@@ -46,7 +46,7 @@ func execute(ctx context.Context, f *Factory, root *cobra.Command, args []string
 	}
 	code, kind := clierr.Classify(err) // the one place errors become exit codes
 	if err != nil {
-		printError(ios, cmd, f.errorFormat(args), kind, err)
+		printError(ios, cmd, f.errorFormat(args), kind, f.operatorError(err, kind))
 	}
 	return code
 }

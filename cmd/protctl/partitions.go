@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/internal/repair"
+	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
 )
 
@@ -30,8 +32,9 @@ and ack.
 The repairs (reap, release, skip-head, prune-consumers) are planned first and applied fenced
 on the state the plan saw; see "protctl apply".
 
-A partition halted on a poison message (Protean's sequential_by keeps the
-lease and redelivers the head forever) is repaired with protctl alone:
+A partition halted on a poison message (Protean's sequential_by, v0.17,
+delivers the head 3 times, then halts the partition and keeps renewing its
+lease, so nothing after the head is handled) is repaired with protctl alone:
 
   protctl partitions show shop::order o-1          # names the head and its deliveries
   protctl partitions skip-head shop::order o-1 --group G --reason "poison"
@@ -77,19 +80,68 @@ func resolveCategories(ctx context.Context, ios *output.IOStreams, ins *inspect.
 }
 
 // requireCategories fails with NOT_FOUND (exit 4) for a named category
-// whose index does not exist (Redis deletes an empty set, so an empty
-// category and an unknown one look the same: neither has partitions).
-func requireCategories(ctx context.Context, ins *inspect.Inspector, names []string) error {
+// that is not known: no index, no group registry and no key named C:*
+// (inspect.CategoryKnown). Redis deletes an empty set, so a category
+// reaped to its last partition has no index, but its registry or
+// dead-letter streams remain: it is returned in empty, to be shown as
+// having no live partitions (exit 0) rather than as a typo.
+func requireCategories(ctx context.Context, ins *inspect.Inspector, names []string) (empty []string, err error) {
 	for _, n := range names {
 		c, err := ins.CategoryInfo(ctx, n)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if c.Partitions == 0 {
-			return clierr.NotFound.Errorf("category %q not found: its index %s is empty or missing", n, ins.Layout().IndexKey(n))
+		if c.Partitions > 0 {
+			continue
+		}
+		known, err := ins.CategoryKnown(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		if !known {
+			return nil, categoryNotFound(ins, n)
+		}
+		empty = append(empty, n)
+	}
+	return empty, nil
+}
+
+// categoryNotFound is the NOT_FOUND error of a category nothing in Redis
+// names.
+func categoryNotFound(ins *inspect.Inspector, name string) error {
+	l := ins.Layout()
+	return clierr.NotFound.Errorf("category %q not found: no index %s, no group registry %s, no key %s:* (check the spelling; `protctl partitions ls` lists the categories)",
+		name, l.IndexKey(name), l.GroupsKey(name), name)
+}
+
+// noLivePartitions is what a listing of known categories without
+// partitions says instead of an empty table.
+func noLivePartitions(ins *inspect.Inspector, names []string) string {
+	var b strings.Builder
+	for _, n := range names {
+		fmt.Fprintf(&b, "Category %q has no live partitions: its index %s is empty (every partition was reaped, or none was published yet).\n", n, ins.Layout().IndexKey(n))
+	}
+	return b.String()
+}
+
+// wrongTypes returns an error naming the keys of the wrong type found in
+// parts (each partition's Err), nil when there are none: a listing prints
+// what it could read, then exits with WRONG_TYPE (9) rather than showing
+// such a partition as an empty one.
+func wrongTypes(parts []*inspect.Partition) error {
+	var errs []error
+	for _, p := range parts {
+		if err := p.Err(); errors.Is(err, broker.ErrWrongType) {
+			errs = append(errs, err)
 		}
 	}
-	return nil
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	return fmt.Errorf("%w (and %d more keys of the wrong type; -o wide shows each in the ERROR column)", errs[0], len(errs)-1)
 }
 
 // dataErr gives the data layer's sentinels their exit codes: not found

@@ -9,6 +9,7 @@ import (
 
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/pkg/broker"
 )
 
 type partitionsFsckOptions struct {
@@ -32,6 +33,8 @@ besides listing every category):
                     consumers never discover it, its entries wait forever
   missing-stream    an index entry with no stream: harmless, listed until
                     reaped or published to again
+  wrong-type        an index entry whose lane key holds another Redis type
+                    than a stream (TYPE names it): no consumer can read it
 
 and lists the stale consumers of the partition streams it found: consumers
 of a group with no pending entries that are not the group's live lease
@@ -39,8 +42,10 @@ of a group with no pending entries that are not the group's live lease
 leave them. They hold nothing but cost memory and XINFO time; remove them
 with 'protctl partitions prune-consumers'.
 
-It changes nothing and exits 0 whatever it finds; -o json lists the
-findings for scripts.`,
+It changes nothing. It exits 0 whatever orphans and stale consumers it
+finds, except a key of the wrong type: that one it counts and lists, then
+exits 9 (WRONG_TYPE) naming the key. An unknown category exits 4. -o json
+lists the findings for scripts.`,
 		Example: `  protctl partitions fsck shop::order
   protctl partitions fsck shop::order -o json`,
 		Args: cobra.ExactArgs(1),
@@ -57,6 +62,9 @@ func runPartitionsFsck(ctx context.Context, opts *partitionsFsckOptions) error {
 	if err != nil {
 		return err
 	}
+	if _, err := requireCategories(ctx, ins, []string{opts.Category}); err != nil {
+		return err
+	}
 	prog := opts.IO.NewProgress("scanning " + opts.Category + ":*")
 	rep, err := ins.Fsck(ctx, opts.Category, inspect.ScanOptions{Progress: func(p inspect.ScanProgress) {
 		prog.Update("%d keys scanned, %d partition streams", p.Scanned, p.Found)
@@ -71,6 +79,18 @@ func runPartitionsFsck(ctx context.Context, opts *partitionsFsckOptions) error {
 	if rep.StaleConsumers == nil {
 		rep.StaleConsumers = []inspect.StaleConsumer{}
 	}
+	if err := printFsck(opts, rep); err != nil {
+		return err
+	}
+	for _, o := range rep.Orphans {
+		if o.Kind == inspect.OrphanWrongType {
+			return &broker.WrongTypeError{Op: "fsck", Key: o.Stream, Want: "stream", Got: o.Type}
+		}
+	}
+	return nil
+}
+
+func printFsck(opts *partitionsFsckOptions, rep inspect.FsckReport) error {
 	return opts.Printer.PrintObject("FsckReport", rep, func(w io.Writer, st output.Styles) error {
 		tone := output.ToneGood
 		if len(rep.Orphans) > 0 {
@@ -92,6 +112,7 @@ func runPartitionsFsck(ctx context.Context, opts *partitionsFsckOptions) error {
 				output.Col("KEY", func(o inspect.Orphan) string { return o.Key }),
 				output.Col("STREAM", func(o inspect.Orphan) string { return o.Stream }),
 				output.Col("LENGTH", func(o inspect.Orphan) string { return fmt.Sprint(o.Length) }),
+				output.Col("TYPE", func(o inspect.Orphan) string { return orDashStr(o.Type) }),
 			}}); err != nil {
 				return err
 			}

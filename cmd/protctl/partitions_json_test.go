@@ -74,6 +74,9 @@ func fillRandom(rnd *rand.Rand, v reflect.Value) {
 		}
 	case reflect.Struct:
 		for i := 0; i < v.NumField(); i++ {
+			if !v.Type().Field(i).IsExported() {
+				continue // not encoded (Partition's err)
+			}
 			fillRandom(rnd, v.Field(i))
 		}
 	default:

@@ -14,9 +14,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/protctl/protctl/internal/clierr"
 	"github.com/protctl/protctl/internal/config"
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 )
 
@@ -102,12 +104,13 @@ func runPartitionsList(ctx context.Context, opts *partitionsListOptions) error {
 
 func listPartitionsOnce(ctx context.Context, opts *partitionsListOptions, ins *inspect.Inspector) error {
 	cats := opts.Categories
+	var empty []string
+	var err error
 	if len(cats) == 0 {
-		var err error
 		if cats, err = resolveCategories(ctx, opts.IO, ins, opts.Settings); err != nil {
 			return err
 		}
-	} else if err := requireCategories(ctx, ins, cats); err != nil {
+	} else if empty, err = requireCategories(ctx, ins, cats); err != nil {
 		return err
 	}
 	po := inspect.PartitionOptions{Group: opts.Group, Filter: partitionFilter(opts.Lagging, opts.Owner)}
@@ -118,11 +121,43 @@ func listPartitionsOnce(ctx context.Context, opts *partitionsListOptions, ins *i
 	if err != nil {
 		return err
 	}
+	if !opts.Lagging && opts.Owner == "" && len(parts) > 0 {
+		// With another filter, the partitions that would show the group
+		// created may be the ones dropped.
+		if err := requireGroup(parts, opts.Group, cats); err != nil {
+			return err
+		}
+	}
 	sorted := sortPartitions(parts, opts.SortBy)
 	if opts.Limit > 0 && len(sorted) > opts.Limit {
 		sorted = sorted[:opts.Limit]
 	}
-	return printPartitions(opts.IO, opts.Printer, sorted)
+	if len(sorted) == 0 && len(empty) == len(cats) && !opts.Printer.Structured() {
+		_, err := fmt.Fprint(opts.IO.Out, noLivePartitions(ins, empty))
+		return err
+	}
+	if err := printPartitions(opts.IO, opts.Printer, sorted); err != nil {
+		return err
+	}
+	return wrongTypes(sorted)
+}
+
+// requireGroup fails with NOT_FOUND when group (the --group filter) is
+// neither created on a lane nor registered in any of parts: a typo would
+// otherwise list every partition as not read by it. The caller calls it
+// only with partitions listed and no other filter (--lagging, --owner
+// drop partitions that would show the group); a streamed listing that saw
+// the group nowhere passes nil.
+func requireGroup(parts []inspect.Partition, group string, cats []string) error {
+	if group == "" {
+		return nil
+	}
+	for i := range parts {
+		if g, ok := parts[i].Group(group); ok && (g.Created || g.Registered) {
+			return nil
+		}
+	}
+	return clierr.NotFound.Errorf("group %q reads no partition of %s: not created on any lane, not registered (check the spelling)", group, strings.Join(cats, ", "))
 }
 
 // errLimitReached stops a streamed listing at --limit.
@@ -144,6 +179,10 @@ func streamPartitions(ctx context.Context, opts *partitionsListOptions, ins *ins
 	prog := opts.IO.NewProgress("reading partitions")
 	defer prog.Done()
 	n := 0
+	var wrong error // the first key of the wrong type, returned at the end
+	// groupSeen: the --group filter's group is created or registered on a
+	// partition listed (else it is a typo, said at the end, as requireGroup).
+	groupSeen, limited := false, false
 	add := func(p inspect.Partition) error {
 		if err := w.Add(&p); err != nil {
 			return err
@@ -162,14 +201,32 @@ func streamPartitions(ctx context.Context, opts *partitionsListOptions, ins *ins
 		if err != nil {
 			return err
 		}
-		if err := ins.EachPartitionByKey(ctx, c, keys, po, add); errors.Is(err, errLimitReached) {
+		if err := ins.EachPartitionByKey(ctx, c, keys, po, func(p inspect.Partition) error {
+			if werr := p.Err(); errors.Is(werr, broker.ErrWrongType) && wrong == nil {
+				wrong = werr
+			}
+			if g, ok := p.Group(opts.Group); ok && (g.Created || g.Registered) {
+				groupSeen = true
+			}
+			return add(p)
+		}); errors.Is(err, errLimitReached) {
+			limited = true
 			break
 		} else if err != nil {
 			return err
 		}
 	}
 	prog.Done()
-	return w.Close()
+	if err := w.Close(); err != nil {
+		return err
+	}
+	if wrong != nil {
+		return wrong
+	}
+	if opts.Group != "" && n > 0 && !groupSeen && !limited && !opts.Lagging && opts.Owner == "" {
+		return requireGroup(nil, opts.Group, cats)
+	}
+	return nil
 }
 
 // indexKeys reads category's index with SSCAN pages, deduplicated (SSCAN
@@ -354,7 +411,12 @@ func partitionTable(pr *output.Printer) output.TableSpec {
 		Columns: []output.Column{
 			output.Col("CATEGORY", func(r partitionRow) string { return r.p.Category }),
 			output.Col("KEY", func(r partitionRow) string { return r.p.Key }),
-			output.Col("LENGTH", func(r partitionRow) string { return fmt.Sprint(r.p.Length) }),
+			output.Col("LENGTH", func(r partitionRow) string {
+				if r.p.Err() != nil {
+					return "?" // a lane could not be read: see ERROR (-o wide) and the exit status
+				}
+				return fmt.Sprint(r.p.Length)
+			}),
 			output.Col("GROUP", g(func(g *inspect.Group) string { return g.Name })),
 			output.Col("PENDING", g(func(g *inspect.Group) string { return fmt.Sprint(g.Pending) }),
 				output.Toned(func(r partitionRow) output.Tone {

@@ -17,6 +17,7 @@ type partitionsReapOptions struct {
 	Keys     []string
 	AllCold  bool
 	MinIdle  time.Duration
+	Force    bool
 }
 
 func newPartitionsReapCmd(f *Factory) *cobra.Command {
@@ -35,6 +36,14 @@ least --min-idle old by the server's clock. The plan checks these and refuses
 an item naming the lane, the group and why (lagging, pending, never read,
 too young); applying re-checks them in one atomic script and reports a
 conflict when something moved.
+
+A group's lease that is held belongs to a live owner (even one with nothing
+left to do), so, as with release, reaping its partition needs --force;
+without it the plan shows the lease and refuses the item (exit 6). With
+--force the apply reaps only while each group's lease still holds the
+value the plan saw (a lease renewed under a new generation, taken by
+another owner, or acquired since is a conflict, exit 5) and deletes those
+lease keys with the lanes.
 
 Give the keys, or --all-cold to consider every key of the index (only the
 reapable ones become items).`,
@@ -59,13 +68,14 @@ reapable ones become items).`,
 	}
 	cmd.Flags().BoolVar(&opts.AllCold, "all-cold", false, "reap every partition of the category that is safe to reap")
 	cmd.Flags().DurationVar(&opts.MinIdle, "min-idle", time.Hour, "minimum age of a partition's newest entry (server clock)")
+	cmd.Flags().BoolVar(&opts.Force, "force", false, "reap a partition whose lease is held (its live owner loses the partition)")
 	return cmd
 }
 
 func runPartitionsReap(ctx context.Context, opts *partitionsReapOptions) error {
 	return runMutation(ctx, opts.Mutation, func(ctx context.Context, r *repair.Repairer) (*repair.Plan, error) {
 		return r.PlanReap(ctx, repair.ReapRequest{
-			Category: opts.Category, Keys: opts.Keys, AllCold: opts.AllCold, MinIdle: opts.MinIdle,
+			Category: opts.Category, Keys: opts.Keys, AllCold: opts.AllCold, MinIdle: opts.MinIdle, Force: opts.Force,
 		})
 	})
 }

@@ -30,7 +30,9 @@ func newPartitionsSkipHeadCmd(f *Factory) *cobra.Command {
 		Long: `Move the entry a consumer group is stuck on (its oldest pending entry, or --id)
 to the partition's dead-letter stream C:K:dlq and acknowledge it, in one
 atomic step fenced on the lease the plan saw. This is how a Protean
-partition halted on a poison message is unstuck: Protean has no failure
+partition halted on a poison message is unstuck: Protean (v0.17) delivers
+the head 3 times, then halts the partition while it keeps renewing the
+lease, so the head never moves on by itself; and Protean has no failure
 ledger entry for it, so "parked skip" does not apply.
 
 When the plan saw the lease held (the instance stuck on the head), the step

@@ -327,6 +327,11 @@ func seenText(it repair.Item) string {
 		if pc.LastEntryID != nil {
 			parts = append(parts, "last entry "+*pc.LastEntryID)
 		}
+		for _, gl := range pc.Leases {
+			if gl.Lease != nil {
+				parts = append(parts, "lease "+*gl.Lease)
+			}
+		}
 	}
 	switch it.Action {
 	case repair.ActionRelease, repair.ActionDeadLetter, repair.ActionPruneConsumer:

@@ -105,29 +105,36 @@ func errCmd(err error) *cobra.Command {
 }
 
 func TestErrorsMapToExitCodes(t *testing.T) {
+	// msg is what the operator reads: the error's text without the
+	// library's package prefixes ("broker: ").
 	cases := []struct {
 		name string
 		err  error
 		code int
 		kind string
+		msg  string
 	}{
-		{"internal", errors.New("boom"), 1, "INTERNAL"},
-		{"unavailable", fmt.Errorf("ping: %w", broker.ErrUnavailable), 3, "UNAVAILABLE"},
-		{"invalid argument", &broker.InvalidArgumentError{Op: "trim", Arg: "maxLen", Value: "0", Reason: "must be positive"}, 2, "USAGE"},
-		{"not found", clierr.NotFound.Errorf("no partition %q", "k"), 4, "NOT_FOUND"},
-		{"conflict", clierr.Conflict.Errorf("lease moved"), 5, "CONFLICT"},
-		{"refused", clierr.Refused.Errorf("live owner"), 6, "REFUSED"},
-		{"partial", clierr.Partial.Errorf("2 of 3 applied"), 7, "PARTIAL"},
-		{"check failed", clierr.CheckFailed.Errorf("3 parked"), 8, "CHECK_FAILED"},
-		{"timeout", fmt.Errorf("read: %w", context.DeadlineExceeded), 3, "UNAVAILABLE"},
+		{"internal", errors.New("boom"), 1, "INTERNAL", ""},
+		{"unavailable", fmt.Errorf("ping: %w", broker.ErrUnavailable), 3, "UNAVAILABLE", "ping: unavailable"},
+		{"invalid argument", &broker.InvalidArgumentError{Op: "trim", Arg: "maxLen", Value: "0", Reason: "must be positive"}, 2, "USAGE", "trim: invalid maxLen 0: must be positive"},
+		{"wrong type", fmt.Errorf("inspect: list: %w", &broker.WrongTypeError{Op: "read lane", Key: "c:k", Want: "stream", Got: "string"}), 9, "WRONG_TYPE", `list: read lane: key "c:k" holds a string, want a stream`},
+		{"not found", clierr.NotFound.Errorf("no partition %q", "k"), 4, "NOT_FOUND", ""},
+		{"conflict", clierr.Conflict.Errorf("lease moved"), 5, "CONFLICT", ""},
+		{"refused", clierr.Refused.Errorf("live owner"), 6, "REFUSED", ""},
+		{"partial", clierr.Partial.Errorf("2 of 3 applied"), 7, "PARTIAL", ""},
+		{"check failed", clierr.CheckFailed.Errorf("3 parked"), 8, "CHECK_FAILED", ""},
+		{"timeout", fmt.Errorf("read: %w", context.DeadlineExceeded), 3, "UNAVAILABLE", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			cl := newCLI(t)
 			cl.extra = with(errCmd(c.err))
+			if c.msg == "" {
+				c.msg = c.err.Error()
+			}
 			r := cl.run("fail")
 			r.wantCode(t, c.code)
-			if r.stderr != "protctl: "+c.err.Error()+"\n" {
+			if r.stderr != "protctl: "+c.msg+"\n" {
 				t.Fatalf("stderr %q", r.stderr)
 			}
 			r = cl.run("fail", "-o", "json")
@@ -142,7 +149,7 @@ func TestErrorsMapToExitCodes(t *testing.T) {
 			if err := json.Unmarshal([]byte(r.stderr), &doc); err != nil {
 				t.Fatalf("stderr is not one JSON object: %v\n%s", err, r.stderr)
 			}
-			if doc.Error.Code != c.kind || doc.Error.Message != c.err.Error() || doc.Error.ExitCode != c.code {
+			if doc.Error.Code != c.kind || doc.Error.Message != c.msg || doc.Error.ExitCode != c.code {
 				t.Fatalf("JSON error %+v", doc.Error)
 			}
 			if r.stdout != "" || strings.Count(r.stderr, "\n") != 1 {

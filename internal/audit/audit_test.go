@@ -14,6 +14,7 @@ import (
 	"github.com/protctl/protctl/internal/audit"
 	"github.com/protctl/protctl/internal/repair"
 	"github.com/protctl/protctl/internal/testenv"
+	"github.com/protctl/protctl/pkg/broker"
 )
 
 var origin = audit.Origin{User: "alice", Host: "ops-1", Context: "prod", CommandLine: "protctl partitions release shop::order o-1 --group g --force --yes", Version: "v1.0.0"}
@@ -124,7 +125,8 @@ func TestListShowsWhatItCannotDecode(t *testing.T) {
 }
 
 // TestAppendFailsOnAKeyOfAnotherType: the error names the stream and
-// wraps Redis's reply; List fails the same way.
+// wraps Redis's reply; List fails with a *broker.WrongTypeError naming
+// the key, its type and "stream" (the CLI's exit 9).
 func TestAppendFailsOnAKeyOfAnotherType(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	c := srv.Client(t)
@@ -135,8 +137,10 @@ func TestAppendFailsOnAKeyOfAnotherType(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), audit.Key) || !errors.As(err, &rerr) || !strings.HasPrefix(rerr.Error(), "WRONGTYPE") {
 		t.Fatalf("error %v", err)
 	}
-	if _, err := audit.List(ctx, c, audit.ListOptions{}); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
-		t.Fatalf("list error %v", err)
+	_, err = audit.List(ctx, c, audit.ListOptions{})
+	var wte *broker.WrongTypeError
+	if !errors.As(err, &wte) || wte.Key != audit.Key || wte.Got != "string" || wte.Want != "stream" {
+		t.Fatalf("list error %v, want a *broker.WrongTypeError naming %s, string and stream", err, audit.Key)
 	}
 }
 

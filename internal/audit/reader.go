@@ -3,12 +3,15 @@ package audit
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/pkg/broker"
 )
 
 // ListOptions selects entries for List. The zero value lists every entry.
@@ -26,7 +29,8 @@ type ListOptions struct {
 // empty log. An entry whose JSON does not decode (written by something
 // else) is returned with what its flat fields say and Invalid set, rather
 // than hidden or failing the whole list: an audit log must not drop what
-// it cannot read. A key of another type fails with Redis's WRONGTYPE.
+// it cannot read. A key of another type fails with a *broker.WrongTypeError
+// naming it, its type and "stream".
 func List(ctx context.Context, c redis.UniversalClient, opts ListOptions) ([]Entry, error) {
 	key := opts.Key
 	if key == "" {
@@ -46,6 +50,14 @@ func List(ctx context.Context, c redis.UniversalClient, opts ListOptions) ([]Ent
 		msgs, err = c.XRevRangeN(ctx, key, "+", start, opts.Limit).Result()
 	} else {
 		msgs, err = c.XRevRange(ctx, key, "+", start).Result()
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "WRONGTYPE") {
+		wte := &broker.WrongTypeError{Op: "read the audit log", Key: key, Want: "stream"}
+		if t, terr := c.Type(ctx, key).Result(); terr == nil {
+			wte.Got = t
+		}
+		return nil, wte
 	}
 	if err != nil {
 		return nil, fmt.Errorf("audit: reading %s: %w", key, err)

@@ -41,6 +41,7 @@ const (
 	Refused     Kind = "REFUSED"      // exit 6: a guard said no
 	Partial     Kind = "PARTIAL"      // exit 7: some items applied, some not
 	CheckFailed Kind = "CHECK_FAILED" // exit 8
+	WrongType   Kind = "WRONG_TYPE"   // exit 9: a key holds another Redis type than protctl reads there
 	Interrupted Kind = "INTERRUPTED"  // exit 130
 )
 
@@ -55,6 +56,7 @@ const (
 	ExitRefused     = 6
 	ExitPartial     = 7
 	ExitCheckFailed = 8
+	ExitWrongType   = 9
 	ExitInterrupted = 130
 )
 
@@ -69,11 +71,12 @@ var kinds = []KindInfo{
 	{Internal, ExitInternal, "internal error"},
 	{Usage, ExitUsage, "usage, flag or config error (including `tui` without a TTY)"},
 	{Unavailable, ExitUnavailable, "backend unreachable, auth failed, timeout"},
-	{NotFound, ExitNotFound, "not found (category, key, subscription, aggregate)"},
+	{NotFound, ExitNotFound, "not found (category, stream, partition key, group, subscription, aggregate)"},
 	{Conflict, ExitConflict, "conflict: state changed since the plan; that item was not applied"},
 	{Refused, ExitRefused, "refused by a guard: read-only, live owner without `--force`, unsafe, no `--yes` without a TTY, declined"},
 	{Partial, ExitPartial, "partial: some items applied, some not (per-item results in the output)"},
 	{CheckFailed, ExitCheckFailed, "`check` failed"},
+	{WrongType, ExitWrongType, "a key holds the wrong Redis type (a string where a stream belongs, ...): the message names the key, its type and the type expected; nothing was changed"},
 	{Interrupted, ExitInterrupted, "interrupted (SIGINT or SIGTERM)"},
 }
 
@@ -140,6 +143,8 @@ var ErrInterrupted = errors.New("interrupted")
 //     Redis auth errors and pool timeouts: 3;
 //   - broker.ErrInvalidArgument, broker.ErrPartitioningUnsupported: 2;
 //   - broker.ErrLeaseLost: 5 (the lease moved under an operator action);
+//   - broker.ErrWrongType (a *broker.WrongTypeError): 9, a data problem
+//     wherever it is found (a listing, a plan, a publish);
 //   - anything else: 1.
 //
 // The first *Error wins, so a command can override what a sentinel deeper
@@ -162,6 +167,8 @@ func Classify(err error) (code int, kind Kind) {
 		return ExitUsage, Usage
 	case errors.Is(err, broker.ErrLeaseLost):
 		return ExitConflict, Conflict
+	case errors.Is(err, broker.ErrWrongType):
+		return ExitWrongType, WrongType
 	default:
 		return ExitInternal, Internal
 	}

@@ -28,6 +28,7 @@ func TestClassify(t *testing.T) {
 		{"broker invalid argument", &broker.InvalidArgumentError{Op: "trim", Arg: "maxLen", Value: "0", Reason: "must be positive"}, 2, Usage},
 		{"broker partitioning unsupported", &broker.UnsupportedError{Op: "reap"}, 2, Usage},
 		{"broker lease lost", &broker.LeaseLostError{Op: "ack", LeaseKey: "g:k:__lease__", Token: "n:1"}, 5, Conflict},
+		{"broker wrong type", fmt.Errorf("list: %w", &broker.WrongTypeError{Op: "read lane", Key: "c:k", Want: "stream", Got: "string"}), 9, WrongType},
 		{"deadline", fmt.Errorf("ping: %w", context.DeadlineExceeded), 3, Unavailable},
 		{"connection refused", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, 3, Unavailable},
 		{"dns", &net.DNSError{Err: "no such host", Name: "redis.invalid"}, 3, Unavailable},
@@ -88,7 +89,7 @@ func TestErrorMessageAndUnwrap(t *testing.T) {
 }
 
 func TestKindsCoverTheContract(t *testing.T) {
-	want := map[int]Kind{1: Internal, 2: Usage, 3: Unavailable, 4: NotFound, 5: Conflict, 6: Refused, 7: Partial, 8: CheckFailed, 130: Interrupted}
+	want := map[int]Kind{1: Internal, 2: Usage, 3: Unavailable, 4: NotFound, 5: Conflict, 6: Refused, 7: Partial, 8: CheckFailed, 9: WrongType, 130: Interrupted}
 	got := map[int]Kind{}
 	for _, k := range Kinds() {
 		got[k.Code] = k.Kind

@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 
@@ -13,7 +14,9 @@ const indexSuffix = ":__partitions__"
 func (in *Inspector) categories(ctx context.Context, opts ScanOptions) ([]Category, error) {
 	seen := map[string]bool{}
 	var names []string
-	err := in.scanKeys(ctx, "*"+indexSuffix, "set", opts, func(key string) bool {
+	// No TYPE filter: an index key of another type must be reported (its
+	// SCARD below fails naming it), not skipped as if it were not there.
+	err := in.scanKeys(ctx, "*"+indexSuffix, "", opts, func(key string) bool {
 		name, ok := strings.CutSuffix(key, indexSuffix)
 		if !ok || name == "" || seen[name] {
 			return false
@@ -74,4 +77,38 @@ func (in *Inspector) categoryInfos(ctx context.Context, names []string) ([]Categ
 		out[i] = Category{Name: n, Partitions: c, Groups: g}
 	}
 	return out, nil
+}
+
+// errFound stops categoryKnown's scan at the first key.
+var errFound = errors.New("found")
+
+// categoryKnown reports whether category has left a trace in Redis: its
+// index, its group registry, or any key named category:* (a lane, a
+// dead-letter stream), the last found by a paced SCAN that stops at the
+// first match (so a category that is known costs little; only a name
+// nothing matches walks the whole keyspace, once, on the way to "not
+// found"). Generation counters (G:K:__generation__) do not name their
+// category, so they cannot make one known.
+func (in *Inspector) categoryKnown(ctx context.Context, category string) (bool, error) {
+	const op = "find category"
+	if err := in.layout.ValidateName(op, "category", category); err != nil {
+		return false, err
+	}
+	n, err := in.client.Exists(ctx, in.layout.IndexKey(category), in.layout.GroupsKey(category)).Result()
+	if err != nil {
+		return false, wrapErr(op, in.layout.IndexKey(category), "", err)
+	}
+	if n > 0 {
+		return true, nil
+	}
+	err = in.scanKeys(ctx, escapeGlob(category+":")+"*", "", ScanOptions{Count: 5000}, func(string) bool {
+		return true
+	}, errFound)
+	switch {
+	case errors.Is(err, errFound):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return false, nil
 }

@@ -41,12 +41,24 @@ func (in *Inspector) explain(ctx context.Context, category, key string, opts Exp
 		return PartitionDetail{}, err
 	}
 	p, lr := parts[0], lanes[0]
+	if err := p.Err(); err != nil {
+		// A lane of another type is not a missing lane: say which key
+		// holds what, rather than explain a partition that is not there.
+		return PartitionDetail{}, err
+	}
 
 	index := in.layout.IndexKey(category)
 	dlq := in.layout.DLQStream(category, key)
 	pipe := in.client.Pipeline()
 	member := pipe.SIsMember(ctx, index, key)
 	dlqLen := pipe.XLen(ctx, dlq)
+	// The listing reads leases with MGET, which answers nil for a key of
+	// another type; one partition can afford a TYPE of each instead.
+	type leaseTypes struct{ lease, gen *redis.StatusCmd }
+	lt := make([]leaseTypes, len(p.Groups))
+	for gi, g := range p.Groups {
+		lt[gi] = leaseTypes{pipe.Type(ctx, in.layout.LeaseKey(g.Name, key)), pipe.Type(ctx, in.layout.GenerationKey(g.Name, key))}
+	}
 	// Pending lists of every created group on every lane.
 	type pendKey struct{ group, lane int }
 	pend := map[pendKey]*redis.XPendingExtCmd{}
@@ -65,6 +77,19 @@ func (in *Inspector) explain(ctx context.Context, category, key string, opts Exp
 	indexed, err := member.Result()
 	if err != nil {
 		return PartitionDetail{}, wrapErr(op, index, "set", err)
+	}
+	if err := dlqLen.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return PartitionDetail{}, wrapErr(op, dlq, "stream", err)
+	}
+	for gi, g := range p.Groups {
+		for _, c := range []struct {
+			key string
+			cmd *redis.StatusCmd
+		}{{in.layout.LeaseKey(g.Name, key), lt[gi].lease}, {in.layout.GenerationKey(g.Name, key), lt[gi].gen}} {
+			if t := c.cmd.Val(); t != "" && t != "none" && t != "string" {
+				return PartitionDetail{}, &broker.WrongTypeError{Op: op, Key: c.key, Want: "string", Got: t}
+			}
+		}
 	}
 	if !indexed && !lr[0].lane.Exists && !lr[1].lane.Exists {
 		return PartitionDetail{}, fmt.Errorf("%w: category %q has no partition %q (not in %s, no stream %s)", ErrNotFound, category, key, index, p.Stream)

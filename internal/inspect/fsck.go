@@ -81,17 +81,31 @@ func (in *Inspector) fsck(ctx context.Context, category string, opts ScanOptions
 			}
 		}
 		if len(batch) > 0 {
+			// TYPE rather than EXISTS: a lane key of another type is not
+			// a partition stream, and is reported as such.
 			p := in.client.Pipeline()
-			ex := make([]*redis.IntCmd, len(batch))
+			types := make([][2]*redis.StatusCmd, len(batch))
 			for i, k := range batch {
-				ex[i] = p.Exists(ctx, in.layout.Stream(category, k), in.layout.LaneStream(category, k, in.cfg.backfill))
+				types[i] = [2]*redis.StatusCmd{p.Type(ctx, in.layout.Stream(category, k)), p.Type(ctx, in.layout.LaneStream(category, k, in.cfg.backfill))}
 			}
 			if _, err := p.Exec(ctx); pipeErr(op, err) != nil {
 				return FsckReport{}, pipeErr(op, err)
 			}
 			for i, k := range batch {
-				if ex[i].Val() == 0 {
-					rep.Orphans = append(rep.Orphans, Orphan{Kind: OrphanMissingStream, Category: category, Key: k, Stream: in.layout.Stream(category, k)})
+				lanes := [2]string{in.layout.Stream(category, k), in.layout.LaneStream(category, k, in.cfg.backfill)}
+				streams, wrong := 0, false
+				for j, c := range types[i] {
+					switch t := c.Val(); t {
+					case "stream":
+						streams++
+					case "none", "":
+					default:
+						rep.Orphans = append(rep.Orphans, Orphan{Kind: OrphanWrongType, Category: category, Key: k, Stream: lanes[j], Type: t})
+						wrong = true
+					}
+				}
+				if streams == 0 && !wrong {
+					rep.Orphans = append(rep.Orphans, Orphan{Kind: OrphanMissingStream, Category: category, Key: k, Stream: lanes[0]})
 				}
 			}
 		}

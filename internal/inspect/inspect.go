@@ -137,7 +137,7 @@ func (in *Inspector) Partitions(ctx context.Context, category string, opts Parti
 	// 100,000 partitions behind for the collector.
 	n, err := in.client.SCard(ctx, in.layout.IndexKey(category)).Result()
 	if err != nil {
-		return nil, wrapErr("list partitions", in.layout.IndexKey(category), "set", err)
+		return nil, in.typed(ctx, wrapErr("list partitions", in.layout.IndexKey(category), "set", err))
 	}
 	if opts.Limit > 0 && int64(opts.Limit) < n {
 		n = int64(opts.Limit)
@@ -147,14 +147,14 @@ func (in *Inspector) Partitions(ctx context.Context, category string, opts Parti
 		out = append(out, p)
 		return nil
 	})
-	return out, err
+	return out, in.typed(ctx, err)
 }
 
 // EachPartition is Partitions without holding the list: fn is called
 // once per partition, a chunk at a time, from the calling goroutine; an
 // error from fn stops the walk and is returned.
 func (in *Inspector) EachPartition(ctx context.Context, category string, opts PartitionOptions, fn func(Partition) error) error {
-	return in.eachPartition(ctx, category, opts, fn)
+	return in.typed(ctx, in.eachPartition(ctx, category, opts, fn))
 }
 
 // PartitionsByKey reads the given keys of category (indexed or not) the
@@ -168,7 +168,7 @@ func (in *Inspector) PartitionsByKey(ctx context.Context, category string, keys 
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, in.typed(ctx, err)
 	}
 	return out, nil
 }
@@ -180,7 +180,7 @@ func (in *Inspector) PartitionsByKey(ctx context.Context, category string, keys 
 // streamed: the category's groups and parked entries are read once,
 // not once per batch of keys.
 func (in *Inspector) EachPartitionByKey(ctx context.Context, category string, keys []string, opts PartitionOptions, fn func(Partition) error) error {
-	return in.eachPartitionByKey(ctx, category, keys, opts, fn)
+	return in.typed(ctx, in.eachPartitionByKey(ctx, category, keys, opts, fn))
 }
 
 // ExplainOptions tunes Partition. The zero value is the default.
@@ -200,19 +200,32 @@ type ExplainOptions struct {
 // returns an error wrapping ErrNotFound when the key is neither indexed
 // nor has a lane.
 func (in *Inspector) Partition(ctx context.Context, category, key string, opts ExplainOptions) (PartitionDetail, error) {
-	return in.explain(ctx, category, key, opts)
+	v, err := in.explain(ctx, category, key, opts)
+	return v, in.typed(ctx, err)
 }
 
 // Categories finds every category by a paced SCAN for *:__partitions__
 // sets, sorted by name, with their index sizes and registered groups.
 func (in *Inspector) Categories(ctx context.Context, opts ScanOptions) ([]Category, error) {
-	return in.categories(ctx, opts)
+	v, err := in.categories(ctx, opts)
+	return v, in.typed(ctx, err)
 }
 
 // CategoryInfo reads one category's index size and registered groups;
 // Partitions is 0 for an unknown category.
 func (in *Inspector) CategoryInfo(ctx context.Context, category string) (Category, error) {
-	return in.categoryInfo(ctx, category)
+	v, err := in.categoryInfo(ctx, category)
+	return v, in.typed(ctx, err)
+}
+
+// CategoryKnown reports whether category exists or has existed: its
+// index or group registry exists, or some key is named category:* (found
+// by a paced SCAN stopping at the first). A category Protean or a node
+// reaped to the last partition is known while any of these remain; a
+// typo is not. Generation counters do not name their category and do not
+// count.
+func (in *Inspector) CategoryKnown(ctx context.Context, category string) (bool, error) {
+	return in.categoryKnown(ctx, category)
 }
 
 // LeaseQuery selects leases. The zero value finds every lease and
@@ -235,12 +248,14 @@ type LeaseQuery struct {
 // *:__generation__ keys, so never-leased (free) partitions are not
 // listed and Category is empty.
 func (in *Inspector) Leases(ctx context.Context, q LeaseQuery) ([]Lease, error) {
-	return in.leases(ctx, q)
+	v, err := in.leases(ctx, q)
+	return v, in.typed(ctx, err)
 }
 
 // Lease reads the lease of group on key.
 func (in *Inspector) Lease(ctx context.Context, group, key string) (Lease, error) {
-	return in.lease(ctx, group, key)
+	v, err := in.lease(ctx, group, key)
+	return v, in.typed(ctx, err)
 }
 
 // TrimInfo computes what a trim of stream to maxLen would remove, the
@@ -248,7 +263,8 @@ func (in *Inspector) Lease(ctx context.Context, group, key string) (Lease, error
 // way the broker's Trim decides. A non-positive maxLen is refused with
 // broker.ErrInvalidArgument.
 func (in *Inspector) TrimInfo(ctx context.Context, stream string, maxLen int64) (TrimInfo, error) {
-	return in.trimInfo(ctx, stream, maxLen)
+	v, err := in.trimInfo(ctx, stream, maxLen)
+	return v, in.typed(ctx, err)
 }
 
 // Fsck finds orphans of category: partition streams missing from the
@@ -256,7 +272,8 @@ func (in *Inspector) TrimInfo(ctx context.Context, stream string, maxLen int64) 
 // lane; and the stale consumers of the partition streams it found
 // (empty, and not the live lease's: StaleConsumer).
 func (in *Inspector) Fsck(ctx context.Context, category string, opts ScanOptions) (FsckReport, error) {
-	return in.fsck(ctx, category, opts)
+	v, err := in.fsck(ctx, category, opts)
+	return v, in.typed(ctx, err)
 }
 
 // Parked lists the failure ledger's entries of subscription ("" for
@@ -290,7 +307,8 @@ func (in *Inspector) Nodes(ctx context.Context, service string) ([]runtime.NodeS
 // ReadEntry reads one entry of stream and decodes it (Missing when the
 // id is not in the stream).
 func (in *Inspector) ReadEntry(ctx context.Context, stream, id string) (Entry, error) {
-	return in.readEntry(ctx, stream, id)
+	v, err := in.readEntry(ctx, stream, id)
+	return v, in.typed(ctx, err)
 }
 
 // ServerTime reads the server's clock (TIME).

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/pkg/broker"
 )
 
 const (
@@ -44,10 +46,15 @@ func (in *Inspector) leases(ctx context.Context, q LeaseQuery) ([]Lease, error) 
 				return nil, err
 			}
 		}
+		if err := in.leaseTypes(ctx, out); err != nil {
+			return nil, err
+		}
 	} else {
 		seen := map[groupKey]bool{}
 		var pairs []groupKey
-		err := in.scanKeys(ctx, "*:__*__", "string", q.Scan, func(k string) bool {
+		// No TYPE filter: a lease or generation key of another type must
+		// fail the read below naming it, not vanish from the listing.
+		err := in.scanKeys(ctx, "*:__*__", "", q.Scan, func(k string) bool {
 			gk, ok := in.parseLeaseKey(k)
 			if !ok || seen[gk] || (q.Group != "" && gk.group != q.Group) || (q.Key != "" && gk.key != q.Key) {
 				return false
@@ -129,14 +136,15 @@ func (in *Inspector) readLeases(ctx context.Context, pairs []groupKey) ([]Lease,
 			}
 			for _, c := range []struct {
 				cmd *redis.StringCmd
+				key string
 				dst *any
-			}{{cs[i].lease, &r.lease}, {cs[i].gen, &r.gen}} {
+			}{{cs[i].lease, lk, &r.lease}, {cs[i].gen, in.layout.GenerationKey(gk.group, gk.key), &r.gen}} {
 				v, err := c.cmd.Result()
 				switch {
 				case err == nil:
 					*c.dst = v
 				case err != redis.Nil:
-					return nil, wrapErr(op, lk, "string", err)
+					return nil, wrapErr(op, c.key, "string", err)
 				}
 			}
 			li, gen := leaseOf(r)
@@ -146,6 +154,42 @@ func (in *Inspector) readLeases(ctx context.Context, pairs []groupKey) ([]Lease,
 		}
 	}
 	return out, nil
+}
+
+// leaseTypes fails with a *broker.WrongTypeError for the first lease or
+// generation key of rows that holds another type than a string. The
+// partition walk reads them with MGET, which answers nil for such a key
+// (a lease that would read as free); a TYPE of each key that read nil,
+// pipelined, tells them apart.
+func (in *Inspector) leaseTypes(ctx context.Context, rows []Lease) error {
+	const op = "list leases"
+	type check struct {
+		key string
+		cmd *redis.StatusCmd
+	}
+	var checks []check
+	p := in.client.Pipeline()
+	for _, l := range rows {
+		if l.Token == nil {
+			checks = append(checks, check{l.LeaseKey, p.Type(ctx, l.LeaseKey)})
+		}
+		if l.Counter == nil {
+			gk := in.layout.GenerationKey(l.Group, l.Key)
+			checks = append(checks, check{gk, p.Type(ctx, gk)})
+		}
+	}
+	if len(checks) == 0 {
+		return nil
+	}
+	if _, err := p.Exec(ctx); pipeErr(op, err) != nil {
+		return pipeErr(op, err)
+	}
+	for _, c := range checks {
+		if t := c.cmd.Val(); t != "" && t != "none" && t != "string" {
+			return &broker.WrongTypeError{Op: op, Key: c.key, Want: "string", Got: t}
+		}
+	}
+	return nil
 }
 
 // leasesOf turns a partition's groups into lease rows.

@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"sync"
@@ -523,11 +524,41 @@ func (in *Inspector) readLanes(ctx context.Context, w *walk, keys []string) ([]P
 		}
 	}
 
+	in.laneTypes(ctx, lanes)
 	parts := make([]Partition, len(keys))
 	for i, k := range keys {
 		parts[i] = in.assemble(w, k, lanes[i], names[i], lr[i])
 	}
 	return parts, lanes, nil
+}
+
+// laneTypes fills in, with one pipelined TYPE per lane key that holds the
+// wrong type (rare: nothing is sent when there is none), the type each
+// holds, so that the partition's error names it.
+func (in *Inspector) laneTypes(ctx context.Context, lanes [][2]laneRead) {
+	var wrong []*broker.WrongTypeError
+	for i := range lanes {
+		for j := range lanes[i] {
+			var wte *broker.WrongTypeError
+			if errors.As(lanes[i][j].err, &wte) && wte.Got == "" {
+				wrong = append(wrong, wte)
+			}
+		}
+	}
+	if len(wrong) == 0 {
+		return
+	}
+	p := in.client.Pipeline()
+	types := make([]*redis.StatusCmd, len(wrong))
+	for i, wte := range wrong {
+		types[i] = p.Type(ctx, wte.Key)
+	}
+	_, _ = p.Exec(ctx)
+	for i, wte := range wrong {
+		if t, err := types[i].Result(); err == nil && t != "none" {
+			wte.Got = t
+		}
+	}
 }
 
 // readLateLeases reads, in a third round trip, the leases of the groups
@@ -611,7 +642,7 @@ func (in *Inspector) assemble(w *walk, key string, lanes [2]laneRead, names []st
 	var newest int64 = -1
 	for li, l := range lanes {
 		if l.err != nil && p.Error == "" {
-			p.Error = l.err.Error()
+			p.Error, p.err = l.err.Error(), l.err
 		}
 		if li > 0 && !l.lane.Exists {
 			continue

@@ -35,6 +35,20 @@ func wrapErr(op, key, want string, err error) error {
 	return fmt.Errorf("inspect: %s: %w: %w", op, broker.ErrUnavailable, err)
 }
 
+// typed completes a *broker.WrongTypeError in err's chain whose actual
+// type the server's WRONGTYPE reply did not say (Got empty) with one TYPE
+// call, so that every wrong-type error names the key, the type it holds
+// and the type expected. err is returned as it is otherwise.
+func (in *Inspector) typed(ctx context.Context, err error) error {
+	var wte *broker.WrongTypeError
+	if errors.As(err, &wte) && wte.Got == "" && wte.Key != "" {
+		if t, terr := in.client.Type(ctx, wte.Key).Result(); terr == nil && t != "none" {
+			wte.Got = t
+		}
+	}
+	return err
+}
+
 // isReplyErr reports whether err is a server reply (the command ran and
 // was refused) rather than a transport failure.
 func isReplyErr(err error) bool {
@@ -98,7 +112,10 @@ func idCompare(a, b string) int {
 // keyspace (every master of a cluster) and calls fn for each key
 // returned. fn and Progress are called with a lock held, never
 // concurrently. A key may be returned more than once (as with SCAN).
-func (in *Inspector) scanKeys(ctx context.Context, match, typ string, opts ScanOptions, fn func(key string) bool) error {
+//
+// With stop set, the scan ends at the first key fn counts, returning
+// stop.
+func (in *Inspector) scanKeys(ctx context.Context, match, typ string, opts ScanOptions, fn func(key string) bool, stop ...error) error {
 	count := opts.Count
 	if count <= 0 {
 		count = 1000
@@ -125,6 +142,10 @@ func (in *Inspector) scanKeys(ctx context.Context, match, typ string, opts ScanO
 				if fn(k) {
 					prog.Found++
 				}
+			}
+			if len(stop) > 0 && prog.Found > 0 {
+				mu.Unlock()
+				return stop[0]
 			}
 			if opts.Progress != nil {
 				opts.Progress(prog)

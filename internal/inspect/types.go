@@ -104,7 +104,14 @@ type Partition struct {
 	// Error is set when a lane could not be read (e.g. a key of the
 	// partition holds another Redis type); the rest is what could be read.
 	Error string `json:"error,omitempty"`
+	err   error
 }
+
+// Err is the error Error describes, nil when every lane was read: a
+// *broker.WrongTypeError (errors.As) when a lane's key holds another
+// type, naming the key, its type and "stream". A listing that shows such
+// a partition returns it, so that a wrong type is never a quiet row.
+func (p *Partition) Err() error { return p.err }
 
 // Group returns the partition's group named name.
 func (p Partition) Group(name string) (Group, bool) {
@@ -393,6 +400,10 @@ const (
 	// OrphanMissingStream: an index entry with no lane: harmless but
 	// listed by every scan until reaped or republished.
 	OrphanMissingStream OrphanKind = "missing-stream"
+	// OrphanWrongType: an index entry whose lane key holds another Redis
+	// type than a stream (Type says which): no consumer can read it, and
+	// every command that reads it fails naming the key.
+	OrphanWrongType OrphanKind = "wrong-type"
 )
 
 // Orphan is one finding of Fsck.
@@ -402,6 +413,9 @@ type Orphan struct {
 	Key      string     `json:"key"`
 	Stream   string     `json:"stream"`
 	Length   int64      `json:"length"`
+	// Type is the Redis type the key holds, for OrphanWrongType (the
+	// type expected is "stream").
+	Type string `json:"type,omitempty"`
 }
 
 // FsckReport is the result of Fsck.

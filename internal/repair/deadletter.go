@@ -43,6 +43,9 @@ func (r *Repairer) planDeadLetter(ctx context.Context, req DeadLetterRequest) (*
 			g = &d.Groups[i]
 		}
 	}
+	if g == nil {
+		return nil, fmt.Errorf("%w: group %q does not read partition %q of %q (not on its lanes, not registered for the category)", inspect.ErrNotFound, req.Group, req.Key, req.Category)
+	}
 	it := Item{
 		Action: ActionDeadLetter,
 		Target: Target{Category: req.Category, Key: req.Key, Group: req.Group, Stream: d.Stream, ID: req.ID},
@@ -50,10 +53,7 @@ func (r *Repairer) planDeadLetter(ctx context.Context, req DeadLetterRequest) (*
 	}
 	plan := r.newPlan()
 	defer func() { plan.Items = append(plan.Items, it) }()
-	if g == nil {
-		it.Reason = fmt.Sprintf("group %q does not read partition %q", req.Group, req.Key)
-		return plan, nil
-	}
+
 	if g.Lease != nil {
 		it.Precondition.Lease = &g.Lease.Token
 	}
@@ -82,7 +82,7 @@ func (r *Repairer) planDeadLetter(ctx context.Context, req DeadLetterRequest) (*
 	}
 	switch {
 	case pend.Deliveries < req.MinDeliveries && !req.Force:
-		it.Reason = fmt.Sprintf("entry %s has been delivered %d times (fewer than %d): its owner may be handling it; use force",
+		it.Reason = fmt.Sprintf("entry %s has been delivered %d times (fewer than %d): its owner may be handling it; use --force",
 			pend.ID, pend.Deliveries, req.MinDeliveries)
 	default:
 		it.Allowed = true

@@ -29,7 +29,12 @@
 // (moved: conflict), then calls the broker's ReapPartition, which checks
 // everything again and deletes in one script. A refusal by ReapPartition
 // of an item the plan allowed is a conflict (the state moved between the
-// two steps); nothing is ever deleted that the atomic check rejects.
+// two steps); nothing is ever deleted that the atomic check rejects. The
+// plan also records every group's lease; a held one (a live owner) refuses
+// the item unless planned with Force, as release does. Apply reaps through
+// the broker's LeaseReaper, in the same script as the lane checks, only
+// while each lease still holds the value seen (none for a free one), and
+// deletes those lease keys with the lanes.
 //
 // release: fenced on the lease value seen in the plan
 // (ReleasePartitionLease with that token). A free lease is skipped; a

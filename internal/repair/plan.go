@@ -154,6 +154,9 @@ type Precondition struct {
 	LastEntryID *string `json:"lastEntryId"`
 	// Lanes are the partition's lanes with the groups' positions.
 	Lanes []LaneState `json:"lanes,omitempty"`
+	// Leases are the reap target's leases, one per group: the value seen,
+	// null when free. The apply reaps only while each still holds it.
+	Leases []GroupLease `json:"leases,omitempty"`
 	// Pending is the dead-letter target's pending record.
 	Pending *inspect.PendingEntry `json:"pending,omitempty"`
 	// Trim is what a trim would remove now.
@@ -163,6 +166,13 @@ type Precondition struct {
 	// ConsumerPending is the prune-consumer target's pending count seen
 	// (0: only empty consumers are planned).
 	ConsumerPending *int64 `json:"consumerPending,omitempty"`
+}
+
+// GroupLease is one group's lease as a plan saw it.
+type GroupLease struct {
+	Group string `json:"group"`
+	// Lease is the lease value (owner:generation); null when free.
+	Lease *string `json:"lease"`
 }
 
 // ParkedState is the part of a ledger entry a retry or skip depends on.
@@ -181,8 +191,8 @@ type Params struct {
 	BackfillSuffix string `json:"backfillSuffix,omitempty"`
 	// MaxLen is the trim's cap.
 	MaxLen int64 `json:"maxLen,omitempty"`
-	// Force overrode a guard when planning (release or dead-letter of a
-	// live owner's partition).
+	// Force overrode a guard when planning (release, reap or dead-letter
+	// of a live owner's partition).
 	Force bool `json:"force,omitempty"`
 	// Reason is recorded with a dead-letter or skip.
 	Reason string `json:"reason,omitempty"`

@@ -2,8 +2,10 @@ package repair
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/protctl/protctl/internal/inspect"
@@ -30,13 +32,26 @@ func (r *Repairer) planReap(ctx context.Context, req ReapRequest) (*Plan, error)
 	if err != nil {
 		return nil, err
 	}
+	if cat.Partitions == 0 {
+		known, err := r.inspect.CategoryKnown(ctx, req.Category)
+		if err != nil {
+			return nil, err
+		}
+		if !known {
+			return nil, fmt.Errorf("%w: category %q not found: no index %s, no group registry, no key %s:*", inspect.ErrNotFound, req.Category, l.IndexKey(req.Category), req.Category)
+		}
+	}
 	now, err := r.inspect.ServerTime(ctx)
 	if err != nil {
 		return nil, err
 	}
 	plan := r.newPlan()
+	var wrong error // the first partition with a key of the wrong type
 	add := func(p inspect.Partition) {
-		it := r.reapItem(p, cat.Groups, req.MinIdle, now)
+		if err := p.Err(); errors.Is(err, broker.ErrWrongType) && wrong == nil {
+			wrong = err
+		}
+		it := r.reapItem(p, cat.Groups, req.MinIdle, now, req.Force)
 		if req.AllCold && !it.Allowed {
 			return
 		}
@@ -54,14 +69,46 @@ func (r *Repairer) planReap(ctx context.Context, req ReapRequest) (*Plan, error)
 		}
 		var parts []inspect.Partition
 		parts, err = r.inspect.PartitionsByKey(ctx, req.Category, req.Keys, opts)
+		if err == nil {
+			err = r.requirePartitions(ctx, req.Category, parts)
+		}
 		for _, p := range parts {
 			add(p)
 		}
+	}
+	if err == nil {
+		err = wrong // a data problem, not a refusal: the plan is not made
 	}
 	if err != nil {
 		return nil, err
 	}
 	return plan, nil
+}
+
+// requirePartitions fails with an error wrapping inspect.ErrNotFound for
+// the first of parts that is neither in category's index nor has a lane:
+// a key that was never there (a typo) is not a reap that applies.
+func (r *Repairer) requirePartitions(ctx context.Context, category string, parts []inspect.Partition) error {
+	var bare []any
+	for _, p := range parts {
+		if !slices.ContainsFunc(p.Lanes, func(l inspect.Lane) bool { return l.Exists }) && p.Err() == nil {
+			bare = append(bare, p.Key)
+		}
+	}
+	if len(bare) == 0 {
+		return nil
+	}
+	index := r.broker.Layout().IndexKey(category)
+	in, err := r.client.SMIsMember(ctx, index, bare...).Result()
+	if err != nil {
+		return fmt.Errorf("repair: plan reap: read %s: %w", index, err)
+	}
+	for i, ok := range in {
+		if !ok {
+			return fmt.Errorf("%w: category %q has no partition %q (not in %s, no stream)", inspect.ErrNotFound, category, bare[i], index)
+		}
+	}
+	return nil
 }
 
 func compareStrings(a, b string) int {
@@ -77,17 +124,44 @@ func compareStrings(a, b string) int {
 // reapItem evaluates the broker's reap rules (redisbroker/reap.lua) on a
 // snapshot, lane by lane in the script's order, so that the plan names the
 // same blocker the script would.
-func (r *Repairer) reapItem(p inspect.Partition, registered []string, minIdle time.Duration, now time.Time) Item {
+//
+// A group's lease that is held (its key exists: a live owner, even one
+// with nothing to do) refuses the item unless force is set, with the
+// release's wording; with force the item names the lease it takes. Every
+// group's lease is recorded, held or free, so that the apply reaps only
+// while each still holds what the plan saw.
+func (r *Repairer) reapItem(p inspect.Partition, registered []string, minIdle time.Duration, now time.Time, force bool) Item {
 	it := Item{
 		Action: ActionReap,
 		Target: Target{Category: p.Category, Key: p.Key},
-		Params: Params{MinIdleMs: minIdle.Milliseconds(), BackfillSuffix: r.cfg.backfill},
+		Params: Params{MinIdleMs: minIdle.Milliseconds(), BackfillSuffix: r.cfg.backfill, Force: force},
 	}
 	it.Precondition.LastEntryID = p.LastEntryID
 	it.Precondition.Lanes = lanesState(p)
+	it.Precondition.Leases = []GroupLease{}
+	var held []string
+	for _, g := range p.Groups {
+		gl := GroupLease{Group: g.Name}
+		if g.Lease != nil {
+			gl.Lease = ptr(g.Lease.Token)
+			held = append(held, fmt.Sprintf("the lease of group %q %s", g.Name, heldText(g.Lease.Token, g.Lease.TTLMs)))
+		}
+		it.Precondition.Leases = append(it.Precondition.Leases, gl)
+	}
 	it.Allowed, it.Reason = reapVerdict(p, registered, minIdle, now)
+	if !it.Allowed || len(held) == 0 {
+		return it
+	}
+	if !force {
+		it.Allowed = false
+		it.Reason = strings.Join(held, "; ") + "; reaping takes the partition from its owner: use --force"
+		return it
+	}
+	it.Reason += "; and delete " + strings.Join(held, ", ") + " if it still holds that value"
 	return it
 }
+
+func ptr[T any](v T) *T { return &v }
 
 func lanesState(p inspect.Partition) []LaneState {
 	out := make([]LaneState, 0, len(p.Lanes))
@@ -160,8 +234,11 @@ func (r *Repairer) applyReap(ctx context.Context, it *Item) error {
 		it.Result, it.Detail = ResultConflict, moved
 		return nil
 	}
-	res, err := r.broker.ReapPartition(ctx, it.Target.Category, it.Target.Key,
-		time.Duration(it.Params.MinIdleMs)*time.Millisecond, it.Params.BackfillSuffix)
+	res, err := r.reapFenced(ctx, it, parts[0])
+	if errors.Is(err, errNoLeaseReaper) {
+		it.Result, it.Detail = ResultRefused, err.Error()
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -170,8 +247,41 @@ func (r *Repairer) applyReap(ctx context.Context, it *Item) error {
 		return nil
 	}
 	it.Result, it.Detail = ResultApplied, "removed from the index and deleted its lanes"
+	if slices.ContainsFunc(it.Precondition.Leases, func(gl GroupLease) bool { return gl.Lease != nil }) {
+		it.Detail += " and the leases it saw"
+	}
 	return nil
 }
+
+// reapFenced reaps it's partition only while every group's lease holds
+// what the plan saw (Precondition.Leases; a plan without them, made by an
+// older protctl, is taken to have seen every lease of now free), through
+// the broker's LeaseReaper. A broker without that capability can reap
+// only a partition whose leases were all free, and cannot check even
+// that atomically, so it is refused a partition with a held lease.
+func (r *Repairer) reapFenced(ctx context.Context, it *Item, now inspect.Partition) (broker.ReapResult, error) {
+	seen := make([]broker.SeenLease, 0, len(it.Precondition.Leases))
+	anyHeld := false
+	if it.Precondition.Leases == nil {
+		for _, g := range now.Groups {
+			seen = append(seen, broker.SeenLease{Group: g.Name})
+		}
+	}
+	for _, gl := range it.Precondition.Leases {
+		seen = append(seen, broker.SeenLease{Group: gl.Group, Token: str(gl.Lease)})
+		anyHeld = anyHeld || gl.Lease != nil
+	}
+	minIdle := time.Duration(it.Params.MinIdleMs) * time.Millisecond
+	if lr, ok := r.broker.(broker.LeaseReaper); ok {
+		return lr.ReapPartitionLeases(ctx, it.Target.Category, it.Target.Key, minIdle, it.Params.BackfillSuffix, seen)
+	}
+	if anyHeld {
+		return broker.ReapResult{}, errNoLeaseReaper
+	}
+	return r.broker.ReapPartition(ctx, it.Target.Category, it.Target.Key, minIdle, it.Params.BackfillSuffix)
+}
+
+var errNoLeaseReaper = errors.New("this broker cannot reap a partition fenced on its leases (broker.LeaseReaper)")
 
 // lanesMoved describes how lanes changed from planned to now ("" when
 // they did not): a lane created or deleted, or a new newest entry.

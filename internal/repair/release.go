@@ -23,6 +23,11 @@ func (r *Repairer) planRelease(ctx context.Context, req ReleaseRequest) (*Plan, 
 	if err != nil {
 		return nil, err
 	}
+	if lease.Token == nil && lease.Counter == nil {
+		if err := r.requireGroup(ctx, req.Category, req.Group, req.Key); err != nil {
+			return nil, err
+		}
+	}
 	it := Item{
 		Action: ActionRelease,
 		Target: Target{Category: req.Category, Group: req.Group, Key: req.Key},
@@ -41,7 +46,7 @@ func (r *Repairer) planRelease(ctx context.Context, req ReleaseRequest) (*Plan, 
 		it.Result = ResultSkipped
 		it.Reason = "the lease is not held (" + string(lease.State) + "): nothing to release"
 	case !req.Force:
-		it.Reason = fmt.Sprintf("the lease is held by %s (%s); releasing takes the partition from its owner: use force", *lease.Token, ttlText(lease.TTLMs))
+		it.Reason = "the lease " + heldText(*lease.Token, lease.TTLMs) + "; releasing takes the partition from its owner: use --force"
 	default:
 		it.Allowed = true
 		it.Reason = fmt.Sprintf("release the lease %s (%s) if it is still held by that token", *lease.Token, ttlText(lease.TTLMs))
@@ -49,6 +54,29 @@ func (r *Repairer) planRelease(ctx context.Context, req ReleaseRequest) (*Plan, 
 	plan := r.newPlan()
 	plan.Items = append(plan.Items, it)
 	return plan, nil
+}
+
+// heldText says who holds a lease and for how long, the same way in every
+// plan that a held lease refuses without --force (release, reap).
+func heldText(token string, ttlMs *int64) string {
+	return fmt.Sprintf("is held by %s (%s)", token, ttlText(ttlMs))
+}
+
+// requireGroup fails with an error wrapping inspect.ErrNotFound unless
+// group reads partition key of category (it is on a lane, or registered
+// for the category) — what a lease never taken leaves to tell a real
+// group from a typo.
+func (r *Repairer) requireGroup(ctx context.Context, category, group, key string) error {
+	d, err := r.inspect.Partition(ctx, category, key, inspect.ExplainOptions{PendingLimit: 1})
+	if err != nil {
+		return err
+	}
+	for _, g := range d.Groups {
+		if g.Name == group && (g.Created || g.Registered) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: group %q has never leased or read partition %q of %q (no lease or generation key, not on its lanes, not registered)", inspect.ErrNotFound, group, key, category)
 }
 
 func ttlText(ms *int64) string {

@@ -114,6 +114,9 @@ type ReapRequest struct {
 	AllCold bool
 	// MinIdle is the minimum age of the newest entry (server clock).
 	MinIdle time.Duration
+	// Force allows reaping a partition whose lease a group's live owner
+	// holds; the apply is then fenced on that lease value and deletes it.
+	Force bool
 }
 
 // PlanReap plans reaps: one item per key, allowed when the plan's own

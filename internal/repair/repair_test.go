@@ -317,7 +317,7 @@ func TestReleaseGuards(t *testing.T) {
 	s := e.s
 	p, err := e.r.PlanRelease(ctx, repair.ReleaseRequest{Group: s.Projector, Key: s.Healthy})
 	it := one(t, p, err)
-	if it.Allowed || !strings.Contains(it.Reason, "use force") {
+	if it.Allowed || !strings.Contains(it.Reason, "use --force") {
 		t.Fatalf("item %+v", it)
 	}
 	if o := apply(t, e, p); o != repair.OutcomeRefused {

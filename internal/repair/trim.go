@@ -21,7 +21,7 @@ func (r *Repairer) planTrim(ctx context.Context, req TrimRequest) (*Plan, error)
 	}
 	switch {
 	case !ti.Exists:
-		it.Result, it.Reason = ResultSkipped, "the stream does not exist"
+		return nil, fmt.Errorf("%w: stream %q does not exist", inspect.ErrNotFound, req.Stream)
 	case ti.Removes == 0:
 		it.Result, it.Reason = ResultSkipped, "nothing to remove: "+ti.Reason
 	default:

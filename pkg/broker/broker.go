@@ -74,6 +74,31 @@ type ReapResult struct {
 	Reason string // e.g. "group g has 3 pending entries"
 }
 
+// SeenLease is one group's lease on a partition as a caller saw it, for
+// LeaseReaper: Token is the value of Layout.LeaseKey(Group, key), "" when
+// the lease was free (no key).
+type SeenLease struct {
+	Group string
+	Token string
+}
+
+// LeaseReaper is an optional capability of a Maintainer, found by type
+// assertion (both adapters of this module implement it).
+//
+// ReapPartitionLeases is ReapPartition that also requires, in the same
+// atomic step as the lane checks, each of leases to hold exactly the value
+// the caller saw (no lease key where Token is ""), and that deletes those
+// lease keys with the lanes, so no lease of a reaped partition is left
+// behind; the generation counters stay, as with ReapPartition. A lease
+// that moved keeps the partition: Reaped is false, Group names the group
+// and Reason says what the lease holds now. A lease key of another type
+// than string fails with a *WrongTypeError. It is how an operator reaps a
+// partition whose lease a live owner holds (with --force): compare and
+// delete on the lease value the plan showed, never on whatever is there.
+type LeaseReaper interface {
+	ReapPartitionLeases(ctx context.Context, category, key string, minIdle time.Duration, backfillSuffix string, leases []SeenLease) (ReapResult, error)
+}
+
 // PartitionIndex is the discovery half of the contract.
 type PartitionIndex interface {
 	// RecordPartition adds key to category's index. It is idempotent and

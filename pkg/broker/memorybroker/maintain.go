@@ -27,10 +27,29 @@ import (
 //
 // The dead-letter stream and the generation keys stay.
 func (b *Broker) ReapPartition(ctx context.Context, category, key string, minIdle time.Duration, backfillSuffix string) (broker.ReapResult, error) {
-	const op = "reap"
 	if err := b.begin(ctx, "ReapPartition"); err != nil {
 		return broker.ReapResult{}, err
 	}
+	return b.reap(category, key, minIdle, backfillSuffix, nil)
+}
+
+// ReapPartitionLeases is ReapPartition that also requires each of leases
+// to hold the value seen (no key for "") in the same atomic step, and
+// deletes those lease keys with the lanes (broker.LeaseReaper).
+func (b *Broker) ReapPartitionLeases(ctx context.Context, category, key string, minIdle time.Duration, backfillSuffix string, leases []broker.SeenLease) (broker.ReapResult, error) {
+	if err := b.begin(ctx, "ReapPartitionLeases"); err != nil {
+		return broker.ReapResult{}, err
+	}
+	for _, sl := range leases {
+		if err := b.cfg.layout.ValidateName("reap", "group", sl.Group); err != nil {
+			return broker.ReapResult{}, err
+		}
+	}
+	return b.reap(category, key, minIdle, backfillSuffix, leases)
+}
+
+func (b *Broker) reap(category, key string, minIdle time.Duration, backfillSuffix string, leases []broker.SeenLease) (broker.ReapResult, error) {
+	const op = "reap"
 	l := b.cfg.layout
 	if err := l.ValidateName(op, "category", category); err != nil {
 		return broker.ReapResult{}, err
@@ -72,6 +91,18 @@ func (b *Broker) ReapPartition(ctx context.Context, category, key string, minIdl
 	if registered != nil {
 		regNames = registered.sorted()
 	}
+	leaseKeys := make([]string, len(leases))
+	held := make([]string, len(leases))
+	for i, sl := range leases {
+		leaseKeys[i] = l.LeaseKey(sl.Group, key)
+		o, err := b.stringAt(op, leaseKeys[i], now)
+		if err != nil {
+			return broker.ReapResult{}, err
+		}
+		if o != nil {
+			held[i] = o.str
+		}
+	}
 	for i, s := range streams {
 		if s == nil {
 			continue
@@ -79,6 +110,15 @@ func (b *Broker) ReapPartition(ctx context.Context, category, key string, minIdl
 		if res, blocked := reapBlocker(lanes[i], s, regNames, msOf(now), idleMs); blocked {
 			return res, nil
 		}
+	}
+	for i, sl := range leases {
+		if held[i] != sl.Token {
+			return broker.ReapResult{Group: sl.Group, Reason: fmt.Sprintf("the lease %s of group %q holds %s, the caller saw %s",
+				leaseKeys[i], sl.Group, leaseText(held[i]), leaseText(sl.Token))}, nil
+		}
+	}
+	for _, k := range leaseKeys {
+		delete(b.keys, k)
 	}
 
 	if idx != nil {
@@ -91,6 +131,13 @@ func (b *Broker) ReapPartition(ctx context.Context, category, key string, minIdl
 		delete(b.keys, lane)
 	}
 	return broker.ReapResult{Reaped: true}, nil
+}
+
+func leaseText(token string) string {
+	if token == "" {
+		return "no lease"
+	}
+	return strconv.Quote(token)
 }
 
 func reapBlocker(lane string, s *stream, registered []string, nowMs uint64, minIdleMs int64) (broker.ReapResult, bool) {

@@ -32,6 +32,24 @@ import (
 // recording after its append, is what keeps a racing publish's stream in
 // the index (docs/decisions/0005-cluster-layout.md).
 func (b *Broker) ReapPartition(ctx context.Context, category, key string, minIdle time.Duration, backfillSuffix string) (broker.ReapResult, error) {
+	return b.reap(ctx, category, key, minIdle, backfillSuffix, nil)
+}
+
+// ReapPartitionLeases is ReapPartition that also requires each of leases
+// to hold the value seen (no key for ""), checked in the same script as
+// the lanes (in the cluster layout, in both the check and the delete
+// script: a partition's leases share its slot), and deletes those lease
+// keys with the lanes (broker.LeaseReaper).
+func (b *Broker) ReapPartitionLeases(ctx context.Context, category, key string, minIdle time.Duration, backfillSuffix string, leases []broker.SeenLease) (broker.ReapResult, error) {
+	for _, sl := range leases {
+		if err := b.cfg.layout.ValidateName("reap", "group", sl.Group); err != nil {
+			return broker.ReapResult{}, err
+		}
+	}
+	return b.reap(ctx, category, key, minIdle, backfillSuffix, leases)
+}
+
+func (b *Broker) reap(ctx context.Context, category, key string, minIdle time.Duration, backfillSuffix string, leases []broker.SeenLease) (broker.ReapResult, error) {
 	const op = "reap"
 	if err := b.validCategory(op, category); err != nil {
 		return broker.ReapResult{}, err
@@ -52,7 +70,7 @@ func (b *Broker) ReapPartition(ctx context.Context, category, key string, minIdl
 	}
 	l := b.cfg.layout
 	if l.IsCluster() {
-		return b.reapCluster(ctx, category, key, idle, backfillSuffix)
+		return b.reapCluster(ctx, category, key, idle, backfillSuffix, leases)
 	}
 	keys := []string{
 		l.IndexKey(category),
@@ -60,11 +78,16 @@ func (b *Broker) ReapPartition(ctx context.Context, category, key string, minIdl
 		l.Stream(category, key),
 		l.LaneStream(category, key, backfillSuffix),
 	}
-	reply, err := reapScript.Run(ctx, b.client, keys, key, idle).Slice()
+	args := []any{key, idle}
+	for _, sl := range leases {
+		keys = append(keys, l.LeaseKey(sl.Group, key))
+		args = append(args, sl.Token)
+	}
+	reply, err := reapScript.Run(ctx, b.client, keys, args...).Slice()
 	if err != nil {
 		return broker.ReapResult{}, mapErr(call{op: op, keys: keys}, err)
 	}
-	return reapVerdict(reply)
+	return reapVerdict(reply, leases, l, key)
 }
 
 // reapCluster is ReapPartition in the cluster layout:
@@ -85,7 +108,7 @@ func (b *Broker) ReapPartition(ctx context.Context, category, key string, minIdl
 // that dies between them leaves it out until the key's next publish or a
 // RecordPartition. A group registered after step 1 is not seen by this
 // reap, exactly as if it had registered after the reap.
-func (b *Broker) reapCluster(ctx context.Context, category, key string, idle int64, backfillSuffix string) (broker.ReapResult, error) {
+func (b *Broker) reapCluster(ctx context.Context, category, key string, idle int64, backfillSuffix string, leases []broker.SeenLease) (broker.ReapResult, error) {
 	const op = "reap"
 	l := b.cfg.layout
 	groupsKey := l.GroupsKey(category)
@@ -94,17 +117,22 @@ func (b *Broker) reapCluster(ctx context.Context, category, key string, idle int
 		return broker.ReapResult{}, mapErr(call{op: op, key: groupsKey, want: "set"}, err)
 	}
 	lanes := []string{l.Stream(category, key), l.LaneStream(category, key, backfillSuffix)}
+	args := make([]any, 0, 3+len(leases)+len(registered))
+	args = append(args, idle, "", len(leases))
+	for _, sl := range leases {
+		lanes = append(lanes, l.LeaseKey(sl.Group, key))
+		args = append(args, sl.Token)
+	}
+	for _, g := range registered {
+		args = append(args, g)
+	}
 	run := func(mode string) (broker.ReapResult, error) {
-		args := make([]any, 0, 2+len(registered))
-		args = append(args, idle, mode)
-		for _, g := range registered {
-			args = append(args, g)
-		}
+		args[1] = mode
 		reply, err := reapLanesScript.Run(ctx, b.client, lanes, args...).Slice()
 		if err != nil {
 			return broker.ReapResult{}, mapErr(call{op: op, keys: lanes}, err)
 		}
-		return reapVerdict(reply)
+		return reapVerdict(reply, leases, l, key)
 	}
 	if res, err := run("check"); err != nil || !res.Reaped {
 		return res, err
@@ -130,8 +158,9 @@ func (b *Broker) reapCluster(ctx context.Context, category, key string, idle int
 }
 
 // reapVerdict turns the script's {1} or {0, lane, group, reason, detail}
-// into a ReapResult with a sentence an operator can act on.
-func reapVerdict(reply []any) (broker.ReapResult, error) {
+// into a ReapResult with a sentence an operator can act on. For a lease
+// verdict the lane field is the lease key, which names one of leases.
+func reapVerdict(reply []any, leases []broker.SeenLease, l broker.Layout, key string) (broker.ReapResult, error) {
 	if len(reply) == 0 {
 		return broker.ReapResult{}, fmt.Errorf("redisbroker: reap: empty reply")
 	}
@@ -156,6 +185,15 @@ func reapVerdict(reply []any) (broker.ReapResult, error) {
 		r.Reason = fmt.Sprintf("group %q has been delivered up to %s of %q, whose last entry is %s", group, delivered, lane, last)
 	case "unregistered":
 		r.Reason = fmt.Sprintf("registered group %q has not read %q yet", group, lane)
+	case "lease":
+		r.Stream = ""
+		r.Reason = fmt.Sprintf("the lease %s holds %s", lane, leaseText(detail))
+		for _, sl := range leases {
+			if l.LeaseKey(sl.Group, key) == lane {
+				r.Group = sl.Group
+				r.Reason = fmt.Sprintf("the lease %s of group %q holds %s, the caller saw %s", lane, sl.Group, leaseText(detail), leaseText(sl.Token))
+			}
+		}
 	case "young":
 		ms, _ := strconv.ParseInt(detail, 10, 64)
 		r.Reason = fmt.Sprintf("the newest entry of %q is %s old, younger than minIdle", lane, time.Duration(ms)*time.Millisecond)
@@ -163,6 +201,13 @@ func reapVerdict(reply []any) (broker.ReapResult, error) {
 		r.Reason = code
 	}
 	return r, nil
+}
+
+func leaseText(token string) string {
+	if token == "" {
+		return "no lease"
+	}
+	return strconv.Quote(token)
 }
 
 // Trim removes the oldest entries of stream beyond the newest maxLen but

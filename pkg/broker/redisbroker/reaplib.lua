@@ -51,3 +51,21 @@ local function reap_check(lanes, types, registered, minidle)
   return nil
 end
 
+
+-- leases_check returns nil when every lease KEYS[first + n - 1] holds
+-- exactly tokens[n] ('' meaning no key), else the verdict {0, lease key,
+-- '', 'lease', what it holds now ('' for nothing)}. Each key is type
+-- checked first (PROTCTL_WRONGTYPE), before anything is written.
+local function leases_check(first, tokens)
+  for n, token in ipairs(tokens) do
+    key_type(first + n - 1, 'string')
+  end
+  for n, token in ipairs(tokens) do
+    local now = redis.call('GET', KEYS[first + n - 1])
+    if not now then now = '' end
+    if now ~= token then
+      return {0, KEYS[first + n - 1], '', 'lease', now}
+    end
+  end
+  return nil
+end
