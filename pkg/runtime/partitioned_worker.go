@@ -148,7 +148,7 @@ func (w *worker) run() (res result) {
 		return result{kind: resContested}
 	}
 	w.lease = &heldLease{key: w.key, fence: lease.Fence, gen: lease.Generation, cancel: w.cancel}
-	w.lease.extend(start, p.cfg.TrustWindow)
+	w.lease.trust.begin(start, p.cfg.TrustWindow)
 	p.leases.add(w.lease)
 	defer p.leases.remove(w.lease)
 	p.c.acquired.Add(1)
@@ -810,7 +810,7 @@ func (w *worker) drained() (result, bool) {
 		if !now.Before(idleAt) {
 			return w.release(result{kind: resIdle, after: maps.Clone(w.after)}, "idle"), true
 		}
-		d := min(idleAt.Sub(now), time.Duration(w.lease.trustedUntil.Load()-now.UnixNano()))
+		d := min(idleAt.Sub(now), w.lease.trust.left(now))
 		t := p.clk.NewTimer(d)
 		select {
 		case <-t.C():

@@ -484,7 +484,7 @@ func (c *topicCoord) acquireOne(ctx context.Context, s *slot) (*topicPart, bool,
 		return nil, true, nil
 	}
 	l := &topicLease{p: p, fence: lease.Fence, gen: lease.Generation}
-	l.extend(start, t.cfg.TrustWindow)
+	l.trust.begin(start, t.cfg.TrustWindow)
 	tp := newTopicPart(t, l)
 	fail := func(err error) (*topicPart, bool, error) {
 		tp.releaseUnstarted()
