@@ -600,7 +600,7 @@ func (w *worker) handle(ln lane, m broker.Message) (result, bool) {
 			return w.release(result{kind: resFatal, err: fmt.Errorf("runtime: %s: key %q entry %s: %w", p.cfg.Name, w.key, m.ID, err)}, "fatal"), true
 		case FailSystemic:
 			if pause == nil {
-				pause = newBackoff(p.cfg.SystemicBackoff, p.cfg.SystemicMaxBackoff)
+				pause = newBackoff(p.cfg.SystemicBackoff, p.cfg.SystemicMaxBackoff, p.jit)
 			}
 			wait = pause.next()
 			w.paused = true
@@ -613,7 +613,7 @@ func (w *worker) handle(ln lane, m broker.Message) (result, bool) {
 				return w.park(ln, m, err, attempt)
 			}
 			if retry == nil {
-				retry = newBackoff(p.cfg.Retry.Backoff, p.cfg.Retry.MaxBackoff)
+				retry = newBackoff(p.cfg.Retry.Backoff, p.cfg.Retry.MaxBackoff, p.jit)
 			}
 			wait = retry.next()
 			p.log.Debug("handler failed; retrying", "subscription", p.cfg.Name, "key", w.key, "id", m.ID, "attempt", attempt, "err", err)
@@ -692,7 +692,7 @@ func (w *worker) park(ln lane, m broker.Message, herr error, attempts int) (resu
 		Owner:         p.node,
 		Generation:    w.lease.gen,
 	}
-	wait := newBackoff(100*time.Millisecond, p.cfg.RenewEvery)
+	wait := newBackoff(100*time.Millisecond, p.cfg.RenewEvery, p.jit)
 	for {
 		err := p.cfg.Ledger.Park(w.ctx, w.lease.fence, e)
 		if err == nil {
@@ -724,7 +724,7 @@ func (w *worker) flushAcks() (result, bool) {
 			delete(w.acks, stream)
 			continue
 		}
-		wait := newBackoff(50*time.Millisecond, p.cfg.RenewEvery)
+		wait := newBackoff(50*time.Millisecond, p.cfg.RenewEvery, p.jit)
 		for {
 			if !w.lease.trusted(p.clk.Now()) {
 				w.lease.lose(errUntrusted)

@@ -105,6 +105,7 @@ type TopicSubscriptions struct {
 	log    *slog.Logger
 	obs    *Observer
 	node   string
+	jit    *jitter // the waits' random source, seeded per node
 	reader *kafkasource.Reader
 
 	mu           sync.Mutex
@@ -241,6 +242,7 @@ func (t *TopicSubscriptions) Start(ctx context.Context, host Host) error {
 		t.obs = host.Observer()
 	}
 	t.node = host.NodeID()
+	t.jit = newJitter(host, t.name)
 	base := context.WithoutCancel(ctx)
 	t.runCtx, t.runCancel = context.WithCancelCause(base)
 	t.bgCtx, t.bgCancel = context.WithCancel(base)

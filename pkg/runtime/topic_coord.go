@@ -142,7 +142,7 @@ func (c *topicCoord) busy() int {
 // subscriptions stop (false).
 func (c *topicCoord) joinLoop() bool {
 	t := c.t
-	b := newBackoff(t.cfg.JoinBackoff, t.cfg.JoinMaxBackoff)
+	b := newBackoff(t.cfg.JoinBackoff, t.cfg.JoinMaxBackoff, t.jit)
 	for {
 		if c.isStopping() || t.runCtx.Err() != nil {
 			return false
@@ -406,7 +406,9 @@ func (c *topicCoord) contested(s *slot, now time.Time) {
 			s.backoff = d
 		}
 		s.backoff = min(2*s.backoff, cfg.LeaseTTL)
-		d = s.backoff
+		// Jittered below the doubling ceiling, so nodes kept out
+		// together do not retry together.
+		d = c.t.jit.between(d, s.backoff)
 	}
 	s.retryAt = now.Add(d)
 }
@@ -421,8 +423,11 @@ func (c *topicCoord) failed(s *slot, now time.Time, err error) {
 	} else {
 		s.backoff = min(2*s.backoff, t.cfg.LeaseTTL)
 	}
-	s.retryAt = now.Add(s.backoff)
-	t.log.Warn("taking a partition failed", "partition", s.p, "err", err, "retryIn", s.backoff)
+	// After a store outage every node's partitions failed at once: a wait
+	// drawn below the ceiling scatters their retries.
+	wait := t.jit.between(t.cfg.RenewEvery/2, s.backoff)
+	s.retryAt = now.Add(wait)
+	t.log.Warn("taking a partition failed", "partition", s.p, "err", err, "retryIn", wait)
 	t.obs.error(ErrorEvent{Subscription: t.name, Op: "acquire", Err: err})
 }
 

@@ -850,8 +850,8 @@ func (sp *subPart) process(agg string, it *laneItem, pos string) outcome {
 	if !sr.cfg.SkipHeaders {
 		msg.Headers = KafkaHeaders(it.headers)
 	}
-	retry := newBackoff(sr.cfg.Retry.Backoff, sr.cfg.Retry.MaxBackoff)
-	pause := newBackoff(t.cfg.SystemicBackoff, t.cfg.SystemicMaxBackoff)
+	retry := newBackoff(sr.cfg.Retry.Backoff, sr.cfg.Retry.MaxBackoff, t.jit)
+	pause := newBackoff(t.cfg.SystemicBackoff, t.cfg.SystemicMaxBackoff, t.jit)
 	pausedHere := false // this record paused the partition
 	for attempt := 1; ; attempt++ {
 		// The trust window is enforced by the lease's watchTrust (it
@@ -1034,7 +1034,7 @@ func (sp *subPart) park(agg string, it *laneItem, herr error, attempts int) bool
 func (sp *subPart) fenced(write func(ctx context.Context) error, op string) error {
 	tp := sp.tp
 	t := tp.t
-	b := newBackoff(100*time.Millisecond, t.cfg.RenewEvery)
+	b := newBackoff(100*time.Millisecond, t.cfg.RenewEvery, t.jit)
 	for {
 		if tp.lease.lost.Load() {
 			return errLeaseLost
@@ -1297,7 +1297,7 @@ func (sp *subPart) catchUp() {
 	t := tp.t
 	defer tp.wg.Done()
 	sp.sr.c.catchUps.Add(1)
-	b := newBackoff(100*time.Millisecond, t.cfg.RenewEvery)
+	b := newBackoff(100*time.Millisecond, t.cfg.RenewEvery, t.jit)
 	for {
 		tp.mu.Lock()
 		for !tp.closed && tp.ctx.Err() == nil && !sp.sr.failed.Load() && sp.win.inflight() > t.cfg.MaxInFlight/2 {

@@ -773,7 +773,7 @@ func (t *TopicSubscriptions) ledgerLoop(ctx context.Context, sr *SubscriptionRun
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		b := newBackoff(time.Second, t.cfg.LedgerPollEvery)
+		b := newBackoff(time.Second, t.cfg.LedgerPollEvery, t.jit)
 		for ctx.Err() == nil {
 			ch, err := t.cfg.Ledger.WatchRequests(ctx, sr.cfg.Name)
 			if err != nil {
@@ -797,7 +797,7 @@ func (t *TopicSubscriptions) ledgerLoop(ctx context.Context, sr *SubscriptionRun
 			}
 		}
 	}()
-	b := newBackoff(time.Second, t.cfg.LedgerPollEvery)
+	b := newBackoff(time.Second, t.cfg.LedgerPollEvery, t.jit)
 	for {
 		wait := t.cfg.LedgerPollEvery
 		if !t.sleep(ctx, wait) {
