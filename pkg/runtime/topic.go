@@ -128,6 +128,10 @@ type TopicSubscriptions struct {
 
 	partsMu sync.RWMutex
 	parts   map[int32]*topicPart // held partitions (started)
+	// acquired holds the leases taken and not started yet: a join (or a
+	// round of acquireDue) takes hundreds of partitions one after another
+	// before it starts any, and the renewer keeps these alive meanwhile.
+	acquired map[int32]*topicLease
 
 	events chan topicEvent
 	c      topicCounters
@@ -168,6 +172,7 @@ func NewTopicSubscriptions(cfg TopicConfig) (*TopicSubscriptions, error) {
 		stopping:  make(chan struct{}),
 		coordDone: make(chan struct{}),
 		parts:     make(map[int32]*topicPart),
+		acquired:  make(map[int32]*topicLease),
 		events:    make(chan topicEvent, 64),
 	}
 	for _, sc := range cfg.Subscriptions {

@@ -491,6 +491,11 @@ func (c *topicCoord) acquireOne(ctx context.Context, s *slot) (*topicPart, bool,
 	l := &topicLease{p: p, fence: lease.Fence, gen: lease.Generation}
 	l.trust.begin(start, t.cfg.TrustWindow)
 	tp := newTopicPart(t, l)
+	// Renewed from now on, until it starts (start) or is given back
+	// (releaseUnstarted).
+	t.partsMu.Lock()
+	t.acquired[p] = l
+	t.partsMu.Unlock()
 	fail := func(err error) (*topicPart, bool, error) {
 		tp.releaseUnstarted()
 		return nil, false, err
@@ -550,6 +555,13 @@ func (c *topicCoord) acquireOne(ctx context.Context, s *slot) (*topicPart, bool,
 }
 
 func (c *topicCoord) startPart(s *slot, tp *topicPart) {
+	if tp.lease.lost.Load() {
+		// Refused or untrusted while it waited to start: someone else may
+		// hold it now; retry as for a contested lease.
+		tp.releaseUnstarted()
+		c.contested(s, c.t.clk.Now())
+		return
+	}
 	s.state, s.tp = slotHeld, tp
 	s.retryAt, s.since, s.backoff = time.Time{}, time.Time{}, 0
 	tp.start()

@@ -85,8 +85,8 @@ func (t *TopicSubscriptions) renewLoop(ctx context.Context) {
 }
 
 // renewOnce renews the held leases (those being handed off included: a
-// drain must not lose its lease) and drops those refused or past their
-// trust window.
+// drain must not lose its lease, and those acquired and not started yet)
+// and drops those refused or past their trust window.
 func (t *TopicSubscriptions) renewOnce(ctx context.Context) {
 	var leases []*topicLease
 	for _, tp := range t.heldParts() {
@@ -94,6 +94,16 @@ func (t *TopicSubscriptions) renewOnce(ctx context.Context) {
 			leases = append(leases, tp.lease)
 		}
 	}
+	// And those acquired but not started yet: a join that takes many
+	// partitions would otherwise see its first leases pass their trust
+	// window (and expire in the store) before it starts them.
+	t.partsMu.RLock()
+	for _, l := range t.acquired {
+		if !l.lost.Load() {
+			leases = append(leases, l)
+		}
+	}
+	t.partsMu.RUnlock()
 	if len(leases) == 0 {
 		return
 	}

@@ -134,6 +134,11 @@ func (sp *subPart) adopt(entries []Parked) {
 func (tp *topicPart) releaseUnstarted() {
 	t := tp.t
 	tp.cancel(errHandoff)
+	t.partsMu.Lock()
+	if t.acquired[tp.p] == tp.lease {
+		delete(t.acquired, tp.p)
+	}
+	t.partsMu.Unlock()
 	ctx, cancel := context.WithTimeout(t.bgCtx, t.cfg.OpTimeout)
 	defer cancel()
 	if ok, err := t.cfg.Leases.ReleasePartitionLease(ctx, tp.lease.fence); err == nil && ok {
@@ -164,6 +169,9 @@ func (tp *topicPart) start() {
 	tp.tailPos = tail
 	t.partsMu.Lock()
 	t.parts[tp.p] = tp
+	if t.acquired[tp.p] == tp.lease {
+		delete(t.acquired, tp.p)
+	}
 	t.partsMu.Unlock()
 	// Assign under mu: the poll loop may see this run's first batch as
 	// soon as Assign returns, and must find the epoch set when it gets mu.
