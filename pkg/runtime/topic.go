@@ -136,6 +136,9 @@ type TopicSubscriptions struct {
 	events chan topicEvent
 	c      topicCounters
 
+	// handoffHook, when set (tests only), is called when a partition's
+	// handoff begins, after no record may start any more.
+	handoffHook func(p int32)
 	// renewGate, when set (tests only), is called before every renewal
 	// round; blocking in it stalls renewals.
 	renewGate func(ctx context.Context)

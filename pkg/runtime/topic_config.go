@@ -146,8 +146,10 @@ type TopicConfig struct {
 
 	// CheckpointEvery is the period of checkpoint saves. Default: 1s.
 	CheckpointEvery time.Duration
-	// HandoffTimeout bounds the drain of the lanes when a partition is
-	// handed over; after it the handlers are cancelled. Default: 10s.
+	// HandoffTimeout bounds a handoff's wait for the handler calls running
+	// when it began (no record, and no retry attempt, starts after that:
+	// the next owner reads them from the checkpoint); after it those calls
+	// are cancelled. Default: 10s.
 	HandoffTimeout time.Duration
 	// RefreshEvery is the period of the partition list refresh. Default:
 	// 30s.

@@ -609,9 +609,10 @@ func (sp *subPart) activateLocked(ln *aggLane) {
 	}
 }
 
-// runnableLocked says whether workers may take lanes.
+// runnableLocked says whether workers may take lanes: not once a
+// handoff began.
 func (sp *subPart) runnableLocked() bool {
-	return !sp.paused && sp.tp.ctx.Err() == nil && !sp.sr.failed.Load()
+	return !sp.paused && sp.tp.ctx.Err() == nil && !sp.sr.failed.Load() && !sp.tp.handingOff.Load()
 }
 
 // kickLocked starts workers for lanes that wait, up to Lanes.
@@ -855,8 +856,10 @@ func (sp *subPart) process(agg string, it *laneItem, pos string) outcome {
 	pausedHere := false // this record paused the partition
 	for attempt := 1; ; attempt++ {
 		// The trust window is enforced by the lease's watchTrust (it
-		// marks the lease lost the moment the window passes).
-		if tp.lease.lost.Load() || tp.ctx.Err() != nil || sr.failed.Load() {
+		// marks the lease lost the moment the window passes). Once a
+		// handoff began no call starts, a retry's neither: the record
+		// stays below the checkpoint for the next owner.
+		if tp.lease.lost.Load() || tp.ctx.Err() != nil || sr.failed.Load() || tp.handingOff.Load() {
 			return outAbandoned
 		}
 		msg.Attempt = attempt
@@ -905,9 +908,24 @@ func (sp *subPart) process(agg string, it *laneItem, pos string) outcome {
 			}
 			return outChanged
 		}
-		if !t.sleep(tp.ctx, wait) {
+		if !tp.sleepUnlessHandoff(wait) {
 			return outAbandoned
 		}
+	}
+}
+
+// sleepUnlessHandoff waits d between a record's attempts; false when the
+// partition ends or a handoff begins first (the next owner retries it).
+func (tp *topicPart) sleepUnlessHandoff(d time.Duration) bool {
+	tm := tp.t.clk.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C():
+		return !tp.handingOff.Load() && tp.ctx.Err() == nil
+	case <-tp.ctx.Done():
+		return false
+	case <-tp.handoffCh:
+		return false
 	}
 }
 

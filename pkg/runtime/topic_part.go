@@ -33,8 +33,12 @@ type topicPart struct {
 	handoffCh     chan struct{}
 	handoffOnce   sync.Once
 	handoffReason atomic.Value // string
-	released      atomic.Bool
-	fetchKick     chan struct{}
+	// handingOff is set the moment a handoff begins: from then on no
+	// record starts (no worker takes a lane, no handler call or retry
+	// attempt begins); the drain waits only for the calls already running.
+	handingOff atomic.Bool
+	released   atomic.Bool
+	fetchKick  chan struct{}
 	// feedKick wakes feedLoop, which delivers the batches the shared
 	// reader queued (queue): the poll loop hands a fetch's partitions over
 	// and polls on, so partitions are delivered in parallel, each as fast
@@ -205,11 +209,16 @@ func (tp *topicPart) start() {
 	}
 }
 
-// handoff asks the partition to stop reading, drain, save and release.
+// handoff asks the partition to stop reading, stop starting records,
+// wait for those running, save and release.
 func (tp *topicPart) handoff(reason string) {
 	tp.handoffOnce.Do(func() {
 		tp.handoffReason.Store(reason)
+		tp.handingOff.Store(true)
 		close(tp.handoffCh)
+		if hook := tp.t.handoffHook; hook != nil {
+			hook(tp.p)
+		}
 	})
 }
 
@@ -242,8 +251,11 @@ func (tp *topicPart) supervise() {
 	t.post(evTopicPartEnded{tp: tp, lost: true})
 }
 
-// endGracefully is the handoff: stop reading, drain the lanes up to
-// HandoffTimeout, cancel what still runs, save every checkpoint, release.
+// endGracefully is the handoff: stop reading, wait up to HandoffTimeout
+// for the handler calls running when it began (no record starts after
+// that: handingOff), cancel what still runs, save every checkpoint (the
+// low watermark of what finished: the records not started are read again
+// by the next owner), release.
 func (tp *topicPart) endGracefully() {
 	t := tp.t
 	reason, _ := tp.handoffReason.Load().(string)
@@ -296,8 +308,11 @@ func (tp *topicPart) remove() {
 	t.partsMu.Unlock()
 }
 
-// drain waits until every subscription's window is empty and its
-// workers are gone, the timeout passes, or the partition's context ends.
+// drain waits until every subscription's workers are gone (they finish
+// the handler call they are in and start no other once handingOff is
+// set), the timeout passes, or the partition's context ends. Records
+// queued and not started stay in the window, so the checkpoint stays
+// below them.
 func (tp *topicPart) drain(timeout time.Duration) {
 	t := tp.t
 	done := make(chan struct{})
@@ -332,7 +347,7 @@ func (tp *topicPart) drainedLocked() bool {
 		if sp.sr.failed.Load() {
 			continue
 		}
-		if sp.win.inflight() > 0 || sp.workers > 0 {
+		if sp.workers > 0 {
 			return false
 		}
 	}
