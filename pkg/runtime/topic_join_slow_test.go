@@ -9,6 +9,7 @@ import (
 
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 )
 
 // slowLeases delays every call to the real lease manager by d, and keeps
@@ -57,8 +58,8 @@ func (s *slowCheckpoints) Save(ctx context.Context, f broker.Fence, leaseGroup, 
 }
 
 // A node taking 1,000 partitions from a slow store (every lease and
-// checkpoint call delayed 2ms, so taking them all lasts several trust
-// windows of a 2s lease) keeps every lease it acquired: each partition is
+// checkpoint call delayed 1ms, so taking them all lasts several trust
+// windows of a 1s lease) keeps every lease it acquired: each partition is
 // acquired once, at generation 1, none is lost, dropped as untrusted or
 // contested, and all 1,000 are held when it is done. Both ways of taking
 // many partitions at once: the join, and partitions gained after it
@@ -78,13 +79,22 @@ func TestTopicSlowJoinOf1000PartitionsKeepsEveryLease(t *testing.T) {
 			if !ok {
 				t.Fatal("the redis lease manager does not batch renewals")
 			}
-			const delay = 2 * time.Millisecond
+			const delay = time.Millisecond
 			cfg := e.config(tsub(topicSub, runtime.HandlerFunc(func(context.Context, runtime.Message) error { return nil })))
 			cfg.Leases = &slowLeases{LeaseManager: e.leases, batch: br, d: delay}
 			cfg.Checkpoints = &slowCheckpoints{Checkpoints: e.store, d: delay}
-			// The join as a whole must not time out: only its calls are
-			// slow.
+			// A short trust window (800ms): taking 1,000 partitions at
+			// 2ms of delay each outlasts it twice over at least.
+			cfg.LeaseTTL, cfg.RenewEvery = time.Second, 200*time.Millisecond
 			cfg.OpTimeout = 5 * time.Second
+			// Empty partitions fetched every 50ms (the env's source) cost
+			// kfake much CPU with 1,000 of them; the test reads nothing.
+			src, err := kafkasource.New(e.k.Brokers, kafkasource.WithFetchMaxWait(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			cfg.Source = src
 			if tc.ghost {
 				e.cluster.add("ghost")
 			}
