@@ -94,3 +94,27 @@ func TestBackoffDefaultSeedsDiffer(t *testing.T) {
 		t.Fatalf("default seeds %d and %d: want non-zero and different", a.JitterSeed(), b.JitterSeed())
 	}
 }
+
+// between, which the coordinators' acquire and contested retries use,
+// stays within its bounds and varies between seeds from the first draw.
+func TestJitterBetween(t *testing.T) {
+	a, b := seededNode(t, "node-a", 1), seededNode(t, "node-b", 2)
+	ja, jb := newJitter(a, "sub"), newJitter(b, "sub")
+	lo, hi := 500*time.Millisecond, time.Second
+	var da, db []time.Duration
+	for range 20 {
+		x, y := ja.between(lo, hi), jb.between(lo, hi)
+		for _, d := range []time.Duration{x, y} {
+			if d < lo || d > hi {
+				t.Fatalf("between(%v, %v) = %v", lo, hi, d)
+			}
+		}
+		da, db = append(da, x), append(db, y)
+	}
+	if slices.Equal(da, db) {
+		t.Fatalf("seeds 1 and 2 drew the same waits %v", da)
+	}
+	if d := (*jitter)(nil).between(lo, hi); d != hi {
+		t.Errorf("nil source: %v, want the ceiling %v", d, hi)
+	}
+}

@@ -559,7 +559,7 @@ func (c *coordinator) workerDone(w *worker, res result) {
 		}
 		// After a Redis outage every node's partitions failed at once:
 		// a wait drawn below the ceiling scatters their retries.
-		pt.retryAt = now.Add(p.jit.between(p.cfg.RenewEvery/2, pt.backoff))
+		pt.retryAt = now.Add(p.jit.between(pt.backoff/2, pt.backoff))
 		c.setState(pt, pBackoff)
 	default: // resIdle, resHandedOff, resStopped
 		pt.since, pt.backoff = time.Time{}, 0

@@ -425,7 +425,7 @@ func (c *topicCoord) failed(s *slot, now time.Time, err error) {
 	}
 	// After a store outage every node's partitions failed at once: a wait
 	// drawn below the ceiling scatters their retries.
-	wait := t.jit.between(t.cfg.RenewEvery/2, s.backoff)
+	wait := t.jit.between(s.backoff/2, s.backoff)
 	s.retryAt = now.Add(wait)
 	t.log.Warn("taking a partition failed", "partition", s.p, "err", err, "retryIn", wait)
 	t.obs.error(ErrorEvent{Subscription: t.name, Op: "acquire", Err: err})
