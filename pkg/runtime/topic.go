@@ -156,6 +156,9 @@ type SubscriptionRuntime struct {
 	mu     sync.Mutex
 	err    error
 	dedup  map[int32]*dedupMemory
+	// dedupGen is the lease generation each partition's dedup memory was
+	// last used under (dedupFor).
+	dedupGen map[int32]int64
 
 	c subCounters
 }
@@ -179,7 +182,7 @@ func NewTopicSubscriptions(cfg TopicConfig) (*TopicSubscriptions, error) {
 		events:    make(chan topicEvent, 64),
 	}
 	for _, sc := range cfg.Subscriptions {
-		t.subs = append(t.subs, &SubscriptionRuntime{t: t, cfg: sc, dedup: make(map[int32]*dedupMemory)})
+		t.subs = append(t.subs, &SubscriptionRuntime{t: t, cfg: sc, dedup: make(map[int32]*dedupMemory), dedupGen: make(map[int32]int64)})
 	}
 	t.keyAggregate = cfg.Aggregate.Header == "" && cfg.Aggregate.JSONPath == ""
 	t.idHeader, t.versionHeader = cfg.Identity.IDHeader, cfg.Identity.VersionHeader
@@ -620,6 +623,23 @@ func (s *SubscriptionRuntime) fail(err error) {
 // dedupOf returns the subscription's dedup memory of partition p. It
 // outlives the partition's lease, so a partition that comes back to this
 // node drops what it handled before.
+// dedupFor readies partition p's dedup memory for a lease of generation
+// gen. When another node held the partition since this node last did
+// (gen is not the next generation), the memory starts empty: the other
+// owner may have read the partition again from a checkpoint below what
+// this node handled (a handoff leaves the records it did not start, and
+// a checkpoint at their low watermark), and dropping the records this
+// node remembers would then skip them after that replay, a gap in the
+// aggregate's order.
+func (s *SubscriptionRuntime) dedupFor(p int32, gen int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if last, ok := s.dedupGen[p]; ok && last != gen-1 {
+		delete(s.dedup, p)
+	}
+	s.dedupGen[p] = gen
+}
+
 func (s *SubscriptionRuntime) dedupOf(p int32) *dedupMemory {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -502,6 +502,9 @@ func (c *topicCoord) acquireOne(ctx context.Context, s *slot) (*topicPart, bool,
 	}
 	checkpoints := make([]int64, len(t.subs))
 	found := make([]bool, len(t.subs))
+	for _, sr := range t.subs {
+		sr.dedupFor(p, l.gen)
+	}
 	for i, sr := range t.subs {
 		next, ok, err := t.cfg.Checkpoints.Load(octx, lg.String(), sr.cfg.Name, p)
 		if err != nil {

@@ -58,8 +58,8 @@ func (s *slowCheckpoints) Save(ctx context.Context, f broker.Fence, leaseGroup, 
 }
 
 // A node taking 1,000 partitions from a slow store (every lease and
-// checkpoint call delayed 1ms, so taking them all lasts several trust
-// windows of a 1s lease) keeps every lease it acquired: each partition is
+// checkpoint call delayed 2ms, so taking them all outlasts the trust
+// window of a 4s lease) keeps every lease it acquired: each partition is
 // acquired once, at generation 1, none is lost, dropped as untrusted or
 // contested, and all 1,000 are held when it is done. Both ways of taking
 // many partitions at once: the join, and partitions gained after it
@@ -79,13 +79,15 @@ func TestTopicSlowJoinOf1000PartitionsKeepsEveryLease(t *testing.T) {
 			if !ok {
 				t.Fatal("the redis lease manager does not batch renewals")
 			}
-			const delay = time.Millisecond
+			const delay = 2 * time.Millisecond
 			cfg := e.config(tsub(topicSub, runtime.HandlerFunc(func(context.Context, runtime.Message) error { return nil })))
 			cfg.Leases = &slowLeases{LeaseManager: e.leases, batch: br, d: delay}
 			cfg.Checkpoints = &slowCheckpoints{Checkpoints: e.store, d: delay}
-			// A short trust window (800ms): taking 1,000 partitions at
-			// 2ms of delay each outlasts it twice over at least.
-			cfg.LeaseTTL, cfg.RenewEvery = time.Second, 200*time.Millisecond
+			// A trust window of 3s: taking 1,000 partitions at 4ms of
+			// delay each (a lease and a checkpoint call) outlasts it, and
+			// a renewal round of 1,000 leases in one call gets a second
+			// even on a loaded machine.
+			cfg.LeaseTTL, cfg.RenewEvery = 4*time.Second, time.Second
 			cfg.OpTimeout = 5 * time.Second
 			// Empty partitions fetched every 50ms (the env's source) cost
 			// kfake much CPU with 1,000 of them; the test reads nothing.
@@ -111,7 +113,7 @@ func TestTopicSlowJoinOf1000PartitionsKeepsEveryLease(t *testing.T) {
 				e.cluster.remove("ghost")
 			}
 			explain := func() string { return fmt.Sprintf("held %d, counters %v", len(n.ts.Held()), n.ts.Counters()) }
-			waitFor(t, 5*time.Minute, "all 1,000 partitions held", func() bool { return len(n.ts.Held()) == parts }, explain)
+			waitFor(t, 8*time.Minute, "all 1,000 partitions held", func() bool { return len(n.ts.Held()) == parts }, explain)
 			took := time.Since(start)
 			// Two more renewal rounds: the leases taken first are renewed
 			// after the last one started.
