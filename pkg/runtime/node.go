@@ -118,6 +118,11 @@ type NodeConfig struct {
 	MemberTTL time.Duration
 	// Clock is the time source. Default: clock.System().
 	Clock clock.Clock
+	// JitterSeed seeds the random source the node's subscriptions draw
+	// their retry and backoff waits from, so that nodes retrying after a
+	// shared outage do not retry in lockstep. Default (0): a seed from
+	// crypto/rand, different on every node and every start.
+	JitterSeed uint64
 	// Logger receives the node's logs. Default: discard.
 	Logger *slog.Logger
 	// Observer receives events; optional.
@@ -137,6 +142,9 @@ func (c *NodeConfig) validate() error {
 			host = "node"
 		}
 		c.NodeID = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	if c.JitterSeed == 0 {
+		c.JitterSeed = randomSeed()
 	}
 	if c.HeartbeatEvery < 0 || c.MemberTTL < 0 {
 		return errors.New("runtime: node config: durations must not be negative")
@@ -233,6 +241,9 @@ func (n *Node) Logger() *slog.Logger { return n.cfg.Logger }
 
 // Observer returns the node's observer (may be nil).
 func (n *Node) Observer() *Observer { return n.cfg.Observer }
+
+// JitterSeed returns the seed of the node's backoff jitter (JitterSeeder).
+func (n *Node) JitterSeed() uint64 { return n.cfg.JitterSeed }
 
 // Members returns the last membership read and a channel closed at the
 // next change.

@@ -52,6 +52,7 @@ type Partitioned struct {
 	log  *slog.Logger
 	obs  *Observer
 	node string
+	jit  *jitter // the waits' random source, seeded per node
 
 	mu        sync.Mutex
 	state     SubscriptionState
@@ -177,6 +178,7 @@ func (p *Partitioned) Start(ctx context.Context, host Host) error {
 	p.log = host.Logger()
 	p.obs = host.Observer()
 	p.node = host.NodeID()
+	p.jit = newJitter(host, p.cfg.Name)
 	base := context.WithoutCancel(ctx)
 	p.runCtx, p.runCancel = context.WithCancel(base)
 	p.bgCtx, p.bgCancel = context.WithCancel(base)
@@ -222,7 +224,7 @@ func (p *Partitioned) Start(ctx context.Context, host Host) error {
 // backoff, then tells the coordinator that partitions may be read.
 func (p *Partitioned) registerLoop(ctx context.Context) {
 	defer p.wg.Done()
-	backoff := newBackoff(100*time.Millisecond, p.cfg.RenewEvery)
+	backoff := newBackoff(100*time.Millisecond, p.cfg.RenewEvery, p.jit)
 	for _, cat := range p.cfg.Categories {
 		for {
 			err := p.cfg.Broker.RegisterGroup(ctx, cat, p.cfg.Name)

@@ -99,3 +99,108 @@ func TestFakeClockTrustWindow(t *testing.T) {
 		t.Error("the dropped partition is still reported held")
 	}
 }
+
+// The trust window runs on elapsed time, not on the wall clock: the wall
+// clock set back by the TTL (more than TTL minus the trust window, so a
+// wall-clock deadline would outlive the lease on the broker) or forward
+// by it changes nothing. Entry 2 starts inside the window, entry 3 would
+// start just past it and must not, and nothing stops early.
+func TestFakeClockTrustWindowIgnoresWallSteps(t *testing.T) {
+	const (
+		ttl   = 2 * time.Second
+		renew = 400 * time.Millisecond
+	)
+	for _, tc := range []struct {
+		name string
+		step time.Duration
+	}{
+		{"wall steady", 0},
+		{"wall set back by the TTL", -ttl},
+		{"wall set forward by the TTL", ttl},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			fake := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+			b := memorybroker.New(memorybroker.WithClock(fake))
+			store := memstore.New(b.Faults(), memstore.WithClock(fake))
+			pub, err := runtime.NewPublisher(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			publishAll(t, pub, []string{"k"}, 1, 3)
+
+			rec := newRecorder(t)
+			entered := [3]chan struct{}{make(chan struct{}), make(chan struct{}), make(chan struct{})}
+			release := [3]chan struct{}{make(chan struct{}), make(chan struct{}), make(chan struct{})}
+			close(release[2])
+			rec.setHold(func(ctx context.Context, m runtime.Message) {
+				i := seqOf(t, m.Data) - 1
+				close(entered[i])
+				<-release[i]
+			})
+			sub, err := runtime.NewPartitioned(runtime.PartitionedConfig{
+				Name: group, Categories: []string{cat}, Handler: rec.handler("node-1"), Broker: b, Ledger: store,
+				LeaseTTL: ttl, RenewEvery: renew,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stall := make(chan struct{})
+			runtime.SetRenewGate(sub, func(ctx context.Context) {
+				select {
+				case <-stall:
+					<-ctx.Done()
+				default:
+				}
+			})
+			n, err := runtime.NewNode(runtime.NodeConfig{Service: service, NodeID: "node-1", Membership: store, Clock: fake, HeartbeatEvery: time.Second}, sub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := n.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				_ = n.Stop(sctx)
+			}()
+			waitClosed(t, entered[0], "entry 1 to start")
+			window := sub.Config().TrustWindow
+
+			// Renewals stall from here: the lease's last renewal (or its
+			// acquire) started at or before now, so its trust ends at most
+			// a window from now, on elapsed time.
+			close(stall)
+			fake.StepWall(tc.step)
+			fake.Advance(window - 100*time.Millisecond)
+			close(release[0])
+			waitClosed(t, entered[1], "entry 2 to start inside the trust window")
+			if c := subOf(n).Status().Counters[runtime.CounterUntrusted]; c != 0 {
+				t.Fatalf("untrusted = %d inside the window", c)
+			}
+			fake.Advance(110 * time.Millisecond)
+			close(release[1])
+			eventually(t, 10*time.Second, time.Millisecond, "the partition dropped", func() bool {
+				return subOf(n).Status().Counters[runtime.CounterUntrusted] == 1
+			})
+			select {
+			case <-entered[2]:
+				t.Fatal("entry 3 started past the trust window (measured on elapsed time)")
+			default:
+			}
+			if got := rec.handled("k"); len(got) != 2 {
+				t.Errorf("handled %v, want entries 1 and 2 only", got)
+			}
+		})
+	}
+}
+
+func waitClosed(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}

@@ -65,11 +65,12 @@ type PartitionedConfig struct {
 	MaxPartitions int
 
 	// Retry governs aggregate failures (the default class): a message is
-	// tried Retry.Attempts times, Retry.Backoff apart (doubling up to
-	// Retry.MaxBackoff), then its partition is parked.
+	// tried Retry.Attempts times, with jittered waits from Retry.Backoff
+	// up to Retry.MaxBackoff between them, then its partition is parked.
 	Retry RetryPolicy
-	// SystemicBackoff is the first pause after a systemic failure; it
-	// doubles up to SystemicMaxBackoff. Defaults: 1s and 30s.
+	// SystemicBackoff is the shortest pause after a systemic failure;
+	// pauses are jittered below a ceiling that doubles up to
+	// SystemicMaxBackoff (see RetryPolicy). Defaults: 1s and 30s.
 	SystemicBackoff    time.Duration
 	SystemicMaxBackoff time.Duration
 
@@ -113,7 +114,10 @@ type PartitionedConfig struct {
 type RetryPolicy struct {
 	// Attempts is the number of deliveries before parking. Default: 3.
 	Attempts int
-	// Backoff is the wait before the second attempt; it doubles. Default:
+	// Backoff is the shortest wait between attempts. Each wait is drawn
+	// at random (the node's jitter source, NodeConfig.JitterSeed) from
+	// [Backoff, ceiling], the ceiling starting at 2 x Backoff and doubling
+	// up to MaxBackoff, so nodes that fail together retry apart. Default:
 	// 200ms.
 	Backoff time.Duration
 	// MaxBackoff caps the wait. Default: 10s.

@@ -549,7 +549,9 @@ func (c *coordinator) workerDone(w *worker, res result) {
 				pt.backoff = d
 			}
 			pt.backoff = min(2*pt.backoff, p.cfg.LeaseTTL)
-			d = pt.backoff
+			// Jittered below the doubling ceiling, so nodes kept out
+			// together do not retry together.
+			d = p.jit.between(d, pt.backoff)
 		}
 		pt.retryAt = now.Add(d)
 		c.setState(pt, pContested)
@@ -559,7 +561,9 @@ func (c *coordinator) workerDone(w *worker, res result) {
 		} else {
 			pt.backoff = min(2*pt.backoff, p.cfg.LeaseTTL)
 		}
-		pt.retryAt = now.Add(pt.backoff)
+		// After a Redis outage every node's partitions failed at once:
+		// a wait drawn below the ceiling scatters their retries.
+		pt.retryAt = now.Add(p.jit.between(pt.backoff/2, pt.backoff))
 		c.setState(pt, pBackoff)
 	default: // resIdle, resHandedOff, resStopped
 		pt.since, pt.backoff = time.Time{}, 0

@@ -91,7 +91,7 @@ func (p *Partitioned) indexPollLoop(ctx context.Context) {
 // established it asks for a scan, which finds what was appended before.
 func (p *Partitioned) appendLoop(ctx context.Context, category string) {
 	defer p.wg.Done()
-	backoff := newBackoff(time.Second, p.cfg.DiscoverEvery)
+	backoff := newBackoff(time.Second, p.cfg.DiscoverEvery, p.jit)
 	// indexed remembers keys already checked against the index (bounded:
 	// cleared when it grows past 100,000).
 	indexed := make(map[string]bool)

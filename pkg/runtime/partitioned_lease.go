@@ -28,28 +28,53 @@ type heldLease struct {
 	fence broker.Fence
 	gen   int64
 
-	// trustedUntil is a Unix nanosecond time on the subscription's clock:
-	// the start of the last successful renewal (or of the acquire) plus
-	// the trust window. Measuring from the start of the call is the
-	// conservative side: the server may have applied the renewal at any
-	// moment of the round trip.
-	trustedUntil atomic.Int64
-	lost         atomic.Bool
-	cancel       context.CancelCauseFunc
+	trust  trustDeadline
+	lost   atomic.Bool
+	cancel context.CancelCauseFunc
 }
 
-func (l *heldLease) trusted(now time.Time) bool {
-	return !l.lost.Load() && now.UnixNano() < l.trustedUntil.Load()
+func (l *heldLease) trusted(now time.Time) bool { return !l.lost.Load() && l.trust.left(now) > 0 }
+
+func (l *heldLease) extend(from time.Time, window time.Duration) { l.trust.extend(from, window) }
+
+// trustDeadline is when a lease stops being trusted: the start of the
+// last successful renewal (or of the acquire) plus the trust window.
+// Measuring from the start of the call is the conservative side: the
+// server may have applied the renewal at any moment of the round trip.
+//
+// It is elapsed time, never wall time: the deadline is kept as the
+// nanoseconds from base, a reading of the clock at the acquire, and every
+// comparison is a time.Time Sub, which uses the readings' monotonic clock
+// (time.Now's carry one, as clock.Fake's do). A Unix time would follow the
+// wall clock instead: a wall clock stepped back by more than TTL minus
+// the trust window would keep the node calling handlers after the server
+// expired the lease and another node took it.
+type trustDeadline struct {
+	base  time.Time    // set once (begin) before the lease is shared
+	until atomic.Int64 // nanoseconds after base
 }
 
-func (l *heldLease) extend(from time.Time, window time.Duration) {
-	until := from.Add(window).UnixNano()
+// begin sets the deadline of a lease acquired by a call started at from.
+// It is called once, before the lease is shared.
+func (d *trustDeadline) begin(from time.Time, window time.Duration) {
+	d.base = from
+	d.until.Store(int64(window))
+}
+
+// extend moves the deadline to from+window, never back.
+func (d *trustDeadline) extend(from time.Time, window time.Duration) {
+	until := int64(from.Sub(d.base) + window)
 	for {
-		cur := l.trustedUntil.Load()
-		if until <= cur || l.trustedUntil.CompareAndSwap(cur, until) {
+		cur := d.until.Load()
+		if until <= cur || d.until.CompareAndSwap(cur, until) {
 			return
 		}
 	}
+}
+
+// left is the time until the deadline as of now (<= 0: passed).
+func (d *trustDeadline) left(now time.Time) time.Duration {
+	return time.Duration(d.until.Load()) - now.Sub(d.base)
 }
 
 // lose cancels the worker with cause; only the first cause counts.

@@ -173,7 +173,7 @@ func (s *watchSet) len() int {
 // for the others.
 func (p *Partitioned) waitLoop(ctx context.Context) {
 	defer p.wg.Done()
-	backoff := newBackoff(100*time.Millisecond, p.cfg.WaitTimeout)
+	backoff := newBackoff(100*time.Millisecond, p.cfg.WaitTimeout, p.jit)
 	// budget spaces the base wait's issues, restarts the fresh wait's
 	// restarts for additions (a re-issue after a return is not counted:
 	// entries pay for it).
@@ -382,7 +382,7 @@ func (p *Partitioned) waitTiers(ctx context.Context, base map[string]string, epo
 func (p *Partitioned) discoverLoop(ctx context.Context) {
 	defer p.wg.Done()
 	const page = 1000
-	backoff := newBackoff(time.Second, min(p.cfg.DiscoverEvery, 5*time.Second))
+	backoff := newBackoff(time.Second, min(p.cfg.DiscoverEvery, 5*time.Second), p.jit)
 	for {
 		started := p.clk.Now()
 		keys := make(map[string]struct{})
@@ -450,7 +450,7 @@ func (p *Partitioned) discoverLoop(ctx context.Context) {
 // blocking wait to notice their entries.
 func (p *Partitioned) signalLoop(ctx context.Context, category string) {
 	defer p.wg.Done()
-	backoff := newBackoff(100*time.Millisecond, 5*time.Second)
+	backoff := newBackoff(100*time.Millisecond, 5*time.Second, p.jit)
 	first := true
 	for ctx.Err() == nil {
 		ch, err := p.pwatch.WatchPartitions(ctx, category)
@@ -503,7 +503,7 @@ func (p *Partitioned) ledgerLoop(ctx context.Context) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		backoff := newBackoff(time.Second, p.cfg.LedgerPollEvery)
+		backoff := newBackoff(time.Second, p.cfg.LedgerPollEvery, p.jit)
 		for ctx.Err() == nil {
 			ch, err := p.cfg.Ledger.WatchRequests(ctx, p.cfg.Name)
 			if err != nil {
@@ -522,7 +522,7 @@ func (p *Partitioned) ledgerLoop(ctx context.Context) {
 			}
 		}
 	}()
-	backoff := newBackoff(time.Second, p.cfg.LedgerPollEvery)
+	backoff := newBackoff(time.Second, p.cfg.LedgerPollEvery, p.jit)
 	for {
 		started := p.ledgerReads.Add(1)
 		entries, err := p.cfg.Ledger.ListParked(ctx, p.cfg.Name)
@@ -555,28 +555,5 @@ func (p *Partitioned) sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
-
-// backoff doubles from min to max.
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-func newBackoff(min, max time.Duration) *backoff {
-	if max < min {
-		max = min
-	}
-	return &backoff{min: min, max: max}
-}
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(2*b.cur, b.max)
-	}
-	return b.cur
-}
-
-func (b *backoff) reset() { b.cur = 0 }
 
 var errStopped = errors.New("runtime: subscription stopping")

@@ -151,7 +151,7 @@ func (w *worker) run() (res result) {
 		return result{kind: resContested}
 	}
 	w.lease = &heldLease{key: w.key, fence: lease.Fence, gen: lease.Generation, cancel: w.cancel}
-	w.lease.extend(start, p.cfg.TrustWindow)
+	w.lease.trust.begin(start, p.cfg.TrustWindow)
 	p.leases.add(w.lease)
 	defer p.leases.remove(w.lease)
 	p.c.acquired.Add(1)
@@ -616,7 +616,7 @@ func (w *worker) handle(ln lane, m broker.Message) (result, bool) {
 			return w.release(result{kind: resFatal, err: fmt.Errorf("runtime: %s: key %q entry %s: %w", p.cfg.Name, w.key, m.ID, err)}, "fatal"), true
 		case FailSystemic:
 			if pause == nil {
-				pause = newBackoff(p.cfg.SystemicBackoff, p.cfg.SystemicMaxBackoff)
+				pause = newBackoff(p.cfg.SystemicBackoff, p.cfg.SystemicMaxBackoff, p.jit)
 			}
 			wait = pause.next()
 			w.paused = true
@@ -629,7 +629,7 @@ func (w *worker) handle(ln lane, m broker.Message) (result, bool) {
 				return w.park(ln, m, err, base+attempt)
 			}
 			if retry == nil {
-				retry = newBackoff(p.cfg.Retry.Backoff, p.cfg.Retry.MaxBackoff)
+				retry = newBackoff(p.cfg.Retry.Backoff, p.cfg.Retry.MaxBackoff, p.jit)
 			}
 			wait = retry.next()
 			p.log.Debug("handler failed; retrying", "subscription", p.cfg.Name, "key", w.key, "id", m.ID, "attempt", attempt, "err", err)
@@ -708,7 +708,7 @@ func (w *worker) park(ln lane, m broker.Message, herr error, attempts int) (resu
 		Owner:         p.node,
 		Generation:    w.lease.gen,
 	}
-	wait := newBackoff(100*time.Millisecond, p.cfg.RenewEvery)
+	wait := newBackoff(100*time.Millisecond, p.cfg.RenewEvery, p.jit)
 	for {
 		err := p.cfg.Ledger.Park(w.ctx, w.lease.fence, e)
 		if err == nil {
@@ -740,7 +740,7 @@ func (w *worker) flushAcks() (result, bool) {
 			delete(w.acks, stream)
 			continue
 		}
-		wait := newBackoff(50*time.Millisecond, p.cfg.RenewEvery)
+		wait := newBackoff(50*time.Millisecond, p.cfg.RenewEvery, p.jit)
 		for {
 			if !w.lease.trusted(p.clk.Now()) {
 				w.lease.lose(errUntrusted)
@@ -826,7 +826,7 @@ func (w *worker) drained() (result, bool) {
 		if !now.Before(idleAt) {
 			return w.release(result{kind: resIdle, after: maps.Clone(w.after)}, "idle"), true
 		}
-		d := min(idleAt.Sub(now), time.Duration(w.lease.trustedUntil.Load()-now.UnixNano()))
+		d := min(idleAt.Sub(now), w.lease.trust.left(now))
 		t := p.clk.NewTimer(d)
 		select {
 		case <-t.C():

@@ -105,6 +105,7 @@ type TopicSubscriptions struct {
 	log    *slog.Logger
 	obs    *Observer
 	node   string
+	jit    *jitter // the waits' random source, seeded per node
 	reader *kafkasource.Reader
 
 	mu           sync.Mutex
@@ -127,10 +128,17 @@ type TopicSubscriptions struct {
 
 	partsMu sync.RWMutex
 	parts   map[int32]*topicPart // held partitions (started)
+	// acquired holds the leases taken and not started yet: a join (or a
+	// round of acquireDue) takes hundreds of partitions one after another
+	// before it starts any, and the renewer keeps these alive meanwhile.
+	acquired map[int32]*topicLease
 
 	events chan topicEvent
 	c      topicCounters
 
+	// handoffHook, when set (tests only), is called when a partition's
+	// handoff begins, after no record may start any more.
+	handoffHook func(p int32)
 	// renewGate, when set (tests only), is called before every renewal
 	// round; blocking in it stalls renewals.
 	renewGate func(ctx context.Context)
@@ -152,6 +160,9 @@ type SubscriptionRuntime struct {
 	// its number before it starts: the logical clock reconcile judges a
 	// list's age by (see parkState.seen).
 	ledgerReads atomic.Int64
+	// dedupGen is the lease generation each partition's dedup memory was
+	// last used under (dedupFor).
+	dedupGen map[int32]int64
 
 	c subCounters
 }
@@ -171,10 +182,11 @@ func NewTopicSubscriptions(cfg TopicConfig) (*TopicSubscriptions, error) {
 		stopping:  make(chan struct{}),
 		coordDone: make(chan struct{}),
 		parts:     make(map[int32]*topicPart),
+		acquired:  make(map[int32]*topicLease),
 		events:    make(chan topicEvent, 64),
 	}
 	for _, sc := range cfg.Subscriptions {
-		t.subs = append(t.subs, &SubscriptionRuntime{t: t, cfg: sc, dedup: make(map[int32]*dedupMemory)})
+		t.subs = append(t.subs, &SubscriptionRuntime{t: t, cfg: sc, dedup: make(map[int32]*dedupMemory), dedupGen: make(map[int32]int64)})
 	}
 	t.keyAggregate = cfg.Aggregate.Header == "" && cfg.Aggregate.JSONPath == ""
 	t.idHeader, t.versionHeader = cfg.Identity.IDHeader, cfg.Identity.VersionHeader
@@ -245,6 +257,7 @@ func (t *TopicSubscriptions) Start(ctx context.Context, host Host) error {
 		t.obs = host.Observer()
 	}
 	t.node = host.NodeID()
+	t.jit = newJitter(host, t.name)
 	base := context.WithoutCancel(ctx)
 	t.runCtx, t.runCancel = context.WithCancelCause(base)
 	t.bgCtx, t.bgCancel = context.WithCancel(base)
@@ -720,6 +733,23 @@ func (s *SubscriptionRuntime) fail(err error) {
 // dedupOf returns the subscription's dedup memory of partition p. It
 // outlives the partition's lease, so a partition that comes back to this
 // node drops what it handled before.
+// dedupFor readies partition p's dedup memory for a lease of generation
+// gen. When another node held the partition since this node last did
+// (gen is not the next generation), the memory starts empty: the other
+// owner may have read the partition again from a checkpoint below what
+// this node handled (a handoff leaves the records it did not start, and
+// a checkpoint at their low watermark), and dropping the records this
+// node remembers would then skip them after that replay, a gap in the
+// aggregate's order.
+func (s *SubscriptionRuntime) dedupFor(p int32, gen int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if last, ok := s.dedupGen[p]; ok && last != gen-1 {
+		delete(s.dedup, p)
+	}
+	s.dedupGen[p] = gen
+}
+
 func (s *SubscriptionRuntime) dedupOf(p int32) *dedupMemory {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -54,8 +54,9 @@ type TopicSubscription struct {
 	// Handler handles the records. Required.
 	Handler Handler
 	// Retry governs aggregate failures: a record is tried Retry.Attempts
-	// times, Retry.Backoff apart (doubling up to Retry.MaxBackoff), then
-	// its aggregate is parked. Defaults: 3, 200ms, 10s.
+	// times, with jittered waits from Retry.Backoff up to Retry.MaxBackoff
+	// between them (see RetryPolicy), then its aggregate is parked.
+	// Defaults: 3, 200ms, 10s.
 	Retry RetryPolicy
 	// Classify decides a handler error's class. Default: Classify (errors
 	// marked with Systemic or Fatal, everything else aggregate).
@@ -145,8 +146,10 @@ type TopicConfig struct {
 
 	// CheckpointEvery is the period of checkpoint saves. Default: 1s.
 	CheckpointEvery time.Duration
-	// HandoffTimeout bounds the drain of the lanes when a partition is
-	// handed over; after it the handlers are cancelled. Default: 10s.
+	// HandoffTimeout bounds a handoff's wait for the handler calls running
+	// when it began (no record, and no retry attempt, starts after that:
+	// the next owner reads them from the checkpoint); after it those calls
+	// are cancelled. Default: 10s.
 	HandoffTimeout time.Duration
 	// RefreshEvery is the period of the partition list refresh. Default:
 	// 30s.
@@ -157,12 +160,14 @@ type TopicConfig struct {
 	// OpTimeout bounds one store or Kafka call of the runtime's own (an
 	// acquire, a checkpoint save, a park). Default: LeaseTTL/3.
 	OpTimeout time.Duration
-	// JoinBackoff is the wait after a failed join; it doubles up to
-	// JoinMaxBackoff. Defaults: 500ms and 30s.
+	// JoinBackoff is the shortest wait after a failed join; waits are
+	// jittered below a ceiling that doubles up to JoinMaxBackoff (see
+	// RetryPolicy). Defaults: 500ms and 30s.
 	JoinBackoff    time.Duration
 	JoinMaxBackoff time.Duration
-	// SystemicBackoff is the first pause after a systemic failure; it
-	// doubles up to SystemicMaxBackoff. Defaults: 1s and 30s.
+	// SystemicBackoff is the shortest pause after a systemic failure;
+	// pauses are jittered below a ceiling that doubles up to
+	// SystemicMaxBackoff (see RetryPolicy). Defaults: 1s and 30s.
 	SystemicBackoff    time.Duration
 	SystemicMaxBackoff time.Duration
 	// ParkBurst parks within ParkBurstWindow on one (subscription,

@@ -142,7 +142,7 @@ func (c *topicCoord) busy() int {
 // subscriptions stop (false).
 func (c *topicCoord) joinLoop() bool {
 	t := c.t
-	b := newBackoff(t.cfg.JoinBackoff, t.cfg.JoinMaxBackoff)
+	b := newBackoff(t.cfg.JoinBackoff, t.cfg.JoinMaxBackoff, t.jit)
 	for {
 		if c.isStopping() || t.runCtx.Err() != nil {
 			return false
@@ -406,7 +406,9 @@ func (c *topicCoord) contested(s *slot, now time.Time) {
 			s.backoff = d
 		}
 		s.backoff = min(2*s.backoff, cfg.LeaseTTL)
-		d = s.backoff
+		// Jittered below the doubling ceiling, so nodes kept out
+		// together do not retry together.
+		d = c.t.jit.between(d, s.backoff)
 	}
 	s.retryAt = now.Add(d)
 }
@@ -421,8 +423,11 @@ func (c *topicCoord) failed(s *slot, now time.Time, err error) {
 	} else {
 		s.backoff = min(2*s.backoff, t.cfg.LeaseTTL)
 	}
-	s.retryAt = now.Add(s.backoff)
-	t.log.Warn("taking a partition failed", "partition", s.p, "err", err, "retryIn", s.backoff)
+	// After a store outage every node's partitions failed at once: a wait
+	// drawn below the ceiling scatters their retries.
+	wait := t.jit.between(s.backoff/2, s.backoff)
+	s.retryAt = now.Add(wait)
+	t.log.Warn("taking a partition failed", "partition", s.p, "err", err, "retryIn", wait)
 	t.obs.error(ErrorEvent{Subscription: t.name, Op: "acquire", Err: err})
 }
 
@@ -484,14 +489,22 @@ func (c *topicCoord) acquireOne(ctx context.Context, s *slot) (*topicPart, bool,
 		return nil, true, nil
 	}
 	l := &topicLease{p: p, fence: lease.Fence, gen: lease.Generation}
-	l.extend(start, t.cfg.TrustWindow)
+	l.trust.begin(start, t.cfg.TrustWindow)
 	tp := newTopicPart(t, l)
+	// Renewed from now on, until it starts (start) or is given back
+	// (releaseUnstarted).
+	t.partsMu.Lock()
+	t.acquired[p] = l
+	t.partsMu.Unlock()
 	fail := func(err error) (*topicPart, bool, error) {
 		tp.releaseUnstarted()
 		return nil, false, err
 	}
 	checkpoints := make([]int64, len(t.subs))
 	found := make([]bool, len(t.subs))
+	for _, sr := range t.subs {
+		sr.dedupFor(p, l.gen)
+	}
 	for i, sr := range t.subs {
 		next, ok, err := t.cfg.Checkpoints.Load(octx, lg.String(), sr.cfg.Name, p)
 		if err != nil {
@@ -545,6 +558,13 @@ func (c *topicCoord) acquireOne(ctx context.Context, s *slot) (*topicPart, bool,
 }
 
 func (c *topicCoord) startPart(s *slot, tp *topicPart) {
+	if tp.lease.lost.Load() {
+		// Refused or untrusted while it waited to start: someone else may
+		// hold it now; retry as for a contested lease.
+		tp.releaseUnstarted()
+		c.contested(s, c.t.clk.Now())
+		return
+	}
 	s.state, s.tp = slotHeld, tp
 	s.retryAt, s.since, s.backoff = time.Time{}, time.Time{}, 0
 	tp.start()

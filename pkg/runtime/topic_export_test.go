@@ -13,3 +13,7 @@ func SetTopicRenewGate(t *TopicSubscriptions, gate func(ctx context.Context)) { 
 // SaveTopicCheckpoints runs one checkpoint pass over the held partitions
 // now and returns its first error.
 func SaveTopicCheckpoints(ctx context.Context, t *TopicSubscriptions) error { return t.saveAll(ctx) }
+
+// SetTopicHandoffHook installs a hook called when a partition's handoff
+// begins, once no record may start any more. Call it before Start.
+func SetTopicHandoffHook(t *TopicSubscriptions, hook func(p int32)) { t.handoffHook = hook }

@@ -620,9 +620,10 @@ func (sp *subPart) activateLocked(ln *aggLane) {
 	}
 }
 
-// runnableLocked says whether workers may take lanes.
+// runnableLocked says whether workers may take lanes: not once a
+// handoff began.
 func (sp *subPart) runnableLocked() bool {
-	return !sp.paused && sp.tp.ctx.Err() == nil && !sp.sr.failed.Load()
+	return !sp.paused && sp.tp.ctx.Err() == nil && !sp.sr.failed.Load() && !sp.tp.handingOff.Load()
 }
 
 // kickLocked starts workers for lanes that wait, up to Lanes.
@@ -861,8 +862,8 @@ func (sp *subPart) process(agg string, it *laneItem, pos string) outcome {
 	if !sr.cfg.SkipHeaders {
 		msg.Headers = KafkaHeaders(it.headers)
 	}
-	retry := newBackoff(sr.cfg.Retry.Backoff, sr.cfg.Retry.MaxBackoff)
-	pause := newBackoff(t.cfg.SystemicBackoff, t.cfg.SystemicMaxBackoff)
+	retry := newBackoff(sr.cfg.Retry.Backoff, sr.cfg.Retry.MaxBackoff, t.jit)
+	pause := newBackoff(t.cfg.SystemicBackoff, t.cfg.SystemicMaxBackoff, t.jit)
 	pausedHere := false // this record paused the partition
 	// An aggregate being retried goes on counting attempts from those it
 	// was parked with (park adds them to the ledger's count the same way).
@@ -874,8 +875,10 @@ func (sp *subPart) process(agg string, it *laneItem, pos string) outcome {
 	tp.mu.Unlock()
 	for attempt := 1; ; attempt++ {
 		// The trust window is enforced by the lease's watchTrust (it
-		// marks the lease lost the moment the window passes).
-		if tp.lease.lost.Load() || tp.ctx.Err() != nil || sr.failed.Load() {
+		// marks the lease lost the moment the window passes). Once a
+		// handoff began no call starts, a retry's neither: the record
+		// stays below the checkpoint for the next owner.
+		if tp.lease.lost.Load() || tp.ctx.Err() != nil || sr.failed.Load() || tp.handingOff.Load() {
 			return outAbandoned
 		}
 		msg.Attempt = base + attempt
@@ -924,9 +927,24 @@ func (sp *subPart) process(agg string, it *laneItem, pos string) outcome {
 			}
 			return outChanged
 		}
-		if !t.sleep(tp.ctx, wait) {
+		if !tp.sleepUnlessHandoff(wait) {
 			return outAbandoned
 		}
+	}
+}
+
+// sleepUnlessHandoff waits d between a record's attempts; false when the
+// partition ends or a handoff begins first (the next owner retries it).
+func (tp *topicPart) sleepUnlessHandoff(d time.Duration) bool {
+	tm := tp.t.clk.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C():
+		return !tp.handingOff.Load() && tp.ctx.Err() == nil
+	case <-tp.ctx.Done():
+		return false
+	case <-tp.handoffCh:
+		return false
 	}
 }
 
@@ -1055,7 +1073,7 @@ func (sp *subPart) park(agg string, it *laneItem, herr error, attempts int) bool
 func (sp *subPart) fenced(write func(ctx context.Context) error, op string) error {
 	tp := sp.tp
 	t := tp.t
-	b := newBackoff(100*time.Millisecond, t.cfg.RenewEvery)
+	b := newBackoff(100*time.Millisecond, t.cfg.RenewEvery, t.jit)
 	for {
 		if tp.lease.lost.Load() {
 			return errLeaseLost
@@ -1325,7 +1343,7 @@ func (sp *subPart) catchUp() {
 	t := tp.t
 	defer tp.wg.Done()
 	sp.sr.c.catchUps.Add(1)
-	b := newBackoff(100*time.Millisecond, t.cfg.RenewEvery)
+	b := newBackoff(100*time.Millisecond, t.cfg.RenewEvery, t.jit)
 	for {
 		tp.mu.Lock()
 		for !tp.closed && tp.ctx.Err() == nil && !sp.sr.failed.Load() && sp.win.inflight() > t.cfg.MaxInFlight/2 {

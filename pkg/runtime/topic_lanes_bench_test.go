@@ -69,7 +69,7 @@ func BenchmarkTopicLanes(b *testing.B) {
 			t.runCtx, t.runCancel = context.WithCancelCause(context.Background())
 			defer t.runCancel(nil)
 			l := &topicLease{p: 0, fence: broker.Fence{LeaseKey: "l", Token: "n:1"}, gen: 1}
-			l.trustedUntil.Store(time.Now().Add(time.Hour).UnixNano())
+			l.trust.begin(time.Now(), time.Hour)
 			tp := newTopicPart(t, l)
 			tp.addSub(t.subs[0], 0, -1)
 			sp := tp.subs[0]

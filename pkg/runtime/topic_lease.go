@@ -18,29 +18,16 @@ type topicLease struct {
 	fence broker.Fence
 	gen   int64
 
-	// trustedUntil is a Unix nanosecond time on the clock: the start of
-	// the last successful renewal (or of the acquire) plus the trust
-	// window. Measuring from the start of the call is the conservative
-	// side: the store may have applied the renewal at any moment of the
-	// round trip.
-	trustedUntil atomic.Int64
-	lost         atomic.Bool
-	onLose       func(cause error)
+	// trust is measured on the clock's monotonic reading (see
+	// trustDeadline): a wall clock set back does not extend it.
+	trust  trustDeadline
+	lost   atomic.Bool
+	onLose func(cause error)
 }
 
-func (l *topicLease) trusted(now time.Time) bool {
-	return !l.lost.Load() && now.UnixNano() < l.trustedUntil.Load()
-}
+func (l *topicLease) trusted(now time.Time) bool { return !l.lost.Load() && l.trust.left(now) > 0 }
 
-func (l *topicLease) extend(from time.Time, window time.Duration) {
-	until := from.Add(window).UnixNano()
-	for {
-		cur := l.trustedUntil.Load()
-		if until <= cur || l.trustedUntil.CompareAndSwap(cur, until) {
-			return
-		}
-	}
-}
+func (l *topicLease) extend(from time.Time, window time.Duration) { l.trust.extend(from, window) }
 
 // watchTrust drops the lease when its trust window passes without a
 // renewal: it sleeps until the trust deadline, and when it wakes to a
@@ -48,7 +35,7 @@ func (l *topicLease) extend(from time.Time, window time.Duration) {
 // check lost (an atomic load) before each call instead of reading the
 // clock per record; the renewer also drops untrusted leases each round.
 func (l *topicLease) watchTrust(ctx context.Context, t *TopicSubscriptions) {
-	tm := t.clk.NewTimer(time.Duration(l.trustedUntil.Load() - t.clk.Now().UnixNano()))
+	tm := t.clk.NewTimer(l.trust.left(t.clk.Now()))
 	defer tm.Stop()
 	for {
 		select {
@@ -59,7 +46,7 @@ func (l *topicLease) watchTrust(ctx context.Context, t *TopicSubscriptions) {
 		if l.lost.Load() {
 			return
 		}
-		left := time.Duration(l.trustedUntil.Load() - t.clk.Now().UnixNano())
+		left := l.trust.left(t.clk.Now())
 		if left <= 0 {
 			t.c.untrusted.Add(1)
 			l.lose(errUntrusted)
@@ -98,8 +85,8 @@ func (t *TopicSubscriptions) renewLoop(ctx context.Context) {
 }
 
 // renewOnce renews the held leases (those being handed off included: a
-// drain must not lose its lease) and drops those refused or past their
-// trust window.
+// drain must not lose its lease, and those acquired and not started yet)
+// and drops those refused or past their trust window.
 func (t *TopicSubscriptions) renewOnce(ctx context.Context) {
 	var leases []*topicLease
 	for _, tp := range t.heldParts() {
@@ -107,6 +94,16 @@ func (t *TopicSubscriptions) renewOnce(ctx context.Context) {
 			leases = append(leases, tp.lease)
 		}
 	}
+	// And those acquired but not started yet: a join that takes many
+	// partitions would otherwise see its first leases pass their trust
+	// window (and expire in the store) before it starts them.
+	t.partsMu.RLock()
+	for _, l := range t.acquired {
+		if !l.lost.Load() {
+			leases = append(leases, l)
+		}
+	}
+	t.partsMu.RUnlock()
 	if len(leases) == 0 {
 		return
 	}

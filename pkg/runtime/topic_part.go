@@ -33,8 +33,12 @@ type topicPart struct {
 	handoffCh     chan struct{}
 	handoffOnce   sync.Once
 	handoffReason atomic.Value // string
-	released      atomic.Bool
-	fetchKick     chan struct{}
+	// handingOff is set the moment a handoff begins: from then on no
+	// record starts (no worker takes a lane, no handler call or retry
+	// attempt begins); the drain waits only for the calls already running.
+	handingOff atomic.Bool
+	released   atomic.Bool
+	fetchKick  chan struct{}
 	// feedKick wakes feedLoop, which delivers the batches the shared
 	// reader queued (queue): the poll loop hands a fetch's partitions over
 	// and polls on, so partitions are delivered in parallel, each as fast
@@ -136,6 +140,11 @@ func (sp *subPart) adopt(entries []Parked) {
 func (tp *topicPart) releaseUnstarted() {
 	t := tp.t
 	tp.cancel(errHandoff)
+	t.partsMu.Lock()
+	if t.acquired[tp.p] == tp.lease {
+		delete(t.acquired, tp.p)
+	}
+	t.partsMu.Unlock()
 	ctx, cancel := context.WithTimeout(t.bgCtx, t.cfg.OpTimeout)
 	defer cancel()
 	if ok, err := t.cfg.Leases.ReleasePartitionLease(ctx, tp.lease.fence); err == nil && ok {
@@ -166,6 +175,9 @@ func (tp *topicPart) start() {
 	tp.tailPos = tail
 	t.partsMu.Lock()
 	t.parts[tp.p] = tp
+	if t.acquired[tp.p] == tp.lease {
+		delete(t.acquired, tp.p)
+	}
 	t.partsMu.Unlock()
 	// Assign under mu: the poll loop may see this run's first batch as
 	// soon as Assign returns, and must find the epoch set when it gets mu.
@@ -199,11 +211,16 @@ func (tp *topicPart) start() {
 	}
 }
 
-// handoff asks the partition to stop reading, drain, save and release.
+// handoff asks the partition to stop reading, stop starting records,
+// wait for those running, save and release.
 func (tp *topicPart) handoff(reason string) {
 	tp.handoffOnce.Do(func() {
 		tp.handoffReason.Store(reason)
+		tp.handingOff.Store(true)
 		close(tp.handoffCh)
+		if hook := tp.t.handoffHook; hook != nil {
+			hook(tp.p)
+		}
 	})
 }
 
@@ -236,8 +253,11 @@ func (tp *topicPart) supervise() {
 	t.post(evTopicPartEnded{tp: tp, lost: true})
 }
 
-// endGracefully is the handoff: stop reading, drain the lanes up to
-// HandoffTimeout, cancel what still runs, save every checkpoint, release.
+// endGracefully is the handoff: stop reading, wait up to HandoffTimeout
+// for the handler calls running when it began (no record starts after
+// that: handingOff), cancel what still runs, save every checkpoint (the
+// low watermark of what finished: the records not started are read again
+// by the next owner), release.
 func (tp *topicPart) endGracefully() {
 	t := tp.t
 	reason, _ := tp.handoffReason.Load().(string)
@@ -290,8 +310,11 @@ func (tp *topicPart) remove() {
 	t.partsMu.Unlock()
 }
 
-// drain waits until every subscription's window is empty and its
-// workers are gone, the timeout passes, or the partition's context ends.
+// drain waits until every subscription's workers are gone (they finish
+// the handler call they are in and start no other once handingOff is
+// set), the timeout passes, or the partition's context ends. Records
+// queued and not started stay in the window, so the checkpoint stays
+// below them.
 func (tp *topicPart) drain(timeout time.Duration) {
 	t := tp.t
 	done := make(chan struct{})
@@ -326,7 +349,7 @@ func (tp *topicPart) drainedLocked() bool {
 		if sp.sr.failed.Load() {
 			continue
 		}
-		if sp.win.inflight() > 0 || sp.workers > 0 {
+		if sp.workers > 0 {
 			return false
 		}
 	}
@@ -775,7 +798,7 @@ func (t *TopicSubscriptions) ledgerLoop(ctx context.Context, sr *SubscriptionRun
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		b := newBackoff(time.Second, t.cfg.LedgerPollEvery)
+		b := newBackoff(time.Second, t.cfg.LedgerPollEvery, t.jit)
 		for ctx.Err() == nil {
 			ch, err := t.cfg.Ledger.WatchRequests(ctx, sr.cfg.Name)
 			if err != nil {
@@ -801,7 +824,7 @@ func (t *TopicSubscriptions) ledgerLoop(ctx context.Context, sr *SubscriptionRun
 			}
 		}
 	}()
-	b := newBackoff(time.Second, t.cfg.LedgerPollEvery)
+	b := newBackoff(time.Second, t.cfg.LedgerPollEvery, t.jit)
 	for {
 		wait := t.cfg.LedgerPollEvery
 		if !t.sleep(ctx, wait) {

@@ -42,27 +42,43 @@ func (s sysTimer) Reset(d time.Duration) { s.t.Reset(d) }
 
 // Fake is a manual clock for tests: time moves only with Advance, and
 // timers due by then fire (in deadline order) during Advance.
+//
+// Like time.Now, its Now carries a monotonic reading besides the wall
+// time, so Sub, Before and After between its readings measure elapsed
+// time, and StepWall moves the wall time alone (an NTP step, an operator
+// setting the date) while the monotonic reading and the timers go on:
+// code that measures time with UnixNano or a wall-only time sees the
+// step, code that uses Sub/Before does not.
 type Fake struct {
 	mu     sync.Mutex
-	now    time.Time
+	wall   time.Time // without a monotonic reading
+	mono   int64     // the monotonic reading, in nanoseconds
 	timers []*fakeTimer
 }
 
-// NewFake returns a fake clock standing at start.
-func NewFake(start time.Time) *Fake { return &Fake{now: start} }
+// NewFake returns a fake clock standing at start. Its monotonic reading
+// starts at start's own when start has one (a time.Now), so its readings
+// compare with the real clock's as time.Now's do; else at zero.
+func NewFake(start time.Time) *Fake {
+	checkMono()
+	mono, _ := monoOf(start)
+	return &Fake{wall: start.Round(0), mono: mono}
+}
 
-// Now returns the fake time.
+// Now returns the fake time, with its monotonic reading.
 func (f *Fake) Now() time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.now
+	return f.nowLocked()
 }
+
+func (f *Fake) nowLocked() time.Time { return withMono(f.wall, f.mono) }
 
 // NewTimer makes a timer that fires when Advance passes its deadline.
 func (f *Fake) NewTimer(d time.Duration) Timer {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	t := &fakeTimer{clock: f, c: make(chan time.Time, 1), at: f.now.Add(d), armed: true}
+	t := &fakeTimer{clock: f, c: make(chan time.Time, 1), at: f.mono + int64(d), armed: true}
 	f.timers = append(f.timers, t)
 	if d <= 0 {
 		f.fireLocked()
@@ -70,12 +86,23 @@ func (f *Fake) NewTimer(d time.Duration) Timer {
 	return t
 }
 
-// Advance moves the clock forward by d and fires the timers now due.
+// Advance moves the clock forward by d (wall and monotonic reading) and
+// fires the timers now due.
 func (f *Fake) Advance(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.now = f.now.Add(d)
+	f.wall = f.wall.Add(d)
+	f.mono += int64(d)
 	f.fireLocked()
+}
+
+// StepWall moves the wall time by d (back when negative) and leaves the
+// monotonic reading, and so every timer, where it is: what a host whose
+// clock is set does to time.Now. No timer fires.
+func (f *Fake) StepWall(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.wall = f.wall.Add(d)
 }
 
 // Timers returns how many timers are armed: tests wait for a goroutine to
@@ -93,13 +120,14 @@ func (f *Fake) Timers() int {
 }
 
 func (f *Fake) fireLocked() {
-	sort.SliceStable(f.timers, func(i, j int) bool { return f.timers[i].at.Before(f.timers[j].at) })
+	sort.SliceStable(f.timers, func(i, j int) bool { return f.timers[i].at < f.timers[j].at })
 	kept := f.timers[:0]
+	now := f.nowLocked()
 	for _, t := range f.timers {
-		if t.armed && !t.at.After(f.now) {
+		if t.armed && t.at <= f.mono {
 			t.armed = false
 			select {
-			case t.c <- f.now:
+			case t.c <- now:
 			default:
 			}
 			continue
@@ -114,7 +142,7 @@ func (f *Fake) fireLocked() {
 type fakeTimer struct {
 	clock *Fake
 	c     chan time.Time
-	at    time.Time
+	at    int64 // the monotonic reading it fires at
 	armed bool
 }
 
@@ -132,7 +160,7 @@ func (t *fakeTimer) Reset(d time.Duration) {
 	f := t.clock
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	t.at = f.now.Add(d)
+	t.at = f.mono + int64(d)
 	if !t.armed {
 		t.armed = true
 		f.timers = append(f.timers, t)

@@ -2,8 +2,11 @@ package kafkasource
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
@@ -45,6 +48,12 @@ type Source struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
+
+	// jit draws the retry waits of scans (backoff): a leader election
+	// stalls every node's scans at once, and waits drawn per Source keep
+	// them from retrying together. Seeded from crypto/rand in New.
+	jitMu sync.Mutex
+	jit   *rand.Rand
 }
 
 // New returns a Source for the cluster reachable at brokers (host:port
@@ -72,6 +81,7 @@ func New(brokers []string, opts ...Option) (*Source, error) {
 		conns:   &connWatch{},
 		decomp:  kgo.DefaultDecompressor(),
 		closed:  make(chan struct{}),
+		jit:     rand.New(rand.NewPCG(randomSeed(), 0)),
 	}
 	cl, err := kgo.NewClient(cfg.kgoOpts(s.brokers, s.conns)...)
 	if err != nil {
@@ -311,8 +321,7 @@ func (s *Source) checkArgs(topic string, partitions ...int32) error {
 
 // backoff waits before retry n, or returns the context's error.
 func (s *Source) backoff(ctx context.Context, n int) error {
-	d := time.Duration(n) * 50 * time.Millisecond
-	t := time.NewTimer(d)
+	t := time.NewTimer(s.retryWait(n))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -532,4 +541,23 @@ func (w *connWatch) state() (addr string, last error, completed int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.addr, w.err, w.completed
+}
+
+// retryWait is the wait before retry n: drawn uniformly from [d/2, d]
+// for d = n x 50ms.
+func (s *Source) retryWait(n int) time.Duration {
+	d := time.Duration(n) * 50 * time.Millisecond
+	s.jitMu.Lock()
+	w := d/2 + time.Duration(s.jit.Int64N(int64(d/2)+1))
+	s.jitMu.Unlock()
+	return w
+}
+
+// randomSeed draws a seed from crypto/rand (on failure, the time).
+func randomSeed() uint64 {
+	var b [8]byte
+	if _, err := crand.Read(b[:]); err != nil {
+		return uint64(time.Now().UnixNano())
+	}
+	return binary.LittleEndian.Uint64(b[:])
 }
