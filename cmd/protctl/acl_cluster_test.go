@@ -223,7 +223,7 @@ subscriptions:
 		t.Fatalf("drain: %v", err)
 	}
 	noPassword(t, map[acl.Role]string{acl.Node: pw}, logs.String())
-	if strings.Contains(logs.String(), "NOPERM") || strings.Contains(logs.String(), "permission") {
-		t.Fatalf("the node was refused something:\n%s", logs.String())
+	if r := refusals(logs.String()); len(r) > 0 {
+		t.Fatalf("the node was refused something:\n%s\n\nwhole log:\n%s", strings.Join(r, "\n"), logs.String())
 	}
 }

@@ -149,7 +149,7 @@ subscriptions:
 		t.Fatalf("checkpoints %v, want partition 0 at 11 and 1 at 10 (every record)", next)
 	}
 	noPassword(t, passwords, logs.String())
-	if strings.Contains(logs.String(), "NOPERM") || strings.Contains(logs.String(), "permission") {
-		t.Fatalf("the node was refused something:\n%s", logs.String())
+	if r := refusals(logs.String()); len(r) > 0 {
+		t.Fatalf("the node was refused something:\n%s\n\nwhole log:\n%s", strings.Join(r, "\n"), logs.String())
 	}
 }

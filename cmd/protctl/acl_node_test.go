@@ -173,8 +173,8 @@ subscriptions:
 		t.Fatalf("drain: %v", err)
 	}
 	noPassword(t, passwords, logs.String())
-	if strings.Contains(logs.String(), "NOPERM") || strings.Contains(logs.String(), "permission") {
-		t.Fatalf("the node was refused something:\n%s", logs.String())
+	if r := refusals(logs.String()); len(r) > 0 {
+		t.Fatalf("the node was refused something:\n%s\n\nwhole log:\n%s", strings.Join(r, "\n"), logs.String())
 	}
 }
 

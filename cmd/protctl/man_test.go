@@ -114,7 +114,7 @@ func TestManPageRendersAsWritten(t *testing.T) {
 	text := stripOverstrike(string(out))
 	for _, want := range []string{
 		"protctl leases ls --category shop::order --state expired -o json", // an example
-		"held     the lease key exists",                                    // an indented table, aligned
+		"held      the lease key exists; its TTL is shown",                 // an indented table, aligned
 		"--category stringArray",                                           // a flag and its type
 		"-o, --output string",                                              // a global flag with shorthand
 	} {

@@ -20,7 +20,7 @@ import (
 // returns a CLI pointed at the Redis and Kafka holding it:
 //
 //	p0: 4 records, lease node-a:7 held, ledger at 1 (lag 3)
-//	p1: 2 records, generation 3, lease expired, ledger at 2 (lag 0)
+//	p1: 2 records, generation 3, lease released (no key, nothing waits), ledger at 2 (lag 0)
 func topicsCLI(t *testing.T) *cli {
 	t.Helper()
 	k := testenv.StartKafka(t, 2, "orders")
@@ -85,7 +85,7 @@ func checkOrders(t *testing.T, tp inspect.Topic) {
 	if s := p0.Subscriptions; len(s) != 1 || s[0].Name != "ledger" || s[0].Checkpoint == nil || *s[0].Checkpoint != "1" || s[0].Lag == nil || *s[0].Lag != 3 {
 		t.Errorf("p0 subscriptions %+v", s)
 	}
-	if p1.Owner != nil || p1.Generation == nil || *p1.Generation != 3 || p1.State != inspect.LeaseExpired || p1.HeadOffset != "2" {
+	if p1.Owner != nil || p1.Generation == nil || *p1.Generation != 3 || p1.State != inspect.LeaseReleased || p1.HeadOffset != "2" {
 		t.Errorf("p1 %+v", p1)
 	}
 	if s := p1.Subscriptions; len(s) != 1 || s[0].Checkpoint == nil || *s[0].Checkpoint != "2" || s[0].Lag == nil || *s[0].Lag != 0 {
@@ -157,7 +157,7 @@ func TestTopicsTableWithoutTTY(t *testing.T) {
 	for i, want := range [][]string{
 		{"TOPIC", "PARTITION", "STATE", "OWNER", "GEN", "TTL", "HEAD", "SUBSCRIPTION", "CHECKPOINT", "LAG"},
 		{"orders", "0", "held", "node-a", "7", "", "4", "ledger", "1", "3"},
-		{"orders", "1", "expired", "-", "3", "-", "2", "ledger", "2", "0"},
+		{"orders", "1", "released", "-", "3", "-", "2", "ledger", "2", "0"},
 	} {
 		got := strings.Fields(lines[i])
 		if len(got) != len(want) {
@@ -178,7 +178,7 @@ func TestTopicsTableWithoutTTY(t *testing.T) {
 
 	r = cl.run("topics", "show", "orders", "--service", "shop")
 	r.wantCode(t, 0)
-	for _, want := range []string{"Lease group:", "shop|topic:orders", "Subscriptions:", "ledger", "PARTITION", "held", "expired"} {
+	for _, want := range []string{"Lease group:", "shop|topic:orders", "Subscriptions:", "ledger", "PARTITION", "held", "released"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("show lacks %q:\n%s", want, r.stdout)
 		}
@@ -222,7 +222,7 @@ func TestTopicsUnreachableExits3(t *testing.T) {
 
 func TestTopicsUsage(t *testing.T) {
 	cl := newCLI(t)
-	cl.run("topics", "ls").wantCode(t, 2)                                  // no --service
+	cl.run("topics", "ls").wantCode(t, 0)                                  // no --service: lists the services
 	cl.run("topics", "show", "--service", "shop").wantCode(t, 2)           // no TOPIC
 	cl.run("topics", "show", "orders", "--service", "shop").wantCode(t, 2) // no Kafka brokers
 }
