@@ -71,9 +71,12 @@ end
 -- pending entries, so a consumer holding any is never touched: the
 -- pending count is read in the same script as the delete, and nothing
 -- runs in between. A consumer a Protean instance named otherwise is
--- treated the same way: the caller holds the lease, so nobody else may
--- read the partition, and an empty consumer carries no state but its
--- idle time. A missing group has no consumers.
+-- treated the same way: the caller holds the lease (Protean's workers
+-- take the same lease key), so nobody else may read the partition, and
+-- an empty consumer carries no state but its idle time. A stale reader
+-- that reads anyway (a paused old owner) only has its consumer created
+-- again by its next XREADGROUP, and its reads are fenced elsewhere; its
+-- idle time starts over. A missing group has no consumers.
 local function prune_consumers(i, group, keep)
   local r = redis.pcall('XINFO', 'CONSUMERS', KEYS[i], group)
   if type(r) == 'table' and r.err then
