@@ -15,17 +15,22 @@ import (
 func newContextCmd(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "context",
-		Short: "List, show and switch the contexts of the config file",
+		Short: "List, add, change, delete and switch the contexts of the config file",
 		Long: `A context names a deployment: its Redis and Kafka endpoints, its key layout and
 its guard rails (readOnly, protected). Contexts live in the config file
 ($XDG_CONFIG_HOME/protctl/config.yaml, or --config); --context or
 PROTCTL_CONTEXT picks one for a single command, "context use" changes the
-default.`,
-		Example: `  protctl context ls
+default. "context add", "context set" and "context delete" edit the file, so
+no YAML needs writing by hand.`,
+		Example: `  protctl context add staging --redis rediss://redis.staging:6380/0 --use
+  protctl context set staging readOnly=true
+  protctl context delete staging --force
+  protctl context ls
   protctl context use staging
   protctl context current`,
 	}
-	cmd.AddCommand(newContextListCmd(f), newContextUseCmd(f), newContextCurrentCmd(f))
+	cmd.AddCommand(newContextListCmd(f), newContextUseCmd(f), newContextCurrentCmd(f),
+		newContextAddCmd(f), newContextSetCmd(f), newContextDeleteCmd(f))
 	return cmd
 }
 
@@ -80,24 +85,7 @@ func runContextList(opts *contextListOptions) error {
 	}
 	items := make([]contextItem, 0, len(file.Contexts))
 	for _, c := range file.Contexts {
-		layout := c.Redis.Layout
-		if layout == "" {
-			layout = "protean"
-		}
-		items = append(items, contextItem{
-			Name:    c.Name,
-			Current: c.Name == file.CurrentContext,
-			Redis: contextRedis{
-				URL:          redactedOrNull(c.Redis.URL),
-				Layout:       layout,
-				Username:     nonEmpty(c.Redis.Username),
-				PasswordFile: nonEmpty(c.Redis.PasswordFile),
-			},
-			Kafka:      contextKafka{Brokers: append([]string{}, c.Kafka.Brokers...)},
-			Categories: append([]string{}, c.Categories...),
-			ReadOnly:   c.ReadOnly,
-			Protected:  c.Protected,
-		})
+		items = append(items, contextItemOf(c, file.CurrentContext))
 	}
 	yesNo := func(b bool) string {
 		if b {
@@ -129,6 +117,28 @@ func runContextList(opts *contextListOptions) error {
 			output.Col("PROTECTED", func(c contextItem) string { return yesNo(c.Protected) }),
 		},
 	})
+}
+
+// contextItemOf is a context as listed and as printed by add and set.
+func contextItemOf(c config.Context, current string) contextItem {
+	layout := c.Redis.Layout
+	if layout == "" {
+		layout = "protean"
+	}
+	return contextItem{
+		Name:    c.Name,
+		Current: c.Name == current,
+		Redis: contextRedis{
+			URL:          redactedOrNull(c.Redis.URL),
+			Layout:       layout,
+			Username:     nonEmpty(c.Redis.Username),
+			PasswordFile: nonEmpty(c.Redis.PasswordFile),
+		},
+		Kafka:      contextKafka{Brokers: append([]string{}, c.Kafka.Brokers...)},
+		Categories: append([]string{}, c.Categories...),
+		ReadOnly:   c.ReadOnly,
+		Protected:  c.Protected,
+	}
 }
 
 type contextUseOptions struct {

@@ -56,6 +56,10 @@ type File struct {
 
 	// path is where the file was read from ("" when it does not exist).
 	path string
+	// raw and loaded are the file as read, so that Save keeps its comments
+	// and the nodes of the contexts it did not change.
+	raw    *yaml.Node
+	loaded map[string]Context
 }
 
 // Context names a deployment: its endpoints and its guard rails.
@@ -158,6 +162,14 @@ func Load(path string, mustExist bool) (*File, error) {
 	if err := f.validate(); err != nil {
 		return nil, fmt.Errorf("config: %s: %w", path, err)
 	}
+	var raw yaml.Node
+	if yaml.Unmarshal(data, &raw) == nil && raw.Kind == yaml.DocumentNode {
+		f.raw = &raw
+		f.loaded = map[string]Context{}
+		for _, c := range f.Contexts {
+			f.loaded[c.Name] = c
+		}
+	}
 	return f, nil
 }
 
@@ -212,12 +224,14 @@ func (f *File) Names() []string {
 }
 
 // Save writes the file to path atomically (a temporary file renamed over
-// it), readable by the owner only, creating the directory if needed.
+// it, so a reader sees the old file or the new one), readable by the
+// owner only, creating the directory if needed. The comments of the file
+// as loaded are kept, but those inside a context that was changed.
 func (f *File) Save(path string) error {
 	if err := f.validate(); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	data, err := yaml.Marshal(f)
+	data, err := f.marshalKeepingComments()
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
