@@ -435,11 +435,12 @@ func TestACLReadOnlyDashboardOnATerminal(t *testing.T) {
 	before := e.digest()
 	cl := e.as(acl.ReadOnly)
 	cl.tty = true
-	cl.configure = func(s *output.IOStreams) { s.In = &delayedReader{after: 500 * time.Millisecond, data: []byte("q")} }
+	want := []string{"partitions [9]", "o-healthy"}
+	cl.configure = func(s *output.IOStreams) { typeWhenShown(s, "q", want...) }
 	r := cl.run("tui", "--refresh", "1h", "--read-only")
 	r.wantCode(t, 0)
 	e.noSecret(r.stdout + r.stderr)
-	for _, want := range []string{"partitions [9]", "o-healthy"} {
+	for _, want := range want {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("the dashboard does not show %q:\n%q", want, r.stdout)
 		}

@@ -2,11 +2,9 @@ package main
 
 import (
 	"encoding/json"
-	"io"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/internal/testenv"
@@ -82,7 +80,9 @@ func TestDemoJSONSummary(t *testing.T) {
 func TestDemoDashboard(t *testing.T) {
 	cl := newCLI(t)
 	cl.tty = true
-	cl.configure = func(s *output.IOStreams) { s.In = &keysAfter{after: 2 * time.Second, keys: []byte("q")} }
+	// q once the dashboard shows the demo's partitions (the summary,
+	// with "processed", is printed after it quits).
+	cl.configure = func(s *output.IOStreams) { typeWhenShown(s, "q", "demo::order", "o-0") }
 	r := cl.run("demo", "--duration", "1m")
 	r.wantCode(t, 0)
 	for _, want := range []string{"demo::order", "o-0", "processed"} {
@@ -90,22 +90,6 @@ func TestDemoDashboard(t *testing.T) {
 			t.Errorf("stdout lacks %q", want)
 		}
 	}
-}
-
-// keysAfter is a terminal's input: keys typed after a while, then EOF.
-type keysAfter struct {
-	after time.Duration
-	keys  []byte
-	done  bool
-}
-
-func (k *keysAfter) Read(p []byte) (int, error) {
-	if k.done {
-		return 0, io.EOF
-	}
-	time.Sleep(k.after)
-	k.done = true
-	return copy(p, k.keys), nil
 }
 
 // With --redis the demo runs on that server, and the operator commands see

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -74,31 +76,74 @@ func TestTUIFlagErrors(t *testing.T) {
 func TestTUIOnATerminal(t *testing.T) {
 	e := newOpsEnv(t)
 	cl := e.cli(true)
-	// q after the first reads: the frames drawn until then are on stdout.
-	cl.configure = func(s *output.IOStreams) { s.In = &delayedReader{after: 500 * time.Millisecond, data: []byte("q")} }
+	// q once the first reads are drawn: the frames drawn until then are on stdout.
+	want := []string{"protctl", "partitions [9]", "o-healthy"}
+	cl.configure = func(s *output.IOStreams) { typeWhenShown(s, "q", want...) }
 	r := cl.run("tui", "--refresh", "1h")
 	r.wantCode(t, 0)
-	for _, want := range []string{"protctl", "partitions [9]", "o-healthy"} {
+	for _, want := range want {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("stdout has no %q:\n%q", want, r.stdout)
 		}
 	}
 }
 
-// delayedReader yields data once after a delay, then EOF.
-type delayedReader struct {
-	after time.Duration
-	data  []byte
-	done  bool
+// typeWhenShown makes s a terminal whose user types keys once the screen
+// (s.Out) shows every one of want, then closes the input (EOF). A
+// dashboard draws its data after reads that take as long as the machine
+// makes them (over a second on a loaded CI runner), so typing after a
+// fixed delay raced the first read. After a minute without them the keys
+// are typed anyway: the test then fails on its own assertions, with what
+// was drawn, instead of hanging.
+func typeWhenShown(s *output.IOStreams, keys string, want ...string) {
+	scr := &screen{w: s.Out}
+	s.Out = scr
+	s.In = &typist{scr: scr, keys: []byte(keys), want: want}
 }
 
-func (d *delayedReader) Read(p []byte) (int, error) {
-	if d.done {
+// screen is a terminal's output that the test can read while the program
+// writes to it (from its renderer's goroutine); writes go on to w.
+type screen struct {
+	mu   sync.Mutex
+	w    io.Writer
+	seen bytes.Buffer
+}
+
+func (s *screen) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seen.Write(p)
+	return s.w.Write(p)
+}
+
+func (s *screen) shows(want []string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range want {
+		if !bytes.Contains(s.seen.Bytes(), []byte(w)) {
+			return false
+		}
+	}
+	return true
+}
+
+// typist is a terminal's input: keys typed once scr shows want, then EOF.
+type typist struct {
+	scr   *screen
+	keys  []byte
+	want  []string
+	typed bool
+}
+
+func (k *typist) Read(p []byte) (int, error) {
+	if k.typed {
 		return 0, io.EOF
 	}
-	time.Sleep(d.after)
-	d.done = true
-	return copy(p, d.data), nil
+	for deadline := time.Now().Add(time.Minute); !k.scr.shows(k.want) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	k.typed = true
+	return copy(p, k.keys), nil
 }
 
 // dashboard drives a tui.Model built exactly as `protctl tui` builds it

@@ -6,9 +6,11 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/hrw"
 )
 
@@ -53,7 +55,7 @@ func settled(t *testing.T, e *topicEnv, what string) (map[int32]string, map[int3
 	var owner map[int32]string
 	var gens map[int32]int64
 	want := expectedOwners(e.parts, ids(e.live()))
-	waitFor(t, 20*time.Second, what, func() bool {
+	waitFor(t, time.Minute, what, func() bool {
 		owner, gens = holders(t, e.live())
 		for p, w := range want {
 			if owner[p] != w {
@@ -65,18 +67,66 @@ func settled(t *testing.T, e *topicEnv, what string) (map[int32]string, map[int3
 	return owner, gens
 }
 
+// givenUp records the leases nodes gave up on their own: refused at a
+// renewal (lost) or not renewed within the trust window (untrusted).
+type givenUp struct {
+	mu    sync.Mutex
+	lease map[string]bool // "node/partition/generation"
+}
+
+func newGivenUp() *givenUp { return &givenUp{lease: map[string]bool{}} }
+
+// observer records into g the lease events of node.
+func (g *givenUp) observer(node string) *runtime.Observer {
+	return &runtime.Observer{OnLease: func(e runtime.LeaseEvent) {
+		if e.Kind != runtime.LeaseLost && e.Kind != runtime.LeaseUntrusted {
+			return
+		}
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.lease[fmt.Sprintf("%s/%s/%d", node, e.Partition, e.Generation)] = true
+	}}
+}
+
+// had reports whether node gave up its lease of p under generation gen.
+func (g *givenUp) had(node string, p int32, gen int64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.lease[fmt.Sprintf("%s/%d/%d", node, p, gen)]
+}
+
+// stayed checks partition p, which stayed on owner while its generation
+// went from -> to: the same lease, or a higher generation after owner
+// gave that lease up on its own and took the partition again.
+func (g *givenUp) stayed(t *testing.T, p int32, owner string, from, to int64) {
+	t.Helper()
+	switch {
+	case to == from:
+	case to > from && g.had(owner, p, from):
+		t.Logf("partition %d stayed on %s, which gave its lease (generation %d) up on its own and took it again (%d)", p, owner, from, to)
+	default:
+		t.Errorf("partition %d stayed on %s but its generation went %d -> %d", p, owner, from, to)
+	}
+}
+
 // TestTopicHRWOwnership: every node computes the same owners (the live
 // nodes hold exactly what rendezvous hashing says, once each); a node
 // that joins takes about 1/N of the partitions, only from the others and
 // without moving any other partition; a node that leaves gives away only
-// its own. Partitions that do not move keep their lease generation.
+// its own. Partitions that do not move keep their lease generation,
+// unless their owner gave that very lease up on its own (its renewals
+// failed for the whole trust window, 1.7s here, as they do on a starved
+// machine) and took the partition again under a higher generation: that
+// is what the lease protocol guarantees, and a handoff (released, not
+// given up) is never excused.
 func TestTopicHRWOwnership(t *testing.T) {
 	const parts = 48
 	e := newTopicEnv(t, onMemory, parts)
 	defer e.stopAll()
 	h := newTopicRecorder(t)
+	gave := newGivenUp()
 	for _, id := range []string{"n1", "n2", "n3"} {
-		e.start(id, e.config(tsub(topicSub, h.handler(id))), nil)
+		e.start(id, e.config(tsub(topicSub, h.handler(id))), gave.observer(id))
 	}
 	before, genBefore := settled(t, e, "three nodes to settle")
 	counts := map[string]int{}
@@ -89,14 +139,12 @@ func TestTopicHRWOwnership(t *testing.T) {
 		}
 	}
 
-	e.start("n4", e.config(tsub(topicSub, h.handler("n4"))), nil)
+	e.start("n4", e.config(tsub(topicSub, h.handler("n4"))), gave.observer("n4"))
 	after, genAfter := settled(t, e, "four nodes to settle")
 	moved := 0
 	for p := int32(0); p < parts; p++ {
 		if after[p] == before[p] {
-			if genAfter[p] != genBefore[p] {
-				t.Errorf("partition %d stayed on %s but its generation went %d -> %d", p, after[p], genBefore[p], genAfter[p])
-			}
+			gave.stayed(t, p, after[p], genBefore[p], genAfter[p])
 			continue
 		}
 		moved++
@@ -121,8 +169,8 @@ func TestTopicHRWOwnership(t *testing.T) {
 		if after[p] != "n2" && final[p] != after[p] {
 			t.Errorf("partition %d of %s moved to %s when n2 left", p, after[p], final[p])
 		}
-		if after[p] != "n2" && genFinal[p] != genAfter[p] {
-			t.Errorf("partition %d stayed on %s but its generation went %d -> %d", p, final[p], genAfter[p], genFinal[p])
+		if after[p] != "n2" && final[p] == after[p] {
+			gave.stayed(t, p, final[p], genAfter[p], genFinal[p])
 		}
 		if after[p] == "n2" && final[p] == "n2" {
 			t.Errorf("partition %d still on the node that left", p)
