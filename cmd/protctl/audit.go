@@ -17,6 +17,7 @@ import (
 	"github.com/protctl/protctl/internal/buildinfo"
 	"github.com/protctl/protctl/internal/config"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/present"
 	"github.com/protctl/protctl/internal/repair"
 )
 
@@ -193,9 +194,9 @@ func runAuditList(ctx context.Context, opts *auditListOptions) error {
 		Columns: []output.Column{
 			output.Col("TIME", func(a auditItem) string { return pr.Time(a.Entry.Time) }),
 			output.Col("USER", func(a auditItem) string { return a.User + "@" + a.Host }),
-			output.Col("CONTEXT", func(a auditItem) string { return strCell(a.Context) }),
-			output.Col("ACTIONS", func(a auditItem) string { return orDashStr(strings.Join(a.Actions, ",")) }),
-			output.Col("OUTCOME", func(a auditItem) string { return orDashStr(a.Outcome) },
+			output.Col("CONTEXT", func(a auditItem) string { return present.Str(a.Context) }),
+			output.Col("ACTIONS", func(a auditItem) string { return present.Dash(strings.Join(a.Actions, ",")) }),
+			output.Col("OUTCOME", func(a auditItem) string { return present.Dash(a.Outcome) },
 				output.Toned(func(a auditItem) output.Tone { return auditOutcomeTone(a.Outcome) })),
 			output.Col("RESULTS", func(a auditItem) string {
 				switch {
@@ -214,7 +215,7 @@ func runAuditList(ctx context.Context, opts *auditListOptions) error {
 			}),
 			output.Col("ID", func(a auditItem) string { return a.ID }, output.WideOnly()),
 			output.Col("EXIT", func(a auditItem) string { return fmt.Sprint(a.ExitCode) }, output.WideOnly()),
-			output.Col("VERSION", func(a auditItem) string { return orDashStr(a.Version) }, output.WideOnly()),
+			output.Col("VERSION", func(a auditItem) string { return present.Dash(a.Version) }, output.WideOnly()),
 		},
 	})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/present"
 )
 
 func newLeasesCmd(f *Factory) *cobra.Command {
@@ -136,19 +137,19 @@ func runLeasesList(ctx context.Context, opts *leasesListOptions) error {
 		Columns: []output.Column{
 			output.Col("GROUP", func(l inspect.Lease) string { return l.Group }),
 			output.Col("KEY", func(l inspect.Lease) string { return l.Key }),
-			output.Col("CATEGORY", func(l inspect.Lease) string { return orDashStr(l.Category) }),
+			output.Col("CATEGORY", func(l inspect.Lease) string { return present.Dash(l.Category) }),
 			output.Col("STATE", func(l inspect.Lease) string { return string(l.State) },
 				output.Toned(func(l inspect.Lease) output.Tone { return leaseTone(l.State) })),
-			output.Col("OWNER", func(l inspect.Lease) string { return strCell(l.Owner) }),
-			output.Col("GEN", func(l inspect.Lease) string { return intCell(l.Generation) }),
+			output.Col("OWNER", func(l inspect.Lease) string { return present.Str(l.Owner) }),
+			output.Col("GEN", func(l inspect.Lease) string { return present.Int(l.Generation) }),
 			output.Col("TTL", func(l inspect.Lease) string {
 				if l.State == inspect.LeaseHeld && l.TTLMs == nil {
 					return "none"
 				}
-				return msCell(l.TTLMs)
+				return present.Ms(l.TTLMs)
 			}),
-			output.Col("TOKEN", func(l inspect.Lease) string { return strCell(l.Token) }, output.WideOnly()),
-			output.Col("COUNTER", func(l inspect.Lease) string { return intCell(l.Counter) }, output.WideOnly()),
+			output.Col("TOKEN", func(l inspect.Lease) string { return present.Str(l.Token) }, output.WideOnly()),
+			output.Col("COUNTER", func(l inspect.Lease) string { return present.Int(l.Counter) }, output.WideOnly()),
 			output.Col("LEASE-KEY", func(l inspect.Lease) string { return l.LeaseKey }, output.WideOnly()),
 		},
 	})

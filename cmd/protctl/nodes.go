@@ -9,6 +9,7 @@ import (
 
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/present"
 	"github.com/protctl/protctl/pkg/runtime"
 )
 
@@ -150,34 +151,27 @@ func runNodesList(ctx context.Context, opts *nodesListOptions) error {
 					return output.ToneWarn
 				})),
 			output.Col("HELD", func(n nodeItem) string { return fmt.Sprint(len(n.Held)) }),
-			output.Col("PAUSED", func(n nodeItem) string { return listCell(n.Paused) },
+			output.Col("PAUSED", func(n nodeItem) string { return present.List(n.Paused) },
 				output.Toned(func(n nodeItem) output.Tone {
 					if len(n.Paused) > 0 {
 						return output.ToneWarn
 					}
 					return output.ToneNone
 				})),
-			output.Col("THROTTLED", func(n nodeItem) string { return listCell(n.Throttled) }),
+			output.Col("THROTTLED", func(n nodeItem) string { return present.List(n.Throttled) }),
 			output.Col("PARKED", func(n nodeItem) string { return fmt.Sprint(n.Parked) }),
 			output.Col("LAST-SEEN", func(n nodeItem) string { return pr.Time(n.node.LastSeen) }),
-			output.Col("ADMIN", func(n nodeItem) string { return strCell(n.AdminAddr) }, output.WideOnly()),
+			output.Col("ADMIN", func(n nodeItem) string { return present.Str(n.AdminAddr) }, output.WideOnly()),
 			output.Col("STARTED", func(n nodeItem) string { return pr.Time(n.node.StartedAt) }, output.WideOnly()),
 			output.Col("PARTITIONS", func(n nodeItem) string {
 				parts := make([]string, 0, len(n.Held))
 				for _, h := range n.Held {
 					parts = append(parts, fmt.Sprintf("%s@%d", h.Partition, h.Generation))
 				}
-				return listCell(parts)
+				return present.List(parts)
 			}, output.WideOnly()),
 		},
 	})
-}
-
-func listCell(s []string) string {
-	if len(s) == 0 {
-		return "-"
-	}
-	return strings.Join(s, ",")
 }
 
 // listServices prints the services found in Redis, for nodes ls and
@@ -202,15 +196,8 @@ func listServices(ctx context.Context, ios *output.IOStreams, pr *output.Printer
 		Empty: "No services found in Redis: no node status records (protctl:{S}:node:*) or Kafka lease groups (protctl:{S|topic:T}:*).",
 		Columns: []output.Column{
 			output.Col("SERVICE", func(s inspect.Service) string { return s.Name }),
-			output.Col("NODES", func(s inspect.Service) string { return yesNoCell(s.Nodes) }),
-			output.Col("TOPICS", func(s inspect.Service) string { return orDashStr(strings.Join(s.Topics, ",")) }),
+			output.Col("NODES", func(s inspect.Service) string { return present.YesNo(s.Nodes) }),
+			output.Col("TOPICS", func(s inspect.Service) string { return present.Dash(strings.Join(s.Topics, ",")) }),
 		},
 	})
-}
-
-func yesNoCell(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "no"
 }

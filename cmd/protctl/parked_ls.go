@@ -9,6 +9,7 @@ import (
 
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/present"
 )
 
 type parkedListOptions struct {
@@ -88,8 +89,8 @@ func runParkedList(ctx context.Context, opts *parkedListOptions) error {
 			output.Col("ATTEMPTS", func(p parkedItem) string { return fmt.Sprint(p.Attempts) }),
 			output.Col("PARKED", func(p parkedItem) string { return timeCell(pr, p.ParkedAt) }),
 			output.Col("ERROR", func(p parkedItem) string { return p.Error }),
-			output.Col("OWNER", func(p parkedItem) string { return strCell(p.Owner) }, output.WideOnly()),
-			output.Col("GEN", func(p parkedItem) string { return intCell(p.Generation) }, output.WideOnly()),
+			output.Col("OWNER", func(p parkedItem) string { return present.Str(p.Owner) }, output.WideOnly()),
+			output.Col("GEN", func(p parkedItem) string { return present.Int(p.Generation) }, output.WideOnly()),
 			output.Col("LAST-ATTEMPT", func(p parkedItem) string { return timeCell(pr, p.LastAttemptAt) }, output.WideOnly()),
 		},
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/protctl/protctl/internal/clierr"
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/present"
 	"github.com/protctl/protctl/pkg/runtime"
 )
 
@@ -94,7 +95,7 @@ func runParkedShow(ctx context.Context, opts *parkedShowOptions) error {
 		}
 		status := d.Status
 		if d.Request != nil {
-			status += " (" + d.Request.Action + " requested by " + strCell(d.Request.By) + ")"
+			status += " (" + d.Request.Action + " requested by " + present.Str(d.Request.By) + ")"
 		}
 		fields := []output.Field{
 			{Label: "Subscription", Value: d.Subscription},
@@ -105,7 +106,7 @@ func runParkedShow(ctx context.Context, opts *parkedShowOptions) error {
 			{Label: "Attempts", Value: fmt.Sprint(d.Attempts)},
 			{Label: "Parked", Value: timeCell(pr, d.ParkedAt)},
 			{Label: "Last attempt", Value: timeCell(pr, d.LastAttemptAt)},
-			{Label: "Owner", Value: strCell(d.Owner) + " (generation " + intCell(d.Generation) + ")"},
+			{Label: "Owner", Value: present.Str(d.Owner) + " (generation " + present.Int(d.Generation) + ")"},
 			{Label: "Error", Value: d.Error, Tone: output.ToneBad},
 		}
 		if d.Record != nil {
@@ -131,9 +132,9 @@ func recordFields(e *inspect.Entry) []output.Field {
 	case e.Envelope != nil:
 		h := e.Envelope.Metadata.Headers
 		fs = append(fs,
-			output.Field{Label: "Type", Value: orDashStr(h.Type)},
-			output.Field{Label: "Event id", Value: orDashStr(h.ID)},
-			output.Field{Label: "Time", Value: orDashStr(h.Time)},
+			output.Field{Label: "Type", Value: present.Dash(h.Type)},
+			output.Field{Label: "Event id", Value: present.Dash(h.ID)},
+			output.Field{Label: "Time", Value: present.Dash(h.Time)},
 		)
 		if e.Envelope.Data != nil {
 			fs = append(fs, output.Field{Label: "Data", Value: string(e.Envelope.Data)})

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/protctl/protctl/internal/clierr"
+	"github.com/protctl/protctl/internal/present"
 	"github.com/protctl/protctl/internal/repair"
 	"github.com/protctl/protctl/pkg/runtime"
 )
@@ -39,7 +40,7 @@ partition halted on a poison message has none: dead-letter its head with
 			err := runParkedRequest(cmd.Context(), opts)
 			if errors.Is(err, runtime.ErrNotParked) && !opts.All {
 				return clierr.NotFound.Errorf("nothing is parked for subscription %q and aggregate %q; for a Protean partition halted on its head use: protctl partitions skip-head CATEGORY %s --group %s",
-					opts.Subscription, opts.Aggregate, shellQuote(opts.Aggregate), shellQuote(opts.Subscription))
+					opts.Subscription, opts.Aggregate, present.ShellQuote(opts.Aggregate), present.ShellQuote(opts.Subscription))
 			}
 			return err
 		},

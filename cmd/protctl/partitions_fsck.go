@@ -9,6 +9,7 @@ import (
 
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/present"
 	"github.com/protctl/protctl/pkg/broker"
 )
 
@@ -112,7 +113,7 @@ func printFsck(opts *partitionsFsckOptions, rep inspect.FsckReport) error {
 				output.Col("KEY", func(o inspect.Orphan) string { return o.Key }),
 				output.Col("STREAM", func(o inspect.Orphan) string { return o.Stream }),
 				output.Col("LENGTH", func(o inspect.Orphan) string { return fmt.Sprint(o.Length) }),
-				output.Col("TYPE", func(o inspect.Orphan) string { return orDashStr(o.Type) }),
+				output.Col("TYPE", func(o inspect.Orphan) string { return present.Dash(o.Type) }),
 			}}); err != nil {
 				return err
 			}

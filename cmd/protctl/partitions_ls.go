@@ -18,6 +18,7 @@ import (
 	"github.com/protctl/protctl/internal/config"
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/present"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 )
@@ -449,7 +450,7 @@ func partitionTable(pr *output.Printer) output.TableSpec {
 				}
 				return g.Lease.Owner
 			})),
-			output.Col("GEN", g(func(g *inspect.Group) string { return intCell(g.Generation) })),
+			output.Col("GEN", g(func(g *inspect.Group) string { return present.Int(g.Generation) })),
 			output.Col("TTL", g(func(g *inspect.Group) string {
 				if g.Lease == nil {
 					return "-"
@@ -457,38 +458,22 @@ func partitionTable(pr *output.Printer) output.TableSpec {
 				if g.Lease.TTLMs == nil {
 					return "none"
 				}
-				return msCell(g.Lease.TTLMs)
+				return present.Ms(g.Lease.TTLMs)
 			})),
-			output.Col("PARKED", g(func(g *inspect.Group) string { return boolCell(g.Parked) }),
+			output.Col("PARKED", g(func(g *inspect.Group) string { return present.Bool(g.Parked) }),
 				output.Toned(func(r partitionRow) output.Tone {
 					if r.g != nil && r.g.Parked != nil && *r.g.Parked {
 						return output.ToneBad
 					}
 					return output.ToneNone
 				})),
-			output.Col("IDLE", func(r partitionRow) string { return msCell(r.p.IdleMs) }),
-			output.Col("LANES", func(r partitionRow) string { return lanesText(r.p.Lanes) }, output.WideOnly()),
-			output.Col("LAST-ENTRY", func(r partitionRow) string { return strCell(r.p.LastEntryID) }, output.WideOnly()),
-			output.Col("DELIVERED", g(func(g *inspect.Group) string { return strCell(g.LastDeliveredID) }), output.WideOnly()),
-			output.Col("ERROR", func(r partitionRow) string { return orDashStr(r.p.Error) }, output.WideOnly()),
+			output.Col("IDLE", func(r partitionRow) string { return present.Ms(r.p.IdleMs) }),
+			output.Col("LANES", func(r partitionRow) string { return present.Lanes(r.p.Lanes) }, output.WideOnly()),
+			output.Col("LAST-ENTRY", func(r partitionRow) string { return present.Str(r.p.LastEntryID) }, output.WideOnly()),
+			output.Col("DELIVERED", g(func(g *inspect.Group) string { return present.Str(g.LastDeliveredID) }), output.WideOnly()),
+			output.Col("ERROR", func(r partitionRow) string { return present.Dash(r.p.Error) }, output.WideOnly()),
 		},
 	}
-}
-
-// lanesText is "main:5 backfill:4".
-func lanesText(lanes []inspect.Lane) string {
-	parts := make([]string, 0, len(lanes))
-	for _, l := range lanes {
-		if !l.Exists {
-			parts = append(parts, l.Name+":missing")
-			continue
-		}
-		parts = append(parts, fmt.Sprintf("%s:%d", l.Name, l.Length))
-	}
-	if len(parts) == 0 {
-		return "-"
-	}
-	return strings.Join(parts, " ")
 }
 
 // writeJSONList writes items as Printer.PrintList writes them for -o

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/present"
 )
 
 type partitionsShowOptions struct {
@@ -106,60 +106,20 @@ func hidePayload(e *inspect.Entry) *inspect.Entry {
 }
 
 func writePartitionDetail(w io.Writer, st output.Styles, ios *output.IOStreams, d *partitionDetail) error {
-	indexed := "yes"
-	if !d.Indexed {
-		indexed = "no (consumers will not discover it; see partitions fsck)"
-	}
-	fields := []output.Field{
-		{Label: "Partition", Value: d.Category + " " + d.Key},
-		{Label: "Stream", Value: d.Stream},
-		{Label: "Lanes", Value: lanesText(d.Lanes)},
-		{Label: "Length", Value: fmt.Sprint(d.Length)},
-		{Label: "Last entry", Value: strCell(d.LastEntryID) + idleSuffix(d.IdleMs)},
-		{Label: "Indexed", Value: indexed},
-		{Label: "Dead letters", Value: fmt.Sprint(d.DLQLength)},
-	}
-	if err := output.WriteFields(w, st, fields...); err != nil {
-		return err
-	}
-	for i := range d.Groups {
-		g := &d.Groups[i]
-		fmt.Fprintf(w, "\n%s\n", st.Header("Group "+output.Escape(g.Name)))
-		gf := []output.Field{
-			{Label: "Lease", Value: leaseText(&g.Group)},
-			{Label: "Generation", Value: intCell(g.Generation)},
-			{Label: "Pending", Value: fmt.Sprint(g.Pending)},
-			{Label: "Lag", Value: lagText(g.Lag)},
-			{Label: "Delivered up to", Value: strCell(g.LastDeliveredID)},
-			{Label: "Parked", Value: boolCell(g.Parked)},
-			{Label: "Head", Value: headText(g)},
-			{Label: "Verdict", Value: string(g.Verdict.State) + ": " + g.Verdict.Reason, Tone: verdictTone(g.Verdict.State)},
-		}
-		if err := output.WriteFields(w, st, gf...); err != nil {
-			return err
-		}
-		if len(g.PendingEntries) > 0 {
-			fmt.Fprintln(w, "Pending entries:")
-			if err := viewPrinter(ios, w).PrintList("PendingEntry", g.PendingEntries, output.TableSpec{Columns: []output.Column{
-				output.Col("STREAM", func(e inspect.PendingEntry) string { return e.Stream }),
-				output.Col("ID", func(e inspect.PendingEntry) string { return e.ID }),
-				output.Col("CONSUMER", func(e inspect.PendingEntry) string { return e.Consumer }),
-				output.Col("DELIVERIES", func(e inspect.PendingEntry) string { return fmt.Sprint(e.Deliveries) }),
-				output.Col("IDLE", func(e inspect.PendingEntry) string { return output.HumanDuration(msDuration(e.IdleMs)) }),
-			}}); err != nil {
-				return err
-			}
-		}
-	}
-	fmt.Fprintln(w)
-	if err := output.WriteFields(w, st, output.Field{Label: "Verdict", Value: d.Verdict.String(), Tone: verdictTone(d.Verdict.State)}); err != nil {
+	err := present.WritePartition(w, &d.PartitionDetail, present.Layout{
+		Styles: st,
+		Table: func(w io.Writer, kind string, items []any, cols []output.Column) error {
+			return viewPrinter(ios, w).PrintList(kind, items, output.TableSpec{Columns: cols})
+		},
+	})
+	if err != nil {
 		return err
 	}
 	if d.PayloadHidden && hasHead(d) {
 		fmt.Fprintln(w, st.Tone(output.ToneMuted, "Payloads hidden; --show-payload shows them."))
 	}
-	for _, hint := range repairHints(d) {
-		fmt.Fprintf(w, "%s\n  %s\n", output.Escape(hint.what), output.Escape(hint.command))
+	for _, h := range present.RepairHints(&d.PartitionDetail) {
+		fmt.Fprintf(w, "%s\n  %s\n", output.Escape(h.What), output.Escape(h.Command))
 	}
 	return nil
 }
@@ -171,114 +131,6 @@ func hasHead(d *partitionDetail) bool {
 		}
 	}
 	return false
-}
-
-// repairHint is a runbook step: what it does and the command.
-type repairHint struct{ what, command string }
-
-// repairHints are the runbook commands for a stuck group: dead-letter a
-// pending head delivered more than once, then free a lease still held.
-func repairHints(d *partitionDetail) []repairHint {
-	var hints []repairHint
-	for _, g := range d.Groups {
-		if g.Verdict.State != inspect.StateStuck || g.HeadPending == nil {
-			continue
-		}
-		args := fmt.Sprintf("%s %s --group %s", shellQuote(d.Category), shellQuote(d.Key), shellQuote(g.Name))
-		if g.HeadPending.Deliveries > 1 {
-			hints = append(hints, repairHint{
-				fmt.Sprintf("To move the head %s to %s:dlq and ack it:", g.HeadPending.ID, d.Stream),
-				"protctl partitions skip-head " + args + " --reason TEXT",
-			})
-		}
-		if g.Lease != nil {
-			hints = append(hints, repairHint{
-				fmt.Sprintf("Then free the lease %s (its owner drops the partition and acquires it again):", g.Lease.Token),
-				"protctl partitions release " + args + " --force",
-			})
-		}
-	}
-	return hints
-}
-
-// shellQuote quotes s for a copy-pasted command line when needed.
-func shellQuote(s string) string {
-	if s != "" && !strings.ContainsAny(s, " \t\n'\"\\$`!*?[]{}()<>|&;#~") {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-func idleSuffix(ms *int64) string {
-	if ms == nil {
-		return ""
-	}
-	return " (" + msCell(ms) + " ago)"
-}
-
-func lagText(lag *int64) string {
-	if lag == nil {
-		return "unknown (entries were deleted from the middle of a lane)"
-	}
-	return fmt.Sprint(*lag)
-}
-
-// leaseText is the Lease line of a group: the state word first, as
-// partitions ls prints it.
-func leaseText(g *inspect.Group) string {
-	l, gen := g.Lease, g.Generation
-	switch {
-	case l != nil && l.TTLMs != nil:
-		return fmt.Sprintf("held by %s (TTL %s)", l.Token, msCell(l.TTLMs))
-	case l != nil:
-		return "held by " + l.Token + " (no expiry)"
-	case gen != nil && g.LeaseState == inspect.LeaseReleased && g.Parked != nil && *g.Parked:
-		return fmt.Sprintf("released (parked; none held since generation %d)", *gen)
-	case gen != nil && g.LeaseState == inspect.LeaseReleased:
-		return fmt.Sprintf("released (idle; none held since generation %d)", *gen)
-	case gen != nil:
-		return fmt.Sprintf("%s (none held since generation %d)", g.LeaseState, *gen)
-	}
-	return "free (never leased)"
-}
-
-func headText(g *inspect.GroupDetail) string {
-	h := g.Head
-	if h == nil {
-		return "none: caught up"
-	}
-	s := h.ID + " on " + h.Stream
-	if p := g.HeadPending; p != nil {
-		s += fmt.Sprintf(", pending to %s, delivered %d times, idle %s", p.Consumer, p.Deliveries, output.HumanDuration(msDuration(p.IdleMs)))
-	} else {
-		s += ", not delivered yet"
-	}
-	switch {
-	case h.Missing:
-		s += "; its body was deleted"
-	case h.Envelope != nil:
-		if h.Type != "" {
-			s += "; type " + h.Type
-		}
-		if h.EventID != "" {
-			s += ", id " + h.EventID
-		}
-	default:
-		s += "; not an envelope"
-	}
-	return s
-}
-
-func verdictTone(s inspect.VerdictState) output.Tone {
-	switch s {
-	case inspect.StateStuck, inspect.StateOrphan:
-		return output.ToneBad
-	case inspect.StateLagging:
-		return output.ToneWarn
-	case inspect.StateHealthy:
-		return output.ToneGood
-	}
-	return output.ToneMuted
 }
 
 // viewPrinter prints a table inside a detail view (to w, in table format

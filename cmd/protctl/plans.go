@@ -8,6 +8,7 @@ import (
 
 	"github.com/protctl/protctl/internal/clierr"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/present"
 	"github.com/protctl/protctl/internal/repair"
 )
 
@@ -75,7 +76,7 @@ func applyPlan(ctx context.Context, m *mutation, r *repair.Repairer, p *repair.P
 		}
 		return dryRunErr(p)
 	}
-	if n := pendingItems(p); n > 0 {
+	if n := present.Pending(p); n > 0 {
 		if m.IO.CanPrompt() && !m.Yes {
 			if err := previewPlan(m.IO, p); err != nil {
 				return err
@@ -117,18 +118,6 @@ func outcomeErr(o repair.Outcome, p *repair.Plan) error {
 	return clierr.Partial.Errorf("partly applied: %s", p.Summary())
 }
 
-// pendingItems counts the items Apply would try: allowed and not
-// already settled by the plan (a lease already free is skipped).
-func pendingItems(p *repair.Plan) int {
-	n := 0
-	for _, it := range p.Items {
-		if it.Allowed && it.Result == repair.ResultNone {
-			n++
-		}
-	}
-	return n
-}
-
 // failedItems counts the items an apply did not apply: conflicts and
 // refusals.
 func failedItems(p *repair.Plan) int {
@@ -148,7 +137,7 @@ func applyQuestion(p *repair.Plan, n int) string {
 			refused++
 		}
 	}
-	q := fmt.Sprintf("Apply %d %s", n, plural(n, "change", "changes"))
+	q := fmt.Sprintf("Apply %d %s", n, present.Plural(n, "change", "changes"))
 	if refused > 0 {
 		q += fmt.Sprintf(" (%d refused by the plan)", refused)
 	}
@@ -205,7 +194,7 @@ func printPlan(ios *output.IOStreams, pr *output.Printer, p *repair.Plan, dryRun
 	}
 	summary := "Dry run, nothing was changed: " + predictedSummary(p) + "."
 	if !dryRun {
-		if pendingItems(p) > 0 || failedItems(p) > 0 {
+		if present.Pending(p) > 0 || failedItems(p) > 0 {
 			return nil // the command's error says what went wrong
 		}
 		summary = strings.ToUpper(p.Summary()[:1]) + p.Summary()[1:] + "."
@@ -250,105 +239,13 @@ func predictedSummary(p *repair.Plan) string {
 	return strings.Join(parts, ", ")
 }
 
-// planItemSpec is the table of a plan's items. withResult adds the
-// RESULT column (after an apply).
+// planItemSpec is the table of a plan's items: present's columns and,
+// with -o wide, the parameters. withResult adds the RESULT column (after
+// an apply).
 func planItemSpec(withResult bool, empty string) output.TableSpec {
-	cols := []output.Column{
-		output.Col("ACTION", func(it repair.Item) string { return string(it.Action) }),
-		output.Col("TARGET", func(it repair.Item) string { return it.Target.String() }),
-		output.Col("SEEN", func(it repair.Item) string { return seenText(it) }),
-		output.Col("ALLOWED", func(it repair.Item) string { return yesNo(it.Allowed) },
-			output.Toned(func(it repair.Item) output.Tone {
-				if it.Allowed {
-					return output.ToneGood
-				}
-				return output.ToneBad
-			})),
-	}
-	if withResult {
-		cols = append(cols, output.Col("RESULT", func(it repair.Item) string { return orDashStr(string(it.Result)) },
-			output.Toned(func(it repair.Item) output.Tone { return resultTone(it.Result) })))
-	}
-	cols = append(cols,
-		output.Col("REASON", func(it repair.Item) string {
-			if it.Detail != "" {
-				return it.Detail
-			}
-			return it.Reason
-		}),
-		output.Col("PARAMS", func(it repair.Item) string { return paramsText(it.Params) }, output.WideOnly()),
-	)
+	cols := append(present.PlanColumns(withResult),
+		output.Col("PARAMS", func(it repair.Item) string { return paramsText(it.Params) }, output.WideOnly()))
 	return output.TableSpec{Columns: cols, Empty: empty}
-}
-
-func resultTone(r repair.Result) output.Tone {
-	switch r {
-	case repair.ResultApplied:
-		return output.ToneGood
-	case repair.ResultConflict, repair.ResultRefused:
-		return output.ToneBad
-	case repair.ResultSkipped:
-		return output.ToneMuted
-	}
-	return output.ToneNone
-}
-
-// seenText sums up the state an item was planned against: the fence it
-// is applied on.
-func seenText(it repair.Item) string {
-	pc := it.Precondition
-	var parts []string
-	switch it.Action {
-	case repair.ActionTrim:
-		if t := pc.Trim; t != nil {
-			floor := "none"
-			if t.Floor != nil {
-				floor = *t.Floor
-			}
-			s := "floor " + floor
-			if t.PinnedBy != "" {
-				s += " pinned by " + t.PinnedBy
-			}
-			parts = append(parts, s, fmt.Sprintf("removes %d of %d", t.Removes, t.Length))
-		}
-	case repair.ActionRetry, repair.ActionSkip:
-		if ps := pc.Parked; ps != nil {
-			parts = append(parts, fmt.Sprintf("%s at %s, %d attempts", ps.Status, ps.Position, ps.Attempts))
-		}
-	case repair.ActionDeadLetter:
-		if pe := pc.Pending; pe != nil {
-			parts = append(parts, fmt.Sprintf("delivered %d times to %s", pe.Deliveries, pe.Consumer))
-		}
-	case repair.ActionPruneConsumer:
-		if pc.ConsumerPending != nil {
-			parts = append(parts, fmt.Sprintf("%d pending", *pc.ConsumerPending))
-		}
-	case repair.ActionReap:
-		if pc.LastEntryID != nil {
-			parts = append(parts, "last entry "+*pc.LastEntryID)
-		}
-		for _, gl := range pc.Leases {
-			if gl.Lease != nil {
-				parts = append(parts, "lease "+*gl.Lease)
-			}
-		}
-	}
-	switch it.Action {
-	case repair.ActionRelease, repair.ActionDeadLetter, repair.ActionPruneConsumer:
-		if pc.Lease != nil {
-			parts = append(parts, "lease "+*pc.Lease)
-		} else {
-			gen := "never leased"
-			if pc.Generation != nil {
-				gen = fmt.Sprintf("generation %d", *pc.Generation)
-			}
-			parts = append(parts, "lease free ("+gen+")")
-		}
-	}
-	if len(parts) == 0 {
-		return "-"
-	}
-	return strings.Join(parts, "; ")
 }
 
 func paramsText(p repair.Params) string {
@@ -372,25 +269,4 @@ func paramsText(p repair.Params) string {
 		return "-"
 	}
 	return strings.Join(parts, " ")
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}
-
-func yesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "no"
-}
-
-func orDashStr(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/protctl/protctl/internal/config"
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/present"
 	"github.com/protctl/protctl/internal/tui"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 )
@@ -220,9 +221,9 @@ func topicColumns(withTopic bool) []output.Column {
 		output.Col("PARTITION", func(r topicRow) string { return strconv.FormatInt(int64(r.part.Partition), 10) }),
 		output.Col("STATE", func(r topicRow) string { return string(r.part.State) },
 			output.Toned(func(r topicRow) output.Tone { return leaseTone(r.part.State) })),
-		output.Col("OWNER", func(r topicRow) string { return strCell(r.part.Owner) }),
-		output.Col("GEN", func(r topicRow) string { return intCell(r.part.Generation) }),
-		output.Col("TTL", func(r topicRow) string { return msCell(r.part.TTLMs) }),
+		output.Col("OWNER", func(r topicRow) string { return present.Str(r.part.Owner) }),
+		output.Col("GEN", func(r topicRow) string { return present.Int(r.part.Generation) }),
+		output.Col("TTL", func(r topicRow) string { return present.Ms(r.part.TTLMs) }),
 		output.Col("HEAD", func(r topicRow) string { return r.part.HeadOffset }),
 		output.Col("SUBSCRIPTION", func(r topicRow) string {
 			if r.sub == nil {
@@ -234,13 +235,13 @@ func topicColumns(withTopic bool) []output.Column {
 			if r.sub == nil {
 				return "-"
 			}
-			return strCell(r.sub.Checkpoint)
+			return present.Str(r.sub.Checkpoint)
 		}),
 		output.Col("LAG", func(r topicRow) string {
 			if r.sub == nil {
 				return "-"
 			}
-			return intCell(r.sub.Lag)
+			return present.Int(r.sub.Lag)
 		}, output.Toned(func(r topicRow) output.Tone {
 			if r.sub != nil && r.sub.Lag != nil && *r.sub.Lag > 0 {
 				return output.ToneWarn
@@ -248,7 +249,7 @@ func topicColumns(withTopic bool) []output.Column {
 			return output.ToneNone
 		})),
 		output.Col("EARLIEST", func(r topicRow) string { return r.part.EarliestOffset }, output.WideOnly()),
-		output.Col("TOKEN", func(r topicRow) string { return strCell(r.part.Token) }, output.WideOnly()),
+		output.Col("TOKEN", func(r topicRow) string { return present.Str(r.part.Token) }, output.WideOnly()),
 	)
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/protctl/protctl/internal/audit"
 	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/internal/tui"
+	"github.com/protctl/protctl/internal/tui/tuitest"
 )
 
 // TestTUIWithoutTerminal: without a terminal on stdin and stdout, `tui`
@@ -183,45 +184,12 @@ func newDashboard(t *testing.T, e *opsEnv) *dashboard {
 
 func (d *dashboard) run(cmd tea.Cmd) {
 	d.t.Helper()
-	queue := []tea.Cmd{cmd}
-	for len(queue) > 0 {
-		c := queue[0]
-		queue = queue[1:]
-		if c == nil {
-			continue
-		}
-		done := make(chan tea.Msg, 1)
-		go func() { done <- c() }()
-		var msg tea.Msg
-		select {
-		case msg = <-done:
-		case <-time.After(20 * time.Second):
-			d.t.Fatal("a dashboard command did not return within 20s")
-		}
-		if b, ok := msg.(tea.BatchMsg); ok {
-			queue = append(queue, b...)
-			continue
-		}
-		_, next := d.m.Update(msg)
-		queue = append(queue, next)
-	}
+	tuitest.Run(d.t, d.m, cmd)
 }
 
 func (d *dashboard) keys(ks ...string) {
 	d.t.Helper()
-	for _, k := range ks {
-		var msg tea.KeyMsg
-		switch k {
-		case "enter":
-			msg = tea.KeyMsg{Type: tea.KeyEnter}
-		case "esc":
-			msg = tea.KeyMsg{Type: tea.KeyEsc}
-		default:
-			msg = tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)}
-		}
-		_, cmd := d.m.Update(msg)
-		d.run(cmd)
-	}
+	tuitest.Keys(d.t, d.m, ks...)
 }
 
 func (d *dashboard) typeText(s string) {

@@ -20,16 +20,24 @@ import (
 
 // Lua scripts by role: the node runs every script of the broker and the
 // stores; the operator's repairs run these; readonly runs members.lua
-// (nodes ls). lib.lua and the *lib.lua files are prepended to them.
+// (nodes ls). The shared prelude.lua, lib.lua and the *lib.lua files are
+// prepended to them.
 var (
 	operatorScripts = []string{
-		"redisbroker/lib.lua", "redisbroker/reaplib.lua", "redisbroker/reap.lua", "redisbroker/reaplanes.lua",
+		"redisadapter/prelude.lua", "redisbroker/lib.lua", "redisbroker/reaplib.lua", "redisbroker/reap.lua", "redisbroker/reaplanes.lua",
 		"redisbroker/release.lua", "redisbroker/trim.lua", "redisbroker/deadletter.lua", "redisbroker/delconsumer.lua",
 		"redisbroker/publish.lua", "redisbroker/append.lua", "redisbroker/record.lua",
 		"redisstore/lib.lua", "redisstore/request.lua", "redisstore/members.lua",
 	}
-	readOnlyScripts = []string{"redisstore/lib.lua", "redisstore/members.lua"}
+	readOnlyScripts = []string{"redisadapter/prelude.lua", "redisstore/lib.lua", "redisstore/members.lua"}
 )
+
+// scriptDirs are the folders of the Lua scripts, by package.
+var scriptDirs = map[string]string{
+	"redisadapter": "../../pkg/internal/redisadapter",
+	"redisbroker":  "../../pkg/broker/redisbroker",
+	"redisstore":   "../../pkg/runtime/redisstore",
+}
 
 var (
 	callRe     = regexp.MustCompile(`redis\.p?call\(\s*'([A-Za-z]+)'(?:\s*,\s*'([A-Za-z]+)')?`)
@@ -43,9 +51,8 @@ func scriptRules(t *testing.T, files []string) []string {
 	t.Helper()
 	var rules []string
 	for _, f := range files {
-		dir := map[string]string{"redisbroker": "../../pkg/broker/redisbroker", "redisstore": "../../pkg/runtime/redisstore"}
 		pkg, name, _ := strings.Cut(f, "/")
-		b, err := os.ReadFile(filepath.Join(dir[pkg], name))
+		b, err := os.ReadFile(filepath.Join(scriptDirs[pkg], name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,7 +74,7 @@ func scriptRules(t *testing.T, files []string) []string {
 func allScripts(t *testing.T) []string {
 	t.Helper()
 	var out []string
-	for pkg, dir := range map[string]string{"redisbroker": "../../pkg/broker/redisbroker", "redisstore": "../../pkg/runtime/redisstore"} {
+	for pkg, dir := range scriptDirs {
 		m, err := filepath.Glob(filepath.Join(dir, "*.lua"))
 		if err != nil || len(m) == 0 {
 			t.Fatalf("no scripts in %s: %v", dir, err)

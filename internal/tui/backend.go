@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/internal/present"
 	"github.com/protctl/protctl/internal/repair"
 	"github.com/protctl/protctl/pkg/runtime"
 )
@@ -136,7 +137,7 @@ type ActionRequest struct {
 // the confirm dialog so an operator can script or log what they did.
 // context, when set, is added as --context.
 func (r ActionRequest) CommandLine(context string) string {
-	q := shellQuote
+	q := present.ShellQuote
 	var args []string
 	switch r.Action {
 	case repair.ActionReap:
@@ -199,13 +200,4 @@ func (r ActionRequest) Validate() error {
 		return errors.Join(need("a subscription", r.Subscription), need("an aggregate", r.Aggregate), need("a reason", r.Reason))
 	}
 	return fmt.Errorf("tui: unknown action %q", r.Action)
-}
-
-// shellQuote quotes s for a copy-pasted command line when needed (the
-// CLI's own quoting of its repair hints).
-func shellQuote(s string) string {
-	if s != "" && !strings.ContainsAny(s, " \t\n'\"\\$`!*?[]{}()<>|&;#~") {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

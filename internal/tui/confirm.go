@@ -7,6 +7,7 @@ import (
 
 	"github.com/charmbracelet/x/ansi"
 
+	"github.com/protctl/protctl/internal/present"
 	"github.com/protctl/protctl/internal/repair"
 )
 
@@ -38,18 +39,12 @@ type confirm struct {
 	back mode
 }
 
-// pending counts the items Apply would try (the CLI's pendingItems).
+// pending counts the items Apply would try.
 func (c *confirm) pending() int {
 	if c.plan == nil {
 		return 0
 	}
-	n := 0
-	for _, it := range c.plan.Items {
-		if it.Allowed && it.Result == repair.ResultNone {
-			n++
-		}
-	}
-	return n
+	return present.Pending(c.plan)
 }
 
 func actionTitle(r ActionRequest) string {
@@ -96,7 +91,7 @@ func (c *confirm) view(st *Styles, width, height int, readOnly bool) string {
 		if c.plan == nil {
 			break
 		}
-		title := fmt.Sprintf("Plan (%d %s):", len(c.plan.Items), plural(len(c.plan.Items), "item", "items"))
+		title := fmt.Sprintf("Plan (%d %s):", len(c.plan.Items), present.Plural(len(c.plan.Items), "item", "items"))
 		if c.state == confirmDone {
 			title = "Result: " + c.plan.Summary() + " (" + string(c.outcome) + ")"
 		}
@@ -111,7 +106,7 @@ func (c *confirm) view(st *Styles, width, height int, readOnly bool) string {
 			case n == 0:
 				add(st.Status.Render("Nothing to apply (every item is refused or has nothing to do). enter or esc closes"))
 			default:
-				add(st.DialogHead.Render(fmt.Sprintf("Apply %d %s? ", n, plural(n, "change", "changes"))) +
+				add(st.DialogHead.Render(fmt.Sprintf("Apply %d %s? ", n, present.Plural(n, "change", "changes"))) +
 					st.HintKey.Render("y") + st.HintDesc.Render(" apply  ") + st.HintKey.Render("n/esc") + st.HintDesc.Render(" cancel"))
 			}
 		case confirmApplying:
@@ -132,29 +127,19 @@ func (c *confirm) view(st *Styles, width, height int, readOnly bool) string {
 	return strings.Join(lines, "\n")
 }
 
-// planTable lists the items as the CLI's plan table does: action, target,
-// the state seen, allowed, and the reason (or, applied, result and
-// detail).
+// planTable lists the items in the CLI's plan table's columns (action,
+// target, the state seen, allowed, after an apply the result, and the
+// reason), a reason's line breaks turned into spaces: wrapLast wraps it.
 func planTable(p *repair.Plan, results bool) []string {
-	head := []string{"ACTION", "TARGET", "SEEN", "ALLOWED"}
-	if results {
-		head = append(head, "RESULT")
+	cols := present.PlanColumns(results)
+	reason := &cols[len(cols)-1]
+	value := reason.Value
+	reason.Value = func(it any) string { return oneLine(value(it)) }
+	items := make([]any, len(p.Items))
+	for i, it := range p.Items {
+		items[i] = it
 	}
-	head = append(head, "REASON")
-	out := plainTable(head, func(yield func([]string)) {
-		for _, it := range p.Items {
-			r := []string{string(it.Action), it.Target.String(), seenText(it), yesNo(it.Allowed)}
-			if results {
-				r = append(r, orDash(string(it.Result)))
-			}
-			reason := it.Reason
-			if it.Detail != "" {
-				reason = it.Detail
-			}
-			yield(append(r, oneLine(reason)))
-		}
-	})
-	return strings.Split(strings.TrimRight(out, "\n"), "\n")
+	return strings.Split(strings.TrimRight(columnsTable(cols, items), "\n"), "\n")
 }
 
 // wrapLast wraps the last column of a plain table (the plan's REASON)
@@ -196,62 +181,6 @@ func wrapLast(lines []string, width int) []string {
 		}
 	}
 	return out
-}
-
-// seenText sums up the state an item was planned against (the CLI's SEEN
-// column).
-func seenText(it repair.Item) string {
-	pc := it.Precondition
-	var parts []string
-	switch it.Action {
-	case repair.ActionTrim:
-		if t := pc.Trim; t != nil {
-			floor := "none"
-			if t.Floor != nil {
-				floor = *t.Floor
-			}
-			s := "floor " + floor
-			if t.PinnedBy != "" {
-				s += " pinned by " + t.PinnedBy
-			}
-			parts = append(parts, s, fmt.Sprintf("removes %d of %d", t.Removes, t.Length))
-		}
-	case repair.ActionRetry, repair.ActionSkip:
-		if ps := pc.Parked; ps != nil {
-			parts = append(parts, fmt.Sprintf("%s at %s, %d attempts", ps.Status, ps.Position, ps.Attempts))
-		}
-	case repair.ActionDeadLetter:
-		if pe := pc.Pending; pe != nil {
-			parts = append(parts, fmt.Sprintf("delivered %d times to %s", pe.Deliveries, pe.Consumer))
-		}
-	case repair.ActionReap:
-		if pc.LastEntryID != nil {
-			parts = append(parts, "last entry "+*pc.LastEntryID)
-		}
-	}
-	switch it.Action {
-	case repair.ActionRelease, repair.ActionDeadLetter:
-		if pc.Lease != nil {
-			parts = append(parts, "lease "+*pc.Lease)
-		} else {
-			gen := "never leased"
-			if pc.Generation != nil {
-				gen = fmt.Sprintf("generation %d", *pc.Generation)
-			}
-			parts = append(parts, "lease free ("+gen+")")
-		}
-	}
-	if len(parts) == 0 {
-		return "-"
-	}
-	return strings.Join(parts, "; ")
-}
-
-func yesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "no"
 }
 
 func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }

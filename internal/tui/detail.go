@@ -2,6 +2,7 @@ package tui
 
 import (
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/present"
+	"github.com/protctl/protctl/internal/repair"
 	"github.com/protctl/protctl/pkg/runtime"
 )
 
@@ -113,140 +116,36 @@ func fieldsText(fields ...output.Field) string {
 	return b.String()
 }
 
-func ms(v int64) string { return output.HumanDuration(time.Duration(v) * time.Millisecond) }
-
-// explainText is `partitions show` for the dashboard: the same fields,
-// per-group sections, pending list, verdict and repair hints, with the
-// dashboard's keys named next to the commands.
+// explainText is `partitions show` for the dashboard: the CLI's text
+// (present.WritePartition) without colour, its repair hints naming the
+// dashboard key that opens the same plan.
 func explainText(d *inspect.PartitionDetail) string {
 	var b strings.Builder
-	indexed := "yes"
-	if !d.Indexed {
-		indexed = "no (consumers will not discover it; see partitions fsck)"
-	}
-	last := "-"
-	if d.LastEntryID != nil {
-		last = *d.LastEntryID
-		if d.IdleMs != nil {
-			last += " (" + ms(*d.IdleMs) + " ago)"
+	_ = present.WritePartition(&b, d, present.Layout{
+		Table: func(w io.Writer, _ string, items []any, cols []output.Column) error {
+			_, err := io.WriteString(w, columnsTable(cols, items))
+			return err
+		},
+	})
+	for _, h := range present.RepairHints(d) {
+		what := h.What
+		if k := hintKey(h.Action); k != "" {
+			what = strings.TrimSuffix(what, ":") + " (" + k + "):"
 		}
-	}
-	b.WriteString(fieldsText(
-		output.Field{Label: "Partition", Value: d.Category + " " + d.Key},
-		output.Field{Label: "Stream", Value: d.Stream},
-		output.Field{Label: "Lanes", Value: lanesText(d.Lanes)},
-		output.Field{Label: "Length", Value: strconv.FormatInt(d.Length, 10)},
-		output.Field{Label: "Last entry", Value: last},
-		output.Field{Label: "Indexed", Value: indexed},
-		output.Field{Label: "Dead letters", Value: strconv.FormatInt(d.DLQLength, 10)},
-	))
-	for i := range d.Groups {
-		g := &d.Groups[i]
-		b.WriteString("\nGroup " + output.Escape(g.Name) + "\n")
-		lag := "unknown (entries were deleted from the middle of a lane)"
-		if g.Lag != nil {
-			lag = strconv.FormatInt(*g.Lag, 10)
-		}
-		delivered := "-"
-		if g.LastDeliveredID != nil {
-			delivered = *g.LastDeliveredID
-		}
-		b.WriteString(fieldsText(
-			output.Field{Label: "Lease", Value: leaseText(&g.Group)},
-			output.Field{Label: "Generation", Value: intText(g.Generation)},
-			output.Field{Label: "Pending", Value: strconv.FormatInt(g.Pending, 10)},
-			output.Field{Label: "Lag", Value: lag},
-			output.Field{Label: "Delivered up to", Value: delivered},
-			output.Field{Label: "Parked", Value: boolText(g.Parked)},
-			output.Field{Label: "Head", Value: headText(g)},
-			output.Field{Label: "Verdict", Value: string(g.Verdict.State) + ": " + g.Verdict.Reason},
-		))
-		if len(g.PendingEntries) > 0 {
-			b.WriteString("Pending entries:\n")
-			b.WriteString(plainTable([]string{"STREAM", "ID", "CONSUMER", "DELIVERIES", "IDLE"}, func(yield func([]string)) {
-				for _, e := range g.PendingEntries {
-					yield([]string{e.Stream, e.ID, e.Consumer, strconv.FormatInt(e.Deliveries, 10), ms(e.IdleMs)})
-				}
-			}))
-		}
-	}
-	b.WriteString("\n")
-	if d.Verdict.State != "" {
-		b.WriteString(fieldsText(output.Field{Label: "Verdict", Value: d.Verdict.String()}))
-	}
-	for _, h := range repairHints(d) {
-		for _, l := range strings.Split(h, "\n") {
-			b.WriteString(output.Escape(l) + "\n")
-		}
+		b.WriteString(output.Escape(what) + "\n  " + output.Escape(h.Command) + "\n")
 	}
 	return b.String()
 }
 
-// repairHints are `partitions show`'s runbook lines for a stuck group, with
-// the dashboard key that opens the same plan.
-func repairHints(d *inspect.PartitionDetail) []string {
-	var hints []string
-	for _, g := range d.Groups {
-		if g.Verdict.State != inspect.StateStuck || g.HeadPending == nil {
-			continue
-		}
-		args := shellQuote(d.Category) + " " + shellQuote(d.Key) + " --group " + shellQuote(g.Name)
-		if g.HeadPending.Deliveries > 1 {
-			hints = append(hints, fmt.Sprintf("To move the head %s to %s:dlq and ack it (D):\n  protctl partitions skip-head %s --reason TEXT",
-				g.HeadPending.ID, d.Stream, args))
-		}
-		if g.Lease != nil {
-			hints = append(hints, fmt.Sprintf("To free the lease %s (its owner drops the partition and re-acquires it) (L):\n  protctl partitions release %s --force",
-				g.Lease.Token, args))
-		}
+// hintKey is the dashboard key that plans a repair hint's action.
+func hintKey(a repair.Action) string {
+	switch a {
+	case repair.ActionDeadLetter:
+		return "D"
+	case repair.ActionRelease:
+		return "L"
 	}
-	return hints
-}
-
-// leaseText is the Lease line of a group, in the words of protctl
-// partitions show: the lease state (inspect.LeaseStateOf) first.
-func leaseText(g *inspect.Group) string {
-	l, gen := g.Lease, g.Generation
-	switch {
-	case l != nil && l.TTLMs != nil:
-		return fmt.Sprintf("held by %s (TTL %s)", l.Token, ms(*l.TTLMs))
-	case l != nil:
-		return "held by " + l.Token + " (no expiry)"
-	case gen != nil && g.LeaseState == inspect.LeaseReleased && g.Parked != nil && *g.Parked:
-		return fmt.Sprintf("released (parked; none held since generation %d)", *gen)
-	case gen != nil && g.LeaseState == inspect.LeaseReleased:
-		return fmt.Sprintf("released (idle; none held since generation %d)", *gen)
-	case gen != nil:
-		return fmt.Sprintf("%s (none held since generation %d)", g.LeaseState, *gen)
-	}
-	return "free (never leased)"
-}
-
-func headText(g *inspect.GroupDetail) string {
-	h := g.Head
-	if h == nil {
-		return "none: caught up"
-	}
-	s := h.ID + " on " + h.Stream
-	if p := g.HeadPending; p != nil {
-		s += fmt.Sprintf(", pending to %s, delivered %d times, idle %s", p.Consumer, p.Deliveries, ms(p.IdleMs))
-	} else {
-		s += ", not delivered yet"
-	}
-	switch {
-	case h.Missing:
-		s += "; its body was deleted"
-	case h.Envelope != nil:
-		if h.Type != "" {
-			s += "; type " + h.Type
-		}
-		if h.EventID != "" {
-			s += ", id " + h.EventID
-		}
-	default:
-		s += "; not an envelope"
-	}
-	return s
+	return ""
 }
 
 // plainTable aligns rows under a header, two spaces apart, escaped.
@@ -281,6 +180,24 @@ func plainTable(head []string, rows func(yield func([]string))) string {
 	return b.String()
 }
 
+// columnsTable is plainTable of items under present's columns (wide
+// columns included: the dashboard has no -o wide).
+func columnsTable(cols []output.Column, items []any) string {
+	head := make([]string, len(cols))
+	for i, c := range cols {
+		head[i] = c.Header
+	}
+	return plainTable(head, func(yield func([]string)) {
+		for _, it := range items {
+			r := make([]string, len(cols))
+			for i, c := range cols {
+				r[i] = c.Value(it)
+			}
+			yield(r)
+		}
+	})
+}
+
 func timeText(t, now time.Time) string {
 	if t.IsZero() {
 		return "-"
@@ -289,22 +206,16 @@ func timeText(t, now time.Time) string {
 }
 
 func leaseDetailText(l *inspect.Lease) string {
-	str := func(s *string) string {
-		if s == nil {
-			return "-"
-		}
-		return *s
-	}
 	return fieldsText(
-		output.Field{Label: "Category", Value: orDash(l.Category)},
+		output.Field{Label: "Category", Value: present.Dash(l.Category)},
 		output.Field{Label: "Group", Value: l.Group},
 		output.Field{Label: "Key", Value: l.Key},
 		output.Field{Label: "State", Value: string(l.State)},
-		output.Field{Label: "Owner", Value: str(l.Owner)},
-		output.Field{Label: "Generation", Value: intText(l.Generation)},
-		output.Field{Label: "Counter", Value: intText(l.Counter)},
-		output.Field{Label: "TTL", Value: msText(l.TTLMs)},
-		output.Field{Label: "Token", Value: str(l.Token)},
+		output.Field{Label: "Owner", Value: present.Str(l.Owner)},
+		output.Field{Label: "Generation", Value: present.Int(l.Generation)},
+		output.Field{Label: "Counter", Value: present.Int(l.Counter)},
+		output.Field{Label: "TTL", Value: present.Ms(l.TTLMs)},
+		output.Field{Label: "Token", Value: present.Str(l.Token)},
 		output.Field{Label: "Lease key", Value: l.LeaseKey},
 	)
 }
@@ -316,16 +227,16 @@ func parkedDetailText(p *runtime.Parked, now time.Time) string {
 		output.Field{Label: "Source", Value: string(p.Source)},
 		output.Field{Label: "Partition", Value: parkedWhere(p)},
 		output.Field{Label: "Position", Value: p.Position},
-		output.Field{Label: "Stream", Value: orDash(p.Stream)},
+		output.Field{Label: "Stream", Value: present.Dash(p.Stream)},
 		output.Field{Label: "Status", Value: string(p.Status)},
 		output.Field{Label: "Attempts", Value: strconv.Itoa(p.Attempts)},
 		output.Field{Label: "Parked at", Value: timeText(p.ParkedAt, now)},
 		output.Field{Label: "Last attempt", Value: timeText(p.LastAttemptAt, now)},
-		output.Field{Label: "Owner", Value: orDash(p.Owner)},
+		output.Field{Label: "Owner", Value: present.Dash(p.Owner)},
 		output.Field{Label: "Generation", Value: strconv.FormatInt(p.Generation, 10)},
 	)
 	if r := p.Request; r != nil {
-		s += fieldsText(output.Field{Label: "Request", Value: fmt.Sprintf("%s by %s, %s", r.Action, orDash(r.By), relTime(now.Sub(r.RequestedAt)))})
+		s += fieldsText(output.Field{Label: "Request", Value: fmt.Sprintf("%s by %s, %s", r.Action, present.Dash(r.By), relTime(now.Sub(r.RequestedAt)))})
 	}
 	return s + "\nError:\n" + output.Escape(p.Error) + "\n"
 }
@@ -335,11 +246,11 @@ func nodeDetailText(n *runtime.NodeStatus, now time.Time) string {
 		output.Field{Label: "Service", Value: n.Service},
 		output.Field{Label: "Node", Value: n.Node},
 		output.Field{Label: "State", Value: string(n.JoinState)},
-		output.Field{Label: "Admin", Value: orDash(n.AdminAddr)},
+		output.Field{Label: "Admin", Value: present.Dash(n.AdminAddr)},
 		output.Field{Label: "Started", Value: timeText(n.StartedAt, now)},
 		output.Field{Label: "Last seen", Value: timeText(n.LastSeen, now)},
-		output.Field{Label: "Paused", Value: listText(n.Paused)},
-		output.Field{Label: "Throttled", Value: listText(n.Throttled)},
+		output.Field{Label: "Paused", Value: present.List(n.Paused)},
+		output.Field{Label: "Throttled", Value: present.List(n.Throttled)},
 		output.Field{Label: "Parked", Value: strconv.Itoa(n.Parked)},
 	)
 	s += fmt.Sprintf("\nHeld partitions (%d):\n", len(n.Held))
@@ -349,40 +260,27 @@ func nodeDetailText(n *runtime.NodeStatus, now time.Time) string {
 			if h.Topic != "" {
 				where = h.Topic
 			}
-			yield([]string{h.Subscription, string(h.Source), orDash(where), h.Partition, strconv.FormatInt(h.Generation, 10)})
+			yield([]string{h.Subscription, string(h.Source), present.Dash(where), h.Partition, strconv.FormatInt(h.Generation, 10)})
 		}
 	})
 	return s
 }
 
 func topicDetailText(t *TopicPartition) string {
-	str := func(s *string) string {
-		if s == nil {
-			return "-"
-		}
-		return *s
-	}
 	s := fieldsText(
 		output.Field{Label: "Service", Value: t.Service},
 		output.Field{Label: "Topic", Value: t.Topic},
 		output.Field{Label: "Partition", Value: strconv.Itoa(int(t.Partition))},
-		output.Field{Label: "Owner", Value: str(t.Owner)},
-		output.Field{Label: "Generation", Value: intText(t.Generation)},
-		output.Field{Label: "TTL", Value: msText(t.TTLMs)},
-		output.Field{Label: "Head", Value: intText(t.Head)},
+		output.Field{Label: "Owner", Value: present.Str(t.Owner)},
+		output.Field{Label: "Generation", Value: present.Int(t.Generation)},
+		output.Field{Label: "TTL", Value: present.Ms(t.TTLMs)},
+		output.Field{Label: "Head", Value: present.Int(t.Head)},
 	)
 	s += "\nSubscriptions:\n"
 	s += plainTable([]string{"SUBSCRIPTION", "CHECKPOINT", "LAG"}, func(yield func([]string)) {
 		for _, sub := range t.Subscriptions {
-			yield([]string{sub.Name, intText(sub.Checkpoint), intText(sub.Lag)})
+			yield([]string{sub.Name, present.Int(sub.Checkpoint), present.Int(sub.Lag)})
 		}
 	})
-	return s
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
 	return s
 }

@@ -149,6 +149,8 @@ type fakeActions struct {
 	planned []ActionRequest
 	applied []*repair.Plan
 	planErr error
+	// seen, when set, is the state every planned item saw.
+	seen *repair.Precondition
 }
 
 func (f *fakeActions) Plan(_ context.Context, req ActionRequest) (*repair.Plan, error) {
@@ -170,6 +172,9 @@ func (f *fakeActions) Plan(_ context.Context, req ActionRequest) (*repair.Plan, 
 	default:
 		it.Target = repair.Target{Subscription: req.Subscription, Aggregate: req.Aggregate, Stream: req.Stream}
 		it.Reason = "ok"
+	}
+	if f.seen != nil {
+		it.Precondition = *f.seen
 	}
 	return &repair.Plan{APIVersion: repair.APIVersion, Kind: repair.PlanKind, Layout: "protean", CreatedAt: fixedNow, Items: []repair.Item{it}}, nil
 }

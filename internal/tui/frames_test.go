@@ -12,6 +12,8 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/exp/teatest"
 	"github.com/muesli/termenv"
+
+	"github.com/protctl/protctl/internal/tui/tuitest"
 )
 
 // Golden frames: each test runs the dashboard in a real bubbletea program
@@ -77,7 +79,7 @@ func (p *program) waitFor(all ...string) {
 
 func (p *program) keys(ks ...string) {
 	for _, k := range ks {
-		p.tm.Send(keyMsg(k))
+		p.tm.Send(tuitest.Key(k))
 	}
 }
 
@@ -94,27 +96,6 @@ func (p *program) frame() string {
 func (p *program) golden() {
 	p.t.Helper()
 	teatest.RequireEqualOutput(p.t, []byte(p.frame()+"\n"))
-}
-
-// keyMsg turns a key name into the message bubbletea would deliver.
-func keyMsg(k string) tea.KeyMsg {
-	switch k {
-	case "enter":
-		return tea.KeyMsg{Type: tea.KeyEnter}
-	case "esc":
-		return tea.KeyMsg{Type: tea.KeyEsc}
-	case "down":
-		return tea.KeyMsg{Type: tea.KeyDown}
-	case "up":
-		return tea.KeyMsg{Type: tea.KeyUp}
-	case "pgdown":
-		return tea.KeyMsg{Type: tea.KeyPgDown}
-	case "ctrl+c":
-		return tea.KeyMsg{Type: tea.KeyCtrlC}
-	case "space":
-		return tea.KeyMsg{Type: tea.KeySpace, Runes: []rune{' '}}
-	}
-	return tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)}
 }
 
 // typeText sends each rune of s as a key.

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/charmbracelet/x/ansi"
+
+	"github.com/protctl/protctl/internal/present"
 )
 
 // sparkHistory is how many refreshes a category's lag sparkline shows.
@@ -70,7 +72,7 @@ func (h *header) view(st *Styles) string {
 	if kafka == "" {
 		kafka = "-"
 	}
-	first := []string{st.App.Render("protctl"), kv("context", ctx), kv("redis", orDash(h.info.Redis))}
+	first := []string{st.App.Render("protctl"), kv("context", ctx), kv("redis", present.Dash(h.info.Redis))}
 	if h.info.Layout != "" && h.info.Layout != "protean" {
 		first = append(first, kv("layout", h.info.Layout))
 	}

@@ -13,7 +13,9 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/internal/present"
 	"github.com/protctl/protctl/internal/repair"
+	"github.com/protctl/protctl/internal/tui/tuitest"
 	"github.com/protctl/protctl/pkg/runtime"
 )
 
@@ -37,28 +39,7 @@ func newHarness(t *testing.T, opts Options) *harness {
 // run executes cmd and every command its messages lead to.
 func (h *harness) run(cmd tea.Cmd) {
 	h.t.Helper()
-	queue := []tea.Cmd{cmd}
-	for len(queue) > 0 {
-		c := queue[0]
-		queue = queue[1:]
-		if c == nil {
-			continue
-		}
-		done := make(chan tea.Msg, 1)
-		go func() { done <- c() }()
-		var msg tea.Msg
-		select {
-		case msg = <-done:
-		case <-time.After(10 * time.Second):
-			h.t.Fatal("a command did not return within 10s")
-		}
-		if batch, ok := msg.(tea.BatchMsg); ok {
-			queue = append(queue, batch...)
-			continue
-		}
-		_, next := h.m.Update(msg)
-		queue = append(queue, next)
-	}
+	tuitest.Run(h.t, h.m, cmd)
 }
 
 func (h *harness) init() *harness {
@@ -69,10 +50,7 @@ func (h *harness) init() *harness {
 // keys sends keys (see keyMsg) and runs what they start.
 func (h *harness) keys(ks ...string) *harness {
 	h.t.Helper()
-	for _, k := range ks {
-		_, cmd := h.m.Update(keyMsg(k))
-		h.run(cmd)
-	}
+	tuitest.Keys(h.t, h.m, ks...)
 	return h
 }
 
@@ -80,8 +58,7 @@ func (h *harness) keys(ks ...string) *harness {
 func (h *harness) typeText(s string) *harness {
 	h.t.Helper()
 	for _, r := range s {
-		_, cmd := h.m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}})
-		h.run(cmd)
+		tuitest.Keys(h.t, h.m, string(r))
 	}
 	return h
 }
@@ -352,6 +329,16 @@ func TestKeysDriveState(t *testing.T) {
 				t.Fatalf("%d applied after typing the context's name", n)
 			}
 		}},
+		{"the dialog shows what a reap saw, the leases held included", func(o *Options) {
+			o.Actions = &fakeActions{seen: &repair.Precondition{LastEntryID: str("1772366220000-4"),
+				Leases: []repair.GroupLease{{Group: "app.OrderProjector", Lease: str("worker-1:5")}, {Group: "app.Other"}}}}
+		}, []string{"R"}, func(t *testing.T, h *harness) {
+			// The CLI's SEEN column (present.Seen); the dashboard's own copy
+			// of it left the leases out.
+			if !strings.Contains(h.view(), "last entry 1772366220000-4; lease worker-1:5") {
+				t.Fatalf("view:\n%s", h.view())
+			}
+		}},
 		{"a failed plan is shown and esc closes it", func(o *Options) { o.Actions = &fakeActions{planErr: errors.New("boom")} }, []string{"R"}, func(t *testing.T, h *harness) {
 			if h.m.dialog.state != confirmFailed || !strings.Contains(h.view(), "error: boom") {
 				t.Fatalf("view:\n%s", h.view())
@@ -473,7 +460,7 @@ func TestUpdateNeverPerformsIO(t *testing.T) {
 	quick("resize", func() { m.Update(tea.WindowSizeMsg{Width: frameW, Height: frameH}) })
 	for _, k := range []string{"r", ":", "l", "e", "a", "s", "e", "s", "enter", "r", ":", "p", "k", "enter", "/", "x", "esc", "s", "i", "p", "p", "j", "?", "esc", "L", "enter"} {
 		quick("key "+k, func() {
-			_, cmd := m.Update(keyMsg(k))
+			_, cmd := m.Update(tuitest.Key(k))
 			cmds = append(cmds, cmd)
 		})
 	}
@@ -523,7 +510,7 @@ func TestUpdateNeverPerformsIO(t *testing.T) {
 		}
 	}
 	quick("r while a read is in flight", func() {
-		_, cmd := m.Update(keyMsg("r"))
+		_, cmd := m.Update(tuitest.Key("r"))
 		if cmd != nil {
 			t.Fatal("r started a second read of the view while one is in flight")
 		}
@@ -830,6 +817,32 @@ func TestSparkline(t *testing.T) {
 	for _, c := range cases {
 		if got := sparkline(c.in); got != c.want {
 			t.Errorf("sparkline(%v) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+// TestDetailHintsAreTheCLIs: the detail page's repair hints are
+// `partitions show`'s (present.RepairHints), each naming the key that
+// opens the same plan.
+func TestDetailHintsAreTheCLIs(t *testing.T) {
+	d, err := scenario().Explain(t.Context(), "shop::order", "o-halted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hints := present.RepairHints(&d)
+	if len(hints) != 2 {
+		t.Fatalf("the fixture's stuck partition has %d hints, want 2 (skip-head, release)", len(hints))
+	}
+	text := explainText(&d)
+	for _, h := range hints {
+		want := strings.TrimSuffix(h.What, ":") + " (" + hintKey(h.Action) + "):\n  " + h.Command + "\n"
+		if !strings.Contains(text, want) {
+			t.Errorf("the detail does not show\n%s\nin\n%s", want, text)
+		}
+	}
+	for _, k := range []string{"(D):", "(L):"} {
+		if !strings.Contains(text, k) {
+			t.Errorf("no hint names the key %s:\n%s", k, text)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/present"
 	"github.com/protctl/protctl/pkg/runtime"
 )
 
@@ -158,58 +159,13 @@ type snapshot struct {
 
 // Cell formats, the CLI's: "-" is unknown or none.
 
-func esc(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return output.Escape(s)
-}
-
-func msText(ms *int64) string {
-	if ms == nil {
-		return "-"
-	}
-	return output.HumanDuration(time.Duration(*ms) * time.Millisecond)
-}
-
-func intText(v *int64) string {
-	if v == nil {
-		return "-"
-	}
-	return strconv.FormatInt(*v, 10)
-}
-
-func boolText(b *bool) string {
-	switch {
-	case b == nil:
-		return "-"
-	case *b:
-		return "yes"
-	}
-	return "no"
-}
+func esc(s string) string { return output.Escape(present.Dash(s)) }
 
 func orKey(v *int64, unknown int64) int64 {
 	if v == nil {
 		return unknown
 	}
 	return *v
-}
-
-// lanesText is "main:5 backfill:4" (the CLI's LANES column).
-func lanesText(lanes []inspect.Lane) string {
-	parts := make([]string, 0, len(lanes))
-	for _, l := range lanes {
-		if !l.Exists {
-			parts = append(parts, l.Name+":missing")
-			continue
-		}
-		parts = append(parts, l.Name+":"+strconv.FormatInt(l.Length, 10))
-	}
-	if len(parts) == 0 {
-		return "-"
-	}
-	return strings.Join(parts, " ")
 }
 
 // partitionRows builds one row per partition and group (one row for a
@@ -219,9 +175,9 @@ func partitionRows(parts []inspect.Partition, base int) []row {
 	rows := make([]row, 0, len(parts)+len(parts)/2)
 	for i := range parts {
 		p := &parts[i]
-		cat, key, lanes := esc(p.Category), esc(p.Key), lanesText(p.Lanes)
+		cat, key, lanes := esc(p.Category), esc(p.Key), present.Lanes(p.Lanes)
 		length := strconv.FormatInt(p.Length, 10)
-		idle := msText(p.IdleMs)
+		idle := present.Ms(p.IdleMs)
 		if len(p.Groups) == 0 {
 			r := newRow(base+i, cat, key, "-", lanes, length, "-", "-", "-", "-", "-", "-", idle)
 			// No group reads it: no lag and nothing pending (the CLI's
@@ -243,7 +199,7 @@ func partitionRows(parts []inspect.Partition, base int) []row {
 			ttlKey := int64(unknownHigh)
 			switch {
 			case g.Lease != nil && g.Lease.TTLMs != nil:
-				owner, ttl, ttlKey = esc(g.Lease.Owner), msText(g.Lease.TTLMs), *g.Lease.TTLMs
+				owner, ttl, ttlKey = esc(g.Lease.Owner), present.Ms(g.Lease.TTLMs), *g.Lease.TTLMs
 			case g.Lease != nil:
 				owner, ttl = esc(g.Lease.Owner), "none"
 			case g.LeaseState != "":
@@ -252,7 +208,7 @@ func partitionRows(parts []inspect.Partition, base int) []row {
 				ttl = string(g.LeaseState)
 			}
 			r := newRow(base+i, cat, key, esc(g.Name), lanes, length, lag, strconv.FormatInt(g.Pending, 10),
-				owner, intText(g.Generation), ttl, boolText(g.Parked), idle)
+				owner, present.Int(g.Generation), ttl, present.Bool(g.Parked), idle)
 			r.nums = []int64{p.Length, orKey(g.Lag, unknownHigh), g.Pending, orKey(g.Generation, unknownLow), ttlKey, orKey(p.IdleMs, unknownLow)}
 			r.group = g.Name
 			switch {
@@ -282,7 +238,7 @@ func leaseRows(leases []inspect.Lease) []row {
 			owner = esc(*l.Owner)
 		}
 		r := newRow(i, esc(l.Category), esc(l.Group), esc(l.Key), string(l.State), owner,
-			intText(l.Generation), msText(l.TTLMs), esc(l.LeaseKey))
+			present.Int(l.Generation), present.Ms(l.TTLMs), esc(l.LeaseKey))
 		r.nums = []int64{orKey(l.Generation, unknownLow), orKey(l.TTLMs, unknownHigh)}
 		r.toneCol = 3
 		switch l.State {
@@ -354,9 +310,9 @@ func topicRows(parts []TopicPartition) []row {
 			subs = []TopicSubscription{{}}
 		}
 		for _, s := range subs {
-			lag := intText(s.Lag)
+			lag := present.Int(s.Lag)
 			r := newRow(i, esc(p.Service), esc(p.Topic), strconv.Itoa(int(p.Partition)), owner,
-				intText(p.Generation), msText(p.TTLMs), esc(s.Name), intText(s.Checkpoint), intText(p.Head), lag)
+				present.Int(p.Generation), present.Ms(p.TTLMs), esc(s.Name), present.Int(s.Checkpoint), present.Int(p.Head), lag)
 			r.nums = []int64{int64(p.Partition), orKey(p.Generation, unknownLow), orKey(p.TTLMs, unknownHigh),
 				orKey(s.Checkpoint, unknownLow), orKey(p.Head, unknownLow), orKey(s.Lag, unknownHigh)}
 			r.group = s.Name
@@ -369,12 +325,7 @@ func topicRows(parts []TopicPartition) []row {
 	return rows
 }
 
-func listText(s []string) string {
-	if len(s) == 0 {
-		return "-"
-	}
-	return output.Escape(strings.Join(s, ","))
-}
+func listText(s []string) string { return output.Escape(present.List(s)) }
 
 func nodeRows(nodes []runtime.NodeStatus, now time.Time) []row {
 	rows := make([]row, 0, len(nodes))
@@ -439,13 +390,6 @@ func (s *catStats) add(p *inspect.Partition) {
 			s.lag += *g.Lag
 		}
 	}
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }
 
 // count formats n with thousands separators: 100,000.

@@ -75,7 +75,7 @@ func (b *Broker) ackAndReadPartitionFenced(ctx context.Context, pc *pinnedConn, 
 	keys := []string{f.LeaseKey, stream}
 	res, err := ackReadScript.Run(ctx, b.client, keys, args...).Slice()
 	if err != nil {
-		return nil, mapErr(call{op: op, keys: keys, fence: &f, stream: stream}, err)
+		return nil, mapErr(call{Op: op, Keys: keys, Fence: &f, Stream: stream}, err)
 	}
 	msgs, err := parseEntries(stream, res)
 	if err != nil {

@@ -115,7 +115,7 @@ func (b *Broker) Append(ctx context.Context, stream string, data []byte) (string
 	}
 	id, err := b.client.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "*", Values: []any{broker.DataField, data}}).Result()
 	if err != nil {
-		return "", mapErr(call{op: op, key: stream, want: "stream"}, err)
+		return "", mapErr(call{Op: op, Key: stream, Want: "stream"}, err)
 	}
 	return id, nil
 }
@@ -141,7 +141,7 @@ func (b *Broker) RecordPartition(ctx context.Context, category, key string) erro
 	}
 	index := b.cfg.layout.IndexKey(category)
 	if err := b.client.SAdd(ctx, index, key).Err(); err != nil {
-		return mapErr(call{op: op, key: index, want: "set"}, err)
+		return mapErr(call{Op: op, Key: index, Want: "set"}, err)
 	}
 	return nil
 }
@@ -168,7 +168,7 @@ func (b *Broker) ScanPartitionKeys(ctx context.Context, category string, cursor 
 	index := b.cfg.layout.IndexKey(category)
 	keys, next, err := b.client.SScan(ctx, index, cursor, "", count).Result()
 	if err != nil {
-		return nil, 0, mapErr(call{op: op, key: index, want: "set"}, err)
+		return nil, 0, mapErr(call{Op: op, Key: index, Want: "set"}, err)
 	}
 	if len(keys) == 0 {
 		keys = nil
@@ -188,7 +188,7 @@ func (b *Broker) RegisterGroup(ctx context.Context, category, group string) erro
 	}
 	key := b.cfg.layout.GroupsKey(category)
 	if err := b.client.SAdd(ctx, key, group).Err(); err != nil {
-		return mapErr(call{op: op, key: key, want: "set"}, err)
+		return mapErr(call{Op: op, Key: key, Want: "set"}, err)
 	}
 	return nil
 }
@@ -205,7 +205,7 @@ func (b *Broker) RegisteredGroups(ctx context.Context, category string) ([]strin
 func (b *Broker) members(ctx context.Context, op, key string) ([]string, error) {
 	m, err := b.client.SMembers(ctx, key).Result()
 	if err != nil {
-		return nil, mapErr(call{op: op, key: key, want: "set"}, err)
+		return nil, mapErr(call{Op: op, Key: key, Want: "set"}, err)
 	}
 	if len(m) == 0 {
 		return nil, nil

@@ -65,7 +65,7 @@ func (b *Broker) readPartitionFenced(ctx context.Context, pc *pinnedConn, f brok
 	keys := []string{f.LeaseKey, stream}
 	res, err := readScript.Run(ctx, b.client, keys, f.Token, group, count, m).Slice()
 	if err != nil {
-		return nil, mapErr(call{op: op, keys: keys, fence: &f, stream: stream}, err)
+		return nil, mapErr(call{Op: op, Keys: keys, Fence: &f, Stream: stream}, err)
 	}
 	msgs, err := parseEntries(stream, res)
 	if err != nil {
@@ -159,7 +159,7 @@ func (b *Broker) AckPartitionFenced(ctx context.Context, f broker.Fence, stream,
 	keys := []string{f.LeaseKey, stream}
 	n, err := ackScript.Run(ctx, b.client, keys, args...).Int64()
 	if err != nil {
-		return 0, mapErr(call{op: op, keys: keys, fence: &f, stream: stream}, err)
+		return 0, mapErr(call{Op: op, Keys: keys, Fence: &f, Stream: stream}, err)
 	}
 	return n, nil
 }
@@ -202,11 +202,11 @@ func (b *Broker) ReclaimPartitionPending(ctx context.Context, f broker.Fence, st
 	cursor := "0-0"
 	for {
 		if err := ctx.Err(); err != nil {
-			return res, mapErr(call{op: op}, err)
+			return res, mapErr(call{Op: op}, err)
 		}
 		reply, err := reclaimScript.Run(ctx, b.client, keys, f.Token, group, idle, cursor, count).Slice()
 		if err != nil {
-			return res, mapErr(call{op: op, keys: keys, fence: &f, stream: stream}, err)
+			return res, mapErr(call{Op: op, Keys: keys, Fence: &f, Stream: stream}, err)
 		}
 		if len(reply) != 4 {
 			return res, fmt.Errorf("redisbroker: %s: unexpected reply %v", op, reply)
@@ -257,7 +257,7 @@ func (b *Broker) DeadLetterPartitionFenced(ctx context.Context, f broker.Fence, 
 	keys := []string{f.LeaseKey, stream, dlqStream}
 	dlqID, err := deadLetterScript.Run(ctx, b.client, keys, f.Token, group, id, reason).Text()
 	if err != nil {
-		return "", mapErr(call{op: op, keys: keys, fence: &f, stream: stream}, err)
+		return "", mapErr(call{Op: op, Keys: keys, Fence: &f, Stream: stream}, err)
 	}
 	return dlqID, nil
 }

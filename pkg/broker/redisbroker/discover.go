@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/pkg/internal/redisadapter"
 )
 
 // ErrNoAppendEvents is returned by WatchAppends when the server does not
@@ -29,7 +31,7 @@ func (b *Broker) CountPartitionKeys(ctx context.Context, category string) (int64
 	index := b.cfg.layout.IndexKey(category)
 	n, err := b.client.SCard(ctx, index).Result()
 	if err != nil {
-		return 0, mapErr(call{op: op, key: index, want: "set"}, err)
+		return 0, mapErr(call{Op: op, Key: index, Want: "set"}, err)
 	}
 	return n, nil
 }
@@ -51,7 +53,7 @@ func (b *Broker) PartitionKeysIndexed(ctx context.Context, category string, keys
 	}
 	in, err := b.client.SMIsMember(ctx, index, members...).Result()
 	if err != nil {
-		return nil, mapErr(call{op: op, key: index, want: "set"}, err)
+		return nil, mapErr(call{Op: op, Key: index, Want: "set"}, err)
 	}
 	return in, nil
 }
@@ -117,7 +119,7 @@ func (b *Broker) WatchAppends(ctx context.Context, category string) (<-chan stri
 		if errors.Is(err, ErrNoAppendEvents) {
 			return nil, err
 		}
-		return nil, mapErr(call{op: op}, err)
+		return nil, mapErr(call{Op: op}, err)
 	}
 	out := make(chan string, b.cfg.watchBuffer)
 	prefix := category + ":"
@@ -127,7 +129,7 @@ func (b *Broker) WatchAppends(ctx context.Context, category string) (<-chan stri
 		go func() {
 			defer wg.Done()
 			fwd := make(chan string, b.cfg.watchBuffer)
-			go forwardWakeups(ctx, ps, fwd, b.cfg.watchBuffer)
+			go redisadapter.Forward(ctx, ps, fwd, b.cfg.watchBuffer)
 			for name := range fwd {
 				if !strings.HasPrefix(name, prefix) {
 					continue
@@ -156,17 +158,7 @@ func subscribeAppends(ctx context.Context, c *redis.Client, db int) (*redis.PubS
 	if !appendEventsOn(cfg["notify-keyspace-events"]) {
 		return nil, ErrNoAppendEvents
 	}
-	ps := c.Subscribe(ctx, fmt.Sprintf("__keyevent@%d__:xadd", db))
-	msg, err := ps.Receive(ctx)
-	if err != nil {
-		_ = ps.Close()
-		return nil, err
-	}
-	if _, ok := msg.(*redis.Subscription); !ok {
-		_ = ps.Close()
-		return nil, fmt.Errorf("redisbroker: watch appends: unexpected first reply %T", msg)
-	}
-	return ps, nil
+	return redisadapter.Subscribe(ctx, c, fmt.Sprintf("__keyevent@%d__:xadd", db))
 }
 
 // appendEventsOn reports whether a notify-keyspace-events value makes the

@@ -58,9 +58,10 @@
 // write: a key of the wrong type (a string where a stream should be)
 // fails the call with a *broker.WrongTypeError and changes nothing. The
 // scripts report failures with their own reply prefixes
-// (PROTCTL_WRONGTYPE, PROTCTL_LEASELOST; see lib.lua, which is prepended
-// to every script), which the Go side maps to the contract's typed
-// errors; transport failures unwrap to broker.ErrUnavailable and to their
+// (PROTCTL_WRONGTYPE, PROTCTL_LEASELOST; see the prelude.lua of
+// pkg/internal/redisadapter, which, with lib.lua, is prepended to every
+// script, shared with redisstore), which the Go side maps to the
+// contract's typed errors; transport failures unwrap to broker.ErrUnavailable and to their
 // cause.
 //
 // # Fencing

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/internal/redisadapter"
 )
 
 // The fenced reads of one id ("0", the pending list, or ">", new entries)
@@ -115,7 +116,7 @@ func (b *Broker) readTx(ctx context.Context, c *redis.Client, op string, f broke
 // the lease key was touched after the WATCH.
 func (b *Broker) readTxOnce(ctx context.Context, conn *redis.Conn, op string, f broker.Fence, stream, group string, ack []string, count int64, id string) (msgs []broker.Message, outcome txOutcome, retry bool, err error) {
 	fail := func(err error) ([]broker.Message, txOutcome, bool, error) {
-		return nil, txDecided, false, mapErr(call{op: op, keys: []string{f.LeaseKey, stream}, fence: &f, stream: stream}, err)
+		return nil, txDecided, false, mapErr(call{Op: op, Keys: []string{f.LeaseKey, stream}, Fence: &f, Stream: stream}, err)
 	}
 	var get *redis.StringCmd
 	_, err = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -129,7 +130,7 @@ func (b *Broker) readTxOnce(ctx context.Context, conn *redis.Conn, op string, f 
 	// the connection instead (go-redis drops a connection in a bad state,
 	// and a Conn never hands out another one), and with it the watch.
 	if err != nil && !errors.Is(err, redis.Nil) {
-		if isUnavailable(err) {
+		if redisadapter.Unavailable(err) {
 			_ = unwatch(ctx, conn, op) // a reply such as LOADING leaves the connection usable
 			return fail(err)
 		}
@@ -221,7 +222,7 @@ func (b *Broker) readTxOnce(ctx context.Context, conn *redis.Conn, op string, f 
 // EXEC.
 func unwatch(ctx context.Context, conn *redis.Conn, op string) error {
 	if err := conn.Do(ctx, "unwatch").Err(); err != nil {
-		return mapErr(call{op: op}, err)
+		return mapErr(call{Op: op}, err)
 	}
 	return nil
 }

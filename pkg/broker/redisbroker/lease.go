@@ -23,7 +23,7 @@ func (b *Broker) AcquirePartitionLease(ctx context.Context, leaseKey, generation
 	keys := []string{leaseKey, generationKey}
 	g, err := acquireScript.Run(ctx, b.client, keys, owner, ms).Int64()
 	if err != nil {
-		return broker.Lease{}, false, mapErr(call{op: op, keys: keys}, err)
+		return broker.Lease{}, false, mapErr(call{Op: op, Keys: keys}, err)
 	}
 	return newLease(leaseKey, owner, g)
 }
@@ -71,7 +71,7 @@ func (b *Broker) RenewPartitionLease(ctx context.Context, f broker.Fence, ttl ti
 	keys := []string{f.LeaseKey}
 	n, err := renewScript.Run(ctx, b.client, keys, f.Token, ms).Int64()
 	if err != nil {
-		return false, mapErr(call{op: op, keys: keys}, err)
+		return false, mapErr(call{Op: op, Keys: keys}, err)
 	}
 	return n == 1, nil
 }
@@ -87,7 +87,7 @@ func (b *Broker) ReleasePartitionLease(ctx context.Context, f broker.Fence) (boo
 	keys := []string{f.LeaseKey}
 	n, err := releaseScript.Run(ctx, b.client, keys, f.Token).Int64()
 	if err != nil {
-		return false, mapErr(call{op: op, keys: keys}, err)
+		return false, mapErr(call{Op: op, Keys: keys}, err)
 	}
 	return n == 1, nil
 }
@@ -117,7 +117,7 @@ func (b *Broker) ReleasePartitionLeaseConsumer(ctx context.Context, f broker.Fen
 	}
 	n, err := releaseScript.Run(ctx, b.client, keys, f.Token, group).Int64()
 	if err != nil {
-		return false, mapErr(call{op: op, keys: keys}, err)
+		return false, mapErr(call{Op: op, Keys: keys}, err)
 	}
 	return n == 1, nil
 }
@@ -169,7 +169,7 @@ func (b *Broker) DeleteEmptyConsumer(ctx context.Context, leaseKey, stream, grou
 	keys := []string{leaseKey, stream}
 	res, err := delConsumerScript.Run(ctx, b.client, keys, group, consumer).Slice()
 	if err != nil {
-		return ConsumerDeletion{}, mapErr(call{op: op, keys: keys, stream: stream}, err)
+		return ConsumerDeletion{}, mapErr(call{Op: op, Keys: keys, Stream: stream}, err)
 	}
 	if len(res) != 2 {
 		return ConsumerDeletion{}, fmt.Errorf("redisbroker: %s: unexpected reply %v", op, res)

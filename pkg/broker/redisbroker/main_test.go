@@ -45,29 +45,15 @@ func sharedCluster(t *testing.T) *testenv.Cluster {
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "redisbroker-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	server, err = testenv.NewRedis(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer server.Stop()
-	clusterDir = dir + "/cluster"
-	defer func() {
-		if clusterEnv != nil {
-			clusterEnv.Stop()
-		}
-	}()
-	return m.Run()
+	os.Exit(testenv.WithRedis("redisbroker-test-", func(r *testenv.Redis, dir string) int {
+		server, clusterDir = r, dir+"/cluster"
+		defer func() {
+			if clusterEnv != nil {
+				clusterEnv.Stop()
+			}
+		}()
+		return m.Run()
+	}))
 }
 
 // newBroker empties the server and returns a broker and a raw client on it.

@@ -85,7 +85,7 @@ func (b *Broker) reap(ctx context.Context, category, key string, minIdle time.Du
 	}
 	reply, err := reapScript.Run(ctx, b.client, keys, args...).Slice()
 	if err != nil {
-		return broker.ReapResult{}, mapErr(call{op: op, keys: keys}, err)
+		return broker.ReapResult{}, mapErr(call{Op: op, Keys: keys}, err)
 	}
 	return reapVerdict(reply, leases, l, key)
 }
@@ -114,7 +114,7 @@ func (b *Broker) reapCluster(ctx context.Context, category, key string, idle int
 	groupsKey := l.GroupsKey(category)
 	registered, err := b.client.SMembers(ctx, groupsKey).Result()
 	if err != nil {
-		return broker.ReapResult{}, mapErr(call{op: op, key: groupsKey, want: "set"}, err)
+		return broker.ReapResult{}, mapErr(call{Op: op, Key: groupsKey, Want: "set"}, err)
 	}
 	lanes := []string{l.Stream(category, key), l.LaneStream(category, key, backfillSuffix)}
 	args := make([]any, 0, 3+len(leases)+len(registered))
@@ -130,7 +130,7 @@ func (b *Broker) reapCluster(ctx context.Context, category, key string, idle int
 		args[1] = mode
 		reply, err := reapLanesScript.Run(ctx, b.client, lanes, args...).Slice()
 		if err != nil {
-			return broker.ReapResult{}, mapErr(call{op: op, keys: lanes}, err)
+			return broker.ReapResult{}, mapErr(call{Op: op, Keys: lanes}, err)
 		}
 		return reapVerdict(reply, leases, l, key)
 	}
@@ -139,14 +139,14 @@ func (b *Broker) reapCluster(ctx context.Context, category, key string, idle int
 	}
 	index := l.IndexKey(category)
 	if err := b.client.SRem(ctx, index, key).Err(); err != nil {
-		return broker.ReapResult{}, mapErr(call{op: op, key: index, want: "set"}, err)
+		return broker.ReapResult{}, mapErr(call{Op: op, Key: index, Want: "set"}, err)
 	}
 	res, err := run("delete")
 	if err == nil && res.Reaped {
 		return res, nil
 	}
 	if rerr := b.client.SAdd(ctx, index, key).Err(); rerr != nil {
-		rerr = mapErr(call{op: op, key: index, want: "set"}, rerr)
+		rerr = mapErr(call{Op: op, Key: index, Want: "set"}, rerr)
 		if err == nil {
 			err = fmt.Errorf("%w (the reap refused, %s, but could not put %q back in %s; RecordPartition repairs it)", rerr, res.Reason, key, index)
 		} else {
@@ -237,7 +237,7 @@ func (b *Broker) Trim(ctx context.Context, stream string, maxLen int64) (int64, 
 	keys := append([]string{stream}, b.registriesOf(stream)...)
 	n, err := trimScript.Run(ctx, b.client, keys, maxLen).Int64()
 	if err != nil {
-		return 0, mapErr(call{op: op, keys: keys}, err)
+		return 0, mapErr(call{Op: op, Keys: keys}, err)
 	}
 	return n, nil
 }
@@ -254,7 +254,7 @@ func (b *Broker) trimCluster(ctx context.Context, stream string, maxLen int64) (
 	for _, reg := range b.registriesOf(stream) {
 		groups, err := b.client.SMembers(ctx, reg).Result()
 		if err != nil {
-			return 0, mapErr(call{op: op, key: reg, want: "set"}, err)
+			return 0, mapErr(call{Op: op, Key: reg, Want: "set"}, err)
 		}
 		for _, g := range groups {
 			args = append(args, g)
@@ -263,7 +263,7 @@ func (b *Broker) trimCluster(ctx context.Context, stream string, maxLen int64) (
 	keys := []string{stream}
 	n, err := trimScript.Run(ctx, b.client, keys, args...).Int64()
 	if err != nil {
-		return 0, mapErr(call{op: op, keys: keys}, err)
+		return 0, mapErr(call{Op: op, Keys: keys}, err)
 	}
 	return n, nil
 }

@@ -203,7 +203,7 @@ func (pc *pinnedConn) AcquirePartitionLease(ctx context.Context, leaseKey, gener
 		g, _, err = pc.acquire(ctx, acquireScript.Eval, keys, owner, ms, nil)
 	}
 	if err != nil {
-		return broker.Lease{}, false, mapErr(call{op: op, keys: keys}, err)
+		return broker.Lease{}, false, mapErr(call{Op: op, Keys: keys}, err)
 	}
 	return newLease(leaseKey, owner, g)
 }
@@ -245,7 +245,7 @@ func (pc *pinnedConn) AcquirePartitionLeaseAndTails(ctx context.Context, leaseKe
 		g, tails, err = pc.acquire(ctx, acquireScript.Eval, keys, owner, ms, streams)
 	}
 	if err != nil {
-		return broker.Lease{}, false, nil, mapErr(call{op: op, keys: keys}, err)
+		return broker.Lease{}, false, nil, mapErr(call{Op: op, Keys: keys}, err)
 	}
 	l, ok, _ := newLease(leaseKey, owner, g)
 	if !ok {
@@ -383,7 +383,7 @@ func (pc *pinnedConn) close(ctx context.Context) error {
 	pc.watched, pc.watching = false, ""
 	pc.b.cfg.pins.give()
 	if err != nil {
-		return mapErr(call{op: "close pinned reader"}, err)
+		return mapErr(call{Op: "close pinned reader"}, err)
 	}
 	return cerr
 }
@@ -393,7 +393,7 @@ func (pc *pinnedConn) close(ctx context.Context) error {
 func (pc *pinnedConn) readTx(ctx context.Context, op string, f broker.Fence, stream, group string, ack []string, count int64, id string) ([]broker.Message, txOutcome, error) {
 	fail := func(err error) ([]broker.Message, txOutcome, error) {
 		fc := f // escapes only on failure
-		return nil, txDecided, mapErr(call{op: op, keys: []string{f.LeaseKey, stream}, fence: &fc, stream: stream}, err)
+		return nil, txDecided, mapErr(call{Op: op, Keys: []string{f.LeaseKey, stream}, Fence: &fc, Stream: stream}, err)
 	}
 	for attempt := 0; attempt < txAttempts; attempt++ {
 		if pc.watching != f.LeaseKey || !pc.seenOK || pc.seen != f.Token {

@@ -53,7 +53,7 @@ func (b *Broker) PublishPartitioned(ctx context.Context, category, key, lane str
 	keys := []string{l.LaneStream(category, key, lane), l.IndexKey(category)}
 	id, err := publishScript.Run(ctx, b.client, keys, key, data, l.WakeChannel(category)).Text()
 	if err != nil {
-		return "", mapErr(call{op: op, keys: keys}, err)
+		return "", mapErr(call{Op: op, Keys: keys}, err)
 	}
 	return id, nil
 }
@@ -70,7 +70,7 @@ func (b *Broker) publishCluster(ctx context.Context, category, key, lane string,
 	stream := []string{l.LaneStream(category, key, lane)}
 	id, err := appendScript.Run(ctx, b.client, stream, data).Text()
 	if err != nil {
-		return "", mapErr(call{op: op, keys: stream}, err)
+		return "", mapErr(call{Op: op, Keys: stream}, err)
 	}
 	if err := b.record(ctx, op, index, key, l.WakeChannel(category)); err != nil {
 		return "", fmt.Errorf("%w (entry %s was appended to %s; RecordPartition(%q, %q) records it)", err, id, stream[0], category, key)
@@ -83,7 +83,7 @@ func (b *Broker) publishCluster(ctx context.Context, category, key, lane string,
 func (b *Broker) record(ctx context.Context, op, index, key, channel string) error {
 	keys := []string{index}
 	if err := recordScript.Run(ctx, b.client, keys, key, channel).Err(); err != nil {
-		return mapErr(call{op: op, keys: keys}, err)
+		return mapErr(call{Op: op, Keys: keys}, err)
 	}
 	return nil
 }
@@ -93,7 +93,7 @@ func (b *Broker) record(ctx context.Context, op, index, key, channel string) err
 func (b *Broker) wantType(ctx context.Context, op, key, want string) error {
 	t, err := b.client.Type(ctx, key).Result()
 	if err != nil {
-		return mapErr(call{op: op, key: key, want: want}, err)
+		return mapErr(call{Op: op, Key: key, Want: want}, err)
 	}
 	if t != "none" && t != want {
 		return &broker.WrongTypeError{Op: op, Key: key, Want: want, Got: t}

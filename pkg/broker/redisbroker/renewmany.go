@@ -46,7 +46,7 @@ func (b *Broker) RenewPartitionLeases(ctx context.Context, fences []broker.Fence
 		// The server lost its script cache (a restart, SCRIPT FLUSH):
 		// load once and run the whole batch again.
 		if lerr := renewScript.Load(ctx, b.client).Err(); lerr != nil {
-			return nil, mapErr(call{op: op}, lerr)
+			return nil, mapErr(call{Op: op}, lerr)
 		}
 		cmds, err = run()
 	}
@@ -54,12 +54,12 @@ func (b *Broker) RenewPartitionLeases(ctx context.Context, fences []broker.Fence
 	for i, c := range cmds {
 		n, cerr := c.Int64()
 		if cerr != nil {
-			return nil, mapErr(call{op: op, keys: []string{fences[i].LeaseKey}}, cerr)
+			return nil, mapErr(call{Op: op, Keys: []string{fences[i].LeaseKey}}, cerr)
 		}
 		oks[i] = n == 1
 	}
 	if err != nil {
-		return nil, mapErr(call{op: op}, err)
+		return nil, mapErr(call{Op: op}, err)
 	}
 	return oks, nil
 }

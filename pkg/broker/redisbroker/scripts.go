@@ -4,6 +4,8 @@ import (
 	_ "embed"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/pkg/internal/redisadapter"
 )
 
 // The scripts are immutable, so they are package-level values shared by
@@ -11,9 +13,10 @@ import (
 // server does not know the script yet (after a restart or a SCRIPT FLUSH),
 // so loading needs no extra step.
 //
-// lib.lua is prepended to each script: Redis has no shared Lua functions
-// for EVAL scripts, and repeating the type checks by hand would let them
-// drift apart. readlib.lua (the lane read and the chunked XACK) is
+// The shared prelude (redisadapter.NewScript) and lib.lua are prepended
+// to each script: Redis has no shared Lua functions for EVAL scripts, and
+// repeating the type checks by hand would let them drift apart.
+// readlib.lua (the lane read and the chunked XACK) is
 // prepended too to the scripts that read or acknowledge, so that read.lua
 // and ackread.lua read exactly the same way.
 var (
@@ -73,11 +76,7 @@ var (
 	recordScript      = newScript(recordLua)
 )
 
-// newScript composes lib.lua and parts into one script.
+// newScript composes the prelude, lib.lua and parts into one script.
 func newScript(parts ...string) *redis.Script {
-	body := libLua
-	for _, p := range parts {
-		body += p
-	}
-	return redis.NewScript(body)
+	return redisadapter.NewScript(append([]string{libLua}, parts...)...)
 }

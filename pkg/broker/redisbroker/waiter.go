@@ -68,7 +68,7 @@ func (b *Broker) WaitForEntries(ctx context.Context, after map[string]string, ti
 	}
 	slices.Sort(streams)
 	if err := ctx.Err(); err != nil {
-		return nil, mapErr(call{op: op}, err)
+		return nil, mapErr(call{Op: op}, err)
 	}
 	if _, ok := b.client.(*redis.ClusterClient); ok {
 		return b.pollForEntries(ctx, streams, after, timeout)
@@ -106,7 +106,7 @@ func (b *Broker) WaitForEntries(ctx context.Context, after map[string]string, ti
 				return
 			}
 			if err != nil {
-				replies <- reply{err: mapErr(call{op: op, want: "stream"}, err)}
+				replies <- reply{err: mapErr(call{Op: op, Want: "stream"}, err)}
 				return
 			}
 			var ready []string
@@ -139,7 +139,7 @@ func (b *Broker) WaitForEntries(ctx context.Context, after map[string]string, ti
 			return nil
 		})
 		if err != nil && firstErr == nil {
-			firstErr = mapErr(call{op: op}, err)
+			firstErr = mapErr(call{Op: op}, err)
 		}
 	}
 	for pending > 0 {
@@ -159,7 +159,7 @@ func (b *Broker) WaitForEntries(ctx context.Context, after map[string]string, ti
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, mapErr(call{op: op}, err)
+		return nil, mapErr(call{Op: op}, err)
 	}
 	if firstErr != nil && len(ready) == 0 {
 		return nil, firstErr
@@ -209,7 +209,7 @@ func (b *Broker) pollForEntries(ctx context.Context, streams []string, after map
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, mapErr(call{op: op}, ctx.Err())
+			return nil, mapErr(call{Op: op}, ctx.Err())
 		case <-expired:
 			t.Stop()
 			return nil, nil
@@ -238,7 +238,7 @@ func (b *Broker) pollOnce(ctx context.Context, groups [][]string, after map[stri
 			return nil
 		})
 		if err := ctx.Err(); err != nil {
-			return nil, mapErr(call{op: op}, err)
+			return nil, mapErr(call{Op: op}, err)
 		}
 		for i, c := range cmds {
 			res, cerr := c.Result()
@@ -246,7 +246,7 @@ func (b *Broker) pollOnce(ctx context.Context, groups [][]string, after map[stri
 				continue
 			}
 			if cerr != nil {
-				return nil, mapErr(call{op: op, key: chunk[i][0], want: "stream"}, cerr)
+				return nil, mapErr(call{Op: op, Key: chunk[i][0], Want: "stream"}, cerr)
 			}
 			for _, st := range res {
 				if len(st.Messages) > 0 {
@@ -255,7 +255,7 @@ func (b *Broker) pollOnce(ctx context.Context, groups [][]string, after map[stri
 			}
 		}
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return nil, mapErr(call{op: op}, err)
+			return nil, mapErr(call{Op: op}, err)
 		}
 	}
 	if len(ready) == 0 {
@@ -337,7 +337,7 @@ func lastEntryIDs(ctx context.Context, pipelined func(context.Context, func(redi
 			return nil, err
 		}
 		if err != nil {
-			return nil, mapErr(call{op: op}, err)
+			return nil, mapErr(call{Op: op}, err)
 		}
 	}
 	return out, nil
@@ -349,7 +349,7 @@ func tailIDs(op string, out map[string]string, streams []string, cmds []*redis.X
 	for i, c := range cmds {
 		msgs, err := c.Result()
 		if err != nil {
-			return mapErr(call{op: op, key: streams[i], want: "stream"}, err)
+			return mapErr(call{Op: op, Key: streams[i], Want: "stream"}, err)
 		}
 		out[streams[i]] = "0-0"
 		if len(msgs) > 0 {

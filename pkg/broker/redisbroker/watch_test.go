@@ -2,25 +2,18 @@ package redisbroker_test
 
 import (
 	"context"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 )
 
 // watchGoroutine returns the stack of a running watch goroutine (the
-// broker's forwarder or go-redis's Pub/Sub reader), "" when there is none.
+// forwarder, redisadapter.Forward, or go-redis's Pub/Sub reader), "" when
+// there is none.
 func watchGoroutine() string {
-	buf := make([]byte, 1<<20)
-	stacks := string(buf[:runtime.Stack(buf, true)])
-	for _, g := range strings.Split(stacks, "\n\n") {
-		if strings.Contains(g, "redisbroker.forwardWakeups") || strings.Contains(g, "go-redis/v9.(*channel)") {
-			return g
-		}
-	}
-	return ""
+	return testenv.Goroutine("redisadapter.Forward", "go-redis/v9.(*channel)")
 }
 
 // wantNoWatchGoroutines waits until no watch goroutine is left running.

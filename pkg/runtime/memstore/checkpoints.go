@@ -3,9 +3,9 @@ package memstore
 import (
 	"context"
 	"maps"
-	"strconv"
 
 	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/runtime/internal/storecontract"
 )
 
 // Save stores next as subscription's checkpoint of partition in
@@ -14,14 +14,8 @@ import (
 // or below the stored checkpoint is ignored.
 func (s *Store) Save(ctx context.Context, f broker.Fence, leaseGroup, subscription string, partition int32, next int64) error {
 	const op = "checkpoint"
-	if err := validFence(op, f); err != nil {
+	if err := storecontract.Save(op, f, leaseGroup, subscription, partition, next); err != nil {
 		return err
-	}
-	if err := validCheckpoint(op, leaseGroup, subscription, partition); err != nil {
-		return err
-	}
-	if next < 0 {
-		return invalid(op, "next offset", strconv.FormatInt(next, 10), "must not be negative")
 	}
 	if err := ctxErr(ctx, op); err != nil {
 		return err
@@ -51,7 +45,7 @@ func (s *Store) Save(ctx context.Context, f broker.Fence, leaseGroup, subscripti
 // was saved.
 func (s *Store) Load(ctx context.Context, leaseGroup, subscription string, partition int32) (int64, bool, error) {
 	const op = "load checkpoint"
-	if err := validCheckpoint(op, leaseGroup, subscription, partition); err != nil {
+	if err := storecontract.Checkpoint(op, leaseGroup, subscription, partition); err != nil {
 		return 0, false, err
 	}
 	if err := ctxErr(ctx, op); err != nil {
@@ -67,7 +61,7 @@ func (s *Store) Load(ctx context.Context, leaseGroup, subscription string, parti
 // partition (an empty map when none was saved).
 func (s *Store) LoadAll(ctx context.Context, leaseGroup, subscription string) (map[int32]int64, error) {
 	const op = "load checkpoints"
-	if err := validCheckpoint(op, leaseGroup, subscription, 0); err != nil {
+	if err := storecontract.Checkpoint(op, leaseGroup, subscription, 0); err != nil {
 		return nil, err
 	}
 	if err := ctxErr(ctx, op); err != nil {

@@ -1,7 +1,6 @@
 package memstore
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/internal/storecontract"
 )
 
 // Park creates or replaces the entry of (p.Subscription, p.Aggregate)
@@ -20,22 +20,13 @@ import (
 // p.ParkedAt the clock's now.
 func (s *Store) Park(ctx context.Context, f broker.Fence, p runtime.Parked) error {
 	const op = "park"
-	if err := validEntry(op, f, p.Subscription, p.Aggregate); err != nil {
-		return err
-	}
-	if p.Status == "" {
-		p.Status = runtime.StatusParked
-	}
-	if err := validStatus(op, p.Status); err != nil {
+	if err := storecontract.Park(op, f, p); err != nil {
 		return err
 	}
 	if err := ctxErr(ctx, op); err != nil {
 		return err
 	}
-	p.Error = runtime.TruncateError(p.Error)
-	if p.ParkedAt.IsZero() {
-		p.ParkedAt = s.cfg.clock.Now()
-	}
+	p = storecontract.ParkDefaults(p, s.cfg.clock.Now)
 	data, err := json.Marshal(p)
 	if err != nil {
 		return fmt.Errorf("memstore: %s: %w", op, err)
@@ -59,10 +50,7 @@ func (s *Store) Park(ctx context.Context, f broker.Fence, p runtime.Parked) erro
 // "set status"); a missing entry with runtime.ErrNotParked.
 func (s *Store) SetStatus(ctx context.Context, f broker.Fence, subscription, aggregate string, status runtime.ParkStatus) error {
 	const op = "set status"
-	if err := validEntry(op, f, subscription, aggregate); err != nil {
-		return err
-	}
-	if err := validStatus(op, status); err != nil {
+	if err := storecontract.SetStatus(op, f, subscription, aggregate, status); err != nil {
 		return err
 	}
 	if err := ctxErr(ctx, op); err != nil {
@@ -90,7 +78,7 @@ func (s *Store) SetStatus(ctx context.Context, f broker.Fence, subscription, agg
 // missing entry is not an error.
 func (s *Store) Resolve(ctx context.Context, f broker.Fence, subscription, aggregate string) error {
 	const op = "resolve"
-	if err := validEntry(op, f, subscription, aggregate); err != nil {
+	if err := storecontract.Entry(op, f, subscription, aggregate); err != nil {
 		return err
 	}
 	if err := ctxErr(ctx, op); err != nil {
@@ -110,7 +98,7 @@ func (s *Store) Resolve(ctx context.Context, f broker.Fence, subscription, aggre
 func (s *Store) ListParked(ctx context.Context, subscription string) ([]runtime.Parked, error) {
 	const op = "list parked"
 	if subscription != "" {
-		if err := validSubscription(op, subscription); err != nil {
+		if err := storecontract.Subscription(op, subscription); err != nil {
 			return nil, err
 		}
 	}
@@ -132,12 +120,7 @@ func (s *Store) ListParked(ctx context.Context, subscription string) ([]runtime.
 			out = append(out, p)
 		}
 	}
-	slices.SortFunc(out, func(a, b runtime.Parked) int {
-		return cmp.Or(a.ParkedAt.Compare(b.ParkedAt),
-			cmp.Compare(a.Subscription, b.Subscription),
-			cmp.Compare(a.Aggregate, b.Aggregate),
-			cmp.Compare(a.Partition, b.Partition))
-	})
+	storecontract.SortParked(out)
 	return out, nil
 }
 
@@ -146,10 +129,7 @@ func (s *Store) ListParked(ctx context.Context, subscription string) ([]runtime.
 // (an *runtime.AmbiguousParkedError when it has several).
 func (s *Store) GetParked(ctx context.Context, subscription, partition, aggregate string) (runtime.Parked, error) {
 	const op = "get parked"
-	if err := validSubscription(op, subscription); err != nil {
-		return runtime.Parked{}, err
-	}
-	if err := nonEmpty(op, "aggregate", aggregate); err != nil {
+	if err := storecontract.Aggregate(op, subscription, aggregate); err != nil {
 		return runtime.Parked{}, err
 	}
 	if err := ctxErr(ctx, op); err != nil {
@@ -209,10 +189,7 @@ func (s *Store) RequestSkip(ctx context.Context, subscription, partition, aggreg
 }
 
 func (s *Store) request(ctx context.Context, op string, action runtime.Action, subscription, partition, aggregate, reason, by string) error {
-	if err := validSubscription(op, subscription); err != nil {
-		return err
-	}
-	if err := nonEmpty(op, "aggregate", aggregate); err != nil {
+	if err := storecontract.Aggregate(op, subscription, aggregate); err != nil {
 		return err
 	}
 	if err := ctxErr(ctx, op); err != nil {
@@ -272,7 +249,7 @@ func (s *Store) edit(op, subscription string, id entryID, e entry, change func(*
 // It starts no goroutine.
 func (s *Store) WatchRequests(ctx context.Context, subscription string) (<-chan string, error) {
 	const op = "watch requests"
-	if err := validSubscription(op, subscription); err != nil {
+	if err := storecontract.Subscription(op, subscription); err != nil {
 		return nil, err
 	}
 	if err := ctxErr(ctx, op); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/internal/storecontract"
 )
 
 // Heartbeat stores st as the status of st.Node in st.Service, live until
@@ -16,23 +17,14 @@ import (
 // are stored as empty lists.
 func (s *Store) Heartbeat(ctx context.Context, st runtime.NodeStatus, ttl time.Duration) error {
 	const op = "heartbeat"
-	if err := validService(op, st.Service); err != nil {
+	if err := storecontract.Heartbeat(op, st, ttl); err != nil {
 		return err
-	}
-	if err := nonEmpty(op, "node", st.Node); err != nil {
-		return err
-	}
-	if ttl <= 0 {
-		return invalid(op, "ttl", ttl.String(), "must be positive")
 	}
 	if err := ctxErr(ctx, op); err != nil {
 		return err
 	}
 	now := s.cfg.clock.Now()
-	if st.LastSeen.IsZero() {
-		st.LastSeen = now
-	}
-	data, err := marshalStatus(st)
+	data, err := storecontract.EncodeStatus(st, func() time.Time { return now })
 	if err != nil {
 		return fmt.Errorf("memstore: %s: %w", op, err)
 	}
@@ -52,24 +44,11 @@ func (s *Store) Heartbeat(ctx context.Context, st runtime.NodeStatus, ttl time.D
 	return nil
 }
 
-func marshalStatus(st runtime.NodeStatus) ([]byte, error) {
-	if st.Held == nil {
-		st.Held = []runtime.HeldPartition{}
-	}
-	if st.Paused == nil {
-		st.Paused = []string{}
-	}
-	if st.Throttled == nil {
-		st.Throttled = []string{}
-	}
-	return json.Marshal(st)
-}
-
 // Members returns the live nodes of service (expiry after the clock's
 // now), sorted by node id. No live node: nil, nil.
 func (s *Store) Members(ctx context.Context, service string) ([]runtime.NodeStatus, error) {
 	const op = "members"
-	if err := validService(op, service); err != nil {
+	if err := storecontract.Service(op, service); err != nil {
 		return nil, err
 	}
 	if err := ctxErr(ctx, op); err != nil {
@@ -103,10 +82,7 @@ func (s *Store) Members(ctx context.Context, service string) ([]runtime.NodeStat
 // node that never joined, is not an error.
 func (s *Store) Leave(ctx context.Context, service, node string) error {
 	const op = "leave"
-	if err := validService(op, service); err != nil {
-		return err
-	}
-	if err := nonEmpty(op, "node", node); err != nil {
+	if err := storecontract.Node(op, service, node); err != nil {
 		return err
 	}
 	if err := ctxErr(ctx, op); err != nil {

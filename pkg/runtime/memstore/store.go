@@ -3,8 +3,6 @@ package memstore
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -132,81 +130,6 @@ func (s *Store) fence(ctx context.Context, op string, f broker.Fence) error {
 func ctxErr(ctx context.Context, op string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memstore: %s: %w", op, err)
-	}
-	return nil
-}
-
-// Argument checks: the same as redisstore's, so that a name that works
-// here works on Redis.
-
-func invalid(op, arg, value, reason string) error {
-	return &broker.InvalidArgumentError{Op: op, Arg: arg, Value: value, Reason: reason}
-}
-
-func nonEmpty(op, arg, v string) error {
-	if v == "" {
-		return invalid(op, arg, `""`, "must not be empty")
-	}
-	return nil
-}
-
-// validTagged checks a name that redisstore puts in a hash tag.
-func validTagged(op, arg, v string) error {
-	if err := nonEmpty(op, arg, v); err != nil {
-		return err
-	}
-	if strings.ContainsAny(v, "{}") {
-		return invalid(op, arg, strconv.Quote(v), `must not contain "{" or "}"`)
-	}
-	return nil
-}
-
-func validService(op, service string) error { return validTagged(op, "service", service) }
-
-func validSubscription(op, sub string) error {
-	if err := nonEmpty(op, "subscription", sub); err != nil {
-		return err
-	}
-	if len(sub) >= 4 && strings.HasPrefix(sub, "__") && strings.HasSuffix(sub, "__") {
-		return invalid(op, "subscription", strconv.Quote(sub), "the form __x__ is reserved")
-	}
-	return nil
-}
-
-func validFence(op string, f broker.Fence) error {
-	if err := nonEmpty(op, "lease key", f.LeaseKey); err != nil {
-		return err
-	}
-	return nonEmpty(op, "fence token", f.Token)
-}
-
-func validEntry(op string, f broker.Fence, subscription, aggregate string) error {
-	if err := validFence(op, f); err != nil {
-		return err
-	}
-	if err := validSubscription(op, subscription); err != nil {
-		return err
-	}
-	return nonEmpty(op, "aggregate", aggregate)
-}
-
-func validStatus(op string, s runtime.ParkStatus) error {
-	switch s {
-	case runtime.StatusParked, runtime.StatusRetrying, runtime.StatusUnrecoverable:
-		return nil
-	}
-	return invalid(op, "status", strconv.Quote(string(s)), `want "parked", "retrying" or "unrecoverable"`)
-}
-
-func validCheckpoint(op, leaseGroup, subscription string, partition int32) error {
-	if err := validTagged(op, "lease group", leaseGroup); err != nil {
-		return err
-	}
-	if err := nonEmpty(op, "subscription", subscription); err != nil {
-		return err
-	}
-	if partition < 0 {
-		return invalid(op, "partition", strconv.FormatInt(int64(partition), 10), "must not be negative")
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/runtime/internal/storecontract"
 )
 
 // Save stores next as subscription's checkpoint of partition in
@@ -19,19 +20,13 @@ import (
 // it must share the checkpoints' hash tag.
 func (s *Store) Save(ctx context.Context, f broker.Fence, leaseGroup, subscription string, partition int32, next int64) error {
 	const op = "checkpoint"
-	if err := validFence(op, f); err != nil {
+	if err := storecontract.Save(op, f, leaseGroup, subscription, partition, next); err != nil {
 		return err
-	}
-	if err := validCheckpoint(op, leaseGroup, subscription, partition); err != nil {
-		return err
-	}
-	if next < 0 {
-		return invalid(op, "next offset", strconv.FormatInt(next, 10), "must not be negative")
 	}
 	keys := []string{f.LeaseKey, checkpointsKey(leaseGroup, subscription)}
 	err := checkpointScript.Run(ctx, s.client, keys, f.Token, partition, strconv.FormatInt(next, 10)).Err()
 	if err != nil {
-		return mapErr(call{op: op, keys: keys, fence: &f}, err)
+		return mapErr(call{Op: op, Keys: keys, Fence: &f}, err)
 	}
 	return nil
 }
@@ -40,7 +35,7 @@ func (s *Store) Save(ctx context.Context, f broker.Fence, leaseGroup, subscripti
 // was saved.
 func (s *Store) Load(ctx context.Context, leaseGroup, subscription string, partition int32) (int64, bool, error) {
 	const op = "load checkpoint"
-	if err := validCheckpoint(op, leaseGroup, subscription, partition); err != nil {
+	if err := storecontract.Checkpoint(op, leaseGroup, subscription, partition); err != nil {
 		return 0, false, err
 	}
 	key := checkpointsKey(leaseGroup, subscription)
@@ -49,7 +44,7 @@ func (s *Store) Load(ctx context.Context, leaseGroup, subscription string, parti
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, mapErr(call{op: op, key: key, want: "hash"}, err)
+		return 0, false, mapErr(call{Op: op, Key: key, Want: "hash"}, err)
 	}
 	next, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
@@ -62,13 +57,13 @@ func (s *Store) Load(ctx context.Context, leaseGroup, subscription string, parti
 // partition (an empty map when none was saved), in one HGETALL.
 func (s *Store) LoadAll(ctx context.Context, leaseGroup, subscription string) (map[int32]int64, error) {
 	const op = "load checkpoints"
-	if err := validCheckpoint(op, leaseGroup, subscription, 0); err != nil {
+	if err := storecontract.Checkpoint(op, leaseGroup, subscription, 0); err != nil {
 		return nil, err
 	}
 	key := checkpointsKey(leaseGroup, subscription)
 	all, err := s.client.HGetAll(ctx, key).Result()
 	if err != nil {
-		return nil, mapErr(call{op: op, key: key, want: "hash"}, err)
+		return nil, mapErr(call{Op: op, Key: key, Want: "hash"}, err)
 	}
 	out := make(map[int32]int64, len(all))
 	for field, v := range all {
@@ -80,17 +75,4 @@ func (s *Store) LoadAll(ctx context.Context, leaseGroup, subscription string) (m
 		out[int32(p)] = next
 	}
 	return out, nil
-}
-
-func validCheckpoint(op, leaseGroup, subscription string, partition int32) error {
-	if err := validTagged(op, "lease group", leaseGroup); err != nil {
-		return err
-	}
-	if err := nonEmpty(op, "subscription", subscription); err != nil {
-		return err
-	}
-	if partition < 0 {
-		return invalid(op, "partition", strconv.FormatInt(int64(partition), 10), "must not be negative")
-	}
-	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/runtime/internal/storecontract"
 )
 
 // Key names. Every key a script touches shares a hash tag with the others
@@ -110,13 +111,13 @@ func ParseLeaseGroup(s string) (LeaseGroup, error) {
 // or '}'.
 func (g LeaseGroup) Validate() error {
 	const op = "lease group"
-	if err := validService(op, g.Service); err != nil {
+	if err := storecontract.Service(op, g.Service); err != nil {
 		return err
 	}
 	if strings.Contains(g.Service, "|") {
-		return invalid(op, "service", strconv.Quote(g.Service), `must not contain "|" in a lease group`)
+		return storecontract.Invalid(op, "service", strconv.Quote(g.Service), `must not contain "|" in a lease group`)
 	}
-	return validTagged(op, "lease group name", g.Name)
+	return storecontract.Tagged(op, "lease group name", g.Name)
 }
 
 func (g LeaseGroup) key(kind string) string { return prefix + "{" + g.String() + "}:" + kind }

@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -15,7 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/internal/redisadapter"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/internal/storecontract"
 )
 
 // Park creates or replaces the entry of (p.Subscription, f's partition,
@@ -45,19 +46,10 @@ import (
 // runtime.StatusParked and a zero p.ParkedAt the local time.
 func (s *Store) Park(ctx context.Context, f broker.Fence, p runtime.Parked) error {
 	const op = "park"
-	if err := validEntry(op, f, p.Subscription, p.Aggregate); err != nil {
+	if err := storecontract.Park(op, f, p); err != nil {
 		return err
 	}
-	if p.Status == "" {
-		p.Status = runtime.StatusParked
-	}
-	if err := validStatus(op, p.Status); err != nil {
-		return err
-	}
-	p.Error = runtime.TruncateError(p.Error)
-	if p.ParkedAt.IsZero() {
-		p.ParkedAt = s.cfg.now()
-	}
+	p = storecontract.ParkDefaults(p, s.cfg.now)
 	id, err := newParkID()
 	if err != nil {
 		return fmt.Errorf("redisstore: %s: %w", op, err)
@@ -69,7 +61,7 @@ func (s *Store) Park(ctx context.Context, f broker.Fence, p runtime.Parked) erro
 	rec := RecordKey(f.LeaseKey, p.Subscription, p.Aggregate)
 	entries, idx := ParkedEntriesKey(p.Subscription), ParkedIndexKey(p.Subscription)
 	if err := indexScript.Run(ctx, s.client, []string{entries}, "add", p.Aggregate, rec, id).Err(); err != nil {
-		return mapErr(call{op: op, keys: []string{entries}}, err)
+		return mapErr(call{Op: op, Keys: []string{entries}}, err)
 	}
 	var sadd, added *redis.IntCmd
 	_, _ = s.client.Pipelined(ctx, func(pl redis.Pipeliner) error {
@@ -89,15 +81,15 @@ func (s *Store) Park(ctx context.Context, f broker.Fence, p runtime.Parked) erro
 	}
 	if err := sadd.Err(); err != nil {
 		undo()
-		return mapErr(call{op: op, key: ParkedSubscriptionsKey, want: "set"}, err)
+		return mapErr(call{Op: op, Key: ParkedSubscriptionsKey, Want: "set"}, err)
 	}
 	if err := added.Err(); err != nil {
 		undo()
-		return mapErr(call{op: op, key: idx, want: "hash"}, err)
+		return mapErr(call{Op: op, Key: idx, Want: "hash"}, err)
 	}
 	keys := []string{f.LeaseKey, rec}
 	if err := parkScript.Run(ctx, s.client, keys, f.Token, data).Err(); err != nil {
-		err = mapErr(call{op: op, keys: keys, fence: &f}, err)
+		err = mapErr(call{Op: op, Keys: keys, Fence: &f}, err)
 		// A record key of another type cannot be a concurrent park's
 		// record, so taking the index entries back is safe. After a lost
 		// lease it is not for the old index: the new owner may be parking
@@ -132,15 +124,12 @@ func newParkID() (string, error) {
 // missing entry with runtime.ErrNotParked.
 func (s *Store) SetStatus(ctx context.Context, f broker.Fence, subscription, aggregate string, status runtime.ParkStatus) error {
 	const op = "set status"
-	if err := validEntry(op, f, subscription, aggregate); err != nil {
-		return err
-	}
-	if err := validStatus(op, status); err != nil {
+	if err := storecontract.SetStatus(op, f, subscription, aggregate, status); err != nil {
 		return err
 	}
 	keys := []string{f.LeaseKey, RecordKey(f.LeaseKey, subscription, aggregate)}
 	if err := setStatusScript.Run(ctx, s.client, keys, f.Token, string(status)).Err(); err != nil {
-		return mapErr(call{op: op, keys: keys, fence: &f, subscription: subscription, aggregate: aggregate}, err)
+		return mapEntryErr(call{Op: op, Keys: keys, Fence: &f}, entryName{subscription, aggregate}, err)
 	}
 	return nil
 }
@@ -155,7 +144,7 @@ func (s *Store) SetStatus(ctx context.Context, f broker.Fence, subscription, agg
 // Resolving a missing entry is not an error.
 func (s *Store) Resolve(ctx context.Context, f broker.Fence, subscription, aggregate string) error {
 	const op = "resolve"
-	if err := validEntry(op, f, subscription, aggregate); err != nil {
+	if err := storecontract.Entry(op, f, subscription, aggregate); err != nil {
 		return err
 	}
 	rec := RecordKey(f.LeaseKey, subscription, aggregate)
@@ -166,7 +155,7 @@ func (s *Store) Resolve(ctx context.Context, f broker.Fence, subscription, aggre
 		err = nil
 	}
 	if err != nil {
-		return mapErr(call{op: op, keys: keys, fence: &f}, err)
+		return mapErr(call{Op: op, Keys: keys, Fence: &f}, err)
 	}
 	entries, idx := ParkedEntriesKey(subscription), ParkedIndexKey(subscription)
 	_, err = s.client.Pipelined(ctx, func(pl redis.Pipeliner) error {
@@ -178,7 +167,7 @@ func (s *Store) Resolve(ctx context.Context, f broker.Fence, subscription, aggre
 	})
 	if err != nil {
 		// The record is gone: readers skip the index entries left behind.
-		return mapErr(call{op: op, keys: []string{entries, idx}}, err)
+		return mapErr(call{Op: op, Keys: []string{entries, idx}}, err)
 	}
 	return nil
 }
@@ -217,12 +206,12 @@ func (s *Store) ListParked(ctx context.Context, subscription string) ([]runtime.
 		var err error
 		subs, err = s.client.SMembers(ctx, ParkedSubscriptionsKey).Result()
 		if err != nil {
-			return nil, mapErr(call{op: op, key: ParkedSubscriptionsKey, want: "set"}, err)
+			return nil, mapErr(call{Op: op, Key: ParkedSubscriptionsKey, Want: "set"}, err)
 		}
 		if len(subs) == 0 {
 			return nil, nil
 		}
-	} else if err := validSubscription(op, subscription); err != nil {
+	} else if err := storecontract.Subscription(op, subscription); err != nil {
 		return nil, err
 	}
 
@@ -246,7 +235,7 @@ func (s *Store) ListParked(ctx context.Context, subscription string) ([]runtime.
 	for i := range subs {
 		m, err := newCmds[i].Result()
 		if err != nil {
-			return nil, mapErr(call{op: op, key: ParkedEntriesKey(subs[i]), want: "hash"}, err)
+			return nil, mapErr(call{Op: op, Key: ParkedEntriesKey(subs[i]), Want: "hash"}, err)
 		}
 		for _, v := range m {
 			rs, err := decodeIndexed(ParkedEntriesKey(subs[i]), v)
@@ -259,7 +248,7 @@ func (s *Store) ListParked(ctx context.Context, subscription string) ([]runtime.
 		}
 		m, err = oldCmds[i].Result()
 		if err != nil {
-			return nil, mapErr(call{op: op, key: ParkedIndexKey(subs[i]), want: "hash"}, err)
+			return nil, mapErr(call{Op: op, Key: ParkedIndexKey(subs[i]), Want: "hash"}, err)
 		}
 		for _, r := range m {
 			add(r)
@@ -269,7 +258,7 @@ func (s *Store) ListParked(ctx context.Context, subscription string) ([]runtime.
 	if err != nil {
 		return nil, err
 	}
-	sortParked(out)
+	storecontract.SortParked(out)
 	return out, nil
 }
 
@@ -293,7 +282,7 @@ func (s *Store) records(ctx context.Context, op string, recs []string) (out []ru
 			continue
 		}
 		if err != nil {
-			return nil, nil, mapErr(call{op: op, key: recs[i], want: "string"}, err)
+			return nil, nil, mapErr(call{Op: op, Key: recs[i], Want: "string"}, err)
 		}
 		p, err := decodeParked(op, recs[i], raw)
 		if err != nil {
@@ -304,42 +293,27 @@ func (s *Store) records(ctx context.Context, op string, recs []string) (out []ru
 	return out, keys, nil
 }
 
-// sortParked orders entries oldest first, then by subscription and
-// aggregate so that equal times list the same way every time.
-func sortParked(ps []runtime.Parked) {
-	slices.SortFunc(ps, func(a, b runtime.Parked) int {
-		return cmp.Or(a.ParkedAt.Compare(b.ParkedAt),
-			cmp.Compare(a.Subscription, b.Subscription),
-			cmp.Compare(a.Aggregate, b.Aggregate),
-			cmp.Compare(a.Partition, b.Partition))
-	})
-}
-
 // GetParked returns the entry of (subscription, partition, aggregate)
 // found through the indexes, or runtime.ErrNotParked; partition "" names
 // the aggregate's only entry (an *runtime.AmbiguousParkedError when it
 // is parked on several partitions).
 func (s *Store) GetParked(ctx context.Context, subscription, partition, aggregate string) (runtime.Parked, error) {
 	const op = "get parked"
-	if err := validSubscription(op, subscription); err != nil {
+	if err := storecontract.Aggregate(op, subscription, aggregate); err != nil {
 		return runtime.Parked{}, err
 	}
-	if err := nonEmpty(op, "aggregate", aggregate); err != nil {
-		return runtime.Parked{}, err
-	}
-	c := call{op: op, subscription: subscription, aggregate: aggregate}
-	_, p, err := s.entry(ctx, c, partition)
+	_, p, err := s.entry(ctx, op, entryName{subscription, aggregate}, partition)
 	return p, err
 }
 
-// entry finds the record of (c.subscription, partition, c.aggregate)
+// entry finds the record of (e.subscription, partition, e.aggregate)
 // through both indexes and reads it: two round trips.
-func (s *Store) entry(ctx context.Context, c call, partition string) (string, runtime.Parked, error) {
-	recs, err := s.recordKeys(ctx, c)
+func (s *Store) entry(ctx context.Context, op string, e entryName, partition string) (string, runtime.Parked, error) {
+	recs, err := s.recordKeys(ctx, op, e)
 	if err != nil {
 		return "", runtime.Parked{}, err
 	}
-	all, allKeys, err := s.records(ctx, c.op, recs)
+	all, allKeys, err := s.records(ctx, op, recs)
 	if err != nil {
 		return "", runtime.Parked{}, err
 	}
@@ -354,7 +328,7 @@ func (s *Store) entry(ctx context.Context, c call, partition string) (string, ru
 	}
 	switch len(found) {
 	case 0:
-		return "", runtime.Parked{}, c.entryErr(runtime.ErrNotParked)
+		return "", runtime.Parked{}, e.err(op, runtime.ErrNotParked)
 	case 1:
 		return keys[0], found[0], nil
 	}
@@ -374,17 +348,17 @@ func (s *Store) entry(ctx context.Context, c call, partition string) (string, ru
 		parts = append(parts, p.Partition)
 	}
 	slices.Sort(parts)
-	return "", runtime.Parked{}, &runtime.AmbiguousParkedError{Subscription: c.subscription, Aggregate: c.aggregate, Partitions: slices.Compact(parts)}
+	return "", runtime.Parked{}, &runtime.AmbiguousParkedError{Subscription: e.subscription, Aggregate: e.aggregate, Partitions: slices.Compact(parts)}
 }
 
-// recordKeys looks the record keys of c's aggregate up in both indexes,
+// recordKeys looks the record keys of e's aggregate up in both indexes,
 // in one pipeline.
-func (s *Store) recordKeys(ctx context.Context, c call) ([]string, error) {
-	entries, idx := ParkedEntriesKey(c.subscription), ParkedIndexKey(c.subscription)
+func (s *Store) recordKeys(ctx context.Context, op string, e entryName) ([]string, error) {
+	entries, idx := ParkedEntriesKey(e.subscription), ParkedIndexKey(e.subscription)
 	var nc, oc *redis.StringCmd
 	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		nc = p.HGet(ctx, entries, c.aggregate)
-		oc = p.HGet(ctx, idx, c.aggregate)
+		nc = p.HGet(ctx, entries, e.aggregate)
+		oc = p.HGet(ctx, idx, e.aggregate)
 		return nil
 	})
 	var recs []string
@@ -392,8 +366,7 @@ func (s *Store) recordKeys(ctx context.Context, c call) ([]string, error) {
 	switch {
 	case isNil(err):
 	case err != nil:
-		c.key, c.want = entries, "hash"
-		return nil, mapErr(c, err)
+		return nil, mapEntryErr(call{Op: op, Key: entries, Want: "hash"}, e, err)
 	default:
 		if recs, err = decodeIndexed(entries, v); err != nil {
 			return nil, err
@@ -403,8 +376,7 @@ func (s *Store) recordKeys(ctx context.Context, c call) ([]string, error) {
 	switch {
 	case isNil(err):
 	case err != nil:
-		c.key, c.want = idx, "hash"
-		return nil, mapErr(c, err)
+		return nil, mapEntryErr(call{Op: op, Key: idx, Want: "hash"}, e, err)
 	case !slices.Contains(recs, old):
 		recs = append(recs, old)
 	}
@@ -441,22 +413,19 @@ func (s *Store) RequestSkip(ctx context.Context, subscription, partition, aggreg
 // on RequestsChannel. A lost signal is not an error: signals are hints,
 // and owners re-read their entries' requests.
 func (s *Store) request(ctx context.Context, op string, action runtime.Action, subscription, partition, aggregate, reason, by string) error {
-	if err := validSubscription(op, subscription); err != nil {
+	if err := storecontract.Aggregate(op, subscription, aggregate); err != nil {
 		return err
 	}
-	if err := nonEmpty(op, "aggregate", aggregate); err != nil {
-		return err
-	}
-	c := call{op: op, subscription: subscription, aggregate: aggregate}
-	rec, _, err := s.entry(ctx, c, partition)
+	e := entryName{subscription, aggregate}
+	rec, _, err := s.entry(ctx, op, e, partition)
 	if err != nil {
 		return err
 	}
 	// Resolved since it was read: the script finds no record
 	// (runtime.ErrNotParked).
-	c.keys = []string{rec}
-	if err := requestScript.Run(ctx, s.client, c.keys, string(action), reason, by).Err(); err != nil {
-		return mapErr(c, err)
+	keys := []string{rec}
+	if err := requestScript.Run(ctx, s.client, keys, string(action), reason, by).Err(); err != nil {
+		return mapEntryErr(call{Op: op, Keys: keys}, e, err)
 	}
 	// The request is recorded: a failed publish loses only the hint.
 	_ = s.client.Publish(ctx, RequestsChannel(subscription), aggregate).Err()
@@ -475,53 +444,12 @@ func (s *Store) request(ctx context.Context, op string, action runtime.Action, s
 // entries' requests periodically.
 func (s *Store) WatchRequests(ctx context.Context, subscription string) (<-chan string, error) {
 	const op = "watch requests"
-	if err := validSubscription(op, subscription); err != nil {
+	if err := storecontract.Subscription(op, subscription); err != nil {
 		return nil, err
 	}
-	ps := s.client.Subscribe(ctx, RequestsChannel(subscription))
-	msg, err := ps.Receive(ctx)
+	ch, err := redisadapter.Watch(ctx, s.client, RequestsChannel(subscription), s.cfg.watchBuffer)
 	if err != nil {
-		_ = ps.Close()
-		return nil, mapErr(call{op: op}, err)
+		return nil, mapErr(call{Op: op}, err)
 	}
-	if _, ok := msg.(*redis.Subscription); !ok {
-		_ = ps.Close()
-		return nil, fmt.Errorf("redisstore: %s: unexpected first reply %T", op, msg)
-	}
-	out := make(chan string, s.cfg.watchBuffer)
-	go forward(ctx, ps, out, s.cfg.watchBuffer)
-	return out, nil
-}
-
-// forward copies payloads from the subscription to out without ever
-// blocking on out, so a slow watcher cannot stall go-redis's reader (and
-// with it the subscription's health checks).
-func forward(ctx context.Context, ps *redis.PubSub, out chan<- string, size int) {
-	defer close(out)
-	defer ps.Close()
-	msgs := ps.Channel(redis.WithChannelSize(size))
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case m, ok := <-msgs:
-			if !ok {
-				return
-			}
-			select {
-			case out <- m.Payload:
-			default:
-			}
-		}
-	}
-}
-
-func validEntry(op string, f broker.Fence, subscription, aggregate string) error {
-	if err := validFence(op, f); err != nil {
-		return err
-	}
-	if err := validSubscription(op, subscription); err != nil {
-		return err
-	}
-	return nonEmpty(op, "aggregate", aggregate)
+	return ch, nil
 }

@@ -1,36 +1,11 @@
--- lib.lua is prepended to every script of the package (see scripts.go), so
--- that type checks, fencing and time read the same everywhere.
---
--- Errors are raised as tables ({err = ...}) so that Redis replies with our
--- own code as the prefix; the Go side matches only that prefix and the
--- space-separated words after it:
---   PROTCTL_WRONGTYPE <want> <got> <index of the key in KEYS>
---   PROTCTL_LEASELOST
+-- lib.lua follows the shared prelude (pkg/internal/redisadapter's
+-- prelude.lua: key_type, fence, numcmp and the error codes
+-- PROTCTL_WRONGTYPE and PROTCTL_LEASELOST) in every script of the package
+-- (see scripts.go), so that time and ledger records read the same
+-- everywhere. Its scripts raise these codes too (see errors.go):
 --   PROTCTL_NOTPARKED
 --   PROTCTL_UNRECOVERABLE
 --   PROTCTL_BADRECORD <index of the key in KEYS>
--- Redis appends " script: <sha>, on @user_script:<line>." to raised
--- errors, which the Go side ignores.
-
--- key_type returns the type of KEYS[i] and raises PROTCTL_WRONGTYPE unless
--- it is want or none. Scripts call it for every key before their first
--- write, because a Lua script is not rolled back when it fails half way.
-local function key_type(i, want)
-  local t = redis.call('TYPE', KEYS[i]).ok
-  if t ~= 'none' and t ~= want then
-    error({err = 'PROTCTL_WRONGTYPE ' .. want .. ' ' .. t .. ' ' .. i})
-  end
-  return t
-end
-
--- fence raises PROTCTL_LEASELOST unless KEYS[i] (a lease, type checked
--- already) holds exactly token. A missing (expired, released) lease holds
--- nothing and fails too.
-local function fence(i, token)
-  if redis.call('GET', KEYS[i]) ~= token then
-    error({err = 'PROTCTL_LEASELOST'})
-  end
-end
 
 -- now_ms is the server's time in milliseconds since the epoch. Membership
 -- expiry is measured on it, so the nodes' clocks never matter. (Redis 7
@@ -80,19 +55,6 @@ local function decimal(s)
     return '0'
   end
   return stripped
-end
-
--- numcmp compares two decimal strings without leading zeros. Lua numbers
--- are doubles and cannot hold every int64 exactly, so offsets are never
--- converted to numbers for comparison.
-local function numcmp(a, b)
-  if #a ~= #b then
-    if #a < #b then return -1 end
-    return 1
-  end
-  if a == b then return 0 end
-  if a < b then return -1 end
-  return 1
 end
 
 -- load_record returns the parked entry at KEYS[i] decoded, or raises

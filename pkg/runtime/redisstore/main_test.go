@@ -1,7 +1,6 @@
 package redisstore_test
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -16,23 +15,10 @@ import (
 var server *testenv.Redis
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "redisstore-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	server, err = testenv.NewRedis(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer server.Stop()
-	return m.Run()
+	os.Exit(testenv.WithRedis("redisstore-test-", func(r *testenv.Redis, _ string) int {
+		server = r
+		return m.Run()
+	}))
 }
 
 // newStore empties the server and returns a store and a raw client on it.

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/internal/storecontract"
 )
 
 // Heartbeat stores st as service st.Service's status record of st.Node
@@ -20,43 +21,18 @@ import (
 // Throttled are stored as empty lists.
 func (s *Store) Heartbeat(ctx context.Context, st runtime.NodeStatus, ttl time.Duration) error {
 	const op = "heartbeat"
-	if err := validService(op, st.Service); err != nil {
+	if err := storecontract.Heartbeat(op, st, ttl); err != nil {
 		return err
 	}
-	if err := nonEmpty(op, "node", st.Node); err != nil {
-		return err
-	}
-	ms, err := ttlMillis(op, ttl)
-	if err != nil {
-		return err
-	}
-	if st.LastSeen.IsZero() {
-		st.LastSeen = s.cfg.now()
-	}
-	data, err := marshalStatus(st)
+	data, err := storecontract.EncodeStatus(st, s.cfg.now)
 	if err != nil {
 		return fmt.Errorf("redisstore: %s: %w", op, err)
 	}
 	keys := []string{MembersKey(st.Service), NodeKey(st.Service, st.Node)}
-	if err := heartbeatScript.Run(ctx, s.client, keys, st.Node, ms, data).Err(); err != nil {
-		return mapErr(call{op: op, keys: keys}, err)
+	if err := heartbeatScript.Run(ctx, s.client, keys, st.Node, ttlMillis(ttl), data).Err(); err != nil {
+		return mapErr(call{Op: op, Keys: keys}, err)
 	}
 	return nil
-}
-
-// marshalStatus encodes st with empty lists rather than null, so that
-// readers of the JSON (the CLI's -o json) see one shape.
-func marshalStatus(st runtime.NodeStatus) ([]byte, error) {
-	if st.Held == nil {
-		st.Held = []runtime.HeldPartition{}
-	}
-	if st.Paused == nil {
-		st.Paused = []string{}
-	}
-	if st.Throttled == nil {
-		st.Throttled = []string{}
-	}
-	return json.Marshal(st)
 }
 
 // Members returns the live nodes of service (expiry after the server's
@@ -67,13 +43,13 @@ func marshalStatus(st runtime.NodeStatus) ([]byte, error) {
 // later anyway. No live node: nil, nil.
 func (s *Store) Members(ctx context.Context, service string) ([]runtime.NodeStatus, error) {
 	const op = "members"
-	if err := validService(op, service); err != nil {
+	if err := storecontract.Service(op, service); err != nil {
 		return nil, err
 	}
 	keys := []string{MembersKey(service)}
 	nodes, err := membersScript.Run(ctx, s.client, keys).StringSlice()
 	if err != nil {
-		return nil, mapErr(call{op: op, keys: keys}, err)
+		return nil, mapErr(call{Op: op, Keys: keys}, err)
 	}
 	if len(nodes) == 0 {
 		return nil, nil
@@ -85,7 +61,7 @@ func (s *Store) Members(ctx context.Context, service string) ([]runtime.NodeStat
 	}
 	vals, err := s.client.MGet(ctx, nodeKeys...).Result()
 	if err != nil {
-		return nil, mapErr(call{op: op, want: "string"}, err)
+		return nil, mapErr(call{Op: op, Want: "string"}, err)
 	}
 	out := make([]runtime.NodeStatus, 0, len(vals))
 	for i, v := range vals {
@@ -112,15 +88,12 @@ func (s *Store) Members(ctx context.Context, service string) ([]runtime.NodeStat
 // not an error.
 func (s *Store) Leave(ctx context.Context, service, node string) error {
 	const op = "leave"
-	if err := validService(op, service); err != nil {
-		return err
-	}
-	if err := nonEmpty(op, "node", node); err != nil {
+	if err := storecontract.Node(op, service, node); err != nil {
 		return err
 	}
 	keys := []string{MembersKey(service), NodeKey(service, node)}
 	if err := leaveScript.Run(ctx, s.client, keys, node).Err(); err != nil {
-		return mapErr(call{op: op, keys: keys}, err)
+		return mapErr(call{Op: op, Keys: keys}, err)
 	}
 	return nil
 }

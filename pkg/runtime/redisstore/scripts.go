@@ -4,12 +4,15 @@ import (
 	_ "embed"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/pkg/internal/redisadapter"
 )
 
 // The scripts are immutable, so they are package-level values shared by
 // every Store. Script.Run sends EVALSHA and falls back to EVAL when the
 // server does not know the script yet (after a restart or SCRIPT FLUSH).
-// lib.lua is prepended to each: EVAL scripts cannot share Lua functions.
+// The shared prelude (redisadapter.NewScript) and lib.lua are prepended
+// to each: EVAL scripts cannot share Lua functions.
 var (
 	//go:embed lib.lua
 	libLua string
@@ -48,4 +51,5 @@ var (
 	indexScript      = newScript(indexLua)
 )
 
-func newScript(body string) *redis.Script { return redis.NewScript(libLua + body) }
+// newScript composes the prelude, lib.lua and body into one script.
+func newScript(body string) *redis.Script { return redisadapter.NewScript(libLua, body) }

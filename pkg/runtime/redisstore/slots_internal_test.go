@@ -212,7 +212,7 @@ func TestISOTimeMatchesGo(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	c := srv.Client(t)
 	ctx := context.Background()
-	sc := redis.NewScript(libLua + "return iso_time(tonumber(ARGV[1]), tonumber(ARGV[2]))")
+	sc := newScript("return iso_time(tonumber(ARGV[1]), tonumber(ARGV[2]))")
 	times := []time.Time{
 		time.Unix(0, 0),
 		time.Date(1999, 12, 31, 23, 59, 59, 999999000, time.UTC),

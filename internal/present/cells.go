@@ -1,0 +1,110 @@
+package present
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/internal/output"
+)
+
+// Cell conventions of every table and detail view: "-" stands for
+// unknown (JSON null) and for none. The values are not escaped: the CLI's
+// printer and the dashboard's tables escape what they print.
+
+// Dash is s, or "-" when s is empty.
+func Dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// Str is *s, or "-" when s is nil or empty.
+func Str(s *string) string {
+	if s == nil {
+		return "-"
+	}
+	return Dash(*s)
+}
+
+// Int is *v in decimal, or "-" when v is nil.
+func Int(v *int64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*v, 10)
+}
+
+// Duration is a count of milliseconds (the *Ms fields) as a short
+// duration: "54s", "3m", "1h2m".
+func Duration(ms int64) string {
+	return output.HumanDuration(time.Duration(ms) * time.Millisecond)
+}
+
+// Ms is Duration(*ms), or "-" when ms is nil.
+func Ms(ms *int64) string {
+	if ms == nil {
+		return "-"
+	}
+	return Duration(*ms)
+}
+
+// YesNo is "yes" or "no".
+func YesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// Bool is YesNo(*b), or "-" when b is nil (unknown).
+func Bool(b *bool) string {
+	if b == nil {
+		return "-"
+	}
+	return YesNo(*b)
+}
+
+// List joins s with commas, or is "-" when s is empty.
+func List(s []string) string {
+	if len(s) == 0 {
+		return "-"
+	}
+	return strings.Join(s, ",")
+}
+
+// Plural is one when n is 1, else many.
+func Plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// Lanes is a partition's lanes with their lengths, "main:5 backfill:4"
+// (a main lane without a stream is "main:missing"), or "-" without lanes.
+func Lanes(lanes []inspect.Lane) string {
+	parts := make([]string, 0, len(lanes))
+	for _, l := range lanes {
+		if !l.Exists {
+			parts = append(parts, l.Name+":missing")
+			continue
+		}
+		parts = append(parts, l.Name+":"+strconv.FormatInt(l.Length, 10))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+// ShellQuote quotes s for a command line an operator copies and pastes,
+// only when it needs quoting.
+func ShellQuote(s string) string {
+	if s != "" && !strings.ContainsAny(s, " \t\n'\"\\$`!*?[]{}()<>|&;#~") {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -1,0 +1,127 @@
+package present
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/repair"
+)
+
+// Seen sums up the state a plan item was planned against, the fence it
+// is applied on (the SEEN column): "lease worker-1:5", "floor 1-2
+// pinned by g; removes 3 of 10", "-" when the item saw nothing to show.
+func Seen(it repair.Item) string {
+	pc := it.Precondition
+	var parts []string
+	switch it.Action {
+	case repair.ActionTrim:
+		if t := pc.Trim; t != nil {
+			floor := "none"
+			if t.Floor != nil {
+				floor = *t.Floor
+			}
+			s := "floor " + floor
+			if t.PinnedBy != "" {
+				s += " pinned by " + t.PinnedBy
+			}
+			parts = append(parts, s, fmt.Sprintf("removes %d of %d", t.Removes, t.Length))
+		}
+	case repair.ActionRetry, repair.ActionSkip:
+		if ps := pc.Parked; ps != nil {
+			parts = append(parts, fmt.Sprintf("%s at %s, %d attempts", ps.Status, ps.Position, ps.Attempts))
+		}
+	case repair.ActionDeadLetter:
+		if pe := pc.Pending; pe != nil {
+			parts = append(parts, fmt.Sprintf("delivered %d times to %s", pe.Deliveries, pe.Consumer))
+		}
+	case repair.ActionPruneConsumer:
+		if pc.ConsumerPending != nil {
+			parts = append(parts, fmt.Sprintf("%d pending", *pc.ConsumerPending))
+		}
+	case repair.ActionReap:
+		if pc.LastEntryID != nil {
+			parts = append(parts, "last entry "+*pc.LastEntryID)
+		}
+		for _, gl := range pc.Leases {
+			if gl.Lease != nil {
+				parts = append(parts, "lease "+*gl.Lease)
+			}
+		}
+	}
+	switch it.Action {
+	case repair.ActionRelease, repair.ActionDeadLetter, repair.ActionPruneConsumer:
+		if pc.Lease != nil {
+			parts = append(parts, "lease "+*pc.Lease)
+		} else {
+			gen := "never leased"
+			if pc.Generation != nil {
+				gen = fmt.Sprintf("generation %d", *pc.Generation)
+			}
+			parts = append(parts, "lease free ("+gen+")")
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Reason is why an item is allowed or not, or once applied what Apply
+// did (the REASON column).
+func Reason(it repair.Item) string {
+	if it.Detail != "" {
+		return it.Detail
+	}
+	return it.Reason
+}
+
+// Pending counts the items Apply would try: allowed and not already
+// settled by the plan (a lease already free is skipped). It is the
+// number of changes the confirmation question asks about.
+func Pending(p *repair.Plan) int {
+	n := 0
+	for _, it := range p.Items {
+		if it.Allowed && it.Result == repair.ResultNone {
+			n++
+		}
+	}
+	return n
+}
+
+// PlanColumns are the columns of a plan's items, over repair.Item:
+// ACTION, TARGET, SEEN, ALLOWED, with results (after an apply) RESULT,
+// and REASON.
+func PlanColumns(results bool) []output.Column {
+	cols := []output.Column{
+		output.Col("ACTION", func(it repair.Item) string { return string(it.Action) }),
+		output.Col("TARGET", func(it repair.Item) string { return it.Target.String() }),
+		output.Col("SEEN", Seen),
+		output.Col("ALLOWED", func(it repair.Item) string { return YesNo(it.Allowed) },
+			output.Toned(func(it repair.Item) output.Tone {
+				if it.Allowed {
+					return output.ToneGood
+				}
+				return output.ToneBad
+			})),
+	}
+	if results {
+		cols = append(cols, output.Col("RESULT", func(it repair.Item) string { return Dash(string(it.Result)) },
+			output.Toned(func(it repair.Item) output.Tone { return ResultTone(it.Result) })))
+	}
+	return append(cols, output.Col("REASON", Reason))
+}
+
+// ResultTone colours an item's result: applied good, conflict and
+// refused bad, skipped muted.
+func ResultTone(r repair.Result) output.Tone {
+	switch r {
+	case repair.ResultApplied:
+		return output.ToneGood
+	case repair.ResultConflict, repair.ResultRefused:
+		return output.ToneBad
+	case repair.ResultSkipped:
+		return output.ToneMuted
+	}
+	return output.ToneNone
+}

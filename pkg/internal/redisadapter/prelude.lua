@@ -1,0 +1,48 @@
+-- prelude.lua starts every script of redisbroker and redisstore (see
+-- NewScript in scripts.go), so that type checks, fencing and number
+-- comparison read the same in both; each package's lib.lua and then the
+-- script itself follow it.
+--
+-- Errors are raised as tables ({err = ...}) so that Redis replies with our
+-- own code as the prefix; the Go side (Map) matches only that prefix and
+-- the space-separated words after it:
+--   PROTCTL_WRONGTYPE <want> <got> <index of the key in KEYS>
+--   PROTCTL_LEASELOST
+-- A package's lib.lua lists the codes only its scripts raise. Redis
+-- appends " script: <sha>, on @user_script:<line>." to raised errors,
+-- which the Go side ignores.
+
+-- key_type returns the type of KEYS[i] and raises PROTCTL_WRONGTYPE unless
+-- it is want or none. Scripts call it for every key before their first
+-- write, because a Lua script is not rolled back when it fails half way.
+local function key_type(i, want)
+  local t = redis.call('TYPE', KEYS[i]).ok
+  if t ~= 'none' and t ~= want then
+    error({err = 'PROTCTL_WRONGTYPE ' .. want .. ' ' .. t .. ' ' .. i})
+  end
+  return t
+end
+
+-- fence raises PROTCTL_LEASELOST unless KEYS[i] (a lease, type checked
+-- already) holds exactly token. A missing (expired, released) lease holds
+-- nothing and fails too.
+local function fence(i, token)
+  if redis.call('GET', KEYS[i]) ~= token then
+    error({err = 'PROTCTL_LEASELOST'})
+  end
+end
+
+-- numcmp compares two decimal strings without leading zeros, as Redis
+-- formats stream id parts and as offsets are stored. Lua numbers are
+-- doubles and cannot hold every 64-bit integer exactly, so these are never
+-- converted to numbers for comparison.
+local function numcmp(a, b)
+  if #a ~= #b then
+    if #a < #b then return -1 end
+    return 1
+  end
+  if a == b then return 0 end
+  if a < b then return -1 end
+  return 1
+end
+

@@ -1,0 +1,199 @@
+package redisadapter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/internal/testenv"
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/internal/redisadapter"
+)
+
+// replyErr is an error reply as go-redis returns it (redis.Error).
+type replyErr string
+
+func (e replyErr) Error() string { return string(e) }
+func (replyErr) RedisError()     {}
+
+func TestUnavailable(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{io.EOF, true},
+		{fmt.Errorf("dial: %w", syscall.ECONNREFUSED), true},
+		{context.DeadlineExceeded, true},
+		{redis.ErrClosed, true},
+		{replyErr("LOADING Redis is loading the dataset in memory"), true},
+		{replyErr("CLUSTERDOWN The cluster is down"), true},
+		{replyErr("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
+		{redis.Nil, false},
+		{errors.New("some other failure"), false},
+	} {
+		if got := redisadapter.Unavailable(c.err); got != c.want {
+			t.Errorf("Unavailable(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+func TestMap(t *testing.T) {
+	f := &broker.Fence{LeaseKey: "g:k:__lease__", Token: "n:3"}
+	c := redisadapter.Call{Op: "ack", Keys: []string{"g:k:__lease__", "c:k"}, Key: "c:k", Want: "stream", Fence: f, Stream: "c:k"}
+
+	var we *broker.WrongTypeError
+	err := redisadapter.Map("pkg", c, replyErr("PROTCTL_WRONGTYPE stream hash 2 script: abc, on @user_script:9."), nil)
+	if !errors.As(err, &we) || we.Key != "c:k" || we.Want != "stream" || we.Got != "hash" || !errors.Is(err, broker.ErrWrongType) {
+		t.Fatalf("PROTCTL_WRONGTYPE: %#v", err)
+	}
+	err = redisadapter.Map("pkg", redisadapter.Call{Op: "get", Key: "x", Want: "string"}, replyErr("WRONGTYPE Operation against a key"), nil)
+	if !errors.As(err, &we) || we.Key != "x" || we.Want != "string" {
+		t.Fatalf("WRONGTYPE: %#v", err)
+	}
+	var ll *broker.LeaseLostError
+	err = redisadapter.Map("pkg", c, replyErr("PROTCTL_LEASELOST script: abc"), nil)
+	if !errors.As(err, &ll) || ll.LeaseKey != f.LeaseKey || ll.Token != f.Token || ll.Stream != "c:k" || !errors.Is(err, broker.ErrLeaseLost) {
+		t.Fatalf("PROTCTL_LEASELOST: %#v", err)
+	}
+	// Without a fence the reply is not a lease lost by this call.
+	unfenced := c
+	unfenced.Fence = nil
+	if err := redisadapter.Map("pkg", unfenced, replyErr("PROTCTL_LEASELOST"), nil); errors.As(err, &ll) || err.Error() != "pkg: ack: PROTCTL_LEASELOST" {
+		t.Fatalf("unfenced PROTCTL_LEASELOST: %v", err)
+	}
+	err = redisadapter.Map("pkg", c, fmt.Errorf("read: %w", syscall.ECONNRESET), nil)
+	if !errors.Is(err, broker.ErrUnavailable) || !errors.Is(err, syscall.ECONNRESET) || !strings.HasPrefix(err.Error(), "pkg: ack: ") {
+		t.Fatalf("transport failure: %v", err)
+	}
+	sentinel := errors.New("not parked")
+	more := func(reply string) error {
+		if strings.HasPrefix(reply, "PROTCTL_NOTPARKED") {
+			return sentinel
+		}
+		return nil
+	}
+	if err := redisadapter.Map("pkg", c, replyErr("PROTCTL_NOTPARKED"), more); err != sentinel {
+		t.Fatalf("a package's own reply: %v", err)
+	}
+	if err := redisadapter.Map("pkg", c, replyErr("ERR unknown"), more); err == nil || err.Error() != "pkg: ack: ERR unknown" {
+		t.Fatalf("another reply: %v", err)
+	}
+	if err := redisadapter.Map("pkg", c, redis.Nil, more); !errors.Is(err, redis.Nil) {
+		t.Fatalf("redis.Nil: %v", err)
+	}
+	if redisadapter.Map("pkg", c, nil, more) != nil {
+		t.Fatal("nil error mapped to an error")
+	}
+}
+
+// TestPreludeRaisesTheCodesMapReads runs the prelude's functions on a
+// real server: the replies they raise are the ones Map turns into typed
+// errors, naming the key by its index in KEYS.
+func TestPreludeRaisesTheCodesMapReads(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := srv.Client(t)
+	ctx := t.Context()
+	if err := c.Set(ctx, "lease", "n:1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HSet(ctx, "h", "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	script := redisadapter.NewScript(`
+key_type(1, 'string')
+key_type(2, 'stream')
+fence(1, ARGV[1])
+return numcmp(ARGV[2], ARGV[3])`)
+	keys := []string{"lease", "h"}
+	call := redisadapter.Call{Op: "test", Keys: keys, Fence: &broker.Fence{LeaseKey: "lease", Token: "n:1"}}
+
+	var we *broker.WrongTypeError
+	err := redisadapter.Map("pkg", call, script.Run(ctx, c, keys, "n:1", "1", "2").Err(), nil)
+	if !errors.As(err, &we) || we.Key != "h" || we.Want != "stream" || we.Got != "hash" {
+		t.Fatalf("a hash where a stream should be: %v", err)
+	}
+	keys[1] = "missing" // none passes key_type
+	err = redisadapter.Map("pkg", call, script.Run(ctx, c, keys, "n:2", "1", "2").Err(), nil)
+	if !errors.Is(err, broker.ErrLeaseLost) {
+		t.Fatalf("a stale token: %v", err)
+	}
+	for _, tc := range []struct {
+		a, b string
+		want int64
+	}{{"9", "10", -1}, {"18446744073709551615", "18446744073709551614", 1}, {"42", "42", 0}} {
+		got, err := script.Run(ctx, c, keys, "n:1", tc.a, tc.b).Int64()
+		if err != nil || got != tc.want {
+			t.Errorf("numcmp(%s, %s) = %d, %v; want %d", tc.a, tc.b, got, err, tc.want)
+		}
+	}
+}
+
+// forwarding reports whether a forwarder or go-redis's Pub/Sub reader is
+// running.
+func forwarding() bool {
+	return testenv.Goroutine("redisadapter.Forward", "go-redis/v9.(*channel)") != ""
+}
+
+// TestWatchDropsWhenFullAndStopsClean: nobody reads, the buffer
+// fills, messages keep coming; the forwarder drops rather than blocks,
+// and when ctx ends the channel closes and no goroutine is left (the
+// go-redis reader, blocked handing over a message, is drained).
+func TestWatchDropsWhenFullAndStopsClean(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := srv.Client(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	ch, err := redisadapter.Watch(ctx, c, "hints", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		if err := c.Publish(t.Context(), "hints", fmt.Sprint(i)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(ch) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("nothing forwarded within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !forwarding() {
+		t.Fatal("no forwarder running while subscribed: the leak check below could not see one")
+	}
+	if got := <-ch; got != "0" {
+		t.Fatalf("first hint %q, want 0 (the first published)", got)
+	}
+	cancel()
+	closed := time.After(10 * time.Second)
+	for open := true; open; {
+		select {
+		case _, open = <-ch:
+		case <-closed:
+			t.Fatal("the channel is still open 10s after the context ended")
+		}
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for forwarding() {
+		if time.Now().After(deadline) {
+			t.Fatal("a forwarder or Pub/Sub reader still runs 10s after the context ended")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestWatchRefusedIsReturned(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := srv.Client(t)
+	srv.Stop()
+	if _, err := redisadapter.Watch(t.Context(), c, "hints", 1); !redisadapter.Unavailable(err) {
+		t.Fatalf("subscribe to a stopped server: %v, want an unavailable error", err)
+	}
+}

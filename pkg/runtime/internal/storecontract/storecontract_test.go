@@ -1,0 +1,77 @@
+package storecontract_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/internal/storecontract"
+)
+
+// Both stores run these checks before any I/O; the conformance suite
+// (storetest, cases_input.go) runs every call of both with bad input.
+// This table pins which argument each check names first.
+func TestChecksNameTheArgument(t *testing.T) {
+	f := broker.Fence{LeaseKey: "l", Token: "n:1"}
+	for _, c := range []struct {
+		name string
+		err  error
+		arg  string
+	}{
+		{"service with a brace", storecontract.Service("op", "a{b"), "service"},
+		{"reserved subscription", storecontract.Subscription("op", "__x__"), "subscription"},
+		{"node", storecontract.Node("op", "svc", ""), "node"},
+		{"ttl", storecontract.Heartbeat("op", runtime.NodeStatus{Service: "svc", Node: "n"}, 0), "ttl"},
+		{"fence token", storecontract.Fence("op", broker.Fence{LeaseKey: "l"}), "fence token"},
+		{"lease group", storecontract.Checkpoint("op", "", "sub", 0), "lease group"},
+		{"partition", storecontract.Checkpoint("op", "g", "sub", -1), "partition"},
+		{"next offset", storecontract.Save("op", f, "g", "sub", 0, -1), "next offset"},
+		{"aggregate", storecontract.Entry("op", f, "sub", ""), "aggregate"},
+		{"status", storecontract.SetStatus("op", f, "sub", "agg", "gone"), "status"},
+		{"park status", storecontract.Park("op", f, runtime.Parked{Subscription: "sub", Aggregate: "agg", Status: "gone"}), "status"},
+		{"lookup", storecontract.Aggregate("op", "", "agg"), "subscription"},
+	} {
+		var ia *broker.InvalidArgumentError
+		if !errors.As(c.err, &ia) || ia.Arg != c.arg || ia.Op != "op" || !errors.Is(c.err, broker.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want an invalid %s", c.name, c.err, c.arg)
+		}
+	}
+	for name, err := range map[string]error{
+		"park with no status": storecontract.Park("op", f, runtime.Parked{Subscription: "sub", Aggregate: "agg"}),
+		"heartbeat":           storecontract.Heartbeat("op", runtime.NodeStatus{Service: "svc", Node: "n"}, time.Second),
+		"save":                storecontract.Save("op", f, "g", "sub", 3, 0),
+	} {
+		if err != nil {
+			t.Errorf("%s refused: %v", name, err)
+		}
+	}
+}
+
+func TestParkDefaults(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	p := storecontract.ParkDefaults(runtime.Parked{Error: strings.Repeat("x", runtime.MaxErrorLen+10)}, func() time.Time { return now })
+	if p.Status != runtime.StatusParked || !p.ParkedAt.Equal(now) || len(p.Error) > runtime.MaxErrorLen {
+		t.Fatalf("defaults %+v", p)
+	}
+	set := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	p = storecontract.ParkDefaults(runtime.Parked{Status: runtime.StatusRetrying, ParkedAt: set}, func() time.Time { return now })
+	if p.Status != runtime.StatusRetrying || !p.ParkedAt.Equal(set) {
+		t.Fatalf("given values replaced: %+v", p)
+	}
+}
+
+func TestEncodeStatusHasOneShape(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	b, err := storecontract.EncodeStatus(runtime.NodeStatus{Service: "svc", Node: "n"}, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"held":[]`, `"paused":[]`, `"throttled":[]`, `"2026-01-02T03:04:05Z"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s lacks %s", b, want)
+		}
+	}
+}
