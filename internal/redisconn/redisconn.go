@@ -25,6 +25,7 @@
 package redisconn
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -104,7 +105,9 @@ func New(c Config) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, err
 		}
-		return redis.NewFailoverClient(o), nil
+		fc := redis.NewFailoverClient(o)
+		fc.AddHook(primaryDialHook{master: o.MasterName})
+		return fc, nil
 	}
 	u, err := url.Parse(c.URL)
 	if err != nil {
@@ -355,9 +358,39 @@ func (c Config) failoverOptions() (*redis.FailoverOptions, error) {
 	if o.TLSConfig != nil && s.Query.Has("skip_verify") {
 		o.TLSConfig.InsecureSkipVerify, _ = strconv.ParseBool(s.Query.Get("skip_verify"))
 	}
+	// One dial per attempt unless the URL says otherwise: go-redis's
+	// dialer retries multiply through the failover client (each dial of
+	// the primary asks every Sentinel, each ask dials with its own
+	// retries), so that an unreachable Sentinel set took half a minute
+	// to report; a command's own retries (max_retries) remain.
+	if !s.Query.Has("dialer_retries") {
+		o.DialerRetries = 1
+	}
 	o.ClientName = or(o.ClientName, c.ClientName)
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = timeouts(o.DialTimeout, o.ReadTimeout, o.WriteTimeout, c.Timeout)
 	return o, nil
+}
+
+// primaryDialHook words a failover client's failure to connect to the
+// primary as a *NoPrimaryError (go-redis says "all sentinels specified in
+// configuration are unreachable" even when they answered that they know
+// no such master).
+type primaryDialHook struct{ master string }
+
+func (h primaryDialHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if err != nil {
+			return nil, newNoPrimaryError(h.master, err)
+		}
+		return conn, nil
+	}
+}
+
+func (primaryDialHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (primaryDialHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // timeouts applies d to the dial, read and write timeouts the URL did not

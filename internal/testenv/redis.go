@@ -39,6 +39,9 @@ type Redis struct {
 	// is off and testenv's own clients log in as adminUser.
 	users     []aclUser
 	adminPass string
+	// password is requirepass (and masterauth, for a replica): testenv's
+	// own clients log in with it.
+	password string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -49,10 +52,11 @@ type Redis struct {
 type RedisOption func(*redisConfig)
 
 type redisConfig struct {
-	args    []string
-	tls     bool
-	tlsAuth string
-	users   []aclUser
+	args     []string
+	tls      bool
+	tlsAuth  string
+	users    []aclUser
+	password string
 }
 
 type aclUser struct {
@@ -63,6 +67,13 @@ type aclUser struct {
 // WithArgs passes extra redis-server arguments, e.g. "--appendonly", "yes".
 func WithArgs(args ...string) RedisOption {
 	return func(c *redisConfig) { c.args = append(c.args, args...) }
+}
+
+// WithPassword sets requirepass (and masterauth, so that a replica of a
+// server with the same password can sync): clients must AUTH with it;
+// testenv's own clients do.
+func WithPassword(pw string) RedisOption {
+	return func(c *redisConfig) { c.password = pw }
 }
 
 // StartRedis starts a redis-server for t and stops it at cleanup. It fails
@@ -106,7 +117,7 @@ func NewRedis(dir string, opts ...RedisOption) (*Redis, error) {
 			return nil, err
 		}
 		r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, dir: dir, args: cfg.args,
-			TLS: pki, tlsAuth: cfg.tlsAuth, users: cfg.users, adminPass: adminPass}
+			TLS: pki, tlsAuth: cfg.tlsAuth, users: cfg.users, adminPass: adminPass, password: cfg.password}
 		if lastErr = r.start(); lastErr == nil {
 			return r, nil
 		}
@@ -137,6 +148,9 @@ func (r *Redis) start() error {
 		}
 	}
 	args = append(args, r.aclArgs()...)
+	if r.password != "" {
+		args = append(args, "--requirepass", r.password, "--masterauth", r.password)
+	}
 	args = append(args,
 		"--bind", "127.0.0.1",
 		"--dir", r.dir,

@@ -50,6 +50,20 @@ type Sentinel struct {
 	Servers [2]*Redis
 	// Sentinels are the three Sentinel processes.
 	Sentinels []*SentinelProcess
+	// Password is the servers' requirepass, SentinelPassword the
+	// Sentinels' ("" for none: see WithSentinelPasswords).
+	Password, SentinelPassword string
+}
+
+// SentinelOption configures StartSentinel.
+type SentinelOption func(*Sentinel)
+
+// WithSentinelPasswords requires a password of the clients: primary of
+// the primary and the replica (requirepass, masterauth, and the
+// Sentinels' auth-pass), sentinel of the Sentinels (requirepass, which
+// they also use with each other). Either may be "".
+func WithSentinelPasswords(primary, sentinel string) SentinelOption {
+	return func(s *Sentinel) { s.Password, s.SentinelPassword = primary, sentinel }
 }
 
 // SentinelProcess is one redis-sentinel.
@@ -57,10 +71,11 @@ type SentinelProcess struct {
 	Addr string
 	Port int
 
-	dir  string
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	dir      string
+	password string
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	done     chan struct{}
 }
 
 // StartSentinel starts a primary, a replica and three Sentinels (quorum
@@ -68,20 +83,22 @@ type SentinelProcess struct {
 // (so that a failover can happen), and stops everything at cleanup. It
 // fails the test with the install command when redis-sentinel is
 // missing.
-func StartSentinel(t testing.TB) *Sentinel {
+func StartSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 	t.Helper()
 	bin, args, err := sentinelCommand()
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
 	s := &Sentinel{MasterName: SentinelMasterName}
-	// Fast full syncs, and a replica that stays a candidate however long
-	// its link was down (a paused primary must not disqualify it).
+	for _, o := range opts {
+		o(s)
+	}
+	// Fast full syncs.
 	repl := []string{"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"}
-	s.Servers[0] = StartRedis(t, WithArgs(repl...))
-	s.Servers[1] = StartRedis(t, WithArgs(append(repl, "--replicaof", "127.0.0.1", strconv.Itoa(s.Servers[0].Port))...))
+	s.Servers[0] = StartRedis(t, WithArgs(repl...), WithPassword(s.Password))
+	s.Servers[1] = StartRedis(t, WithArgs(append(repl, "--replicaof", "127.0.0.1", strconv.Itoa(s.Servers[0].Port))...), WithPassword(s.Password))
 	for i := 0; i < 3; i++ {
-		p, err := startSentinelProcess(filepath.Join(t.TempDir()), bin, args, s.Servers[0].Port)
+		p, err := s.startSentinelProcess(t.TempDir(), bin, args)
 		if err != nil {
 			t.Fatalf("testenv: %v", err)
 		}
@@ -108,16 +125,17 @@ func sentinelCommand() (string, []string, error) {
 	return "", nil, errors.New(SentinelInstallHint)
 }
 
-func startSentinelProcess(dir, bin string, extra []string, primaryPort int) (*SentinelProcess, error) {
+func (s *Sentinel) startSentinelProcess(dir, bin string, extra []string) (*SentinelProcess, error) {
+	primaryPort := s.Servers[0].Port
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
-		p := &SentinelProcess{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, dir: dir}
+		p := &SentinelProcess{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, dir: dir, password: s.SentinelPassword}
 		// Sentinel rewrites its config file, so it gets one of its own.
-		conf := strings.Join([]string{
+		lines := []string{
 			"port " + strconv.Itoa(port),
 			"bind 127.0.0.1",
 			"protected-mode no",
@@ -128,7 +146,14 @@ func startSentinelProcess(dir, bin string, extra []string, primaryPort int) (*Se
 			fmt.Sprintf("sentinel down-after-milliseconds %s %d", SentinelMasterName, sentinelDownAfter.Milliseconds()),
 			fmt.Sprintf("sentinel failover-timeout %s %d", SentinelMasterName, sentinelFailoverTimeout.Milliseconds()),
 			fmt.Sprintf("sentinel parallel-syncs %s 1", SentinelMasterName),
-		}, "\n") + "\n"
+		}
+		if s.Password != "" {
+			lines = append(lines, fmt.Sprintf("sentinel auth-pass %s %s", SentinelMasterName, s.Password))
+		}
+		if s.SentinelPassword != "" {
+			lines = append(lines, "requirepass "+s.SentinelPassword)
+		}
+		conf := strings.Join(lines, "\n") + "\n"
 		path := filepath.Join(dir, "sentinel.conf")
 		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 			return nil, err
@@ -151,7 +176,7 @@ func (p *SentinelProcess) start(bin string, args []string) error {
 	p.mu.Lock()
 	p.cmd, p.done = cmd, done
 	p.mu.Unlock()
-	c := redis.NewClient(&redis.Options{Addr: p.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, Password: p.password, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -207,14 +232,14 @@ func (s *Sentinel) URL() string {
 // closed at t's cleanup.
 func (s *Sentinel) FailoverClient(t testing.TB) *redis.Client {
 	t.Helper()
-	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.Addrs()})
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.Addrs(), Password: s.Password, SentinelPassword: s.SentinelPassword})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
 // sentinelClient runs f on a client of Sentinel p.
 func sentinelClient(p *SentinelProcess, f func(*redis.SentinelClient) error) error {
-	c := redis.NewSentinelClient(&redis.Options{Addr: p.Addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
+	c := redis.NewSentinelClient(&redis.Options{Addr: p.Addr, Password: p.password, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
 	defer c.Close()
 	return f(c)
 }

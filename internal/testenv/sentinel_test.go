@@ -30,8 +30,9 @@ func waitFor(t *testing.T, what string, f func() error) {
 
 // A forced failover promotes the replica, and a failover client follows
 // it: its writes land on the new primary, which has the old one's data.
+// The servers and the Sentinels require passwords of their own.
 func TestSentinelPromoteIsFollowed(t *testing.T) {
-	s := testenv.StartSentinel(t)
+	s := testenv.StartSentinel(t, testenv.WithSentinelPasswords("primary-pw", "sentinel-pw"))
 	ctx := context.Background()
 	c := s.FailoverClient(t)
 	if err := c.Set(ctx, "before", "1", 0).Err(); err != nil {
