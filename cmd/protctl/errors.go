@@ -11,8 +11,8 @@ import (
 
 	"github.com/protctl/protctl/internal/clierr"
 	"github.com/protctl/protctl/internal/config"
-	"github.com/protctl/protctl/internal/redisconn"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/redisconn"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 )
 
