@@ -204,3 +204,68 @@ func TestSentinelSettingsErrors(t *testing.T) {
 		}
 	})
 }
+
+// A repair applied while Sentinel fails over either applies once or exits
+// 3 (UNAVAILABLE) having changed nothing: a saved skip-head plan is
+// applied right after the primary is SIGKILLed, then again once the
+// replica is promoted. Exactly one of the two applies (the other is a
+// conflict, exit 5, or the unavailable exit 3), and the dead-letter
+// stream ends with the one head it named.
+func TestRepairDuringSentinelFailover(t *testing.T) {
+	s := testenv.StartSentinel(t)
+	ctx := context.Background()
+	fc := s.FailoverClient(t)
+	sc := testenv.ProteanStandard(t, fc)
+	if n, err := fc.Wait(ctx, 1, 10*time.Second).Result(); err != nil || n != 1 {
+		t.Fatalf("WAIT: %d, %v", n, err)
+	}
+	cl := newCLI(t)
+	cl.env["PROTCTL_REDIS"] = s.URL()
+	r := cl.run("partitions", "skip-head", sc.Orders, sc.Halted, "--group", sc.Projector, "--reason", "poison", "--dry-run", "-o", "json")
+	r.wantCode(t, 0)
+	plan := filepath.Join(t.TempDir(), "plan.json")
+	if err := os.WriteFile(plan, []byte(r.stdout), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	old := s.Servers[0]
+	old.Kill()
+	first := cl.run("apply", "-f", plan, "--yes", "-o", "json", "--timeout", "2s")
+	t.Logf("apply during the failover: exit %d", first.code)
+	switch first.code {
+	case 0:
+	case 3:
+		if !strings.Contains(first.stderr, "cannot reach") || !strings.Contains(first.stderr, `"code":"UNAVAILABLE"`) {
+			t.Fatalf("exit 3 without saying Redis is unreachable: %s", first.stderr)
+		}
+	default:
+		t.Fatalf("apply during the failover exited %d, want 0 or 3:\n%s\n%s", first.code, first.stdout, first.stderr)
+	}
+	now, err := s.WaitNewMaster(ctx, old.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := cl.run("apply", "-f", plan, "--yes", "-o", "json")
+	want := 0
+	if first.code == 0 {
+		want = 5 // the head moved: the plan's precondition no longer holds
+	}
+	second.wantCode(t, want)
+
+	c := now.Client(t)
+	l := broker.ProteanLayout
+	dlq, err := c.XRange(ctx, l.DLQStream(sc.Orders, sc.Halted), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dlq) != 1 {
+		t.Fatalf("the dead-letter stream holds %d entries, want the one head: %v", len(dlq), dlq)
+	}
+	head, err := c.XRange(ctx, l.Stream(sc.Orders, sc.Halted), sc.HaltedIDs[0], sc.HaltedIDs[0]).Result()
+	if err != nil || len(head) != 1 || dlq[0].Values[broker.DataField] != head[0].Values[broker.DataField] {
+		t.Fatalf("dead-lettered %v, want the head %v (%v)", dlq[0].Values, head, err)
+	}
+	if pend, err := c.XPending(ctx, l.Stream(sc.Orders, sc.Halted), sc.Projector).Result(); err != nil || pend.Count != 0 {
+		t.Fatalf("pending after the skip: %+v, %v", pend, err)
+	}
+}
