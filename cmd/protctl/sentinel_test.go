@@ -269,3 +269,24 @@ func TestRepairDuringSentinelFailover(t *testing.T) {
 		t.Fatalf("pending after the skip: %+v, %v", pend, err)
 	}
 }
+
+// rediss+sentinel:// reaches Sentinels and a primary that speak only
+// TLS, trusting the CA of --redis-tls-ca for both (each checked against
+// the address it is dialled by); without that CA the certificate does not
+// verify and the command exits 3.
+func TestCLIThroughSentinelTLS(t *testing.T) {
+	s := testenv.StartSentinel(t, testenv.WithSentinelTLS())
+	sc := testenv.ProteanStandard(t, s.FailoverClient(t))
+	cl := newCLI(t)
+	cl.env["PROTCTL_REDIS"] = s.URL()
+	r := cl.run("partitions", "ls", sc.Orders, "-o", "json", "--redis-tls-ca", s.TLS.CA)
+	r.wantCode(t, 0)
+	if !strings.Contains(r.stdout, `"`+sc.Halted+`"`) {
+		t.Fatalf("partitions ls over TLS:\n%s", r.stdout)
+	}
+	r = cl.run("partitions", "ls", sc.Orders, "--timeout", "2s")
+	r.wantCode(t, 3)
+	if !strings.Contains(r.stderr, "certificate") {
+		t.Fatalf("an untrusted certificate: %s", r.stderr)
+	}
+}

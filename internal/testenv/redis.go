@@ -57,6 +57,9 @@ type redisConfig struct {
 	tlsAuth  string
 	users    []aclUser
 	password string
+	// pki, when set with tls, is shared with other servers (a primary and
+	// its replica) instead of generated for this one.
+	pki *PKI
 }
 
 type aclUser struct {
@@ -100,7 +103,9 @@ func NewRedis(dir string, opts ...RedisOption) (*Redis, error) {
 		o(&cfg)
 	}
 	var pki *PKI
-	if cfg.tls {
+	if cfg.tls && cfg.pki != nil {
+		pki = cfg.pki
+	} else if cfg.tls {
 		var err error
 		if pki, err = GeneratePKI(filepath.Join(dir, "tls")); err != nil {
 			return nil, err

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -53,10 +54,21 @@ type Sentinel struct {
 	// Password is the servers' requirepass, SentinelPassword the
 	// Sentinels' ("" for none: see WithSentinelPasswords).
 	Password, SentinelPassword string
+	// TLS holds the certificates when the servers and the Sentinels speak
+	// only TLS (WithSentinelTLS); nil otherwise.
+	TLS *PKI
 }
 
 // SentinelOption configures StartSentinel.
 type SentinelOption func(*Sentinel)
+
+// WithSentinelTLS makes the primary, the replica and the Sentinels listen
+// only on TLS, with one test CA (Sentinel.TLS) whose server certificate
+// names 127.0.0.1; replication and the Sentinels' own connections use TLS
+// too, with the client certificate. Clients need not present one.
+func WithSentinelTLS() SentinelOption {
+	return func(s *Sentinel) { s.TLS = &PKI{} }
+}
 
 // WithSentinelPasswords requires a password of the clients: primary of
 // the primary and the replica (requirepass, masterauth, and the
@@ -73,6 +85,7 @@ type SentinelProcess struct {
 
 	dir      string
 	password string
+	pki      *PKI
 	mu       sync.Mutex
 	cmd      *exec.Cmd
 	done     chan struct{}
@@ -95,8 +108,18 @@ func StartSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 	}
 	// Fast full syncs.
 	repl := []string{"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"}
-	s.Servers[0] = StartRedis(t, WithArgs(repl...), WithPassword(s.Password))
-	s.Servers[1] = StartRedis(t, WithArgs(append(repl, "--replicaof", "127.0.0.1", strconv.Itoa(s.Servers[0].Port))...), WithPassword(s.Password))
+	common := []RedisOption{WithPassword(s.Password)}
+	if s.TLS != nil {
+		pki, err := GeneratePKI(filepath.Join(t.TempDir(), "tls"))
+		if err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		s.TLS = pki
+		repl = append(repl, "--tls-replication", "yes", "--tls-client-cert-file", pki.ClientCert, "--tls-client-key-file", pki.ClientKey)
+		common = append(common, WithTLS(), func(c *redisConfig) { c.pki = pki })
+	}
+	s.Servers[0] = StartRedis(t, append(common, WithArgs(repl...))...)
+	s.Servers[1] = StartRedis(t, append(common, WithArgs(append(repl, "--replicaof", "127.0.0.1", strconv.Itoa(s.Servers[0].Port))...))...)
 	for i := 0; i < 3; i++ {
 		p, err := s.startSentinelProcess(t.TempDir(), bin, args)
 		if err != nil {
@@ -133,10 +156,23 @@ func (s *Sentinel) startSentinelProcess(dir, bin string, extra []string) (*Senti
 		if err != nil {
 			return nil, err
 		}
-		p := &SentinelProcess{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, dir: dir, password: s.SentinelPassword}
+		p := &SentinelProcess{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, dir: dir, password: s.SentinelPassword, pki: s.TLS}
+		listen := []string{"port " + strconv.Itoa(port)}
+		if s.TLS != nil {
+			listen = []string{
+				"port 0",
+				"tls-port " + strconv.Itoa(port),
+				"tls-cert-file " + s.TLS.ServerCert,
+				"tls-key-file " + s.TLS.ServerKey,
+				"tls-ca-cert-file " + s.TLS.CA,
+				"tls-client-cert-file " + s.TLS.ClientCert,
+				"tls-client-key-file " + s.TLS.ClientKey,
+				"tls-auth-clients optional",
+				"tls-replication yes", // TLS to the servers and the other Sentinels
+			}
+		}
 		// Sentinel rewrites its config file, so it gets one of its own.
 		lines := []string{
-			"port " + strconv.Itoa(port),
 			"bind 127.0.0.1",
 			"protected-mode no",
 			"daemonize no",
@@ -147,6 +183,7 @@ func (s *Sentinel) startSentinelProcess(dir, bin string, extra []string) (*Senti
 			fmt.Sprintf("sentinel failover-timeout %s %d", SentinelMasterName, sentinelFailoverTimeout.Milliseconds()),
 			fmt.Sprintf("sentinel parallel-syncs %s 1", SentinelMasterName),
 		}
+		lines = append(listen, lines...)
 		if s.Password != "" {
 			lines = append(lines, fmt.Sprintf("sentinel auth-pass %s %s", SentinelMasterName, s.Password))
 		}
@@ -176,7 +213,7 @@ func (p *SentinelProcess) start(bin string, args []string) error {
 	p.mu.Lock()
 	p.cmd, p.done = cmd, done
 	p.mu.Unlock()
-	c := redis.NewClient(&redis.Options{Addr: p.Addr, Password: p.password, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, Password: p.password, TLSConfig: p.tlsConfig(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -223,23 +260,39 @@ func (s *Sentinel) Addrs() []string {
 	return out
 }
 
-// URL is the redis+sentinel:// URL of the primary, database 0.
+// URL is the redis+sentinel:// URL of the primary, database 0
+// (rediss+sentinel:// WithSentinelTLS).
 func (s *Sentinel) URL() string {
-	return "redis+sentinel://" + strings.Join(s.Addrs(), ",") + "/" + s.MasterName + "/0"
+	scheme := "redis+sentinel://"
+	if s.TLS != nil {
+		scheme = "rediss+sentinel://"
+	}
+	return scheme + strings.Join(s.Addrs(), ",") + "/" + s.MasterName + "/0"
+}
+
+func (p *SentinelProcess) tlsConfig() *tls.Config {
+	if p.pki == nil {
+		return nil
+	}
+	return p.pki.ClientTLS()
 }
 
 // FailoverClient returns a go-redis failover client on the primary,
 // closed at t's cleanup.
 func (s *Sentinel) FailoverClient(t testing.TB) *redis.Client {
 	t.Helper()
-	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.Addrs(), Password: s.Password, SentinelPassword: s.SentinelPassword})
+	o := &redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.Addrs(), Password: s.Password, SentinelPassword: s.SentinelPassword}
+	if s.TLS != nil {
+		o.TLSConfig = s.TLS.ClientTLS()
+	}
+	c := redis.NewFailoverClient(o)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
 // sentinelClient runs f on a client of Sentinel p.
 func sentinelClient(p *SentinelProcess, f func(*redis.SentinelClient) error) error {
-	c := redis.NewSentinelClient(&redis.Options{Addr: p.Addr, Password: p.password, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
+	c := redis.NewSentinelClient(&redis.Options{Addr: p.Addr, Password: p.password, TLSConfig: p.tlsConfig(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
 	defer c.Close()
 	return f(c)
 }
