@@ -122,25 +122,34 @@ func New(c Config) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, c.parseError(err)
 		}
-		o.Username, o.Password = or(c.Username, o.Username), or(c.Password, o.Password)
-		if tc != nil {
-			o.TLSConfig = tc
-		}
-		o.ClientName = or(o.ClientName, c.ClientName)
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = timeouts(o.DialTimeout, o.ReadTimeout, o.WriteTimeout, c.Timeout)
+		c.apply(fields{&o.Username, &o.Password, &o.ClientName, &o.TLSConfig, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout}, tc)
 		return redis.NewClusterClient(o), nil
 	}
 	o, err := redis.ParseURL(c.URL)
 	if err != nil {
 		return nil, c.parseError(err)
 	}
-	o.Username, o.Password = or(c.Username, o.Username), or(c.Password, o.Password)
-	if tc != nil {
-		o.TLSConfig = tc
-	}
-	o.ClientName = or(o.ClientName, c.ClientName)
-	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = timeouts(o.DialTimeout, o.ReadTimeout, o.WriteTimeout, c.Timeout)
+	c.apply(fields{&o.Username, &o.Password, &o.ClientName, &o.TLSConfig, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout}, tc)
 	return redis.NewClient(o), nil
+}
+
+// fields are the go-redis options that c's settings override, in each of
+// the three option types (Options, ClusterOptions, FailoverOptions).
+type fields struct {
+	username, password, clientName *string
+	tls                            **tls.Config
+	dial, read, write              *time.Duration
+}
+
+// apply sets c's credentials (over the URL's), tc (when not nil), the
+// client name (unless the URL set one) and the timeouts (Timeout).
+func (c Config) apply(f fields, tc *tls.Config) {
+	*f.username, *f.password = or(c.Username, *f.username), or(c.Password, *f.password)
+	if tc != nil {
+		*f.tls = tc
+	}
+	*f.clientName = or(*f.clientName, c.ClientName)
+	*f.dial, *f.read, *f.write = timeouts(*f.dial, *f.read, *f.write, c.Timeout)
 }
 
 // Check parses rawURL as New would (with cluster for the cluster layout)
@@ -331,7 +340,12 @@ func (c Config) failoverOptions() (*redis.FailoverOptions, error) {
 	}
 	q.Set("master_name", s.Master)
 	q["addr"] = s.Addrs[1:]
-	plain := (&url.URL{Scheme: "redis", Host: s.Addrs[0], Path: "/" + strconv.Itoa(s.DB), RawQuery: q.Encode()}).String()
+	// rediss, so that go-redis accepts skip_verify= (applied below).
+	scheme := "redis"
+	if s.TLS {
+		scheme = "rediss"
+	}
+	plain := (&url.URL{Scheme: scheme, Host: s.Addrs[0], Path: "/" + strconv.Itoa(s.DB), RawQuery: q.Encode()}).String()
 	o, err := redis.ParseFailoverURL(plain)
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %s", ErrInvalidURL, Redact(c.URL), redactText(err.Error(), c.URL))
@@ -340,7 +354,6 @@ func (c Config) failoverOptions() (*redis.FailoverOptions, error) {
 		o.Username = s.User.Username()
 		o.Password, _ = s.User.Password()
 	}
-	o.Username, o.Password = or(c.Username, o.Username), or(c.Password, o.Password)
 	o.SentinelUsername, o.SentinelPassword = c.SentinelUsername, c.SentinelPassword
 	// The server name is left empty: each connection checks the
 	// certificate against the host it dials (a Sentinel, or the primary
@@ -349,14 +362,11 @@ func (c Config) failoverOptions() (*redis.FailoverOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case tc != nil:
-		o.TLSConfig = tc
-	case s.TLS:
-		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	if tc == nil && s.TLS {
+		tc = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
-	if o.TLSConfig != nil && s.Query.Has("skip_verify") {
-		o.TLSConfig.InsecureSkipVerify, _ = strconv.ParseBool(s.Query.Get("skip_verify"))
+	if tc != nil && s.Query.Has("skip_verify") {
+		tc.InsecureSkipVerify, _ = strconv.ParseBool(s.Query.Get("skip_verify"))
 	}
 	// One dial per attempt unless the URL says otherwise: go-redis's
 	// dialer retries multiply through the failover client (each dial of
@@ -366,8 +376,7 @@ func (c Config) failoverOptions() (*redis.FailoverOptions, error) {
 	if !s.Query.Has("dialer_retries") {
 		o.DialerRetries = 1
 	}
-	o.ClientName = or(o.ClientName, c.ClientName)
-	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = timeouts(o.DialTimeout, o.ReadTimeout, o.WriteTimeout, c.Timeout)
+	c.apply(fields{&o.Username, &o.Password, &o.ClientName, &o.TLSConfig, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout}, tc)
 	return o, nil
 }
 

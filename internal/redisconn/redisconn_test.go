@@ -128,6 +128,21 @@ func TestNewSentinel(t *testing.T) {
 	}
 }
 
+// skip_verify= is go-redis's option for TLS URLs, Sentinel ones too.
+func TestSentinelSkipVerify(t *testing.T) {
+	c, err := redisconn.New(redisconn.Config{URL: "rediss+sentinel://s1/m?skip_verify=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if tc := c.(*redis.Client).Options().TLSConfig; tc == nil || !tc.InsecureSkipVerify || tc.ServerName != "" {
+		t.Fatalf("TLS config %+v", tc)
+	}
+	if err := redisconn.Check("redis+sentinel://s1/m?skip_verify=true", false); err == nil {
+		t.Fatal("skip_verify without TLS should be refused as go-redis refuses it")
+	}
+}
+
 func TestNewSingleAndCluster(t *testing.T) {
 	c, err := redisconn.New(redisconn.Config{URL: "redis://u:urlpw@h:6380/1", Username: "ops", ClientName: "x", Timeout: 3 * time.Second})
 	if err != nil {

@@ -8,14 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -43,9 +40,7 @@ type Redis struct {
 	// own clients log in with it.
 	password string
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc process
 }
 
 // RedisOption configures StartRedis.
@@ -166,48 +161,7 @@ func (r *Redis) start() error {
 		"--logfile", filepath.Join(r.dir, "redis.log"),
 	)
 	args = append(args, r.args...)
-	cmd := exec.Command("redis-server", args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	r.mu.Lock()
-	r.cmd, r.done = cmd, done
-	r.mu.Unlock()
-	if err := r.waitReady(10 * time.Second); err != nil {
-		_ = cmd.Process.Kill()
-		<-done
-		log, _ := os.ReadFile(filepath.Join(r.dir, "redis.log"))
-		return fmt.Errorf("%w; log: %s", err, tail(string(log), 500))
-	}
-	return nil
-}
-
-func (r *Redis) waitReady(timeout time.Duration) error {
-	o := r.Options()
-	o.MaxRetries, o.DialTimeout = -1, 200*time.Millisecond
-	c := redis.NewClient(o)
-	defer c.Close()
-	deadline := time.Now().Add(timeout)
-	for {
-		select {
-		case <-r.done:
-			return errors.New("redis-server exited during start")
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server on %s not ready after %s: %w", r.Addr, timeout, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return r.proc.spawn("redis-server", args, r.Options(), filepath.Join(r.dir, "redis.log"))
 }
 
 // URL is the server's redis:// URL (rediss:// for a TLS server). It
@@ -239,35 +193,15 @@ func (r *Redis) FlushAll(t testing.TB) {
 	}
 }
 
-func (r *Redis) signal(sig syscall.Signal) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cmd == nil || r.cmd.Process == nil {
-		return errors.New("testenv: redis-server not running")
-	}
-	return r.cmd.Process.Signal(sig)
-}
-
 // Pause stops the server process (SIGSTOP): connections hang, nothing
 // expires until Resume.
-func (r *Redis) Pause() error { return r.signal(syscall.SIGSTOP) }
+func (r *Redis) Pause() error { return r.proc.signal(syscall.SIGSTOP) }
 
 // Resume continues a paused server (SIGCONT).
-func (r *Redis) Resume() error { return r.signal(syscall.SIGCONT) }
+func (r *Redis) Resume() error { return r.proc.signal(syscall.SIGCONT) }
 
 // Kill ends the server with SIGKILL and waits for it to exit.
-func (r *Redis) Kill() {
-	r.mu.Lock()
-	cmd, done := r.cmd, r.done
-	r.cmd = nil
-	r.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGCONT)
-	_ = cmd.Process.Kill()
-	<-done
-}
+func (r *Redis) Kill() { r.proc.kill() }
 
 // Restart kills the server and starts it again on the same port and
 // directory (with its persistence settings, whatever survives survives).

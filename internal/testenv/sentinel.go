@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -86,9 +84,7 @@ type SentinelProcess struct {
 	dir      string
 	password string
 	pki      *PKI
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	done     chan struct{}
+	proc     process
 }
 
 // StartSentinel starts a primary, a replica and three Sentinels (quorum
@@ -195,61 +191,16 @@ func (s *Sentinel) startSentinelProcess(dir, bin string, extra []string) (*Senti
 		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 			return nil, err
 		}
-		if lastErr = p.start(bin, append([]string{path}, extra...)); lastErr == nil {
+		o := &redis.Options{Addr: p.Addr, Password: p.password, TLSConfig: p.tlsConfig()}
+		if lastErr = p.proc.spawn(bin, append([]string{path}, extra...), o, filepath.Join(dir, "sentinel.log")); lastErr == nil {
 			return p, nil
 		}
 	}
 	return nil, fmt.Errorf("start redis-sentinel: %w", lastErr)
 }
 
-func (p *SentinelProcess) start(bin string, args []string) error {
-	cmd := exec.Command(bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	p.mu.Lock()
-	p.cmd, p.done = cmd, done
-	p.mu.Unlock()
-	c := redis.NewClient(&redis.Options{Addr: p.Addr, Password: p.password, TLSConfig: p.tlsConfig(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		select {
-		case <-done:
-			log, _ := os.ReadFile(filepath.Join(p.dir, "sentinel.log"))
-			return fmt.Errorf("redis-sentinel exited during start; log: %s", tail(string(log), 500))
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			p.Kill()
-			return fmt.Errorf("redis-sentinel on %s not ready: %w", p.Addr, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // Kill ends the Sentinel with SIGKILL; safe to call twice.
-func (p *SentinelProcess) Kill() {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.cmd = nil
-	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGCONT)
-	_ = cmd.Process.Kill()
-	<-done
-}
+func (p *SentinelProcess) Kill() { p.proc.kill() }
 
 // Addrs are the Sentinels' addresses.
 func (s *Sentinel) Addrs() []string {
@@ -390,10 +341,7 @@ func (s *Sentinel) WaitNewMaster(ctx context.Context, oldAddr string) (*Redis, e
 // while they disagree.
 func (s *Sentinel) agreedMaster(ctx context.Context) (addr string, ok bool, why string) {
 	for _, p := range s.Sentinels {
-		p.mu.Lock()
-		alive := p.cmd != nil
-		p.mu.Unlock()
-		if !alive {
+		if !p.proc.alive() {
 			continue
 		}
 		var got []string
