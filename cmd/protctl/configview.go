@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/url"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/protctl/protctl/internal/config"
 	"github.com/protctl/protctl/internal/config/security"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/redisconn"
 )
 
 func newConfigCmd(f *Factory) *cobra.Command {
@@ -42,6 +44,53 @@ type configViewRedis struct {
 	Username    *string    `json:"username"`
 	PasswordSet bool       `json:"passwordSet"`
 	TLS         config.TLS `json:"tls"`
+	// Sentinel is what a redis+sentinel:// URL names; null for other URLs.
+	Sentinel *configViewSentinel `json:"sentinel"`
+}
+
+// configViewSentinel is the Sentinels a redis+sentinel:// URL names, the
+// master name they watch, and how protctl logs in to them (the password
+// is only said to be set).
+type configViewSentinel struct {
+	MasterName   string   `json:"masterName"`
+	Addrs        []string `json:"addrs"`
+	DB           int      `json:"db"`
+	TLS          bool     `json:"tls"`
+	Username     *string  `json:"username"`
+	PasswordSet  bool     `json:"passwordSet"`
+	PasswordFile *string  `json:"passwordFile"` // null unless the password came from a file
+}
+
+func newConfigViewSentinel(r config.RedisSettings) *configViewSentinel {
+	su, err := redisconn.ParseSentinelURL(r.URL)
+	if err != nil {
+		return nil // not a Sentinel URL (config.Resolve refused bad ones)
+	}
+	return &configViewSentinel{
+		MasterName: su.Master, Addrs: su.Addrs, DB: su.DB, TLS: su.TLS,
+		Username:     nonEmpty(r.Sentinel.Username),
+		PasswordSet:  r.Sentinel.Password != "",
+		PasswordFile: nonEmpty(r.Sentinel.PasswordFile),
+	}
+}
+
+// sentinelLine describes the Sentinel endpoint in one line of the table
+// view.
+func sentinelLine(s *configViewSentinel) string {
+	if s == nil {
+		return "-"
+	}
+	line := fmt.Sprintf("master %s via %s", s.MasterName, strings.Join(s.Addrs, ","))
+	if s.Username != nil {
+		line += ", as " + *s.Username
+	}
+	if s.PasswordSet {
+		line += ", password set"
+		if s.PasswordFile != nil {
+			line += " (file " + *s.PasswordFile + ")"
+		}
+	}
+	return line
 }
 
 // configViewKafka is the Kafka endpoint and its security: tls and sasl
@@ -123,7 +172,9 @@ func newConfigViewCmd(f *Factory) *cobra.Command {
 		Short: "Show the resolved settings and where each came from",
 		Long: `Show the settings a command would use after applying flag > environment >
 context > default, and where each came from. Passwords are never shown, only
-whether one is set; a password in the Redis URL is masked. Kafka's TLS and
+whether one is set; a password in the Redis URL is masked. With a
+redis+sentinel:// URL, redis.sentinel shows the master name, the Sentinels
+and how protctl logs in to them (null for other URLs). Kafka's TLS and
 SASL settings (tls and sasl, null when off) appear only when brokers are
 configured.`,
 		Example: `  protctl config view
@@ -149,6 +200,7 @@ func runConfigView(opts *configViewOptions) error {
 			Username:    nonEmpty(s.Redis.Username),
 			PasswordSet: s.Redis.Password != "" || urlHasPassword(s.Redis.URL),
 			TLS:         s.Redis.TLS,
+			Sentinel:    newConfigViewSentinel(s.Redis),
 		},
 		Kafka:      newConfigViewKafka(s),
 		Layout:     s.Layout.String(),
@@ -179,6 +231,7 @@ func runConfigView(opts *configViewOptions) error {
 			output.Field{Label: "Redis", Value: v.Redis.URL + src("redis")},
 			output.Field{Label: "Redis user", Value: orDash(v.Redis.Username)},
 			output.Field{Label: "Redis password", Value: map[bool]string{true: "set", false: "not set"}[v.Redis.PasswordSet]},
+			output.Field{Label: "Redis Sentinel", Value: sentinelLine(v.Redis.Sentinel) + sentinelSources(v.Sources)},
 			output.Field{Label: "Layout", Value: v.Layout + src("layout")},
 			output.Field{Label: "Kafka", Value: dashIfEmpty(strings.Join(v.Kafka.Brokers, ",")) + src("kafka")},
 			output.Field{Label: "Kafka TLS", Value: tlsLine(v.Kafka.TLS) + src("kafkaTls")},
@@ -190,7 +243,27 @@ func runConfigView(opts *configViewOptions) error {
 	})
 }
 
+// sentinelSources says where the Sentinel user and password came from
+// (the endpoint itself comes from the URL: see the Redis line).
+func sentinelSources(sources map[string]string) string {
+	var parts []string
+	if s, ok := sources["redisSentinelUsername"]; ok {
+		parts = append(parts, "user: "+s)
+	}
+	if s, ok := sources["redisSentinelPassword"]; ok {
+		parts = append(parts, "password: "+s)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
 func urlHasPassword(raw string) bool {
+	if su, err := redisconn.ParseSentinelURL(raw); err == nil {
+		_, ok := su.User.Password()
+		return ok
+	}
 	u, err := url.Parse(raw)
 	if err != nil || u.User == nil {
 		return false

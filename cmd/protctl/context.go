@@ -51,6 +51,9 @@ type contextRedis struct {
 	Layout       string  `json:"layout"`
 	Username     *string `json:"username"`
 	PasswordFile *string `json:"passwordFile"`
+	// Sentinel is the Sentinels' user and password file; null when the
+	// context sets neither.
+	Sentinel *config.RedisSentinel `json:"sentinel"`
 }
 
 type contextKafka struct {
@@ -125,6 +128,11 @@ func contextItemOf(c config.Context, current string) contextItem {
 	if layout == "" {
 		layout = "protean"
 	}
+	var sentinel *config.RedisSentinel
+	if c.Redis.Sentinel != (config.RedisSentinel{}) {
+		sc := c.Redis.Sentinel
+		sentinel = &sc
+	}
 	return contextItem{
 		Name:    c.Name,
 		Current: c.Name == current,
@@ -133,6 +141,7 @@ func contextItemOf(c config.Context, current string) contextItem {
 			Layout:       layout,
 			Username:     nonEmpty(c.Redis.Username),
 			PasswordFile: nonEmpty(c.Redis.PasswordFile),
+			Sentinel:     sentinel,
 		},
 		Kafka:      contextKafka{Brokers: append([]string{}, c.Kafka.Brokers...)},
 		Categories: append([]string{}, c.Categories...),

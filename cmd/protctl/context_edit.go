@@ -68,9 +68,11 @@ field is a FIELD=VALUE argument. An existing name is refused (exit 2) unless
 --force, which replaces that context whole.
 
 Passwords are never stored: a --redis URL with a password is refused; name a
-file with redis.passwordFile / kafka.sasl.passwordFile, or set
-PROTCTL_REDIS_PASSWORD / PROTCTL_KAFKA_PASSWORD when running. Bad input (an
-unknown field, a bad URL or layout) exits 2 and leaves the file unchanged.
+file with redis.passwordFile / redis.sentinel.passwordFile /
+kafka.sasl.passwordFile, or set PROTCTL_REDIS_PASSWORD /
+PROTCTL_REDIS_SENTINEL_PASSWORD / PROTCTL_KAFKA_PASSWORD when running. Bad
+input (an unknown field, a bad URL or layout, a Sentinel URL without a master
+name or with the cluster layout) exits 2 and leaves the file unchanged.
 The file is written atomically (a temporary file renamed over it), mode 0600,
 keeping the other contexts and the comments outside the edited context.
 Only the local file changes, so this is allowed in read-only mode.
@@ -79,7 +81,10 @@ Only the local file changes, so this is allowed in read-only mode.
 		Example: `  protctl context add staging --redis rediss://redis.staging:6380/0 --layout cluster
   protctl context add prod --redis rediss://ops@redis.prod:6380/0 redis.passwordFile=~/.config/protctl/prod.password \
       --kafka k1:9093,k2:9093 --category shop::order readOnly=true protected=true --use
-  protctl context add local --redis redis://127.0.0.1:6379/0 --force -o json`,
+  protctl context add local --redis redis://127.0.0.1:6379/0 --force -o json
+  protctl context add ha --redis redis+sentinel://s1:26379,s2:26379,s3:26379/mymaster/0 \
+      redis.passwordFile=~/.config/protctl/ha.password \
+      redis.sentinel.username=sentinel-ops redis.sentinel.passwordFile=~/.config/protctl/ha-sentinel.password`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Printer = f.Printer()

@@ -12,6 +12,7 @@ import (
 	"github.com/protctl/protctl/internal/clierr"
 	"github.com/protctl/protctl/internal/config"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/redisconn"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 )
 
@@ -95,6 +96,10 @@ func (f *Factory) operatorError(err error, kind clierr.Kind) error {
 		case usedRedis && isLoginRefused(err):
 			text = fmt.Sprintf("Redis at %s refused the login: %s; the user and password are set by the URL's user:password, %s and %s (or %s), or the context's redis.username and redis.passwordFile",
 				config.RedactURL(s.Redis.URL), unavailableCause(text), config.EnvRedisUsername, config.EnvRedisPassword, config.EnvRedisPasswordFile)
+			if redisconn.IsSentinelURL(s.Redis.URL) {
+				text += fmt.Sprintf("; the Sentinels' own user and password are set by %s and %s (or %s), or the context's redis.sentinel.username and redis.sentinel.passwordFile",
+					config.EnvRedisSentinelUsername, config.EnvRedisSentinelPassword, config.EnvRedisSentinelPasswordFile)
+			}
 		case usedRedis:
 			text = fmt.Sprintf("cannot reach Redis at %s (%s): %s; the address is set by --redis, %s or the context's redis.url",
 				config.RedactURL(s.Redis.URL), sourceText(s, "redis", "--redis", config.EnvRedis, "redis.url"), unavailableCause(text), config.EnvRedis)

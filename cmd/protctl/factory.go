@@ -2,14 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +16,7 @@ import (
 	"github.com/protctl/protctl/internal/clierr"
 	"github.com/protctl/protctl/internal/config"
 	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/redisconn"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 )
@@ -339,124 +336,16 @@ func (f *Factory) close() {
 	}
 }
 
+// newRedisClient is the client of the operator commands (through
+// f.RedisClient), the dashboard, the demo and completion: redisconn.New
+// with the resolved settings. --timeout bounds each request; 0 means no
+// bound.
 func newRedisClient(s *config.Settings, timeout time.Duration) (redis.UniversalClient, error) {
-	u, err := url.Parse(s.Redis.URL)
-	if err != nil {
-		return nil, fmt.Errorf("invalid Redis URL %s", config.RedactURL(s.Redis.URL))
+	c := s.Redis.Conn(s.Layout)
+	c.ClientName = "protctl"
+	c.Timeout = timeout
+	if timeout <= 0 {
+		c.Timeout = -1
 	}
-	tlsConf, err := redisTLS(s.Redis.TLS, u.Hostname())
-	if err != nil {
-		return nil, err
-	}
-	if s.Layout.IsCluster() || u.Query().Has("addr") {
-		o, err := redis.ParseClusterURL(s.Redis.URL)
-		if err != nil {
-			return nil, fmt.Errorf("invalid Redis cluster URL %s: %w", config.RedactURL(s.Redis.URL), redactErr(err, s.Redis.URL))
-		}
-		if s.Redis.Username != "" {
-			o.Username = s.Redis.Username
-		}
-		if s.Redis.Password != "" {
-			o.Password = s.Redis.Password
-		}
-		if tlsConf != nil {
-			o.TLSConfig = tlsConf
-		}
-		if o.ClientName == "" {
-			o.ClientName = "protctl"
-		}
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = timeouts(o.DialTimeout, o.ReadTimeout, o.WriteTimeout, timeout)
-		return redis.NewClusterClient(o), nil
-	}
-	o, err := redis.ParseURL(s.Redis.URL)
-	if err != nil {
-		return nil, fmt.Errorf("invalid Redis URL %s: %w", config.RedactURL(s.Redis.URL), redactErr(err, s.Redis.URL))
-	}
-	if s.Redis.Username != "" {
-		o.Username = s.Redis.Username
-	}
-	if s.Redis.Password != "" {
-		o.Password = s.Redis.Password
-	}
-	if tlsConf != nil {
-		o.TLSConfig = tlsConf
-	}
-	if o.ClientName == "" {
-		o.ClientName = "protctl"
-	}
-	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = timeouts(o.DialTimeout, o.ReadTimeout, o.WriteTimeout, timeout)
-	return redis.NewClient(o), nil
+	return redisconn.New(c)
 }
-
-// timeouts applies --timeout to the dial, read and write timeouts the URL
-// did not set (dial_timeout=, read_timeout=, write_timeout=). 0 means no
-// bound: go-redis spells that -1 for reads and writes, and dials with its
-// default then.
-func timeouts(dial, read, write, d time.Duration) (time.Duration, time.Duration, time.Duration) {
-	rw := d
-	if d <= 0 {
-		rw = -1
-	}
-	if dial == 0 && d > 0 {
-		dial = d
-	}
-	if read == 0 {
-		read = rw
-	}
-	if write == 0 {
-		write = rw
-	}
-	return dial, read, write
-}
-
-// redisTLS builds the TLS config of --redis-tls-ca/-cert/-key; nil when
-// none is given (rediss:// alone uses the system roots).
-func redisTLS(t config.TLS, host string) (*tls.Config, error) {
-	if t.CA == "" && t.Cert == "" && t.Key == "" {
-		return nil, nil
-	}
-	conf := &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
-	if t.CA != "" {
-		pem, err := os.ReadFile(t.CA)
-		if err != nil {
-			return nil, fmt.Errorf("reading the Redis TLS CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("the Redis TLS CA %s holds no PEM certificate", t.CA)
-		}
-		conf.RootCAs = pool
-	}
-	if t.Cert != "" {
-		cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
-		if err != nil {
-			return nil, fmt.Errorf("loading the Redis TLS client certificate: %w", err)
-		}
-		conf.Certificates = []tls.Certificate{cert}
-	}
-	return conf, nil
-}
-
-// redactErr keeps a URL's password out of a parse error's text.
-func redactErr(err error, rawURL string) error {
-	u, perr := url.Parse(rawURL)
-	if perr != nil || u.User == nil {
-		return err
-	}
-	pw, ok := u.User.Password()
-	if !ok || pw == "" {
-		return err
-	}
-	return redactedError{err: err, secret: pw}
-}
-
-type redactedError struct {
-	err    error
-	secret string
-}
-
-func (e redactedError) Error() string {
-	return strings.ReplaceAll(e.err.Error(), e.secret, "xxxxx")
-}
-
-func (e redactedError) Unwrap() error { return e.err }

@@ -89,7 +89,7 @@ needs --yes.`,
 func addGlobalFlags(root *cobra.Command, f *Factory) {
 	fl := root.PersistentFlags()
 	g := &f.flags
-	fl.StringVar(&g.redis, "redis", "", "Redis URL, redis:// or rediss:// (env "+config.EnvRedis+"; default "+config.DefaultRedisURL+")")
+	fl.StringVar(&g.redis, "redis", "", "Redis URL, redis://, rediss://, unix:// or redis+sentinel://HOST:26379,.../MASTER/DB (env "+config.EnvRedis+"; default "+config.DefaultRedisURL+")")
 	fl.StringVar(&g.kafka, "kafka", "", "Kafka brokers, comma-separated (env "+config.EnvKafka+")")
 	fl.StringVar(&g.layout, "layout", "", "Redis key layout: protean or cluster (env "+config.EnvLayout+"; default protean)")
 	fl.StringVar(&g.context, "context", "", "context of the config file to use (env "+config.EnvContext+"; default its currentContext)")

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/protctl/protctl/internal/clierr"
 	"github.com/protctl/protctl/internal/handlers"
 	"github.com/protctl/protctl/internal/nodeconfig"
+	"github.com/protctl/protctl/internal/redisconn"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 	"github.com/protctl/protctl/pkg/runtime"
@@ -304,54 +304,25 @@ func buildHandler(h nodeconfig.Handler, slots *handlers.Slots, log *slog.Logger,
 	return nil, errors.New("exactly one of exec, http, log, process is required")
 }
 
-// nodeRedisClient builds the client of the node's Redis section: a
-// cluster client for the cluster layout (or addr= seeds), else a single
-// server's.
+// nodeRedisClient builds the client of the node's Redis section
+// (redisconn.New): a cluster client for the cluster layout (or addr=
+// seeds), a failover client that follows the primary for a
+// redis+sentinel:// URL, else a single server's. Timeouts are go-redis's
+// defaults: the runtime bounds its own calls.
 func nodeRedisClient(r nodeconfig.Redis, layout broker.Layout) (redis.UniversalClient, error) {
-	u, err := url.Parse(r.URL)
-	if err != nil {
-		return nil, fmt.Errorf("redis.url: invalid URL %s", nodeconfig.RedactURL(r.URL))
-	}
-	tc, err := r.TLS.Config(u.Hostname())
-	if err != nil {
+	c, err := redisconn.New(redisconn.Config{
+		URL: r.URL, Cluster: layout.IsCluster(),
+		Username: r.Username, Password: r.Password, TLS: r.TLS,
+		SentinelUsername: r.Sentinel.Username, SentinelPassword: r.Sentinel.Password,
+		ClientName: "protctl-node",
+	})
+	switch {
+	case errors.Is(err, redisconn.ErrInvalidURL), errors.Is(err, redisconn.ErrClusterSentinel):
+		return nil, fmt.Errorf("redis.url: %w", err)
+	case err != nil:
 		return nil, fmt.Errorf("redis.tls: %w", err)
 	}
-	if layout.IsCluster() || u.Query().Has("addr") {
-		o, err := redis.ParseClusterURL(r.URL)
-		if err != nil {
-			return nil, fmt.Errorf("redis.url: %w", redactErr(err, r.URL))
-		}
-		if r.Username != "" {
-			o.Username = r.Username
-		}
-		if r.Password != "" {
-			o.Password = r.Password
-		}
-		if tc != nil {
-			o.TLSConfig = tc
-		}
-		if o.ClientName == "" {
-			o.ClientName = "protctl-node"
-		}
-		return redis.NewClusterClient(o), nil
-	}
-	o, err := redis.ParseURL(r.URL)
-	if err != nil {
-		return nil, fmt.Errorf("redis.url: %w", redactErr(err, r.URL))
-	}
-	if r.Username != "" {
-		o.Username = r.Username
-	}
-	if r.Password != "" {
-		o.Password = r.Password
-	}
-	if tc != nil {
-		o.TLSConfig = tc
-	}
-	if o.ClientName == "" {
-		o.ClientName = "protctl-node"
-	}
-	return redis.NewClient(o), nil
+	return c, nil
 }
 
 // timedRedisBroker times lease renewals for the

@@ -261,3 +261,74 @@ func TestRedactURL(t *testing.T) {
 		}
 	}
 }
+
+const sentinelSample = `currentContext: ha
+contexts:
+  - name: ha
+    redis:
+      url: redis+sentinel://s1:26379,s2:26379/mymaster/0
+      passwordFile: prod.password
+      sentinel: {username: sops, passwordFile: prod.password}
+`
+
+// The context's Sentinel credentials, like its other ones, go only to the
+// context's own URL; the environment's apply to whichever Sentinel URL is
+// used, and none to a URL that is not a Sentinel one.
+func TestSentinelCredentials(t *testing.T) {
+	dir, env := writeConfig(t, sentinelSample)
+	s, err := Resolve(Flags{}, getenv(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := s.Redis.Sentinel
+	if a.Username != "sops" || a.Password != "s3cret" || a.PasswordFile != filepath.Join(dir, "protctl", "prod.password") ||
+		s.Sources["redisSentinelUsername"] != SourceContext || s.Sources["redisSentinelPassword"] != SourceContext {
+		t.Fatalf("context's Sentinel auth %+v, sources %v", a, s.Sources)
+	}
+	if c := s.Redis.Conn(s.Layout); c.SentinelUsername != "sops" || c.SentinelPassword != "s3cret" || c.Password != "s3cret" {
+		t.Fatalf("conn %+v", c)
+	}
+
+	s, err = Resolve(Flags{Redis: str("redis+sentinel://other:26379/m")}, getenv(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Redis.Sentinel != (SentinelAuth{}) {
+		t.Fatalf("the context's Sentinel credentials went to --redis: %+v", s.Redis.Sentinel)
+	}
+
+	env["PROTCTL_REDIS_SENTINEL_USERNAME"] = "envuser"
+	env["PROTCTL_REDIS_SENTINEL_PASSWORD"] = "envpw"
+	s, err = Resolve(Flags{Redis: str("redis+sentinel://other:26379/m")}, getenv(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := s.Redis.Sentinel; a.Username != "envuser" || a.Password != "envpw" || a.PasswordFile != "" || s.Sources["redisSentinelPassword"] != SourceEnv {
+		t.Fatalf("env Sentinel auth %+v", a)
+	}
+	s, err = Resolve(Flags{Redis: str("redis://plain:6379/0")}, getenv(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Redis.Sentinel != (SentinelAuth{}) {
+		t.Fatalf("Sentinel credentials on a plain URL: %+v", s.Redis.Sentinel)
+	}
+}
+
+// A contexts file whose Redis section is inconsistent is refused when
+// loaded, naming the context and the field.
+func TestSentinelContextErrors(t *testing.T) {
+	for _, tc := range []struct{ name, redis, want string }{
+		{"no master", "url: redis+sentinel://s1:26379", "redis.url"},
+		{"cluster", "url: redis+sentinel://s1:26379/m\n      layout: cluster", "redis.layout"},
+		{"credentials without a Sentinel URL", "url: redis://h:6379/0\n      sentinel: {username: x}", "redis.sentinel"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, env := writeConfig(t, "contexts:\n  - name: ha\n    redis:\n      "+tc.redis+"\n")
+			_, err := Resolve(Flags{}, getenv(env))
+			if err == nil || !strings.Contains(err.Error(), `context "ha"`) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want it to name context ha and %s", err, tc.want)
+			}
+		})
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/protctl/protctl/internal/redisconn"
 )
 
 // ErrInvalidField is returned (wrapped) by SetField for a field the
@@ -48,6 +50,8 @@ var contextFields = []contextField{
 	strField("redis.tls.ca", func(c *Context) *string { return &c.Redis.TLS.CA }),
 	strField("redis.tls.cert", func(c *Context) *string { return &c.Redis.TLS.Cert }),
 	strField("redis.tls.key", func(c *Context) *string { return &c.Redis.TLS.Key }),
+	strField("redis.sentinel.username", func(c *Context) *string { return &c.Redis.Sentinel.Username }),
+	strField("redis.sentinel.passwordFile", func(c *Context) *string { return &c.Redis.Sentinel.PasswordFile }),
 	listField("kafka.brokers", func(c *Context) *[]string { return &c.Kafka.Brokers }),
 	boolField("kafka.tls.enabled", func(c *Context) *bool { return &c.Kafka.TLS.Enabled }),
 	strField("kafka.tls.ca", func(c *Context) *string { return &c.Kafka.TLS.CA }),
@@ -80,8 +84,8 @@ func (c *Context) SetField(path, value string) error {
 	i := slices.IndexFunc(contextFields, func(f contextField) bool { return f.path == path })
 	if i < 0 {
 		if strings.Contains(strings.ToLower(path), "password") {
-			return fmt.Errorf("%w %q: passwords are never stored in the contexts file; set redis.passwordFile or kafka.sasl.passwordFile, or %s / %s",
-				ErrInvalidField, path, EnvRedisPassword, EnvKafkaPassword)
+			return fmt.Errorf("%w %q: passwords are never stored in the contexts file; set redis.passwordFile, redis.sentinel.passwordFile or kafka.sasl.passwordFile, or %s / %s / %s",
+				ErrInvalidField, path, EnvRedisPassword, EnvRedisSentinelPassword, EnvKafkaPassword)
 		}
 		return fmt.Errorf("%w %q: want one of %s", ErrInvalidField, path, strings.Join(ContextFieldNames(), ", "))
 	}
@@ -124,12 +128,24 @@ func checkValue(path, value string) error {
 	return nil
 }
 
-// CheckRedisURL accepts a redis:// or rediss:// URL with a host and no
-// password, the form a contexts file may store.
+// CheckRedisURL accepts a redis:// or rediss:// URL with a host, or a
+// redis+sentinel:// or rediss+sentinel:// URL that parses, with no
+// password: the forms a contexts file may store.
 func CheckRedisURL(raw string) error {
+	if redisconn.IsSentinelURL(raw) {
+		su, err := redisconn.ParseSentinelURL(raw)
+		if err != nil {
+			return fmt.Errorf("%w redis.url: %w", ErrInvalidField, err)
+		}
+		if _, ok := su.User.Password(); ok {
+			return fmt.Errorf("%w redis.url=%s: a password in the URL would be stored in clear; put it in a file named by redis.passwordFile (or set %s)",
+				ErrInvalidField, RedactURL(raw), EnvRedisPassword)
+		}
+		return nil
+	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
-		return fmt.Errorf("%w redis.url=%s: want redis://host:port/db or rediss://host:port/db", ErrInvalidField, RedactURL(raw))
+		return fmt.Errorf("%w redis.url=%s: want redis://host:port/db, rediss://host:port/db or redis+sentinel://host:26379,host:26379/MASTER/db", ErrInvalidField, RedactURL(raw))
 	}
 	if _, ok := u.User.Password(); ok {
 		return fmt.Errorf("%w redis.url=%s: a password in the URL would be stored in clear; put it in a file named by redis.passwordFile (or set %s)",

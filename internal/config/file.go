@@ -25,13 +25,18 @@
 //	    protected: true
 //	  - name: local
 //	    redis: {url: redis://127.0.0.1:6379/0}
+//	  - name: ha                     # a primary watched by Sentinel
+//	    redis:
+//	      url: redis+sentinel://s1:26379,s2:26379,s3:26379/mymaster/0
+//	      passwordFile: ~/.config/protctl/ha.password       # the primary's
+//	      sentinel: {username: sentinel-ops, passwordFile: ~/.config/protctl/ha-sentinel.password}
 //
 // Every setting is resolved with the precedence flag > environment >
 // context > default (Resolve). Passwords are never taken from argv: they
-// come from PROTCTL_REDIS_PASSWORD / PROTCTL_KAFKA_PASSWORD or the
-// context's passwordFile, and nothing in this package prints them. Kafka's
-// tls and sasl sections are the node config's (internal/config/security
-// holds the shared types and checks).
+// come from PROTCTL_REDIS_PASSWORD / PROTCTL_REDIS_SENTINEL_PASSWORD /
+// PROTCTL_KAFKA_PASSWORD or the context's passwordFile fields, and nothing
+// in this package prints them. Kafka's tls and sasl sections are the node
+// config's (internal/config/security holds the shared types and checks).
 package config
 
 import (
@@ -47,6 +52,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/protctl/protctl/internal/config/security"
+	"github.com/protctl/protctl/internal/redisconn"
 )
 
 // File is the contexts file.
@@ -79,6 +85,16 @@ type Redis struct {
 	Username     string `yaml:"username,omitempty" json:"username"`
 	PasswordFile string `yaml:"passwordFile,omitempty" json:"passwordFile"`
 	TLS          TLS    `yaml:"tls,omitempty" json:"tls"`
+	// Sentinel authenticates to the Sentinels of a redis+sentinel:// URL.
+	Sentinel RedisSentinel `yaml:"sentinel,omitempty" json:"sentinel"`
+}
+
+// RedisSentinel is the Sentinels' ACL user and the file holding their
+// password (or PROTCTL_REDIS_SENTINEL_PASSWORD): the Sentinels' ACL is
+// their own, apart from the primary's (redis.username, redis.passwordFile).
+type RedisSentinel struct {
+	Username     string `yaml:"username,omitempty" json:"username"`
+	PasswordFile string `yaml:"passwordFile,omitempty" json:"passwordFile"`
 }
 
 // TLS names PEM files for Redis TLS. A CA alone verifies the server; cert
@@ -96,6 +112,25 @@ type Kafka struct {
 	Brokers []string      `yaml:"brokers,omitempty" json:"brokers"`
 	TLS     security.TLS  `yaml:"tls,omitempty" json:"tls"`
 	SASL    security.SASL `yaml:"sasl,omitempty" json:"sasl"`
+}
+
+// validate checks the Redis section alone: a Sentinel URL parses and is
+// not used with the cluster layout, and Sentinel credentials come with a
+// Sentinel URL (elsewhere they would be silently unused).
+func (r Redis) validate() error {
+	sentinel := redisconn.IsSentinelURL(r.URL)
+	if sentinel {
+		if err := redisconn.Check(r.URL, r.Layout == "cluster"); err != nil {
+			if errors.Is(err, redisconn.ErrClusterSentinel) {
+				return errors.New("redis.layout: cluster cannot be used with a redis+sentinel:// redis.url: Redis Cluster fails over by itself")
+			}
+			return fmt.Errorf("redis.url: %w", err)
+		}
+	}
+	if r.Sentinel != (RedisSentinel{}) && !sentinel && r.URL != "" {
+		return fmt.Errorf("redis.sentinel: Sentinel credentials need a redis+sentinel:// redis.url, not %s", RedactURL(r.URL))
+	}
+	return nil
 }
 
 // validate checks what the file alone decides: a client certificate
@@ -187,6 +222,9 @@ func (f *File) validate() error {
 		case "", "protean", "cluster":
 		default:
 			return fmt.Errorf("context %q: invalid redis.layout %q: want protean or cluster", c.Name, c.Redis.Layout)
+		}
+		if err := c.Redis.validate(); err != nil {
+			return fmt.Errorf("context %q: %w", c.Name, err)
 		}
 		if err := c.Kafka.validate(); err != nil {
 			return fmt.Errorf("context %q: %w", c.Name, err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/protctl/protctl/internal/config/security"
+	"github.com/protctl/protctl/internal/redisconn"
 	"github.com/protctl/protctl/pkg/broker"
 )
 
@@ -23,18 +24,23 @@ const (
 	EnvRedisTLSCA        = "PROTCTL_REDIS_TLS_CA"
 	EnvRedisTLSCert      = "PROTCTL_REDIS_TLS_CERT"
 	EnvRedisTLSKey       = "PROTCTL_REDIS_TLS_KEY"
-	EnvKafka             = "PROTCTL_KAFKA"
-	EnvKafkaTLS          = "PROTCTL_KAFKA_TLS" // true: TLS with the system roots
-	EnvKafkaTLSCA        = "PROTCTL_KAFKA_TLS_CA"
-	EnvKafkaTLSCert      = "PROTCTL_KAFKA_TLS_CERT"
-	EnvKafkaTLSKey       = "PROTCTL_KAFKA_TLS_KEY"
-	EnvKafkaTLSServer    = "PROTCTL_KAFKA_TLS_SERVER_NAME"
-	EnvKafkaMechanism    = "PROTCTL_KAFKA_SASL_MECHANISM"
-	EnvKafkaUsername     = "PROTCTL_KAFKA_USERNAME"
-	EnvKafkaPassword     = "PROTCTL_KAFKA_PASSWORD" // the node's variable too
-	EnvKafkaPasswordFile = "PROTCTL_KAFKA_PASSWORD_FILE"
-	EnvLayout            = "PROTCTL_LAYOUT"
-	EnvReadOnly          = "PROTCTL_READ_ONLY"
+	// The Sentinels' own ACL user and password, for a redis+sentinel://
+	// URL (the URL's user is the primary's).
+	EnvRedisSentinelUsername     = "PROTCTL_REDIS_SENTINEL_USERNAME"
+	EnvRedisSentinelPassword     = "PROTCTL_REDIS_SENTINEL_PASSWORD"
+	EnvRedisSentinelPasswordFile = "PROTCTL_REDIS_SENTINEL_PASSWORD_FILE"
+	EnvKafka                     = "PROTCTL_KAFKA"
+	EnvKafkaTLS                  = "PROTCTL_KAFKA_TLS" // true: TLS with the system roots
+	EnvKafkaTLSCA                = "PROTCTL_KAFKA_TLS_CA"
+	EnvKafkaTLSCert              = "PROTCTL_KAFKA_TLS_CERT"
+	EnvKafkaTLSKey               = "PROTCTL_KAFKA_TLS_KEY"
+	EnvKafkaTLSServer            = "PROTCTL_KAFKA_TLS_SERVER_NAME"
+	EnvKafkaMechanism            = "PROTCTL_KAFKA_SASL_MECHANISM"
+	EnvKafkaUsername             = "PROTCTL_KAFKA_USERNAME"
+	EnvKafkaPassword             = "PROTCTL_KAFKA_PASSWORD" // the node's variable too
+	EnvKafkaPasswordFile         = "PROTCTL_KAFKA_PASSWORD_FILE"
+	EnvLayout                    = "PROTCTL_LAYOUT"
+	EnvReadOnly                  = "PROTCTL_READ_ONLY"
 )
 
 // DefaultRedisURL is the Redis used when nothing names one.
@@ -95,9 +101,10 @@ type Settings struct {
 	Protected  bool
 
 	// Sources maps "context", "redis", "kafka", "kafkaTls", "kafkaSasl",
-	// "layout", "readOnly" to where each value came from ("kafkaTls": the
-	// highest-precedence source of any TLS setting; "kafkaSasl": the
-	// mechanism's).
+	// "layout", "readOnly", "redisSentinelUsername" and
+	// "redisSentinelPassword" to where each value came from ("kafkaTls":
+	// the highest-precedence source of any TLS setting; "kafkaSasl": the
+	// mechanism's; the Sentinel ones only when set).
 	Sources map[string]Source
 }
 
@@ -107,6 +114,32 @@ type RedisSettings struct {
 	Username string
 	Password string `json:"-" yaml:"-"` // never printed
 	TLS      TLS
+	// Sentinel authenticates to the Sentinels of a redis+sentinel:// URL
+	// (zero for other URLs).
+	Sentinel SentinelAuth
+}
+
+// SentinelAuth is the Sentinels' ACL user and password.
+type SentinelAuth struct {
+	Username string
+	Password string `json:"-" yaml:"-"` // never printed
+	// PasswordFile is the file the password was read from ("" when it
+	// came from PROTCTL_REDIS_SENTINEL_PASSWORD or there is none).
+	PasswordFile string
+}
+
+// Conn is the redisconn configuration of these settings for layout; the
+// caller sets the client name and the timeout.
+func (r RedisSettings) Conn(layout broker.Layout) redisconn.Config {
+	return redisconn.Config{
+		URL:              r.URL,
+		Cluster:          layout.IsCluster(),
+		Username:         r.Username,
+		Password:         r.Password,
+		TLS:              security.TLS{CA: r.TLS.CA, Cert: r.TLS.Cert, Key: r.TLS.Key},
+		SentinelUsername: r.Sentinel.Username,
+		SentinelPassword: r.Sentinel.Password,
+	}
 }
 
 // Resolve computes the settings from the flags, the environment (getenv)
@@ -174,8 +207,19 @@ func Resolve(fl Flags, getenv func(string) string) (*Settings, error) {
 	if (s.Redis.TLS.Cert == "") != (s.Redis.TLS.Key == "") {
 		return nil, fmt.Errorf("config: a Redis TLS client certificate needs both a cert and a key")
 	}
-	if _, err := url.Parse(s.Redis.URL); err != nil {
-		return nil, fmt.Errorf("config: invalid Redis URL %s", RedactURL(s.Redis.URL))
+	urlWhere := settingName(s.Sources["redis"], "--redis", EnvRedis, "redis.url", name)
+	if _, err := url.Parse(s.Redis.URL); err != nil && !redisconn.IsSentinelURL(s.Redis.URL) {
+		return nil, fmt.Errorf("config: invalid Redis URL %s (%s)", RedactURL(s.Redis.URL), urlWhere)
+	}
+	if redisconn.IsSentinelURL(s.Redis.URL) {
+		var cs RedisSentinel
+		if fromContext {
+			cs = ctx.Redis.Sentinel
+			cs.PasswordFile = file.expandPath(cs.PasswordFile, getenv)
+		}
+		if err := s.resolveSentinelAuth(getenv, cs, name); err != nil {
+			return nil, err
+		}
 	}
 
 	// Kafka.
@@ -204,6 +248,15 @@ func Resolve(fl Flags, getenv func(string) string) (*Settings, error) {
 		return nil, fmt.Errorf("config: invalid layout %q (from %s): want protean or cluster", layout, lsrc)
 	}
 	s.Sources["layout"] = lsrc
+	if redisconn.IsSentinelURL(s.Redis.URL) {
+		if err := redisconn.Check(s.Redis.URL, s.Layout.IsCluster()); err != nil {
+			if errors.Is(err, redisconn.ErrClusterSentinel) {
+				return nil, fmt.Errorf("config: the cluster layout (%s) cannot use the Sentinel URL of %s: Redis Cluster fails over by itself; use --layout protean with Sentinel, or a redis:// URL of the cluster's nodes",
+					settingName(lsrc, "--layout", EnvLayout, "redis.layout", name), urlWhere)
+			}
+			return nil, fmt.Errorf("config: %s: %w", urlWhere, err)
+		}
+	}
 
 	// Guard rails.
 	switch {
@@ -241,15 +294,7 @@ func (s *Settings) resolveKafkaSecurity(fl Flags, getenv func(string) string, fi
 	}
 	// where names a setting as the user wrote it.
 	where := func(src Source, flag, env, field string) string {
-		switch src {
-		case SourceFlag:
-			return flag
-		case SourceEnv:
-			return env
-		case SourceContext:
-			return fmt.Sprintf("%s of context %q", field, ctxName)
-		}
-		return field
+		return settingName(src, flag, env, field, ctxName)
 	}
 	var srcs []Source
 
@@ -353,6 +398,52 @@ func (s *Settings) resolveKafkaSecurity(fl Flags, getenv func(string) string, fi
 	return nil
 }
 
+// resolveSentinelAuth resolves the Sentinels' user and password of a
+// redis+sentinel:// URL: env > context (cs, zero when the URL is not the
+// context's). The password file is read here, so that a bad one is a
+// config error naming its setting before anything dials.
+func (s *Settings) resolveSentinelAuth(getenv func(string) string, cs RedisSentinel, ctxName string) error {
+	a := &s.Redis.Sentinel
+	var usrc Source
+	if a.Username, usrc = pick(nil, getenv(EnvRedisSentinelUsername), cs.Username, ""); a.Username != "" {
+		s.Sources["redisSentinelUsername"] = usrc
+	}
+	if pw := getenv(EnvRedisSentinelPassword); pw != "" {
+		a.Password = pw
+		s.Sources["redisSentinelPassword"] = SourceEnv
+		return nil
+	}
+	pf, psrc := pick(nil, getenv(EnvRedisSentinelPasswordFile), cs.PasswordFile, "")
+	if pf == "" {
+		return nil
+	}
+	pwWhere := settingName(psrc, "", EnvRedisSentinelPasswordFile, "redis.sentinel.passwordFile", ctxName)
+	pw, err := security.ReadSecretFile(pf)
+	if err != nil {
+		return fmt.Errorf("config: reading the Sentinel password file (%s): %w", pwWhere, err)
+	}
+	if pw == "" {
+		return fmt.Errorf("config: the Sentinel password file %s (%s) is empty", pf, pwWhere)
+	}
+	a.Password, a.PasswordFile = pw, pf
+	s.Sources["redisSentinelPassword"] = psrc
+	return nil
+}
+
+// settingName names a setting as the user wrote it: the flag, the
+// environment variable, or the field of the context.
+func settingName(src Source, flag, env, field, ctxName string) string {
+	switch src {
+	case SourceFlag:
+		return flag
+	case SourceEnv:
+		return env
+	case SourceContext:
+		return fmt.Sprintf("%s of context %q", field, ctxName)
+	}
+	return field
+}
+
 // strongest is the highest-precedence source in srcs ("" for none).
 func strongest(srcs []Source) Source {
 	best := Source("")
@@ -402,13 +493,8 @@ func splitList(s string) []string {
 	return out
 }
 
-// RedactURL hides the password of a URL's user info ("redis://u:xxxxx@h").
+// RedactURL hides the password of a URL's user info ("redis://u:xxxxx@h"),
+// redis+sentinel:// URLs with several hosts included.
 // Strings that do not parse are replaced entirely, since they might hold a
 // password in a place we cannot find.
-func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "<unparsable URL>"
-	}
-	return u.Redacted()
-}
+func RedactURL(raw string) string { return redisconn.Redact(raw) }

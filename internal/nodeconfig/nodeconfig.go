@@ -10,7 +10,9 @@
 //
 // After decoding, Load fills in the defaults (written on each field below
 // and in the docs) and reads the secrets: the Redis password from
-// PROTCTL_REDIS_PASSWORD or redis.passwordFile, the Kafka SASL password
+// PROTCTL_REDIS_PASSWORD or redis.passwordFile, the Sentinels' password
+// from PROTCTL_REDIS_SENTINEL_PASSWORD or redis.sentinel.passwordFile
+// (with a redis+sentinel:// URL), the Kafka SASL password
 // from PROTCTL_KAFKA_PASSWORD or kafka.sasl.passwordFile, and the admin
 // token from PROTCTL_ADMIN_TOKEN or admin.tokenFile. Secrets never appear
 // in the file itself, in error messages or in logs.
@@ -29,8 +31,10 @@ import (
 // setting.
 const (
 	EnvRedisPassword = "PROTCTL_REDIS_PASSWORD"
-	EnvKafkaPassword = "PROTCTL_KAFKA_PASSWORD"
-	EnvAdminToken    = "PROTCTL_ADMIN_TOKEN"
+	// EnvRedisSentinelPassword is the Sentinels' password (redis.sentinel).
+	EnvRedisSentinelPassword = "PROTCTL_REDIS_SENTINEL_PASSWORD"
+	EnvKafkaPassword         = "PROTCTL_KAFKA_PASSWORD"
+	EnvAdminToken            = "PROTCTL_ADMIN_TOKEN"
 )
 
 // Defaults.
@@ -83,8 +87,11 @@ type Config struct {
 
 // Redis is the Redis connection.
 type Redis struct {
-	// URL is redis://[user@]host:port/db, rediss:// for TLS, or
-	// unix:///path. A password in the URL is allowed but discouraged: use
+	// URL is redis://[user@]host:port/db, rediss:// for TLS,
+	// unix:///path, or
+	// redis+sentinel://[user@]host:26379,host:26379/MASTER/db for the
+	// primary that Sentinel names (rediss+sentinel:// for TLS). A
+	// password in the URL is allowed but discouraged: use
 	// PROTCTL_REDIS_PASSWORD or PasswordFile. Required.
 	URL string `yaml:"url"`
 	// Layout is the key layout: protean (default) or cluster (Redis
@@ -94,10 +101,26 @@ type Redis struct {
 	Username string `yaml:"username"`
 	// PasswordFile holds the password (trailing newline ignored).
 	PasswordFile string `yaml:"passwordFile"`
-	// TLS configures TLS; rediss:// alone uses the system roots.
+	// TLS configures TLS; rediss:// alone uses the system roots. With
+	// Sentinel it applies to the Sentinels and the primary alike.
 	TLS TLS `yaml:"tls"`
+	// Sentinel authenticates to the Sentinels of a redis+sentinel:// URL;
+	// Username, PasswordFile and the URL's user are the primary's.
+	Sentinel RedisSentinel `yaml:"sentinel"`
 
 	// Password is the resolved secret (env, file, or URL).
+	Password string `yaml:"-"`
+}
+
+// RedisSentinel is the Sentinels' own ACL user and password.
+type RedisSentinel struct {
+	// Username is the Sentinels' ACL user.
+	Username string `yaml:"username"`
+	// PasswordFile holds the Sentinels' password, unless
+	// PROTCTL_REDIS_SENTINEL_PASSWORD is set.
+	PasswordFile string `yaml:"passwordFile"`
+
+	// Password is the resolved secret (env or file).
 	Password string `yaml:"-"`
 }
 

@@ -347,3 +347,65 @@ func TestNodeConfigLoopback(t *testing.T) {
 	// Loopback needs no token.
 	mustParse(t, minimal+"admin: {listen: 'localhost:0'}\n", nil)
 }
+
+// A redis+sentinel:// URL with its Sentinels' credentials loads; the
+// URL's password is the primary's, the Sentinels' comes from its file or
+// PROTCTL_REDIS_SENTINEL_PASSWORD.
+func TestNodeConfigSentinel(t *testing.T) {
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "sentinel.pw")
+	if err := os.WriteFile(pw, []byte("s-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	yaml := strings.Replace(minimal, "url: redis://127.0.0.1:6379/0",
+		"url: redis+sentinel://app:p-secret@s1:26379,s2/mymaster/1\n  sentinel: {username: sops, passwordFile: "+pw+"}", 1)
+	c := mustParse(t, yaml, nil)
+	if r := c.Redis; r.Password != "p-secret" || r.Sentinel.Username != "sops" || r.Sentinel.Password != "s-secret" {
+		t.Fatalf("redis %+v", r)
+	}
+	c = mustParse(t, yaml, map[string]string{"PROTCTL_REDIS_SENTINEL_PASSWORD": "from-env"})
+	if c.Redis.Sentinel.Password != "from-env" {
+		t.Fatalf("the environment should win: %+v", c.Redis.Sentinel)
+	}
+}
+
+// Bad Sentinel settings are reported at once, each naming its field.
+func TestNodeConfigSentinelRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name, redis string
+		want        map[string]string // field -> part of the message
+	}{
+		{"no master name", "url: redis+sentinel://s1:26379",
+			map[string]string{"redis.url": "no master name"}},
+		{"empty address", "url: redis+sentinel://s1,,s2/m",
+			map[string]string{"redis.url": "address 2 of 3 is empty"}},
+		{"cluster and sentinel", "url: redis+sentinel://s1/m\n  layout: cluster",
+			map[string]string{"redis.layout": "Redis Cluster fails over by itself"}},
+		{"replica reads", "url: redis+sentinel://s1/m?replica_only=true",
+			map[string]string{"redis.url": "replicas"}},
+		{"sentinel section without a sentinel URL", "url: redis://h:6379/0\n  sentinel: {passwordFile: /nonexistent/pw}",
+			map[string]string{"redis.sentinel": "need a redis+sentinel:// redis.url"}},
+		{"all at once", "url: redis+sentinel://s1,,s2\n  layout: cluster\n  sentinel: {passwordFile: /nonexistent/pw}",
+			map[string]string{"redis.url": "address 2 of 3 is empty", "redis.layout": "cluster", "redis.sentinel.passwordFile": "cannot read"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			yaml := strings.Replace(minimal, "url: redis://127.0.0.1:6379/0", tc.redis, 1)
+			_, err := parse(t, yaml, nil)
+			var e *nodeconfig.Error
+			if !errors.As(err, &e) {
+				t.Fatalf("err %v, want a *nodeconfig.Error", err)
+			}
+			for field, msg := range tc.want {
+				found := false
+				for _, p := range e.Problems {
+					if p.Field == field && strings.Contains(p.Msg, msg) {
+						found = true
+					}
+				}
+				if !found {
+					t.Errorf("no problem of %s saying %q in:\n%v", field, msg, err)
+				}
+			}
+		})
+	}
+}

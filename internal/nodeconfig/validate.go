@@ -20,6 +20,7 @@ import (
 	"github.com/protctl/protctl/internal/admin"
 	"github.com/protctl/protctl/internal/config/security"
 	"github.com/protctl/protctl/internal/handlers"
+	"github.com/protctl/protctl/internal/redisconn"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
@@ -140,9 +141,13 @@ func (v *validator) redis() {
 	if err != nil {
 		v.add("redis.layout", "want protean or cluster, got %q", r.Layout)
 	}
-	if r.URL == "" {
+	sentinel := redisconn.IsSentinelURL(r.URL)
+	switch {
+	case r.URL == "":
 		v.add("redis.url", "is required (e.g. redis://127.0.0.1:6379/0)")
-	} else {
+	case sentinel:
+		v.sentinel(r, layout)
+	default:
 		var opts *redis.Options
 		var perr error
 		if layout.IsCluster() {
@@ -164,7 +169,29 @@ func (v *validator) redis() {
 	if pw := v.secret(EnvRedisPassword, &r.PasswordFile, "redis.passwordFile"); pw != "" {
 		r.Password = pw
 	}
+	if !sentinel && r.Sentinel != (RedisSentinel{}) {
+		v.add("redis.sentinel", "Sentinel credentials need a redis+sentinel:// redis.url (e.g. redis+sentinel://s1:26379,s2:26379,s3:26379/mymaster/0)")
+	}
 	v.tls(&r.TLS, "redis.tls")
+}
+
+// sentinel checks a redis+sentinel:// URL and reads the Sentinels'
+// password.
+func (v *validator) sentinel(r *Redis, layout broker.Layout) {
+	if layout.IsCluster() {
+		v.add("redis.layout", "cluster cannot be used with a redis+sentinel:// redis.url: Redis Cluster fails over by itself; use protean with Sentinel")
+	}
+	// Check parses the URL and go-redis's options after it; its errors
+	// name the part that is wrong and never the password.
+	if err := redisconn.Check(r.URL, false); err != nil {
+		v.add("redis.url", "%s", strings.TrimPrefix(err.Error(), redisconn.ErrInvalidURL.Error()+" "))
+	} else if su, err := redisconn.ParseSentinelURL(r.URL); err == nil {
+		if pw, ok := su.User.Password(); ok && pw != "" {
+			r.Password = pw
+		}
+	}
+	s := &r.Sentinel
+	s.Password = v.secret(EnvRedisSentinelPassword, &s.PasswordFile, "redis.sentinel.passwordFile")
 }
 
 func (v *validator) tls(t *TLS, path string) {

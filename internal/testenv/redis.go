@@ -8,14 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -39,20 +36,25 @@ type Redis struct {
 	// is off and testenv's own clients log in as adminUser.
 	users     []aclUser
 	adminPass string
+	// password is requirepass (and masterauth, for a replica): testenv's
+	// own clients log in with it.
+	password string
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc process
 }
 
 // RedisOption configures StartRedis.
 type RedisOption func(*redisConfig)
 
 type redisConfig struct {
-	args    []string
-	tls     bool
-	tlsAuth string
-	users   []aclUser
+	args     []string
+	tls      bool
+	tlsAuth  string
+	users    []aclUser
+	password string
+	// pki, when set with tls, is shared with other servers (a primary and
+	// its replica) instead of generated for this one.
+	pki *PKI
 }
 
 type aclUser struct {
@@ -63,6 +65,13 @@ type aclUser struct {
 // WithArgs passes extra redis-server arguments, e.g. "--appendonly", "yes".
 func WithArgs(args ...string) RedisOption {
 	return func(c *redisConfig) { c.args = append(c.args, args...) }
+}
+
+// WithPassword sets requirepass (and masterauth, so that a replica of a
+// server with the same password can sync): clients must AUTH with it;
+// testenv's own clients do.
+func WithPassword(pw string) RedisOption {
+	return func(c *redisConfig) { c.password = pw }
 }
 
 // StartRedis starts a redis-server for t and stops it at cleanup. It fails
@@ -89,7 +98,9 @@ func NewRedis(dir string, opts ...RedisOption) (*Redis, error) {
 		o(&cfg)
 	}
 	var pki *PKI
-	if cfg.tls {
+	if cfg.tls && cfg.pki != nil {
+		pki = cfg.pki
+	} else if cfg.tls {
 		var err error
 		if pki, err = GeneratePKI(filepath.Join(dir, "tls")); err != nil {
 			return nil, err
@@ -106,7 +117,7 @@ func NewRedis(dir string, opts ...RedisOption) (*Redis, error) {
 			return nil, err
 		}
 		r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, dir: dir, args: cfg.args,
-			TLS: pki, tlsAuth: cfg.tlsAuth, users: cfg.users, adminPass: adminPass}
+			TLS: pki, tlsAuth: cfg.tlsAuth, users: cfg.users, adminPass: adminPass, password: cfg.password}
 		if lastErr = r.start(); lastErr == nil {
 			return r, nil
 		}
@@ -137,6 +148,9 @@ func (r *Redis) start() error {
 		}
 	}
 	args = append(args, r.aclArgs()...)
+	if r.password != "" {
+		args = append(args, "--requirepass", r.password, "--masterauth", r.password)
+	}
 	args = append(args,
 		"--bind", "127.0.0.1",
 		"--dir", r.dir,
@@ -147,48 +161,7 @@ func (r *Redis) start() error {
 		"--logfile", filepath.Join(r.dir, "redis.log"),
 	)
 	args = append(args, r.args...)
-	cmd := exec.Command("redis-server", args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	r.mu.Lock()
-	r.cmd, r.done = cmd, done
-	r.mu.Unlock()
-	if err := r.waitReady(10 * time.Second); err != nil {
-		_ = cmd.Process.Kill()
-		<-done
-		log, _ := os.ReadFile(filepath.Join(r.dir, "redis.log"))
-		return fmt.Errorf("%w; log: %s", err, tail(string(log), 500))
-	}
-	return nil
-}
-
-func (r *Redis) waitReady(timeout time.Duration) error {
-	o := r.Options()
-	o.MaxRetries, o.DialTimeout = -1, 200*time.Millisecond
-	c := redis.NewClient(o)
-	defer c.Close()
-	deadline := time.Now().Add(timeout)
-	for {
-		select {
-		case <-r.done:
-			return errors.New("redis-server exited during start")
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server on %s not ready after %s: %w", r.Addr, timeout, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return r.proc.spawn("redis-server", args, r.Options(), filepath.Join(r.dir, "redis.log"))
 }
 
 // URL is the server's redis:// URL (rediss:// for a TLS server). It
@@ -220,35 +193,15 @@ func (r *Redis) FlushAll(t testing.TB) {
 	}
 }
 
-func (r *Redis) signal(sig syscall.Signal) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cmd == nil || r.cmd.Process == nil {
-		return errors.New("testenv: redis-server not running")
-	}
-	return r.cmd.Process.Signal(sig)
-}
-
 // Pause stops the server process (SIGSTOP): connections hang, nothing
 // expires until Resume.
-func (r *Redis) Pause() error { return r.signal(syscall.SIGSTOP) }
+func (r *Redis) Pause() error { return r.proc.signal(syscall.SIGSTOP) }
 
 // Resume continues a paused server (SIGCONT).
-func (r *Redis) Resume() error { return r.signal(syscall.SIGCONT) }
+func (r *Redis) Resume() error { return r.proc.signal(syscall.SIGCONT) }
 
 // Kill ends the server with SIGKILL and waits for it to exit.
-func (r *Redis) Kill() {
-	r.mu.Lock()
-	cmd, done := r.cmd, r.done
-	r.cmd = nil
-	r.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGCONT)
-	_ = cmd.Process.Kill()
-	<-done
-}
+func (r *Redis) Kill() { r.proc.kill() }
 
 // Restart kills the server and starts it again on the same port and
 // directory (with its persistence settings, whatever survives survives).

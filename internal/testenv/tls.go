@@ -229,6 +229,8 @@ func (r *Redis) Options() *redis.Options {
 	}
 	if len(r.users) > 0 {
 		o.Username, o.Password = AdminUser, r.adminPass
+	} else if r.password != "" {
+		o.Password = r.password
 	}
 	return o
 }
