@@ -30,11 +30,16 @@ var builtBinary struct {
 }
 
 // buildProtctl returns the protctl binary (built without -race, whatever
-// the test run uses), building it at the first call.
+// the test run uses), building it at the first call. PROTCTL_TEST_BIN
+// names a binary to use instead: the process tests then run against
+// another build, e.g. an older commit's, to show that a test fails there.
 func buildProtctl(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds protctl and runs node processes")
+	}
+	if bin := os.Getenv("PROTCTL_TEST_BIN"); bin != "" {
+		return bin
 	}
 	b := &builtBinary
 	b.once.Do(func() {

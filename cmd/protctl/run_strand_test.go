@@ -107,7 +107,7 @@ func envInt(t *testing.T, name string, def int) int {
 // stranded entry was not handled 90s later); a slow but busy node is not
 // mistaken for a stranded entry.
 const (
-	strandIdle  = 20 * time.Second
+	strandIdle  = 30 * time.Second
 	strandTotal = 3 * time.Minute
 )
 
@@ -139,9 +139,10 @@ type strandRound struct {
 	srv  *testenv.Redis
 	c    *redis.Client
 	dir  string
-	url  string // the handler's
-	t0   time.Time
-	rng  *rand.Rand // the schedule's; used by the round's goroutine only
+	url  string        // the handler's
+	t0   time.Time     // the round's clock: times are since t0
+	base time.Duration // when the appends began (the nodes had started)
+	rng  *rand.Rand    // the schedule's; used by the round's goroutine only
 	logs map[string][]*nodeProc
 
 	maxInFlight, workers int
@@ -152,7 +153,8 @@ type strandRound struct {
 	mu      sync.Mutex
 	calls   []*strandCall
 	appends []strandAppend
-	holdRng *rand.Rand // the handler's hold times, under mu
+	seq     map[string]int // per key, the last seq appended
+	holdRng *rand.Rand     // the handler's hold times, under mu
 	// stops are, per node id, the [SIGSTOP, SIGCONT] intervals; kills the
 	// SIGKILL times.
 	stops map[string][][2]time.Duration
@@ -246,7 +248,7 @@ func runStrand(t *testing.T, bin string, srv *testenv.Redis, seed int64, appendF
 	r := &strandRound{
 		t: t, bin: bin, srv: srv, dir: t.TempDir(), rng: rng, logs: map[string][]*nodeProc{},
 		holdRng: rand.New(rand.NewPCG(uint64(seed), 18)),
-		stops:   map[string][][2]time.Duration{}, kills: map[string][]time.Duration{},
+		stops:   map[string][][2]time.Duration{}, kills: map[string][]time.Duration{}, seq: map[string]int{},
 	}
 	r.maxInFlight = []int{5, 20, 100}[rng.IntN(3)]
 	r.workers = []int{4, 8, 32}[rng.IntN(3)]
@@ -256,20 +258,34 @@ func runStrand(t *testing.T, bin string, srv *testenv.Redis, seed int64, appendF
 	for i := range keys {
 		keys[i] = fmt.Sprintf("o-%03d", i)
 	}
-	r.c = redis.NewClient(&redis.Options{Addr: srv.Addr})
+	// Long timeouts: an append that timed out may or may not have
+	// happened, and the record would then be wrong; a loaded machine
+	// answers slowly, not never.
+	r.c = redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute, PoolTimeout: time.Minute})
 	defer r.c.Close()
 	hs := httptest.NewServer(r)
 	defer hs.Close()
 	r.url = hs.URL
 	t.Logf("%d keys, lease TTL %s, maxInFlight %d, workers %d, appending for %s", nKeys, r.ttl, r.maxInFlight, r.workers, appendFor)
 
+	r.t0 = time.Now()
+	// Two keys in three exist before the nodes start (their first entry
+	// is appended now); the others are new keys found while entries
+	// flow.
+	for i, k := range keys {
+		if i%3 != 2 {
+			if err := r.appendEntry(k); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	store := redisstore.New(r.c)
 	procs := map[string]*nodeProc{}
 	for _, id := range []string{"node-1", "node-2", "node-3"} {
 		procs[id] = r.startNode(id)
 	}
 	waitMembers(t, store, 3)
-	r.t0 = time.Now()
+	r.base = r.now()
 
 	// The fault schedule, drawn up front so that the seed alone gives it.
 	type fault struct {
@@ -287,6 +303,9 @@ func runStrand(t *testing.T, bin string, srv *testenv.Redis, seed int64, appendF
 		faults = append(faults, fault{time.Second + time.Duration(rng.Int64N(int64(span))), "stop"})
 	}
 	sort.Slice(faults, func(i, j int) bool { return faults[i].at < faults[j].at })
+	for i := range faults {
+		faults[i].at += r.base // drawn from the start of the appends
+	}
 
 	// Each key's last entry is the one a fault can strand (any later one
 	// would rescue it: a wait finds the later entry, the read gets
@@ -295,11 +314,11 @@ func runStrand(t *testing.T, bin string, srv *testenv.Redis, seed int64, appendF
 	// takeover, a pause, or right after a continue), the others anywhere.
 	until := map[string]time.Duration{}
 	for _, k := range keys {
-		at := appendFor/4 + time.Duration(rng.Int64N(int64(appendFor*3/4)))
+		at := r.base + appendFor/4 + time.Duration(rng.Int64N(int64(appendFor*3/4)))
 		if rng.IntN(3) > 0 {
 			at = faults[rng.IntN(len(faults))].at - 300*time.Millisecond + time.Duration(rng.Int64N(int64(4300*time.Millisecond)))
 		}
-		until[k] = min(at, appendFor)
+		until[k] = min(at, r.base+appendFor)
 	}
 
 	// The appenders: four goroutines, each owning a quarter of the keys
@@ -425,7 +444,7 @@ func runStrand(t *testing.T, bin string, srv *testenv.Redis, seed int64, appendF
 			run(f)
 		}
 	}
-	if d := appendFor - r.now(); d > 0 {
+	if d := r.base + appendFor - r.now(); d > 0 {
 		time.Sleep(d)
 	}
 	close(stop)
@@ -440,7 +459,7 @@ func runStrand(t *testing.T, bin string, srv *testenv.Redis, seed int64, appendF
 	r.mu.Lock()
 	appends := slices.Clone(r.appends)
 	r.mu.Unlock()
-	t.Logf("%d entries appended in %s", len(appends), lastAppend.Round(time.Millisecond))
+	t.Logf("%d entries appended, the last at %s", len(appends), lastAppend.Round(time.Millisecond))
 	for {
 		done, lastBegin := r.handledSet()
 		var missing []strandAppend
@@ -467,8 +486,6 @@ func runStrand(t *testing.T, bin string, srv *testenv.Redis, seed int64, appendF
 // gaps are drawn around the idle release: a burst, a gap shorter than
 // IdleAfter, one about as long, or a long one.
 func (r *strandRound) appendLoop(keys []string, until map[string]time.Duration, rng *rand.Rand, stop <-chan struct{}) error {
-	ctx := context.Background()
-	l := broker.ProteanLayout
 	gap := func() time.Duration {
 		switch rng.IntN(4) {
 		case 0:
@@ -481,7 +498,6 @@ func (r *strandRound) appendLoop(keys []string, until map[string]time.Duration, 
 			return time.Duration(500+rng.IntN(1500)) * time.Millisecond
 		}
 	}
-	seq := map[string]int{}
 	due := map[string]time.Time{}
 	for _, k := range keys {
 		due[k] = time.Now().Add(gap())
@@ -503,21 +519,34 @@ func (r *strandRound) appendLoop(keys []string, until map[string]time.Duration, 
 			continue
 		}
 		due[k] = time.Now().Add(gap())
-		seq[k]++
-		env := fmt.Sprintf(`{"data":{"key":"%s","seq":%d},"metadata":{"headers":{"id":"%s-%d","type":"OrderChanged"}}}`, k, seq[k], k, seq[k])
-		// Two round trips, as Protean sends them: the key is in the
-		// index before its stream has the entry.
-		if err := r.c.SAdd(ctx, l.IndexKey(procCategory), k).Err(); err != nil {
+		if err := r.appendEntry(k); err != nil {
 			return err
 		}
-		id, err := r.c.XAdd(ctx, &redis.XAddArgs{Stream: l.Stream(procCategory, k), Values: []any{broker.DataField, env}}).Result()
-		if err != nil {
-			return err
-		}
-		r.mu.Lock()
-		r.appends = append(r.appends, strandAppend{key: k, seq: seq[k], id: id, at: r.now()})
-		r.mu.Unlock()
 	}
+	return nil
+}
+
+// appendEntry appends key's next entry as Protean does and records it.
+func (r *strandRound) appendEntry(k string) error {
+	ctx := context.Background()
+	l := broker.ProteanLayout
+	r.mu.Lock()
+	seq := r.seq[k] + 1
+	r.mu.Unlock()
+	env := fmt.Sprintf(`{"data":{"key":"%s","seq":%d},"metadata":{"headers":{"id":"%s-%d","type":"OrderChanged"}}}`, k, seq, k, seq)
+	// Two round trips, as Protean sends them: the key is in the index
+	// before its stream has the entry.
+	if err := r.c.SAdd(ctx, l.IndexKey(procCategory), k).Err(); err != nil {
+		return err
+	}
+	id, err := r.c.XAdd(ctx, &redis.XAddArgs{Stream: l.Stream(procCategory, k), Values: []any{broker.DataField, env}}).Result()
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seq[k] = seq
+	r.appends = append(r.appends, strandAppend{key: k, seq: seq, id: id, at: r.now()})
 	return nil
 }
 
@@ -691,7 +720,9 @@ func (r *strandRound) check(appends []strandAppend) {
 	st := testenv.CheckCalls(t, calls, testenv.CallRules{MaxInFlight: r.maxInFlight, Exempt: r.pausedLate})
 	var latencies []time.Duration
 	for k, b := range first {
-		latencies = append(latencies, b-at[k])
+		if at[k] >= r.base { // not the keys made before the nodes started
+			latencies = append(latencies, b-at[k])
+		}
 	}
 	slices.Sort(latencies)
 	if n := len(latencies); n > 0 {
