@@ -155,10 +155,8 @@ type strandRound struct {
 	appends []strandAppend
 	seq     map[string]int // per key, the last seq appended
 	holdRng *rand.Rand     // the handler's hold times, under mu
-	// stops are, per node id, the [SIGSTOP, SIGCONT] intervals; kills the
-	// SIGKILL times.
+	// stops are, per node id, the [SIGSTOP, SIGCONT] intervals.
 	stops map[string][][2]time.Duration
-	kills map[string][]time.Duration
 }
 
 func (r *strandRound) now() time.Duration { return time.Since(r.t0) }
@@ -248,7 +246,7 @@ func runStrand(t *testing.T, bin string, srv *testenv.Redis, seed int64, appendF
 	r := &strandRound{
 		t: t, bin: bin, srv: srv, dir: t.TempDir(), rng: rng, logs: map[string][]*nodeProc{},
 		holdRng: rand.New(rand.NewPCG(uint64(seed), 18)),
-		stops:   map[string][][2]time.Duration{}, kills: map[string][]time.Duration{}, seq: map[string]int{},
+		stops:   map[string][][2]time.Duration{}, seq: map[string]int{},
 	}
 	r.maxInFlight = []int{5, 20, 100}[rng.IntN(3)]
 	r.workers = []int{4, 8, 32}[rng.IntN(3)]
@@ -287,39 +285,27 @@ func runStrand(t *testing.T, bin string, srv *testenv.Redis, seed int64, appendF
 	waitMembers(t, store, 3)
 	r.base = r.now()
 
-	// The fault schedule, drawn up front so that the seed alone gives it.
+	// The faults, drawn up front so that the seed alone gives them.
 	type fault struct {
 		at   time.Duration
 		kind string
 	}
 	var faults []fault
+	var faultAt []time.Duration
 	span := appendFor - 2*time.Second
-	faults = append(faults, fault{time.Second + time.Duration(rng.Int64N(int64(span))), "kill"})
-	faults = append(faults, fault{time.Second + time.Duration(rng.Int64N(int64(span))), "stop"})
+	kinds := []string{"kill", "stop"}
 	for range 1 + rng.IntN(3) {
-		faults = append(faults, fault{time.Second + time.Duration(rng.Int64N(int64(span))), "connkill"})
+		kinds = append(kinds, "connkill")
 	}
 	if rng.IntN(2) == 0 {
-		faults = append(faults, fault{time.Second + time.Duration(rng.Int64N(int64(span))), "stop"})
+		kinds = append(kinds, "stop")
 	}
-	sort.Slice(faults, func(i, j int) bool { return faults[i].at < faults[j].at })
-	for i := range faults {
-		faults[i].at += r.base // drawn from the start of the appends
+	for _, k := range kinds {
+		at := r.base + time.Second + time.Duration(rng.Int64N(int64(span)))
+		faults = append(faults, fault{at, k})
+		faultAt = append(faultAt, at)
 	}
-
-	// Each key's last entry is the one a fault can strand (any later one
-	// would rescue it: a wait finds the later entry, the read gets
-	// both), so keys stop being appended to at different times: most a
-	// little before or up to four seconds after a fault (during a
-	// takeover, a pause, or right after a continue), the others anywhere.
-	until := map[string]time.Duration{}
-	for _, k := range keys {
-		at := r.base + appendFor/4 + time.Duration(rng.Int64N(int64(appendFor*3/4)))
-		if rng.IntN(3) > 0 {
-			at = faults[rng.IntN(len(faults))].at - 300*time.Millisecond + time.Duration(rng.Int64N(int64(4300*time.Millisecond)))
-		}
-		until[k] = min(at, r.base+appendFor)
-	}
+	until := testenv.LastAppends(rng, keys, faultAt, r.base, appendFor)
 
 	// The appenders: four goroutines, each owning a quarter of the keys
 	// (one writer per key keeps each key's order), each with its own
@@ -335,22 +321,19 @@ func runStrand(t *testing.T, bin string, srv *testenv.Redis, seed int64, appendF
 			}
 		}
 		arng := rand.New(rand.NewPCG(uint64(seed), uint64(100+a)))
+		gap := func() time.Duration { return testenv.AppendGap(arng, r.ttl/5) }
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := r.appendLoop(own, until, arng, stop); err != nil {
+			if err := testenv.AppendEach(own, until, r.now, gap, stop, r.appendEntry); err != nil {
 				errs <- err
 			}
 		}()
 	}
 
 	// Faults run on this goroutine; a stop's continue and a kill's
-	// restart are timers whose actions come back here too.
-	type later struct {
-		at time.Duration
-		fn func()
-	}
-	var pending []later
+	// restart are scheduled by the fault and run here too.
+	var sched testenv.Schedule
 	stopped := map[string]bool{}
 	down := map[string]bool{}
 	next := 4
@@ -361,16 +344,10 @@ func runStrand(t *testing.T, bin string, srv *testenv.Redis, seed int64, appendF
 				ids = append(ids, id)
 			}
 		}
-		// Keep one node running: the test is about the handovers, not
-		// about a service with no node.
-		if len(ids) < 2 {
-			return "", false
-		}
-		sort.Strings(ids)
-		return ids[rng.IntN(len(ids))], true
+		return testenv.PickNode(rng, ids)
 	}
-	run := func(f fault) {
-		switch f.kind {
+	run := func(kind string) {
+		switch kind {
 		case "kill":
 			id, ok := pickUp()
 			if !ok {
@@ -379,9 +356,6 @@ func runStrand(t *testing.T, bin string, srv *testenv.Redis, seed int64, appendF
 			p := procs[id]
 			p.signal(syscall.SIGKILL)
 			<-p.done
-			r.mu.Lock()
-			r.kills[id] = append(r.kills[id], r.now())
-			r.mu.Unlock()
 			down[id] = true
 			// Start a node again after a while: under the same id (its
 			// keys come back to it, its old leases must expire first) or
@@ -393,11 +367,11 @@ func runStrand(t *testing.T, bin string, srv *testenv.Redis, seed int64, appendF
 				next++
 			}
 			t.Logf("%s: SIGKILL %s; %s starts %s later", r.now().Round(time.Millisecond), id, newID, after)
-			pending = append(pending, later{r.now() + after, func() {
+			sched.At(r.now()+after, func() {
 				delete(procs, id)
 				delete(down, id)
 				procs[newID] = r.startNode(newID)
-			}})
+			})
 		case "stop":
 			id, ok := pickUp()
 			if !ok {
@@ -409,13 +383,13 @@ func runStrand(t *testing.T, bin string, srv *testenv.Redis, seed int64, appendF
 			stopped[id] = true
 			d := r.ttl + time.Duration(300+rng.IntN(1700))*time.Millisecond
 			t.Logf("%s: SIGSTOP %s for %s", at.Round(time.Millisecond), id, d)
-			pending = append(pending, later{at + d, func() {
+			sched.At(at+d, func() {
 				p.signal(syscall.SIGCONT)
 				r.mu.Lock()
 				r.stops[id] = append(r.stops[id], [2]time.Duration{at, r.now()})
 				r.mu.Unlock()
 				delete(stopped, id)
-			}})
+			})
 		case "connkill":
 			all := rng.IntN(3) == 0
 			n := r.killNodeConns(all)
@@ -426,24 +400,10 @@ func runStrand(t *testing.T, bin string, srv *testenv.Redis, seed int64, appendF
 			t.Logf("%s: killed %d connections (%s node connection)", r.now().Round(time.Millisecond), n, what)
 		}
 	}
-	for len(faults) > 0 || len(pending) > 0 {
-		sort.Slice(pending, func(i, j int) bool { return pending[i].at < pending[j].at })
-		var wait time.Duration
-		switch {
-		case len(pending) > 0 && (len(faults) == 0 || pending[0].at <= faults[0].at):
-			wait = pending[0].at - r.now()
-			time.Sleep(max(0, wait))
-			fn := pending[0].fn
-			pending = pending[1:]
-			fn()
-		default:
-			wait = faults[0].at - r.now()
-			time.Sleep(max(0, wait))
-			f := faults[0]
-			faults = faults[1:]
-			run(f)
-		}
+	for _, f := range faults {
+		sched.At(f.at, func() { run(f.kind) })
 	}
+	sched.Run(r.now)
 	if d := r.base + appendFor - r.now(); d > 0 {
 		time.Sleep(d)
 	}
@@ -479,51 +439,6 @@ func runStrand(t *testing.T, bin string, srv *testenv.Redis, seed int64, appendF
 	}
 	t.Logf("every entry handled %s after the last append", (r.now() - lastAppend).Round(time.Millisecond))
 	r.check(appends)
-}
-
-// appendLoop appends to keys, as Protean does, each until its time in
-// until (since the round's start) or until stop is closed. Each key's
-// gaps are drawn around the idle release: a burst, a gap shorter than
-// IdleAfter, one about as long, or a long one.
-func (r *strandRound) appendLoop(keys []string, until map[string]time.Duration, rng *rand.Rand, stop <-chan struct{}) error {
-	gap := func() time.Duration {
-		switch rng.IntN(4) {
-		case 0:
-			return time.Duration(rng.IntN(3)) * time.Millisecond
-		case 1:
-			return time.Duration(5+rng.IntN(100)) * time.Millisecond
-		case 2:
-			return r.ttl/5 - r.ttl/20 + time.Duration(rng.Int64N(int64(r.ttl/10)))
-		default:
-			return time.Duration(500+rng.IntN(1500)) * time.Millisecond
-		}
-	}
-	due := map[string]time.Time{}
-	for _, k := range keys {
-		due[k] = time.Now().Add(gap())
-	}
-	for len(due) > 0 {
-		var k string
-		for o, at := range due {
-			if k == "" || at.Before(due[k]) || (at.Equal(due[k]) && o < k) {
-				k = o
-			}
-		}
-		select {
-		case <-stop:
-			return nil
-		case <-time.After(time.Until(due[k])):
-		}
-		if r.now() > until[k] {
-			delete(due, k)
-			continue
-		}
-		due[k] = time.Now().Add(gap())
-		if err := r.appendEntry(k); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // appendEntry appends key's next entry as Protean does and records it.

@@ -575,7 +575,10 @@ func runStrand(t *testing.T, seed int64, env strandEnv) {
 	}
 	t.Logf("%d keys, IdleAfter %s, BatchSize %d, Workers %d, appending for %s", nKeys, idleAfter, batch, workers, appendFor)
 
-	m := &memStrand{t: t, t0: time.Now(), rng: rand.New(rand.NewPCG(uint64(seed), 18)), appended: map[string]int{}, failed: map[*testenv.HandlerCall]bool{}}
+	// The round's clock starts a millisecond early: in a synctest bubble
+	// a call can begin and end at the very start, and a time of 0 marks a
+	// call still running (testenv.HandlerCall).
+	m := &memStrand{t: t, t0: time.Now().Add(-time.Millisecond), rng: rand.New(rand.NewPCG(uint64(seed), 18)), appended: map[string]int{}, failed: map[*testenv.HandlerCall]bool{}}
 	type node struct {
 		n *runtime.Node
 		g *gate
@@ -638,44 +641,27 @@ func runStrand(t *testing.T, seed int64, env strandEnv) {
 		start()
 	}
 
-	// The faults, drawn up front.
-	type fault struct {
-		at   time.Duration
-		kind string
-	}
-	var faults []fault
-	span := int64(appendFor - time.Second)
-	add := func(kind string) {
-		faults = append(faults, fault{time.Second/2 + time.Duration(rng.Int64N(span)), kind})
-	}
-	add("cut")
-	add("pause")
+	now := func() time.Duration { return time.Since(m.t0) }
+	// The faults, drawn up front so that the seed alone gives them.
+	kinds := []string{"cut", "pause"}
 	for range 1 + rng.IntN(4) {
-		add("break")
+		kinds = append(kinds, "break")
 	}
 	if rng.IntN(2) == 0 {
-		add("pause")
+		kinds = append(kinds, "pause")
 	}
 	if rng.IntN(3) == 0 {
-		add("cut")
+		kinds = append(kinds, "cut")
 	}
-	sort.Slice(faults, func(i, j int) bool { return faults[i].at < faults[j].at })
-	// Each key's last entry is the one a fault can strand (a later one
-	// would rescue it), so keys stop being appended to at different
-	// times: most a little before or up to four seconds after a fault,
-	// the others anywhere.
-	until := map[string]time.Duration{}
-	for _, k := range keys {
-		at := appendFor/4 + time.Duration(rng.Int64N(int64(appendFor*3/4)))
-		if rng.IntN(3) > 0 {
-			at = faults[rng.IntN(len(faults))].at - 300*time.Millisecond + time.Duration(rng.Int64N(int64(4300*time.Millisecond)))
-		}
-		until[k] = min(at, appendFor)
+	faultAt := make([]time.Duration, len(kinds))
+	for i := range kinds {
+		faultAt[i] = time.Second/2 + time.Duration(rng.Int64N(int64(appendFor-time.Second)))
 	}
+	until := testenv.LastAppends(rng, keys, faultAt, 0, appendFor)
 
 	// The appenders: one per quarter of the keys (one writer per key
 	// keeps its order), each with gaps around IdleAfter.
-	ctx, stopAppends := context.WithCancel(context.Background())
+	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for a := range 4 {
 		arng := rand.New(rand.NewPCG(uint64(seed), uint64(100+a)))
@@ -685,63 +671,31 @@ func runStrand(t *testing.T, seed int64, env strandEnv) {
 				own = append(own, k)
 			}
 		}
+		gap := func() time.Duration { return testenv.AppendGap(arng, idleAfter) }
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			gap := func() time.Duration {
-				switch arng.IntN(4) {
-				case 0:
-					return time.Duration(arng.IntN(2000)) * time.Microsecond
-				case 1:
-					return time.Duration(arng.IntN(int(idleAfter)) + 1)
-				case 2:
-					return idleAfter + time.Duration(arng.IntN(int(idleAfter)+int(10*time.Millisecond)))
-				default:
-					return time.Duration(300+arng.IntN(1500)) * time.Millisecond
-				}
-			}
-			due := map[string]time.Time{}
-			for _, k := range own {
-				due[k] = time.Now().Add(gap())
-			}
-			for len(due) > 0 {
-				var k string
-				for o, at := range due {
-					if k == "" || at.Before(due[k]) || (at.Equal(due[k]) && o < k) {
-						k = o
-					}
-				}
-				tm := time.NewTimer(time.Until(due[k]))
-				select {
-				case <-ctx.Done():
-					tm.Stop()
-					return
-				case <-tm.C:
-				}
-				if time.Since(m.t0) > until[k] {
-					delete(due, k)
-					continue
-				}
-				due[k] = time.Now().Add(gap())
+			err := testenv.AppendEach(own, until, now, gap, stop, func(k string) error {
 				m.mu.Lock()
 				seq := m.appended[k] + 1
 				m.mu.Unlock()
 				if err := env.append(context.Background(), k, seq); err != nil {
-					t.Error(err)
-					return
+					return err
 				}
 				m.mu.Lock()
 				m.appended[k] = seq
 				m.mu.Unlock()
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
 			}
 		}()
 	}
 
-	type later struct {
-		at time.Duration
-		fn func()
-	}
-	var pending []later
+	// Faults run on this goroutine; a pause's end and a cut-off node's
+	// successor are scheduled by the fault and run here too.
+	var sched testenv.Schedule
 	busy := map[string]bool{} // paused or cut off
 	pick := func() (string, bool) {
 		var ids []string
@@ -750,15 +704,10 @@ func runStrand(t *testing.T, seed int64, env strandEnv) {
 				ids = append(ids, id)
 			}
 		}
-		if len(ids) < 2 {
-			return "", false
-		}
-		sort.Strings(ids)
-		return ids[rng.IntN(len(ids))], true
+		return testenv.PickNode(rng, ids)
 	}
-	now := func() time.Duration { return time.Since(m.t0) }
-	run := func(f fault) {
-		switch f.kind {
+	run := func(kind string) {
+		switch kind {
 		case "cut":
 			id, ok := pick()
 			if !ok {
@@ -768,11 +717,11 @@ func runStrand(t *testing.T, seed int64, env strandEnv) {
 			busy[id] = true
 			after := time.Duration(200+rng.IntN(2800)) * time.Millisecond
 			t.Logf("%s: %s cut off; a node starts %s later", now(), id, after)
-			pending = append(pending, later{now() + after, func() {
+			sched.At(now()+after, func() {
 				delete(nodes, id)
 				delete(busy, id)
 				t.Logf("%s: %s started", now(), start())
-			}})
+			})
 		case "pause":
 			id, ok := pick()
 			if !ok {
@@ -783,32 +732,22 @@ func runStrand(t *testing.T, seed int64, env strandEnv) {
 			busy[id] = true
 			d := ttl + time.Duration(rng.IntN(2000))*time.Millisecond
 			t.Logf("%s: %s paused for %s", now(), id, d)
-			pending = append(pending, later{now() + d, func() {
+			sched.At(now()+d, func() {
 				g.resume(false)
 				delete(busy, id)
-			}})
+			})
 		case "break":
 			for _, nd := range nodes {
 				nd.g.breakWaits()
 			}
 		}
 	}
-	for len(faults) > 0 || len(pending) > 0 {
-		sort.Slice(pending, func(i, j int) bool { return pending[i].at < pending[j].at })
-		if len(pending) > 0 && (len(faults) == 0 || pending[0].at <= faults[0].at) {
-			time.Sleep(max(0, pending[0].at-now()))
-			fn := pending[0].fn
-			pending = pending[1:]
-			fn()
-			continue
-		}
-		time.Sleep(max(0, faults[0].at-now()))
-		f := faults[0]
-		faults = faults[1:]
-		run(f)
+	for i, kind := range kinds {
+		sched.At(faultAt[i], func() { run(kind) })
 	}
+	sched.Run(now)
 	time.Sleep(max(0, appendFor-now()))
-	stopAppends()
+	close(stop)
 	wg.Wait()
 	last := now()
 
@@ -842,7 +781,18 @@ func runStrand(t *testing.T, seed int64, env strandEnv) {
 						}
 					}
 				}
-				t.Logf("key %s: %v; %s", k, where, env.state(k))
+				var calls []string
+				m.mu.Lock()
+				for _, c := range m.calls {
+					if c.Key == k {
+						calls = append(calls, fmt.Sprintf("%s seq %d gen %d attempt %d [%s, %s] failed %v", c.Node, c.Seq, c.Gen, c.Attempt, c.Begin, c.End, m.failed[c]))
+					}
+				}
+				m.mu.Unlock()
+				if len(calls) > 24 {
+					calls = append(calls[:12], calls[len(calls)-12:]...)
+				}
+				t.Logf("key %s: %v; %s; calls (the first and last 12):\n  %s", k, where, env.state(k), strings.Join(calls, "\n  "))
 			}
 			t.Fatalf("%d entries stranded (last append at %s, last call began at %s, now %s): %v", n, last, lastBegin, now(), miss)
 		}
