@@ -143,7 +143,6 @@ func (b *Broker) WaitForEntries(ctx context.Context, after map[string]string, ti
 	)
 	wake := func() {
 		nudged = true
-		again = time.After(nudgeAgain)
 		nctx, cancel := context.WithTimeout(rctx, 5*time.Second)
 		defer cancel()
 		_, err := b.client.Pipelined(nctx, func(p redis.Pipeliner) error {
@@ -154,6 +153,7 @@ func (b *Broker) WaitForEntries(ctx context.Context, after map[string]string, ti
 		if err != nil && firstErr == nil {
 			firstErr = mapErr(call{op: op}, err)
 		}
+		again = time.After(nudgeAgain) // from the end of this nudge
 	}
 	for pending > 0 {
 		select {
