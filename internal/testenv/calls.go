@@ -36,9 +36,10 @@ type CallRules struct {
 
 // CallStats sums up a record CheckCalls accepted.
 type CallStats struct {
-	Calls   int // calls in the record
-	Replays int // calls that stepped back to an entry handled before
-	Exempt  int // calls Exempt left out
+	Calls   int      // calls in the record
+	Replays int      // calls that stepped back to an entry handled before
+	Exempt  int      // calls Exempt left out
+	Failed  []string // the keys whose calls broke a rule, sorted
 }
 
 // CheckCalls fails t for every call that breaks the runtime's promises to
@@ -62,14 +63,18 @@ func CheckCalls(t testing.TB, calls []HandlerCall, rules CallRules) CallStats {
 	}
 	sort.Strings(keys)
 	errs := 0
+	var key string
 	fail := func(format string, a ...any) {
 		t.Helper()
 		if errs < 30 {
 			t.Errorf(format, a...)
 		}
 		errs++
+		if n := len(st.Failed); n == 0 || st.Failed[n-1] != key {
+			st.Failed = append(st.Failed, key)
+		}
 	}
-	for _, key := range keys {
+	for _, key = range keys {
 		cs := byKey[key]
 		sort.SliceStable(cs, func(i, j int) bool { return cs[i].Begin < cs[j].Begin })
 		var (
