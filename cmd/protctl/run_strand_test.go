@@ -379,14 +379,17 @@ func runStrand(t *testing.T, bin string, srv *testenv.Redis, seed int64, appendF
 			}
 			p := procs[id]
 			p.signal(syscall.SIGSTOP)
-			at := r.now()
+			at := r.now() // after the signal: the node ran until it landed
 			stopped[id] = true
 			d := r.ttl + time.Duration(300+rng.IntN(1700))*time.Millisecond
 			t.Logf("%s: SIGSTOP %s for %s", at.Round(time.Millisecond), id, d)
 			sched.At(at+d, func() {
+				// Read before the signal: the node may run (and call the
+				// handler) before signal returns.
+				cont := r.now()
 				p.signal(syscall.SIGCONT)
 				r.mu.Lock()
-				r.stops[id] = append(r.stops[id], [2]time.Duration{at, r.now()})
+				r.stops[id] = append(r.stops[id], [2]time.Duration{at, cont})
 				r.mu.Unlock()
 				delete(stopped, id)
 			})
