@@ -42,20 +42,6 @@ const (
 	procRenew = 400 * time.Millisecond
 )
 
-// buildProtctl builds the protctl binary into t's temp dir.
-func buildProtctl(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds protctl and runs node processes")
-	}
-	bin := filepath.Join(t.TempDir(), "protctl")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // nodeProc is one `protctl run node` process.
 type nodeProc struct {
 	t    *testing.T

@@ -23,6 +23,9 @@ type Broker struct {
 	// of a fenced transaction (fencedtx.go): after the lease was checked,
 	// before EXEC.
 	betweenTx func()
+	// beforeWait, when a test sets it, runs in each of WaitForEntries'
+	// XREAD goroutines before the XREAD is sent.
+	beforeWait func()
 }
 
 var (

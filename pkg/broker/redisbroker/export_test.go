@@ -25,6 +25,10 @@ var Scripts = map[string]*redis.Script{
 // transaction of b (after the lease check, before EXEC).
 func SetBetweenTx(b *Broker, fn func()) { b.betweenTx = fn }
 
+// SetBeforeWait makes fn run in each XREAD goroutine of b's
+// WaitForEntries before its XREAD is sent (fn may hold it back).
+func SetBeforeWait(b *Broker, fn func()) { b.beforeWait = fn }
+
 // WithScriptReads makes every fenced read run its script, never the
 // transaction, so that tests cover the script path too.
 func WithScriptReads() Option { return func(c *config) { c.scriptReads = true } }

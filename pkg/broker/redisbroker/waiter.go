@@ -26,6 +26,12 @@ const waitChunk = 8192
 // blocked XREADs with. Each call has its own (random suffix); it expires.
 const nudgePrefix = "__protctl__:wait:"
 
+// nudgeAgain is how long a WaitForEntries call that nudged its XREADs
+// waits for them before it nudges again. An XREAD a nudge reached returns
+// within a round trip, so a second nudge is sent only when the first was
+// lost.
+const nudgeAgain = 250 * time.Millisecond
+
 // WaitForEntries blocks until at least one stream of after has an entry
 // whose id is greater than the one after maps it to (a missing stream
 // counts as empty), or timeout passes (0: until ctx ends), and returns
@@ -39,7 +45,12 @@ const nudgePrefix = "__protctl__:wait:"
 // stream of its own to every XREAD; when ctx ends, or one chunk returns
 // while others still block, the call appends to that stream (XADD with a
 // 10 s expiry), which wakes every chunk at once. Only then does the call
-// return, so it never leaves a pooled connection blocked behind it.
+// return, so it never leaves a pooled connection blocked behind it. The
+// append is repeated every nudgeAgain until every chunk has returned: a
+// nudge can be lost (its XADD failed, or it expired before an XREAD that
+// was slow to leave reached the server), and one lost would leave the
+// call blocked for the whole timeout, and with it the caller (a node's
+// wait loop, which waits for a cancelled wait to return).
 //
 // On a Redis Cluster (a *redis.ClusterClient) one XREAD cannot name
 // streams of different slots, even on one master (CROSSSLOT), and the
@@ -100,6 +111,9 @@ func (b *Broker) WaitForEntries(ctx context.Context, after map[string]string, ti
 		}
 		args = append(args, "0-0")
 		go func() {
+			if b.beforeWait != nil {
+				b.beforeWait()
+			}
 			res, err := b.client.XRead(rctx, &redis.XReadArgs{Streams: args, Count: 1, Block: timeout}).Result()
 			if errors.Is(err, redis.Nil) {
 				replies <- reply{}
@@ -123,13 +137,11 @@ func (b *Broker) WaitForEntries(ctx context.Context, after map[string]string, ti
 		ready    []string
 		firstErr error
 		nudged   bool
+		again    <-chan time.Time // nudge again: some chunk still blocks
 		pending  = len(chunks)
 		done     = ctx.Done()
 	)
 	wake := func() {
-		if nudged {
-			return
-		}
 		nudged = true
 		nctx, cancel := context.WithTimeout(rctx, 5*time.Second)
 		defer cancel()
@@ -141,6 +153,7 @@ func (b *Broker) WaitForEntries(ctx context.Context, after map[string]string, ti
 		if err != nil && firstErr == nil {
 			firstErr = mapErr(call{Op: op}, err)
 		}
+		again = time.After(nudgeAgain) // from the end of this nudge
 	}
 	for pending > 0 {
 		select {
@@ -150,11 +163,15 @@ func (b *Broker) WaitForEntries(ctx context.Context, after map[string]string, ti
 			if r.err != nil && firstErr == nil {
 				firstErr = r.err
 			}
-			if pending > 0 && (len(r.ready) > 0 || r.err != nil) {
+			if pending > 0 && !nudged && (len(r.ready) > 0 || r.err != nil) {
 				wake()
 			}
 		case <-done:
 			done = nil
+			if !nudged {
+				wake()
+			}
+		case <-again:
 			wake()
 		}
 	}

@@ -329,3 +329,58 @@ func TestClusterWaitForEntriesSpansSlots(t *testing.T) {
 		t.Errorf("a string key among the streams: %v, want ErrWrongType", err)
 	}
 }
+
+// A cancelled wait ends even when its nudge is lost. Here the XREAD is
+// held back until the nudge was sent, and the nudge stream is deleted in
+// between, as its 10s expiry does when an XREAD reaches the server that
+// late (a goroutine, a pool or a server slow under load): the XREAD then
+// blocks on a stream that no nudge will touch again. The call nudges again
+// until every XREAD returned; before, it waited for the XREAD's timeout
+// (an hour here), and so did a node's wait loop, which waits for a
+// cancelled wait to return (TestRedisNoEntryStranded's Stop hung so).
+func TestWaitForEntriesLostNudge(t *testing.T) {
+	b, c := newBroker(t)
+	held, release := make(chan struct{}), make(chan struct{})
+	redisbroker.SetBeforeWait(b, func() {
+		close(held)
+		<-release
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.WaitForEntries(ctx, map[string]string{cat + ":a": "0-0"}, time.Hour)
+		done <- err
+	}()
+	<-held
+	cancel()
+	// The nudge lands, and goes, before the XREAD is sent.
+	var nudge string
+	deadline := time.Now().Add(5 * time.Second)
+	for nudge == "" {
+		keys, err := c.Keys(context.Background(), "__protctl__:wait:*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) > 0 {
+			nudge = keys[0]
+		} else if time.Now().After(deadline) {
+			t.Fatal("no nudge was sent")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := c.Del(context.Background(), nudge).Err(); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled wait = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancelled wait is still blocked: its XREAD missed the only nudge")
+	}
+	if v := blockedClients(t, c); v != "0" {
+		t.Errorf("blocked clients after cancel = %s, want 0", v)
+	}
+}
