@@ -4,13 +4,20 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"math"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -175,6 +182,13 @@ func latPlain(ctx context.Context, c *redis.Client, streams []string, group stri
 // event with the time it is sent.
 func latPublish(ctx context.Context, tb testing.TB, c *redis.Client, category string, keys []string, rate int) time.Duration {
 	tb.Helper()
+	return latPublishCounted(ctx, tb, c, category, keys, rate, nil)
+}
+
+// latPublishCounted is latPublish that keeps in sent (when not nil) how
+// many events it has written so far.
+func latPublishCounted(ctx context.Context, tb testing.TB, c *redis.Client, category string, keys []string, rate int, sent *atomic.Int64) time.Duration {
+	tb.Helper()
 	l := broker.ProteanLayout
 	interval := time.Second / time.Duration(rate)
 	start := time.Now()
@@ -191,6 +205,9 @@ func latPublish(ctx context.Context, tb testing.TB, c *redis.Client, category st
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			tb.Fatal(err)
+		}
+		if sent != nil {
+			sent.Store(int64(i))
 		}
 	}
 	return time.Since(start)
@@ -221,6 +238,36 @@ func latResultOf(rec *latRecorder) latResult {
 	return r
 }
 
+// latOutcome is one run of a scenario at a rate: both consumers' figures
+// and what the run cost.
+type latOutcome struct {
+	rt, plain latResult
+	// published is the rate the publisher reached (events/s).
+	published float64
+	// rtTrips and rtCmds are the runtime client's round trips and
+	// commands per event, from the first publish until both consumers
+	// handled everything (-1: not known, the runtime ran in another
+	// process).
+	rtTrips, rtCmds float64
+	// serverUS is the server's time in commands per event over the same
+	// span, both consumers and the publisher together (INFO
+	// commandstats).
+	serverUS     float64
+	load0, load1 string // 1-minute load average before and after
+}
+
+// latRedisVariant is how BenchmarkLatencyRedis runs the runtime and calls
+// the handler (PROTCTL_BENCH_LATENCY_RUNNODE).
+type latRedisVariant struct {
+	// bin is the protctl binary: the runtime is `protctl run node` with an
+	// http handler, and the plain loop calls the same handler over http.
+	// Empty: a Node in this process, an in-process handler for both.
+	bin string
+	// handler is the http server of both consumers' handlers (bin set).
+	handler  *httptest.Server
+	handlers *latHTTPHandlers
+}
+
 // BenchmarkLatencyRedis measures publish-to-handler latency of the Redis
 // partitioned runtime (a Node with one subscription at the production
 // defaults, an in-process handler) against a plain XREADGROUP BLOCK loop
@@ -237,14 +284,24 @@ func latResultOf(rec *latRecorder) latResult {
 // 2s; new keys are capped at PROTCTL_BENCH_LATENCY_NEWKEYS, default
 // 2,000 events). Events not handled PROTCTL_BENCH_LATENCY_DRAIN (default
 // 40s) after the last publish are reported as not handled.
+// PROTCTL_BENCH_LATENCY_SCENARIOS picks scenarios (e.g. idle,zipf).
 //
 // PROTCTL_BENCH_LATENCY_NOTIFY sets the server's notify-keyspace-events
 // (e.g. Et: the runtime then learns of appends from keyspace events; by
 // default the server publishes none and the runtime polls the index).
 //
-// Reported per scenario and rate: p50/p90/p99/max of each consumer (ms),
-// the ratio of the runtime's p99 to the plain loop's (target <= 2) and
-// the runtime's p50 (target <= 2 ms).
+// PROTCTL_BENCH_LATENCY_RUNNODE=1 runs the runtime as `protctl run node`
+// (the binary built from this tree, its config's defaults: 32 workers,
+// batches of 100) with an http handler, a server in this process answering
+// 204, and makes the plain loop POST each event to the same server (one
+// request at a time): the same comparison through the deployed binary.
+//
+// Reported per scenario and rate (one log line, and metrics): p50, p90,
+// p99 and max of each consumer (ms), the ratio of the runtime's p99 to
+// the plain loop's (target <= 2) and the runtime's p50 (target <= 2 ms),
+// the events each did not handle, the rate the publisher reached, the
+// runtime's round trips per event, the server's command time per event,
+// and the load average before and after.
 func BenchmarkLatencyRedis(b *testing.B) {
 	ctx := context.Background()
 	var opts []testenv.RedisOption
@@ -257,13 +314,13 @@ func BenchmarkLatencyRedis(b *testing.B) {
 	window := rtEnvDuration(b, "PROTCTL_BENCH_LATENCY_WINDOW", 2*time.Second)
 	drain := rtEnvDuration(b, "PROTCTL_BENCH_LATENCY_DRAIN", 40*time.Second)
 	newCap := rtEnvInt(b, "PROTCTL_BENCH_LATENCY_NEWKEYS", 2000)
-	var rates []int
-	for _, f := range strings.Split(envOr("PROTCTL_BENCH_LATENCY_RATES", "50,500,5000"), ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			b.Fatalf("PROTCTL_BENCH_LATENCY_RATES: %q is not a positive rate", f)
-		}
-		rates = append(rates, n)
+	rates := latRates(b)
+	var v latRedisVariant
+	if os.Getenv("PROTCTL_BENCH_LATENCY_RUNNODE") == "1" {
+		v.bin = buildProtctl(b)
+		v.handlers = &latHTTPHandlers{}
+		v.handler = httptest.NewServer(v.handlers)
+		defer v.handler.Close()
 	}
 	only := envOr("PROTCTL_BENCH_LATENCY_SCENARIOS", "")
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -273,27 +330,69 @@ func BenchmarkLatencyRedis(b *testing.B) {
 		}
 		for _, rate := range rates {
 			b.Run(fmt.Sprintf("%s/%d", sc.name, rate), func(b *testing.B) {
-				var rt, plain latResult
+				var o latOutcome
 				for i := 0; i < b.N; i++ {
 					events := max(1, int(float64(rate)*window.Seconds()))
 					if sc.keys == 0 {
 						events = min(events, newCap)
 					}
-					rt, plain = latRun(ctx, b, srv.Addr, admin, sc, rate, events, drain, rng)
+					o = latRun(ctx, b, srv, admin, v, sc, rate, events, drain, rng)
 				}
-				ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
-				b.ReportMetric(ms(rt.p50), "rt-p50-ms")
-				b.ReportMetric(ms(rt.p99), "rt-p99-ms")
-				b.ReportMetric(ms(plain.p50), "plain-p50-ms")
-				b.ReportMetric(ms(plain.p99), "plain-p99-ms")
-				if plain.p99 > 0 {
-					b.ReportMetric(float64(rt.p99)/float64(plain.p99), "p99-ratio")
-				}
-				b.ReportMetric(float64(rt.missing), "rt-not-handled")
-				b.Logf("%s at %d/s: runtime %s; plain %s", sc.name, rate, rt, plain)
+				latReport(b, fmt.Sprintf("%s at %d/s", sc.name, rate), o)
 			})
 		}
 	}
+}
+
+// latRates reads PROTCTL_BENCH_LATENCY_RATES (default 50,500,5000).
+func latRates(b *testing.B) []int {
+	var rates []int
+	for _, f := range strings.Split(envOr("PROTCTL_BENCH_LATENCY_RATES", "50,500,5000"), ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			b.Fatalf("PROTCTL_BENCH_LATENCY_RATES: %q is not a positive rate", f)
+		}
+		rates = append(rates, n)
+	}
+	return rates
+}
+
+// latReport reports o as metrics and as one log line that reads on its
+// own.
+func latReport(b *testing.B, what string, o latOutcome) {
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	b.ReportMetric(ms(o.rt.p50), "rt-p50-ms")
+	b.ReportMetric(ms(o.rt.p99), "rt-p99-ms")
+	b.ReportMetric(ms(o.plain.p50), "plain-p50-ms")
+	b.ReportMetric(ms(o.plain.p99), "plain-p99-ms")
+	ratio := math.NaN()
+	if o.plain.p99 > 0 {
+		ratio = float64(o.rt.p99) / float64(o.plain.p99)
+		b.ReportMetric(ratio, "p99-ratio")
+	}
+	b.ReportMetric(float64(o.rt.missing), "rt-not-handled")
+	b.ReportMetric(o.published, "published/s")
+	if o.rtTrips >= 0 {
+		b.ReportMetric(o.rtTrips, "rt-trips/event")
+	}
+	b.ReportMetric(o.serverUS, "server-us/event")
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "NOT met"
+	}
+	trips := "n/a (another process)"
+	if o.rtTrips >= 0 {
+		trips = fmt.Sprintf("%.2f round trips, %.2f commands per event", o.rtTrips, o.rtCmds)
+	}
+	b.Logf("%s (publisher reached %.0f/s; load average %s -> %s):\n"+
+		"  runtime %s\n  plain   %s\n"+
+		"  p99 ratio %.2f (target <= 2: %s), runtime p50 %.2f ms (target <= 2 ms: %s), runtime not handled %d, plain not handled %d\n"+
+		"  runtime client %s; server %.1f us of commands per event (both consumers and the publisher)",
+		what, o.published, o.load0, o.load1, o.rt, o.plain,
+		ratio, verdict(ratio <= 2), ms(o.rt.p50), verdict(o.rt.p50 <= 2*time.Millisecond), o.rt.missing, o.plain.missing,
+		trips, o.serverUS)
 }
 
 func envOr(name, def string) string {
@@ -303,10 +402,101 @@ func envOr(name, def string) string {
 	return def
 }
 
+// buildProtctl builds cmd/protctl into a temporary directory.
+func buildProtctl(b *testing.B) string {
+	bin := filepath.Join(b.TempDir(), "protctl")
+	build := exec.Command("go", "build", "-o", bin, "github.com/protctl/protctl/cmd/protctl")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		b.Fatalf("go build: %v", err)
+	}
+	return bin
+}
+
+// latHTTPHandlers is the handler of both consumers over http: POST
+// /runtime and /plain record the envelope's latency with the recorder of
+// the run, and answer 204.
+type latHTTPHandlers struct {
+	rt, plain atomic.Pointer[latRecorder]
+}
+
+func (h *latHTTPHandlers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var rec *latRecorder
+	switch r.URL.Path {
+	case "/runtime":
+		rec = h.rt.Load()
+	case "/plain":
+		rec = h.plain.Load()
+	}
+	if rec != nil {
+		rec.record(body)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// latHTTPCaller POSTs each event to url, as run node's http handler does,
+// one at a time (the plain loop's handler in the run-node variant).
+func latHTTPCaller(b *testing.B, url string) func([]byte) {
+	c := &http.Client{Timeout: 10 * time.Second}
+	return func(data []byte) {
+		resp, err := c.Post(url, "application/json", bytes.NewReader(data))
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+	}
+}
+
+// latRunNode starts `protctl run node` reading category with an http
+// handler POSTing to url; stop sends SIGTERM and waits for it.
+func latRunNode(b *testing.B, bin, redisURL, category, url string) (stop func()) {
+	dir := b.TempDir()
+	cfg := fmt.Sprintf(`service: %s
+node: lat-node
+redis: {url: %q}
+admin: {disabled: true}
+subscriptions:
+  - name: %s
+    redis: {categories: [%q]}
+    handler:
+      http: {url: %q, timeout: 10s}
+`, rtService, redisURL, rtGroup, category, url)
+	path := filepath.Join(dir, "node.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, "run", "node", "--config", path, "--log-level", "warn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				b.Errorf("run node: %v", err)
+			}
+		case <-time.After(time.Minute):
+			_ = cmd.Process.Kill()
+			b.Error("run node did not stop within a minute of SIGTERM")
+		}
+	}
+}
+
 // latRun is one run of a scenario at a rate: a fresh category, the keys
 // that exist before written and handled by both consumers, then events
 // events published at rate while both consume.
-func latRun(ctx context.Context, b *testing.B, addr string, admin *redis.Client, sc latScenario, rate, events int, drain time.Duration, rng *rand.Rand) (rt, plain latResult) {
+func latRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis.Client, v latRedisVariant, sc latScenario, rate, events int, drain time.Duration, rng *rand.Rand) (o latOutcome) {
 	b.Helper()
 	if err := admin.FlushAll(ctx).Err(); err != nil {
 		b.Fatal(err)
@@ -353,27 +543,35 @@ func latRun(ctx context.Context, b *testing.B, addr string, admin *redis.Client,
 	}
 
 	rtRec, plainRec := newLatRecorder(events), newLatRecorder(events)
-	h := runtime.HandlerFunc(func(_ context.Context, m runtime.Message) error {
-		rtRec.record(m.Data)
-		return nil
-	})
-	n, sub, _, c := rtNode(b, addr, "node-1", category, h, nil, nil)
-	defer func() {
-		sctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		if err := n.Stop(sctx); err != nil {
-			b.Error(err)
-		}
-		_ = c.Close()
-	}()
-	pc := redis.NewClient(&redis.Options{Addr: addr})
+	plainHandle := plainRec.record
+	var (
+		sub   *runtime.Partitioned
+		calls *rtCalls
+	)
+	if v.bin == "" {
+		h := runtime.HandlerFunc(func(_ context.Context, m runtime.Message) error {
+			rtRec.record(m.Data)
+			return nil
+		})
+		n, s, c, rc := rtNode(b, srv.Addr, "node-1", category, h, nil, nil)
+		sub, calls = s, c
+		defer rtStop(b, n, rc, time.Minute)
+	} else {
+		v.handlers.rt.Store(rtRec)
+		v.handlers.plain.Store(plainRec)
+		defer v.handlers.rt.Store(nil)
+		defer v.handlers.plain.Store(nil)
+		plainHandle = latHTTPCaller(b, v.handler.URL+"/plain")
+		defer latRunNode(b, v.bin, srv.URL(), category, v.handler.URL+"/runtime")()
+	}
+	pc := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer pc.Close()
 	pctx, pcancel := context.WithCancel(ctx)
 	var pwg sync.WaitGroup
 	pwg.Add(1)
 	go func() {
 		defer pwg.Done()
-		if err := latPlain(pctx, pc, streams, plainGroup, plainRec.record); err != nil {
+		if err := latPlain(pctx, pc, streams, plainGroup, plainHandle); err != nil {
 			b.Error(err)
 		}
 	}()
@@ -387,24 +585,75 @@ func latRun(ctx context.Context, b *testing.B, addr string, admin *redis.Client,
 	time.Sleep(time.Second)
 	if sc.idle {
 		rtWait(b, time.Minute, 50*time.Millisecond, "the existing keys idle without a lease", func() bool {
-			st := sub.Status()
-			return len(st.Held) == 0 && st.Counters[runtime.CounterWatched] == pre
+			if sub != nil {
+				st := sub.Status()
+				return len(st.Held) == 0 && st.Counters[runtime.CounterWatched] == pre
+			}
+			pipe := admin.Pipeline()
+			for p := 0; p < sc.keys; p++ {
+				pipe.Exists(ctx, l.LeaseKey(rtGroup, rtKey(p)))
+			}
+			cmds, err := pipe.Exec(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, c := range cmds {
+				if c.(*redis.IntCmd).Val() != 0 {
+					return false
+				}
+			}
+			return true
 		})
 	}
+	o.rtTrips, o.rtCmds = -1, -1
+	o.load0 = loadAverage()
 	b.ResetTimer()
-	pub := redis.NewClient(&redis.Options{Addr: addr})
+	pub := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer pub.Close()
+	stats0 := latServerUS(ctx, b, admin)
+	var trips0, cmds0 int64
+	if calls != nil {
+		trips0, cmds0 = calls.trips.Load(), calls.n.Load()
+	}
 	took := latPublish(ctx, b, pub, category, keys, rate)
 	b.StopTimer()
-	if slow := float64(events) / took.Seconds(); slow < 0.9*float64(rate) {
-		b.Logf("the publisher reached %.0f events/s of %d", slow, rate)
-	}
+	o.published = float64(events) / took.Seconds()
 	total := pre + int64(events)
 	deadline := time.Now().Add(drain)
 	for time.Now().Before(deadline) && (rtRec.n.Load() < total || plainRec.n.Load() < total) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	return latResultOf(rtRec), latResultOf(plainRec)
+	o.serverUS = float64(latServerUS(ctx, b, admin)-stats0) / float64(events)
+	if calls != nil {
+		o.rtTrips = float64(calls.trips.Load()-trips0) / float64(events)
+		o.rtCmds = float64(calls.n.Load()-cmds0) / float64(events)
+	}
+	o.load1 = loadAverage()
+	o.rt, o.plain = latResultOf(rtRec), latResultOf(plainRec)
+	return o
+}
+
+// latServerUS is the server's time in commands so far, in µs (the sum of
+// INFO commandstats usec).
+func latServerUS(ctx context.Context, b *testing.B, c *redis.Client) int64 {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\r\n") {
+		if !strings.HasPrefix(line, "cmdstat_") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, ":")
+		for _, f := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
 }
 
 // BenchmarkLatencyKafka measures produce-to-handler latency of the Kafka
@@ -419,15 +668,7 @@ func latRun(ctx context.Context, b *testing.B, addr string, admin *redis.Client,
 func BenchmarkLatencyKafka(b *testing.B) {
 	window := rtEnvDuration(b, "PROTCTL_BENCH_LATENCY_WINDOW", 2*time.Second)
 	drain := rtEnvDuration(b, "PROTCTL_BENCH_LATENCY_DRAIN", 40*time.Second)
-	var rates []int
-	for _, f := range strings.Split(envOr("PROTCTL_BENCH_LATENCY_RATES", "50,500,5000"), ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			b.Fatalf("PROTCTL_BENCH_LATENCY_RATES: %q is not a positive rate", f)
-		}
-		rates = append(rates, n)
-	}
-	for _, rate := range rates {
+	for _, rate := range latRates(b) {
 		b.Run(strconv.Itoa(rate), func(b *testing.B) {
 			var rt, raw latResult
 			for i := 0; i < b.N; i++ {

@@ -119,6 +119,17 @@ func rtNode(tb testing.TB, addr, id, category string, h runtime.Handler, mutate 
 	return n, sub, calls, c
 }
 
+// rtStop stops a node rtNode started (within d) and closes its client.
+func rtStop(tb testing.TB, n *runtime.Node, c *redis.Client, d time.Duration) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := n.Stop(ctx); err != nil {
+		tb.Error(err)
+	}
+	_ = c.Close()
+}
+
 // rtCommandStats sums INFO commandstats: every command the server ran,
 // those inside scripts included, by command.
 func rtCommandStats(ctx context.Context, tb testing.TB, c *redis.Client) map[string]int64 {

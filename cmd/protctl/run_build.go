@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,7 +58,7 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 	if err != nil {
 		return nil, clierr.Usage.Wrap(err)
 	}
-	if n.redis, err = nodeRedisClient(cfg.Redis, layout); err != nil {
+	if n.redis, err = nodeRedisClient(cfg.Redis, layout, nodePoolSize(cfg)); err != nil {
 		return nil, clierr.Usage.Wrap(err)
 	}
 	goRedisLog.Store(log)
@@ -304,17 +305,38 @@ func buildHandler(h nodeconfig.Handler, slots *handlers.Slots, log *slog.Logger,
 	return nil, errors.New("exactly one of exec, http, log, process is required")
 }
 
+// nodePoolSize is the connection pool of the node's Redis client when
+// redis.url sets none (pool_size): go-redis's default (10 per CPU), or
+// more when the subscriptions need it. Half of the pool may be pinned by
+// workers reading backlogs (redisbroker.NewPinLimit); the other half must
+// hold, for each Redis subscription, its blocking waits (up to four: two
+// tiers over the main lanes, two over the backfill lanes), its live
+// path's round trips (two) and a spare, and for the node its renewals,
+// heartbeats, ledger reads, discovery and lag reads. A pool too small for
+// them makes calls wait for a connection (PoolTimeout), renewals
+// included.
+func nodePoolSize(cfg *nodeconfig.Config) int {
+	subs := 0
+	for _, sc := range cfg.Subscriptions {
+		if sc.Redis != nil {
+			subs++
+		}
+	}
+	return max(10*goruntime.GOMAXPROCS(0), 2*(7*subs+16))
+}
+
 // nodeRedisClient builds the client of the node's Redis section
 // (redisconn.New): a cluster client for the cluster layout (or addr=
 // seeds), a failover client that follows the primary for a
 // redis+sentinel:// URL, else a single server's. Timeouts are go-redis's
-// defaults: the runtime bounds its own calls.
-func nodeRedisClient(r nodeconfig.Redis, layout broker.Layout) (redis.UniversalClient, error) {
+// defaults: the runtime bounds its own calls. The pool holds pool
+// connections (per master on a cluster) unless the URL sets pool_size.
+func nodeRedisClient(r nodeconfig.Redis, layout broker.Layout, pool int) (redis.UniversalClient, error) {
 	c, err := redisconn.New(redisconn.Config{
 		URL: r.URL, Cluster: layout.IsCluster(),
 		Username: r.Username, Password: r.Password, TLS: r.TLS,
 		SentinelUsername: r.Sentinel.Username, SentinelPassword: r.Sentinel.Password,
-		ClientName: "protctl-node",
+		ClientName: "protctl-node", PoolSize: pool,
 	})
 	switch {
 	case errors.Is(err, redisconn.ErrInvalidURL), errors.Is(err, redisconn.ErrClusterSentinel):
@@ -350,7 +372,13 @@ func (b timedRedisBroker) RenewPartitionLeases(ctx context.Context, fences []bro
 	return ok, err
 }
 
-var _ runtime.BatchRenewer = timedRedisBroker{}
+var (
+	_ runtime.BatchRenewer = timedRedisBroker{}
+	// The live path (pkg/runtime, docs/decisions/live-reads.md) needs
+	// both; the embedded Broker's methods give them.
+	_ broker.BatchReader   = timedRedisBroker{}
+	_ broker.BatchAcquirer = timedRedisBroker{}
+)
 
 // lag reads, for /metrics, how far each subscription is behind on the
 // partitions this node is given: Redis, the entries of each assigned

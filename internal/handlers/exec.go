@@ -118,6 +118,12 @@ func (e *Exec) Handle(ctx context.Context, m runtime.Message) error {
 		}
 		defer release()
 		mark = mk
+		if !runtime.LeaseTrusted(ctx) {
+			// The wait for the slot outlived the lease (the runtime
+			// checked it before the call): another node may be handling
+			// the message now.
+			return runtime.Systemic(fmt.Errorf("exec %s: the partition's lease is no longer trusted after the wait for a slot", e.cfg.Command[0]))
+		}
 	}
 	start := time.Now()
 	runCtx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)

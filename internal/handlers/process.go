@@ -498,6 +498,10 @@ func (p *Process) Handle(ctx context.Context, m runtime.Message) error {
 		return runtime.Systemic(fmt.Errorf("process %s: stopped while waiting for an in-flight slot: %w", name, context.Cause(ctx)))
 	}
 	defer release()
+	if !runtime.LeaseTrusted(ctx) {
+		// The wait for the slot outlived the lease (see exec.go).
+		return runtime.Systemic(fmt.Errorf("process %s: the partition's lease is no longer trusted after the wait for an in-flight slot", name))
+	}
 	c, err := p.running()
 	if err != nil {
 		return err

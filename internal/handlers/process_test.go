@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -444,5 +445,38 @@ func TestNodeHandlerProcessDeathParksNoAggregate(t *testing.T) {
 				t.Fatalf("%s handled %v, want 1..%d in order, once each", k, s, perKey)
 			}
 		}
+	}
+}
+
+// A call whose lease stops being trusted while it waits for an in-flight
+// slot sends nothing to the child once it gets the slot (as the exec
+// handler's: TestNodeHandlerExecLeaseLostWhileQueued).
+func TestNodeHandlerProcessLeaseLostWhileQueued(t *testing.T) {
+	p, _, rec := newProcess(t, "serve", func(c *handlers.ProcessConfig) { c.MaxInFlight = 1 })
+	first := make(chan error, 1)
+	fctx, stopFirst := context.WithCancel(context.Background())
+	defer stopFirst()
+	go func() { first <- p.Handle(fctx, withData(order(childOrder{Do: "hang"}))) }()
+	waitUntil(t, 30*time.Second, "the first call to take the slot", func() bool { return p.InFlight().Stats().Running == 1 })
+	var trusted atomic.Bool
+	trusted.Store(true)
+	ctx := runtime.WithLeaseCheck(context.Background(), trusted.Load)
+	done := make(chan error, 1)
+	go func() {
+		m := withData(order(childOrder{}))
+		m.Position = "queued"
+		done <- p.Handle(ctx, m)
+	}()
+	waitUntil(t, 30*time.Second, "the second call to wait", func() bool { return p.InFlight().Stats().Waiting == 1 })
+	trusted.Store(false)
+	stopFirst() // the slot frees; the waiting call takes it
+	<-first
+	err := <-done
+	if err == nil || runtime.Classify(err) != runtime.FailSystemic || !strings.Contains(err.Error(), "no longer trusted") {
+		t.Fatalf("lease lost while queued: %v (%s)", err, runtime.Classify(err))
+	}
+	b, _ := os.ReadFile(rec)
+	if strings.Contains(string(b), "queued") {
+		t.Fatalf("the child got the call made under a lease no longer trusted:\n%s", b)
 	}
 }

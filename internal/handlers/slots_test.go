@@ -171,34 +171,76 @@ exit 0
 	}
 }
 
-// A call stopped while it waits for a slot starts nothing and is not the
-// message's fault.
-func TestNodeHandlerExecStoppedWhileQueued(t *testing.T) {
+// queuedExec is an exec handler with one slot, held by a run that hangs
+// until stopHang, and the call that queues behind it: ctx is its context;
+// done gets its result. ran says whether its command ran.
+type queuedExec struct {
+	slots    *handlers.Slots
+	stopHang func()
+	hangDone chan error
+	done     chan error
+	ran      func() bool
+}
+
+func queueBehindAHang(t *testing.T, ctx context.Context) queuedExec {
+	t.Helper()
 	marker := filepath.Join(t.TempDir(), "ran")
 	sh := script(t, `[ "$PROTCTL_POSITION" = hang ] && exec sleep 60
 touch "$MARK"
 `)
-	slots := handlers.NewSlots(1, nil)
-	h := newExec(t, handlers.ExecConfig{Command: []string{sh}, Env: map[string]string{"MARK": marker}, Timeout: time.Minute, Slots: slots})
+	q := queuedExec{slots: handlers.NewSlots(1, nil), hangDone: make(chan error, 1), done: make(chan error, 1)}
+	h := newExec(t, handlers.ExecConfig{Command: []string{sh}, Env: map[string]string{"MARK": marker}, Timeout: time.Minute, Slots: q.slots})
 	hang := msg
 	hang.Position = "hang"
 	hctx, stopHang := context.WithCancel(context.Background())
-	defer stopHang()
-	go func() { _ = h.Handle(hctx, hang) }()
-	waitUntil(t, 30*time.Second, "the first run to take the slot", func() bool { return slots.Stats().Running == 1 })
+	t.Cleanup(stopHang)
+	q.stopHang = stopHang
+	go func() { q.hangDone <- h.Handle(hctx, hang) }()
+	waitUntil(t, 30*time.Second, "the first run to take the slot", func() bool { return q.slots.Stats().Running == 1 })
+	go func() { q.done <- h.Handle(ctx, msg) }()
+	waitUntil(t, 30*time.Second, "the second call to wait", func() bool { return q.slots.Stats().Waiting == 1 })
+	q.ran = func() bool {
+		_, err := os.Stat(marker)
+		return err == nil
+	}
+	return q
+}
+
+// A call stopped while it waits for a slot starts nothing and is not the
+// message's fault.
+func TestNodeHandlerExecStoppedWhileQueued(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.Handle(ctx, msg) }()
-	waitUntil(t, 30*time.Second, "the second call to wait", func() bool { return slots.Stats().Waiting == 1 })
+	q := queueBehindAHang(t, ctx)
 	cancel()
-	err := <-done
+	err := <-q.done
 	if err == nil || runtime.Classify(err) != runtime.FailSystemic {
 		t.Fatalf("stopped while queued: %v (%s)", err, runtime.Classify(err))
 	}
-	if _, err := os.Stat(marker); err == nil {
+	if q.ran() {
 		t.Fatal("the stopped call ran its command")
 	}
-	if st := slots.Stats(); st.Waiting != 0 {
+	if st := q.slots.Stats(); st.Waiting != 0 {
 		t.Fatalf("still waiting: %+v", st)
+	}
+}
+
+// A call whose lease stops being trusted while it waits for a slot (the
+// node stopped in the wait, say) starts nothing once it gets the slot:
+// the runtime checked the lease before the call, and another node may be
+// handling the message by then. It is a systemic failure, not the
+// message's.
+func TestNodeHandlerExecLeaseLostWhileQueued(t *testing.T) {
+	var trusted atomic.Bool
+	trusted.Store(true)
+	q := queueBehindAHang(t, runtime.WithLeaseCheck(context.Background(), trusted.Load))
+	trusted.Store(false)
+	q.stopHang() // the slot frees; the waiting call takes it
+	<-q.hangDone
+	err := <-q.done
+	if err == nil || runtime.Classify(err) != runtime.FailSystemic || !strings.Contains(err.Error(), "no longer trusted") {
+		t.Fatalf("lease lost while queued: %v (%s)", err, runtime.Classify(err))
+	}
+	if q.ran() {
+		t.Fatal("the call ran its command under a lease no longer trusted")
 	}
 }

@@ -81,6 +81,9 @@ type Config struct {
 	// bound; < 0 means none (reads and writes wait as long as the
 	// caller's context lets them); 0 keeps go-redis's defaults.
 	Timeout time.Duration
+	// PoolSize is the connection pool (per master on a cluster) unless
+	// the URL sets pool_size=; 0 keeps go-redis's default (10 per CPU).
+	PoolSize int
 }
 
 // IsSentinelURL reports whether raw is a redis+sentinel:// or
@@ -122,14 +125,14 @@ func New(c Config) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, c.parseError(err)
 		}
-		c.apply(fields{&o.Username, &o.Password, &o.ClientName, &o.TLSConfig, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout}, tc)
+		c.apply(fields{&o.Username, &o.Password, &o.ClientName, &o.TLSConfig, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolSize, u.Query()}, tc)
 		return redis.NewClusterClient(o), nil
 	}
 	o, err := redis.ParseURL(c.URL)
 	if err != nil {
 		return nil, c.parseError(err)
 	}
-	c.apply(fields{&o.Username, &o.Password, &o.ClientName, &o.TLSConfig, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout}, tc)
+	c.apply(fields{&o.Username, &o.Password, &o.ClientName, &o.TLSConfig, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolSize, u.Query()}, tc)
 	return redis.NewClient(o), nil
 }
 
@@ -139,10 +142,14 @@ type fields struct {
 	username, password, clientName *string
 	tls                            **tls.Config
 	dial, read, write              *time.Duration
+	pool                           *int
+	// query is the URL's query: a setting it holds wins over c's.
+	query url.Values
 }
 
 // apply sets c's credentials (over the URL's), tc (when not nil), the
-// client name (unless the URL set one) and the timeouts (Timeout).
+// client name (unless the URL set one), the timeouts (Timeout) and the
+// pool (unless the URL set pool_size).
 func (c Config) apply(f fields, tc *tls.Config) {
 	*f.username, *f.password = or(c.Username, *f.username), or(c.Password, *f.password)
 	if tc != nil {
@@ -150,6 +157,9 @@ func (c Config) apply(f fields, tc *tls.Config) {
 	}
 	*f.clientName = or(*f.clientName, c.ClientName)
 	*f.dial, *f.read, *f.write = timeouts(*f.dial, *f.read, *f.write, c.Timeout)
+	if c.PoolSize > 0 && !f.query.Has("pool_size") {
+		*f.pool = c.PoolSize
+	}
 }
 
 // Check parses rawURL as New would (with cluster for the cluster layout)
@@ -376,7 +386,7 @@ func (c Config) failoverOptions() (*redis.FailoverOptions, error) {
 	if !s.Query.Has("dialer_retries") {
 		o.DialerRetries = 1
 	}
-	c.apply(fields{&o.Username, &o.Password, &o.ClientName, &o.TLSConfig, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout}, tc)
+	c.apply(fields{&o.Username, &o.Password, &o.ClientName, &o.TLSConfig, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolSize, s.Query}, tc)
 	return o, nil
 }
 

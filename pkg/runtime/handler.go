@@ -20,6 +20,36 @@ type Handler interface {
 	Handle(ctx context.Context, m Message) error
 }
 
+// leaseCheckKey is the context key of a handler call's lease check.
+type leaseCheckKey struct{}
+
+// WithLeaseCheck returns ctx carrying check, which says whether the lease
+// a handler call runs under is still trusted (LeaseTrusted). The Redis
+// runtime gives every handler call such a context; a test of a handler
+// can too.
+func WithLeaseCheck(ctx context.Context, check func() bool) context.Context {
+	return context.WithValue(ctx, leaseCheckKey{}, check)
+}
+
+// LeaseTrusted reports whether the handler call of ctx may still act on
+// its message: ctx is not done and, when the call runs under a lease that
+// the runtime checks (a Redis partition), the lease is still trusted now.
+//
+// The runtime checks the lease before it calls the handler. A handler that
+// waits inside for a resource of its own before its effect (a slot of a
+// bounded pool, a connection) checks again after the wait: a process
+// stopped in that wait (SIGSTOP, a long GC pause, a suspended VM) may
+// resume after its lease expired and another node handled the message,
+// and the runtime cancels ctx only when it notices, which may come after
+// the wait ends. The exec and process handlers of `run node` do.
+func LeaseTrusted(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	check, ok := ctx.Value(leaseCheckKey{}).(func() bool)
+	return !ok || check()
+}
+
 // HandlerFunc adapts a function to Handler.
 type HandlerFunc func(ctx context.Context, m Message) error
 

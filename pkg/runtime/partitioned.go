@@ -69,6 +69,10 @@ type Partitioned struct {
 
 	events chan event
 	sem    chan struct{} // the worker limit
+	// live is the live path (partitioned_live.go), nil when the broker
+	// cannot batch; ahead bounds the partitions on it.
+	live  *liveIO
+	ahead chan struct{}
 	// slotWaiters counts workers waiting for a slot: a worker that keeps
 	// finding entries gives its slot up between two rounds while any
 	// waits, so that Workers hot partitions cannot starve the others.
@@ -84,7 +88,7 @@ type Partitioned struct {
 
 	leases   leaseTable
 	assigned assignedSet
-	watch    *watchSet
+	watch    *watchLanes
 	paused   pausedSet
 	c        partCounters
 
@@ -130,8 +134,8 @@ func NewPartitioned(cfg PartitionedConfig) (*Partitioned, error) {
 		sem:       make(chan struct{}, cfg.Workers),
 
 		rediscover: make(chan struct{}, 1),
-		watch:      newWatchSet(),
 	}
+	p.watch = newWatchLanes(p.isBackfill)
 	w, wok := cfg.Broker.(broker.EntryWaiter)
 	t, tok := cfg.Broker.(StreamTailer)
 	if wok && tok {
@@ -145,6 +149,9 @@ func NewPartitioned(cfg PartitionedConfig) (*Partitioned, error) {
 	}
 	p.counter, _ = cfg.Broker.(PartitionCounter)
 	p.appends, _ = cfg.Broker.(AppendWatcher)
+	if p.live = newLiveIO(cfg.Broker); p.live != nil {
+		p.ahead = make(chan struct{}, aheadPerWorker*cfg.Workers)
+	}
 	if ar, ok := cfg.Broker.(broker.AckReader); ok {
 		p.ackReader = ar
 		if rp, ok := cfg.Broker.(ReaderPinner); ok {
@@ -195,9 +202,16 @@ func (p *Partitioned) Start(ctx context.Context, host Host) error {
 	go p.discoverLoop(p.bgCtx)
 	p.wg.Add(1)
 	go p.ledgerLoop(p.bgCtx)
+	if p.live != nil {
+		for range liveFlushers {
+			p.wg.Add(1)
+			go p.liveLoop(p.bgCtx)
+		}
+	}
 	if p.waiter != nil {
-		p.wg.Add(1)
-		go p.waitLoop(p.bgCtx)
+		p.wg.Add(2)
+		go p.waitLoop(p.bgCtx, p.watch.main)
+		go p.waitLoop(p.bgCtx, p.watch.backfill)
 	}
 	if p.pwatch != nil {
 		for _, cat := range p.cfg.Categories {
@@ -435,6 +449,16 @@ func (p *Partitioned) lanesOf(key string) []lane {
 		out = append(out, lane{category: c, stream: p.layout.LaneStream(c, key, p.cfg.BackfillSuffix), backfill: true})
 	}
 	return out
+}
+
+// isBackfill says whether stream is one of key's backfill lanes.
+func (p *Partitioned) isBackfill(key, stream string) bool {
+	for _, c := range p.cfg.Categories {
+		if stream == p.layout.LaneStream(c, key, p.cfg.BackfillSuffix) {
+			return true
+		}
+	}
+	return false
 }
 
 // send delivers an event to the coordinator, or drops it when the

@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,10 +30,15 @@ func TestFakeClockTrustWindow(t *testing.T) {
 	rec := newRecorder(t)
 	entered := make(chan struct{})
 	release := make(chan struct{})
+	// What the handler's LeaseTrusted says on entry and once the window
+	// passed while it ran (a handler that waits inside checks it).
+	var trustedIn, trustedAfter atomic.Bool
 	rec.setHold(func(ctx context.Context, m runtime.Message) {
 		if seqOf(t, m.Data) == 1 {
+			trustedIn.Store(runtime.LeaseTrusted(ctx))
 			close(entered)
 			<-release
+			trustedAfter.Store(runtime.LeaseTrusted(ctx))
 		}
 	})
 	const (
@@ -88,6 +94,9 @@ func TestFakeClockTrustWindow(t *testing.T) {
 	})
 	if got := rec.handled("k"); len(got) != 1 {
 		t.Errorf("handled %v: entry 2 must not start after the trust window", got)
+	}
+	if !trustedIn.Load() || trustedAfter.Load() {
+		t.Errorf("LeaseTrusted in the handler: %v on entry, %v past the window; want true, false", trustedIn.Load(), trustedAfter.Load())
 	}
 	// It gave the lease back before the TTL ran out, so the next owner
 	// need not wait for it.

@@ -51,14 +51,21 @@ type PartitionedConfig struct {
 	// BatchSize is how many entries one fenced read returns (and one
 	// fenced ack acknowledges). Default: 100.
 	BatchSize int
-	// Workers bounds how many partitions are being read or handled at
-	// once across all keys. Each busy worker uses one Redis connection at
-	// a time; with the Redis adapter (a ReaderPinner) each worker slot
-	// keeps its connection between partitions (at most half the client's
-	// pool is kept so; the others take one per call). Keep Workers plus
-	// the blocking wait's connections (one per 8,192 idle lanes) plus a
-	// few (heartbeat, renewals) within the client's PoolSize (go-redis:
-	// 10 x GOMAXPROCS by default). Default: 16.
+	// Workers bounds how many partitions are being handled at once
+	// across all keys (handler calls in flight), and how many read a
+	// backlog on a connection of their own. With a broker that batches
+	// (broker.BatchReader and broker.BatchAcquirer: both adapters of this
+	// module), the partitions that a flow wakes are read together, a
+	// round trip for many, without a slot (up to 16 x Workers of them
+	// read ahead of their handlers); a partition that reads a full batch
+	// keeps its slot and reads on, and with the Redis adapter (a
+	// ReaderPinner) each worker slot keeps its connection between
+	// partitions for that (at most half the client's pool is kept so;
+	// the others take one per call). Keep Workers plus the blocking
+	// waits' connections (up to two for the main lanes and two for the
+	// backfill lanes, each per 8,192 idle lanes), the live path's (up to
+	// 2) and a few (heartbeat, renewals) within the client's PoolSize
+	// (go-redis: 10 x GOMAXPROCS by default). Default: 16.
 	Workers int
 	// MaxPartitions caps the partitions this subscription takes per node
 	// (HRW with a cap). Default: 0, no cap.

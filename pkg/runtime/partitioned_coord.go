@@ -294,9 +294,9 @@ func (c *coordinator) setState(pt *part, s pstate) {
 		p.c.watched.Add(1)
 	case pParked:
 		p.c.parkedNow.Add(1)
-		p.watch.remove(pt.key)
+		p.watch.forget(pt.key)
 	case pForeign:
-		p.watch.remove(pt.key)
+		p.watch.forget(pt.key)
 	}
 }
 
@@ -503,7 +503,10 @@ func (c *coordinator) workerDone(w *worker, res result) {
 	// it drained; it stays there only if the key goes on idle here
 	// (leaving it spares the wait loop a restart).
 	pt.state = pForeign
-	if res.kind != resIdle || pt.dirty || c.stopping || !pt.mine {
+	switch {
+	case c.stopping || !pt.mine:
+		p.watch.forget(pt.key)
+	case res.kind != resIdle || pt.dirty:
 		p.watch.remove(pt.key)
 	}
 	if res.after != nil {

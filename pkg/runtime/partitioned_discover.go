@@ -46,7 +46,12 @@ func rescanGap(n int64) time.Duration {
 // at least while append events arrive) and asks the discovery loop for a
 // scan when a count changed since the previous poll. The first poll asks
 // for one too: a key added between the start's scan and it would
-// otherwise go unnoticed until DiscoverEvery.
+// otherwise go unnoticed until DiscoverEvery. While append events arrive
+// a changed count asks for nothing: the events name the new keys, and a
+// scan of a large index is what discovery costs most (1,000,000 keys:
+// 1,000 SSCAN calls every 2 s, and a node's CPU, BenchmarkDiscoveryCost);
+// events lost while their connection is re-established are covered by
+// the scan each new subscription asks for, and by DiscoverEvery's.
 func (p *Partitioned) indexPollLoop(ctx context.Context) {
 	defer p.wg.Done()
 	last := make(map[string]int64, len(p.cfg.Categories))
@@ -67,7 +72,7 @@ func (p *Partitioned) indexPollLoop(ctx context.Context) {
 			}
 			last[cat] = n
 		}
-		if changed || first {
+		if (changed && !p.appendEvents.Load()) || first {
 			first = false
 			select {
 			case p.rediscover <- struct{}{}:

@@ -116,6 +116,9 @@ func (p *Partitioned) closeReader(r *slotReader) {
 // (kept in w.preTails for tails).
 func (w *worker) acquire(leaseKey string) (broker.Lease, bool, error) {
 	p := w.p
+	if p.live != nil {
+		return w.liveAcquire(leaseKey)
+	}
 	genKey := p.layout.GenerationKey(p.cfg.Name, w.key)
 	if w.rd != nil && w.rd.acqt != nil && p.tailer != nil && p.waiter != nil {
 		l, ok, tails, err := w.rd.acqt.AcquirePartitionLeaseAndTails(w.ctx, leaseKey, genKey, p.node, p.cfg.LeaseTTL, w.streams())

@@ -519,35 +519,63 @@ func TestRedisRestartMidRun(t *testing.T) {
 	rec.checkOrder(t, want)
 }
 
-// execCounter counts the transactions (EXEC) a client sends.
-type execCounter struct{ n atomic.Int64 }
+// readCounter counts a client's fenced reads by kind: transactions
+// (EXEC, on the slot's pinned reader or the pool) and the live path's
+// scripts, which go in pipelines of scripts alone: ack-and-reads
+// (ackread.lua: two keys, the lease and the lane) and acquisitions
+// (acquireread.lua: the lease, the generation and the lanes).
+type readCounter struct{ execs, ackreads, acquires atomic.Int64 }
 
-func (h *execCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *execCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h *execCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *readCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *readCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *readCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		scripts := true
 		for _, c := range cmds {
-			if c.Name() == "exec" {
-				h.n.Add(1)
+			switch c.Name() {
+			case "exec":
+				h.execs.Add(1)
+				scripts = false
+			case "evalsha", "eval":
+			default:
+				scripts = false
 			}
 		}
-		return next(ctx, cmds)
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if !scripts || redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+				continue // sent again with the script's body: counted then
+			}
+			if n, _ := c.Args()[2].(int); n == 2 {
+				h.ackreads.Add(1)
+			} else {
+				h.acquires.Add(1)
+			}
+		}
+		return err
 	}
 }
 
-// A generation reads its lane with ReadPending while it has pending
-// entries and ReadNew after, which the Redis adapter serves as fenced
-// transactions; each read acks the batch before. A fresh lane of 45
-// entries in batches of 20 costs four (20, 20, 5, then the empty read
-// that acks the last batch), 40 cost three. A generation that inherits
-// pending entries (a previous owner read them and died) reclaims them and
-// handles them first: 30 pending of 50 cost pending 20, pending 10, new
-// 20, new 0; 40 pending of 50 cost pending 20, 20, 0, new 10, new 0. No
-// more reads than that, and every entry once, in order.
-func TestRedisLaneReadsAreTransactions(t *testing.T) {
+// A generation's reads, counted by kind (BatchSize 20). The lease comes
+// with the first read of a fresh lane (one script on the live path, of at
+// most 16 entries); a full read keeps the worker's slot, and the reads
+// after it are fenced transactions of 20 on the slot's pinned reader,
+// each acking the batch before, to the one that comes back empty; a
+// short batch read on the live path gives the slot back, and the read
+// that acks it goes on the live path too. A fresh lane of 45 entries
+// costs the acquisition's read (16) and three transactions (20, 9, 0); 40
+// cost the acquisition's read and three transactions (20, 4, 0). A
+// generation that inherits pending entries (a previous owner read them
+// and died) reads nothing with its lease, reclaims them and handles them
+// first, all on its slot: 30 pending of 50 cost transactions pending 20,
+// pending 10, new 20, new 0; 40 pending of 50 cost pending 20, 20, 0, new
+// 10, new 0. No more reads than that, and every entry once, in order.
+func TestRedisLaneReads(t *testing.T) {
 	for _, tc := range []struct {
-		entries, pending, execs int
-	}{{45, 0, 4}, {40, 0, 3}, {50, 30, 4}, {50, 40, 5}} {
+		entries, pending int
+		execs, ackreads  int64
+		readWithTheLease bool
+	}{{45, 0, 3, 0, true}, {40, 0, 3, 0, true}, {50, 30, 4, 0, false}, {50, 40, 5, 0, false}} {
 		t.Run(fmt.Sprintf("%d entries %d pending", tc.entries, tc.pending), func(t *testing.T) {
 			e := newRedisEnv(t)
 			rec := newRecorder(t)
@@ -568,9 +596,9 @@ func TestRedisLaneReadsAreTransactions(t *testing.T) {
 				}
 				e.c.Del(context.Background(), lk)
 			}
-			execs := &execCounter{}
+			reads := &readCounter{}
 			c := e.client()
-			c.AddHook(execs)
+			c.AddHook(reads)
 			store := redisstore.New(c)
 			cfg := e.config(rec.handler("node-1"), redisbroker.New(c), store)
 			cfg.LeaseTTL, cfg.RenewEvery = time.Minute, 10*time.Second // no renewal inside the test
@@ -595,24 +623,39 @@ func TestRedisLaneReadsAreTransactions(t *testing.T) {
 				p, err := e.c.XPending(context.Background(), st, group).Result()
 				return err == nil && p.Count == 0
 			})
-			if got := execs.n.Load(); got != int64(tc.execs) {
-				t.Fatalf("took %d transactions, want %d", got, tc.execs)
+			if got := reads.acquires.Load(); got != 1 {
+				t.Errorf("%d live acquisitions, want 1", got)
+			}
+			if got := reads.execs.Load(); got != tc.execs {
+				t.Errorf("took %d transactions, want %d", got, tc.execs)
+			}
+			if got := reads.ackreads.Load(); got != tc.ackreads {
+				t.Errorf("took %d live reads, want %d", got, tc.ackreads)
+			}
+			wantReads := tc.execs + tc.ackreads
+			if tc.readWithTheLease {
+				wantReads++
+			}
+			if got := sub.Status().Counters[runtime.CounterReads]; got != wantReads {
+				t.Errorf("counted %d reads, want %d", got, wantReads)
 			}
 		})
 	}
 }
 
-// A subscription on the Redis adapter reads through pinned readers, one
-// per worker slot: a fresh partition of one batch costs three round
-// trips (the acquisition with the lease check and the lanes' tails, the
-// read, the read that acks it), and when the node stops every pinned
-// connection is back in the pool, unwatched (a watch left behind would
-// refuse the next transaction on that connection).
+// A subscription on the Redis adapter reads a backlog through pinned
+// readers, one per worker slot: the first 16 entries of a fresh
+// partition come with its lease on the live path, and the worker keeps
+// its slot after that full read; its pinned reader then costs four round
+// trips for a partition of 45 entries in batches of 20 (the lease check,
+// the reads of 20 and 9, and the read that acks the last batch). When the node stops every pinned connection is back in the
+// pool, unwatched (a watch left behind would refuse the next transaction
+// on that connection).
 func TestRedisPinnedReaders(t *testing.T) {
 	e := newRedisEnv(t)
 	rec := newRecorder(t)
 	keys := keyNames(30)
-	publishAll(t, e.pub, keys, 1, 15)
+	publishAll(t, e.pub, keys, 1, 45)
 	// The acquisition's script cached: no NOSCRIPT retry to count.
 	if _, _, err := e.b.AcquirePartitionLease(context.Background(), "warm:lease", "warm:gen", "x", time.Minute); err != nil {
 		t.Fatal(err)
@@ -636,7 +679,7 @@ func TestRedisPinnedReaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.nodes = append(e.nodes, n)
-	want := wantAll(keys, 15)
+	want := wantAll(keys, 45)
 	eventually(t, 30*time.Second, 10*time.Millisecond, "all entries handled", func() bool { return rec.complete(want) })
 	rec.checkOrder(t, want)
 	for _, k := range keys {
@@ -649,8 +692,8 @@ func TestRedisPinnedReaders(t *testing.T) {
 	// A slot's connection left idle for a second is checked (a lone
 	// UNWATCH) before its next use; on a machine stalled that long a slot
 	// may pay it once, so each slot is allowed one.
-	if got, want := trips.partition.Load(), 3*int64(len(keys)); got < want || got > want+int64(cfg.Workers) {
-		t.Errorf("%d round trips of the workers for %d partitions, want 3 each (and at most one idle check per slot)", got, len(keys))
+	if got, want := trips.partition.Load(), 4*int64(len(keys)); got < want || got > want+int64(cfg.Workers) {
+		t.Errorf("%d round trips of the pinned readers for %d partitions, want 4 each (and at most one idle check per slot)", got, len(keys))
 	}
 	if s := c.PoolStats(); s.TotalConns-s.IdleConns > uint32(cfg.Workers)+4 {
 		t.Errorf("pool %+v: more connections in use than the slots' and the background's", s)
@@ -681,10 +724,10 @@ func TestRedisPinnedReaders(t *testing.T) {
 	}
 }
 
-// tripCounter counts the round trips of partition workers: the pipelines
-// that acquire a lease (EVALSHA then WATCH), take tails (XREVRANGE) or
-// carry a transaction (EXEC), and the UNWATCH that gives a pinned
-// connection back.
+// tripCounter counts the round trips of pinned readers: the pipelines
+// that acquire a lease (EVALSHA then WATCH), take tails (XREVRANGE),
+// check a lease (WATCH, GET) or carry a transaction (EXEC), and the
+// UNWATCH that checks an idle connection or gives it back.
 type tripCounter struct{ partition atomic.Int64 }
 
 func (h *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -717,15 +760,21 @@ func (h *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // pool, and together all of it.
 func TestRedisSubscriptionsShareThePinLimit(t *testing.T) {
 	e := newRedisEnv(t)
-	keys := keyNames(8)
-	publishAll(t, e.pub, keys, 1, 1)
-	c := redis.NewClient(&redis.Options{Addr: e.addr, PoolSize: 8, PoolTimeout: 2 * time.Second})
+	keys := keyNames(12)
+	// Batches of one: the first entry comes with the lease (live path),
+	// fills the batch and keeps the slot; the second is read on the
+	// slot's pinned reader, and its handler holds the worker.
+	publishAll(t, e.pub, keys, 1, 2)
+	c := redis.NewClient(&redis.Options{Addr: e.addr, PoolSize: 16, PoolTimeout: 2 * time.Second})
 	t.Cleanup(func() { _ = c.Close() })
 	pins := redisbroker.NewPinLimit(c)
 	store := redisstore.New(c)
 	release := make(chan struct{})
 	var busy, maxPinned atomic.Int64
-	hold := func(ctx context.Context, _ runtime.Message) {
+	hold := func(ctx context.Context, m runtime.Message) {
+		if seqOf(t, m.Data) == 1 {
+			return
+		}
 		busy.Add(1)
 		defer busy.Add(-1)
 		select {
@@ -741,7 +790,8 @@ func TestRedisSubscriptionsShareThePinLimit(t *testing.T) {
 		recs = append(recs, rec)
 		cfg := e.config(rec.handler("node-1"), redisbroker.New(c, redisbroker.WithPinLimit(pins)), store)
 		cfg.Name = name
-		cfg.Workers = 4
+		cfg.Workers = 6
+		cfg.BatchSize = 1
 		cfg.LeaseTTL, cfg.RenewEvery = 5*time.Second, time.Second
 		sub, err := runtime.NewPartitioned(cfg)
 		if err != nil {
@@ -761,21 +811,21 @@ func TestRedisSubscriptionsShareThePinLimit(t *testing.T) {
 		if p := int64(pins.Held()); p > maxPinned.Load() {
 			maxPinned.Store(p)
 		}
-		return busy.Load() == 8
+		return busy.Load() == 12
 	})
-	if p := pins.Held(); p != 4 {
-		t.Errorf("%d connections pinned with eight workers busy, want half of the pool of 8", p)
+	if p := pins.Held(); p != 8 {
+		t.Errorf("%d connections pinned with twelve workers busy, want half of the pool of 16", p)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatalf("ping with every worker busy: %v", err)
 	}
-	if m := maxPinned.Load(); m > 4 {
-		t.Errorf("%d connections pinned at once, want at most half of the pool of 8", m)
+	if m := maxPinned.Load(); m > 8 {
+		t.Errorf("%d connections pinned at once, want at most half of the pool of 16", m)
 	}
 	close(release)
-	want := wantAll(keys, 1)
+	want := wantAll(keys, 2)
 	for _, rec := range recs {
 		eventually(t, 20*time.Second, 10*time.Millisecond, "all entries handled", func() bool { return rec.complete(want) })
 	}

@@ -1,8 +1,11 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,6 +28,16 @@ type watchSet struct {
 	streams map[string][]string
 	epoch   uint64        // counts additions
 	added   chan struct{} // closed (and replaced) when streams are added
+	// log lists the additions since the last snapshot, in epoch order,
+	// so that since costs what was added, not the whole set (it runs at
+	// every restart of the fresh wait). An entry whose stream was removed
+	// or added again since is stale: its stamp differs.
+	log []watchAdd
+}
+
+type watchAdd struct {
+	stream string
+	epoch  uint64
 }
 
 func newWatchSet() *watchSet {
@@ -52,6 +65,10 @@ func (s *watchSet) add(key string, after map[string]string) {
 		s.keyOf[stream] = key
 		s.stamp[stream] = s.epoch
 		streams = append(streams, stream)
+		s.log = append(s.log, watchAdd{stream, s.epoch})
+	}
+	if len(s.log) > 1024 && len(s.log) > 4*len(s.after) {
+		s.compactLocked()
 	}
 	s.streams[key] = streams
 	close(s.added)
@@ -86,20 +103,40 @@ func (s *watchSet) removeLocked(key string) {
 	delete(s.streams, key)
 }
 
-// snapshot returns a copy of the stream ids, the epoch they are as of,
-// and the channel closed at the next addition.
-func (s *watchSet) snapshot() (map[string]string, uint64, <-chan struct{}) {
-	return s.since(0)
+// compactLocked drops the log's stale entries.
+func (s *watchSet) compactLocked() {
+	live := s.log[:0]
+	for _, a := range s.log {
+		if s.stamp[a.stream] == a.epoch {
+			live = append(live, a)
+		}
+	}
+	clear(s.log[len(live):])
+	s.log = live
 }
 
-// since is snapshot restricted to the streams (re)added after epoch.
+// snapshot returns a copy of the stream ids, the epoch they are as of,
+// and the channel closed at the next addition. Only the set's wait loop
+// calls it, and since with the epoch it returned: the log of additions
+// up to it is dropped.
+func (s *watchSet) snapshot() (map[string]string, uint64, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.log)
+	s.log = s.log[:0]
+	return maps.Clone(s.after), s.epoch, s.added
+}
+
+// since is snapshot restricted to the streams (re)added after epoch, the
+// epoch of the last snapshot or later.
 func (s *watchSet) since(epoch uint64) (map[string]string, uint64, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make(map[string]string)
-	for k, v := range s.after {
-		if s.stamp[k] > epoch {
-			out[k] = v
+	i, _ := slices.BinarySearchFunc(s.log, epoch+1, func(a watchAdd, e uint64) int { return cmp.Compare(a.epoch, e) })
+	for _, a := range s.log[i:] {
+		if s.stamp[a.stream] == a.epoch {
+			out[a.stream] = s.after[a.stream]
 		}
 	}
 	return out, s.epoch, s.added
@@ -129,16 +166,66 @@ func (s *watchSet) fired(streams []string, from map[string]string) []string {
 	return out
 }
 
-func (s *watchSet) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.streams)
+// watchLanes splits the watched streams in two sets, each waited on by
+// its own loop: the main lanes, and the backfill lanes. A flow on the
+// main lanes makes the wait on them return and be issued again at every
+// entry, and an issue costs the server in proportion to the streams it
+// names; the backfill lanes (as many as the main ones, and almost always
+// quiet) are not in it, so the main wait costs half as much, and the
+// backfill wait, which their rare entries alone make return, stays
+// issued. A partition's backfill lanes stay watched while it is active
+// (remove leaves them): entries there wake its worker as they did, and a
+// worker that drains re-adds them unchanged, which restarts nothing. Both
+// waits have the two tiers of waitLoop: the backfill lanes see additions
+// in bulk when many partitions drain at once (a node's start, a backlog),
+// and without the fresh tier each addition restarted the wait over every
+// backfill lane, up to a thousand times a second (BenchmarkRuntimeThroughput:
+// the server's CPU per message rose by 80%).
+type watchLanes struct {
+	main, backfill *watchSet
+	// isBackfill says whether stream is a backfill lane of key.
+	isBackfill func(key, stream string) bool
 }
 
-// waitLoop waits on every watched stream with the broker's EntryWaiter
-// and tells the coordinator which partitions got entries. It waits in two
-// tiers, so that a partition that drains is watched within about a round
-// trip without a wait being issued again over every idle partition:
+func newWatchLanes(isBackfill func(key, stream string) bool) *watchLanes {
+	return &watchLanes{main: newWatchSet(), backfill: newWatchSet(), isBackfill: isBackfill}
+}
+
+// add watches key's streams from the given ids, each in its set.
+func (l *watchLanes) add(key string, after map[string]string) {
+	main := make(map[string]string, len(after))
+	var bf map[string]string
+	for st, id := range after {
+		if l.isBackfill(key, st) {
+			if bf == nil {
+				bf = make(map[string]string, len(after))
+			}
+			bf[st] = id
+			continue
+		}
+		main[st] = id
+	}
+	l.main.add(key, main)
+	if bf != nil {
+		l.backfill.add(key, bf)
+	}
+}
+
+// remove stops watching key's main lanes (its worker reads them).
+func (l *watchLanes) remove(key string) { l.main.remove(key) }
+
+// forget stops watching every lane of key (it is no longer the node's,
+// or parked).
+func (l *watchLanes) forget(key string) {
+	l.main.remove(key)
+	l.backfill.remove(key)
+}
+
+// waitLoop waits on every stream of ws (the main lanes, or the backfill
+// lanes: watchLanes) with the broker's EntryWaiter and tells the
+// coordinator which partitions got entries. It waits in two tiers, so
+// that a partition that drains is watched within about a round trip
+// without a wait being issued again over every idle partition:
 //
 //   - the base wait names every stream watched when it was issued. It is
 //     issued again, with everything watched by then, as soon as it
@@ -146,20 +233,19 @@ func (s *watchSet) len() int {
 //     flow each re-issue takes in what drained meanwhile;
 //   - the fresh wait, beside it, names only the streams (re)added since
 //     the base wait was issued. Additions restart it, at most once per
-//     max(WaitRestart, 10µs x its streams), and at most about 125 times
+//     max(WaitRestart, 10µs x its streams), and at most about 500 times
 //     a second while partitions keep draining (waitRestartStreams): the
 //     server's work for a restart is in proportion to what changed, not
 //     to the whole set.
 //
 // When the fresh wait would name more than a quarter of the base's
-// streams (and more than 64), the base wait is restarted to take them in
-// instead. Streams a wait found entries on leave the set before they are
+// streams (and more than 64), the base wait is restarted to take them in instead. Streams a wait found entries on leave the set before they are
 // reported (watchSet.fired), so the wait issued right after does not find
 // the same entries again; their partitions come back when they drain.
 //
 // Issuing a blocking wait costs the server work in proportion to the
 // streams it names (each is looked up and registered, then unregistered:
-// 1-5µs a stream). While nothing changes the loop costs one blocking call
+// see waitBudget). While nothing changes the loop costs one blocking call
 // per WaitTimeout (two while partitions drained since the base wait);
 // entries cost a re-issue of the wait that found them, as they cost a
 // plain consumer's loop.
@@ -171,7 +257,7 @@ func (s *watchSet) len() int {
 // (TestClusterIdlePartitionsWakeOnEveryMaster). Entries announced by a
 // wake-up signal are still noticed at once; the poll is the safety net
 // for the others.
-func (p *Partitioned) waitLoop(ctx context.Context) {
+func (p *Partitioned) waitLoop(ctx context.Context, ws *watchSet) {
 	defer p.wg.Done()
 	backoff := newBackoff(100*time.Millisecond, p.cfg.WaitTimeout, p.jit)
 	// budget spaces the base wait's issues, restarts the fresh wait's
@@ -179,7 +265,7 @@ func (p *Partitioned) waitLoop(ctx context.Context) {
 	// entries pay for it).
 	var budget, restarts waitBudget
 	for ctx.Err() == nil {
-		base, epoch, added := p.watch.snapshot()
+		base, epoch, added := ws.snapshot()
 		if len(base) == 0 {
 			select {
 			case <-ctx.Done():
@@ -192,11 +278,11 @@ func (p *Partitioned) waitLoop(ctx context.Context) {
 			if !p.sleep(ctx, d) {
 				return
 			}
-			if base, epoch, added = p.watch.snapshot(); len(base) == 0 {
+			if base, epoch, added = ws.snapshot(); len(base) == 0 {
 				continue
 			}
 		}
-		if failed := p.waitTiers(ctx, base, epoch, added, &restarts); failed {
+		if failed := p.waitTiers(ctx, ws, base, epoch, added, &restarts); failed {
 			if !p.sleep(ctx, backoff.next()) {
 				return
 			}
@@ -208,14 +294,22 @@ func (p *Partitioned) waitLoop(ctx context.Context) {
 
 // waitBudget bounds the server time the base wait's issues take under a
 // steady flow, when it returns at every entry: an issue over n streams is
-// counted as n x waitIssueCost (about 4 times what it costs the server,
-// 1-2µs a stream), and issues wait while the count runs ahead of the
-// clock by more than waitBurst. That keeps issuing under about a quarter
-// of a Redis core, and costs no delay at all while entries are sparse.
+// counted as n x waitIssueCost, and issues wait while the count runs
+// ahead of the clock by more than waitBurst. An issue costs the server
+// about 0.35-0.7µs a stream (registering the blocked client on each
+// stream, and unregistering it when one has an entry: INFO commandstats,
+// BenchmarkLatencyRedis, 2,000 and 1,000 streams), so the budget keeps
+// the issues under about half a Redis core, what a plain XREADGROUP loop
+// over the same streams spends at its busiest, and costs no delay at all
+// while entries are sparse. Under a flow that hits the budget, an entry
+// waits for the next issue at most n x waitIssueCost (1 ms for 1,000
+// streams). It was 8µs until the live path: the issues then took up to
+// 16 ms for 2,000 streams, which made the wait itself the largest part
+// of the latency at 500 events/s (docs/decisions/live-reads.md).
 type waitBudget struct{ at time.Time }
 
 const (
-	waitIssueCost = 8 * time.Microsecond
+	waitIssueCost = time.Microsecond
 	waitBurst     = 20 * time.Millisecond
 )
 
@@ -236,10 +330,11 @@ func (b *waitBudget) due(now time.Time) time.Duration {
 
 // waitRestartStreams is what a restart of the fresh wait counts besides
 // its streams, for the round trip that interrupts the running wait and
-// the new wait's call: as much as 1,000 streams (8ms), so that restarts
-// for additions run at most about 125 a second while partitions keep
-// draining (a bulk drain) and at once while they are rare.
-const waitRestartStreams = 1000
+// the new wait's call: as much as 2,000 streams (2ms), so that restarts
+// for additions run at most about 500 a second while partitions keep
+// draining (a bulk drain, or a flow over many partitions) and at once
+// while they are rare.
+const waitRestartStreams = 2000
 
 // waitDone is the end of one wait: the ids it waited from, the streams it
 // found entries on, and whether the loop stopped it (a restart).
@@ -274,7 +369,7 @@ func (w *pendingWait) finish() waitDone {
 
 // reportWait hands the partitions a wait found entries on to the
 // coordinator; failed says the wait failed (not stopped by the loop).
-func (p *Partitioned) reportWait(ctx context.Context, d waitDone) (failed bool) {
+func (p *Partitioned) reportWait(ctx context.Context, ws *watchSet, d waitDone) (failed bool) {
 	if ctx.Err() != nil {
 		return false
 	}
@@ -283,7 +378,7 @@ func (p *Partitioned) reportWait(ctx context.Context, d waitDone) (failed bool) 
 		p.obs.error(ErrorEvent{Subscription: p.cfg.Name, Op: "wait", Err: d.err})
 		return true
 	}
-	if keys := p.watch.fired(d.streams, d.from); len(keys) > 0 {
+	if keys := ws.fired(d.streams, d.from); len(keys) > 0 {
 		p.send(evWake{keys: keys})
 	}
 	return false
@@ -292,7 +387,7 @@ func (p *Partitioned) reportWait(ctx context.Context, d waitDone) (failed bool) 
 // waitTiers runs one base wait on base (the watch set as of epoch), and
 // fresh waits beside it on what is added after, until the base wait
 // returns or must take the fresh streams in. failed: a wait failed.
-func (p *Partitioned) waitTiers(ctx context.Context, base map[string]string, epoch uint64, added <-chan struct{}, restarts *waitBudget) (failed bool) {
+func (p *Partitioned) waitTiers(ctx context.Context, ws *watchSet, base map[string]string, epoch uint64, added <-chan struct{}, restarts *waitBudget) (failed bool) {
 	bw := p.startWait(ctx, base)
 	var (
 		fw        *pendingWait
@@ -308,7 +403,7 @@ func (p *Partitioned) waitTiers(ctx context.Context, base map[string]string, epo
 	}()
 	stopFresh := func() {
 		if fw != nil {
-			failed = p.reportWait(ctx, fw.finish()) || failed
+			failed = p.reportWait(ctx, ws, fw.finish()) || failed
 			fw = nil
 		}
 	}
@@ -325,11 +420,11 @@ func (p *Partitioned) waitTiers(ctx context.Context, base map[string]string, epo
 			return false
 		case d := <-bw.done:
 			stopFresh()
-			return p.reportWait(ctx, d) || failed
+			return p.reportWait(ctx, ws, d) || failed
 		case d := <-freshDone:
 			fw = nil
-			if p.reportWait(ctx, d) {
-				p.reportWait(ctx, bw.finish())
+			if p.reportWait(ctx, ws, d) {
+				p.reportWait(ctx, ws, bw.finish())
 				return true
 			}
 			restart = true // on what is still fresh
@@ -353,18 +448,18 @@ func (p *Partitioned) waitTiers(ctx context.Context, base map[string]string, epo
 		}
 		stopFresh()
 		if failed {
-			p.reportWait(ctx, bw.finish())
+			p.reportWait(ctx, ws, bw.finish())
 			return true
 		}
 		var fresh map[string]string
-		fresh, _, added = p.watch.since(epoch)
+		fresh, _, added = ws.since(epoch)
 		for st, id := range fresh {
 			if base[st] == id {
 				delete(fresh, st) // the base wait covers it as it is
 			}
 		}
 		if len(fresh) > 64 && len(fresh) > len(base)/4 {
-			return p.reportWait(ctx, bw.finish())
+			return p.reportWait(ctx, ws, bw.finish())
 		}
 		freshN = len(fresh)
 		if freshN > 0 {

@@ -61,17 +61,28 @@ type worker struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	lease  *heldLease
+	// hctx is ctx with the lease's check (LeaseTrusted), for the handler.
+	hctx   context.Context
 	slot   bool
+	grown  bool      // growStack ran on the worker's goroutine
 	slotAt time.Time // when the worker took its slot
 	// slotRounds counts the rounds that found entries since then.
 	slotRounds int
 	rd         *slotReader // the slot's pinned reader, while slot (nil: none)
+	// ahead: the worker holds a place on the live path (p.ahead).
+	ahead bool
 	// preTails are the lanes' tails taken with the lease (acquire), for
 	// tails; nil when they were not.
 	preTails map[string]string
+	// prefetch is the first read of the main lanes, taken with the lease
+	// on the live path (liveAcquire); the generation's first round reads
+	// it instead of the lanes.
+	prefetch map[string]broker.ReadResult
 
 	acks      map[string][]string // per stream, ids handled and not yet acked
 	readSince bool                // a message was read since the last wake
+	full      bool                // the last read returned all it asked for
+	readLive  bool                // the last read was on the live path
 	// empty marks lanes that had no entry when the generation began (their
 	// tail was 0-0): rounds skip them until a wake-up says otherwise, so
 	// an unused lane (most backfill lanes) costs no read.
@@ -130,8 +141,14 @@ func (w *worker) handOver() { w.handOnce.Do(func() { close(w.handover) }) }
 func (w *worker) run() (res result) {
 	p := w.p
 	defer w.cancel(nil)
+	defer w.releaseAhead()
 	defer w.releaseSlot()
-	if r, stop := w.takeSlot(); stop {
+	if p.live != nil {
+		// The live path: no slot until there is something to handle.
+		if r, stop := w.takeAhead(); stop {
+			return r
+		}
+	} else if r, stop := w.takeSlot(); stop {
 		return r
 	}
 	start := p.clk.Now()
@@ -152,6 +169,8 @@ func (w *worker) run() (res result) {
 	}
 	w.lease = &heldLease{key: w.key, fence: lease.Fence, gen: lease.Generation, cancel: w.cancel}
 	w.lease.trust.begin(start, p.cfg.TrustWindow)
+	held := w.lease
+	w.hctx = WithLeaseCheck(w.ctx, func() bool { return held.trusted(p.clk.Now()) })
 	p.leases.add(w.lease)
 	defer p.leases.remove(w.lease)
 	p.c.acquired.Add(1)
@@ -186,6 +205,14 @@ func (w *worker) process() result {
 			w.drainedPending[ln.stream] = true
 		}
 	} else {
+		// What a generation that may inherit pending entries or a parked
+		// head does first runs with a slot, as everything did before the
+		// live path (the live acquisition read nothing: only a fresh
+		// generation reads with the lease).
+		w.prefetch = nil
+		if r, stop := w.takeSlot(); stop {
+			return r
+		}
 		if r, done := w.checkParked(); done {
 			return r
 		}
@@ -219,12 +246,13 @@ func (w *worker) process() result {
 		default:
 		}
 		got, r, done := w.round()
+		w.prefetch = nil // the first round's, used or not
 		if done {
 			return r
 		}
 		if got {
 			w.slotRounds++
-			if w.slotRounds > 1 && p.slotWaiters.Load() > 0 && p.clk.Now().Sub(w.slotAt) >= slotQuantum {
+			if w.slot && w.slotRounds > 1 && p.slotWaiters.Load() > 0 && p.clk.Now().Sub(w.slotAt) >= slotQuantum {
 				if r, done := w.yieldSlot(); done {
 					return r
 				}
@@ -460,12 +488,13 @@ func (w *worker) read(ln lane) ([]broker.Message, result, bool) {
 	if w.drainedPending[ln.stream] {
 		mode = broker.ReadNew
 	}
-	msgs, err = w.fencedRead(ln, mode)
+	count := w.readCount()
+	msgs, err = w.fencedRead(ln, mode, count)
 	if err != nil {
 		return nil, w.ioFail("read", err), true
 	}
 	p.c.reads.Add(1)
-	if mode == broker.ReadPending && len(msgs) < p.cfg.BatchSize {
+	if mode == broker.ReadPending && len(msgs) < count {
 		// Short of a full batch: no pending entry is left once these are
 		// handled and acked.
 		w.drainedPending[ln.stream] = true
@@ -473,13 +502,14 @@ func (w *worker) read(ln lane) ([]broker.Message, result, bool) {
 			// Nothing pending: read new entries at once, as
 			// ReadPendingThenNew would have in the same call (the acks,
 			// if any, went with the pending read).
-			msgs, err = w.fencedRead(ln, broker.ReadNew)
+			msgs, err = w.fencedRead(ln, broker.ReadNew, count)
 			if err != nil {
 				return nil, w.ioFail("read", err), true
 			}
 			p.c.reads.Add(1)
 		}
 	}
+	w.full = len(msgs) == count
 	if len(msgs) > 0 {
 		w.readSince = true
 		last := msgs[len(msgs)-1].ID
@@ -490,12 +520,36 @@ func (w *worker) read(ln lane) ([]broker.Message, result, bool) {
 	return msgs, result{}, false
 }
 
-// fencedRead is one fenced read of ln in mode, on the slot's pinned
-// reader when there is one. The last batch's ack rides on it when the
-// broker can (one round trip per batch, under one lease check).
-func (w *worker) fencedRead(ln lane, mode broker.ReadMode) ([]broker.Message, error) {
+// readCount is how many entries the worker's next read asks for: a
+// batch, or on the live path (no slot) at most liveBatch.
+func (w *worker) readCount() int {
+	if w.p.live != nil && !w.slot {
+		return min(w.p.cfg.BatchSize, liveBatch)
+	}
+	return w.p.cfg.BatchSize
+}
+
+// fencedRead is one fenced read of up to count entries of ln in mode, on
+// the live path when the worker has no slot, on the slot's pinned reader
+// when there is one. The last batch's ack rides on it when the broker can
+// (one round trip per batch, under one lease check).
+func (w *worker) fencedRead(ln lane, mode broker.ReadMode, count int) ([]broker.Message, error) {
 	p := w.p
+	w.readLive = p.live != nil && !w.slot
+	if pre, ok := w.prefetch[ln.stream]; ok {
+		delete(w.prefetch, ln.stream)
+		return pre.Messages, pre.Err
+	}
 	ack := w.acks[ln.stream]
+	if w.readLive {
+		res := w.liveRead(broker.FencedRead{Fence: w.lease.fence, Stream: ln.stream, Group: p.cfg.Name,
+			Ack: ack, Count: int64(count), Mode: mode})
+		if res.Err == nil && len(ack) > 0 {
+			p.c.acks.Add(1)
+			delete(w.acks, ln.stream)
+		}
+		return res.Messages, res.Err
+	}
 	var ar broker.AckReader
 	switch {
 	case w.rd != nil:
@@ -504,9 +558,9 @@ func (w *worker) fencedRead(ln lane, mode broker.ReadMode) ([]broker.Message, er
 		ar = p.ackReader
 	}
 	if ar == nil {
-		return p.cfg.Broker.ReadPartitionFenced(w.ctx, w.lease.fence, ln.stream, p.cfg.Name, int64(p.cfg.BatchSize), mode)
+		return p.cfg.Broker.ReadPartitionFenced(w.ctx, w.lease.fence, ln.stream, p.cfg.Name, int64(count), mode)
 	}
-	msgs, err := ar.AckAndReadPartitionFenced(w.ctx, w.lease.fence, ln.stream, p.cfg.Name, ack, int64(p.cfg.BatchSize), mode)
+	msgs, err := ar.AckAndReadPartitionFenced(w.ctx, w.lease.fence, ln.stream, p.cfg.Name, ack, int64(count), mode)
 	if err == nil && len(ack) > 0 {
 		p.c.acks.Add(1)
 		delete(w.acks, ln.stream)
@@ -532,6 +586,9 @@ func newer(a, b string) bool {
 // messages acks what was handled and leaves the rest pending for the next
 // owner.
 func (w *worker) handleBatch(ln lane, msgs []broker.Message) (result, bool) {
+	if r, stop := w.takeSlot(); stop { // on the live path, read without one
+		return r, true
+	}
 	// One allocation for the batch's acks rather than one per doubling.
 	w.acks[ln.stream] = slices.Grow(w.acks[ln.stream], len(msgs))
 	for i, m := range msgs {
@@ -558,6 +615,15 @@ func (w *worker) handleBatch(ln lane, msgs []broker.Message) (result, bool) {
 				return r, true
 			}
 		}
+	}
+	if w.readLive && !w.full {
+		// Most likely drained: the next read, which acks this batch, goes
+		// on the live path with the other partitions', and the slot to
+		// whoever has something to handle. After a full batch (a backlog)
+		// the worker keeps its slot and reads on the pinned reader, the
+		// backlog's last, short batch too: its ack rides on a transaction
+		// there, where a script would take the ids through Lua.
+		w.releaseSlot()
 	}
 	if w.p.ackReader != nil {
 		// Acked by the lane's next read (AckAndReadPartitionFenced), which
@@ -605,6 +671,12 @@ func (w *worker) handle(ln lane, m broker.Message) (result, bool) {
 			// The lease went (or the node stops hard) while the handler
 			// ran: its failure says nothing about the message.
 			return w.ctxResult(), true
+		}
+		if !w.lease.trusted(p.clk.Now()) {
+			// The same, noticed here first (a handler that saw it through
+			// LeaseTrusted and stopped).
+			w.lease.lose(errUntrusted)
+			return w.lostResult(), true
 		}
 		var wait time.Duration
 		switch Classify(err) {
@@ -681,7 +753,7 @@ func (w *worker) call(ln lane, m broker.Message, attempt int) (err error) {
 			Position: m.ID, Attempt: attempt, Duration: p.clk.Now().Sub(start), Err: err, Class: class,
 		})
 	}()
-	return p.cfg.Handler.Handle(w.ctx, msg)
+	return p.cfg.Handler.Handle(w.hctx, msg)
 }
 
 // park records the failing head in the ledger (fenced) and releases the
@@ -814,6 +886,7 @@ func (w *worker) drained() (result, bool) {
 	w.readSince = false
 	w.fromWaiter.Store(false)
 	w.releaseSlot()
+	w.releaseAhead()
 
 	idleAt := p.clk.Now().Add(p.cfg.IdleAfter)
 	for {
@@ -835,7 +908,11 @@ func (w *worker) drained() (result, bool) {
 			t.Stop()
 			clear(w.empty)
 			p.watch.remove(w.key)
-			if r, stop := w.takeSlot(); stop {
+			if p.live != nil {
+				if r, stop := w.takeAhead(); stop {
+					return r, true
+				}
+			} else if r, stop := w.takeSlot(); stop {
 				return r, true
 			}
 			return result{}, false
@@ -949,25 +1026,36 @@ func (w *worker) takeSlot() (result, bool) {
 	p := w.p
 	select {
 	case p.sem <- struct{}{}:
-		w.slot = true
-		w.slotAt, w.slotRounds = p.clk.Now(), 0
-		w.rd = p.takeReader()
-		growStack()
-		return result{}, false
 	default:
+		p.slotWaiters.Add(1)
+		r, stop := w.take(p.sem)
+		p.slotWaiters.Add(-1)
+		if stop {
+			return r, true
+		}
 	}
-	p.slotWaiters.Add(1)
-	defer p.slotWaiters.Add(-1)
-	select {
-	case p.sem <- struct{}{}:
-		w.slot = true
-		w.slotAt, w.slotRounds = p.clk.Now(), 0
-		w.rd = p.takeReader()
+	w.slot = true
+	w.slotAt, w.slotRounds = p.clk.Now(), 0
+	w.rd = p.takeReader()
+	if !w.grown {
+		// Once per worker: on the live path a worker takes a slot for
+		// every batch it handles.
+		w.grown = true
 		growStack()
+	}
+	return result{}, false
+}
+
+// take waits for a place in sem (a worker slot, a place on the live
+// path). stop means the worker must end instead: handed over, stopping,
+// or its context done (its lease, if any, released).
+func (w *worker) take(sem chan<- struct{}) (result, bool) {
+	select {
+	case sem <- struct{}{}:
 		return result{}, false
 	case <-w.handover:
 		return w.release(result{kind: resHandedOff}, "handover"), true
-	case <-p.stopping:
+	case <-w.p.stopping:
 		return w.release(result{kind: resStopped}, "stop"), true
 	case <-w.ctx.Done():
 		return w.ctxResult(), true

@@ -31,7 +31,7 @@ type Suite struct {
 // StreamPartitioning, in the order Run runs them.
 func Cases() []Case {
 	var all []Case
-	for _, group := range [][]Case{indexCases, leaseCases, consumeCases, consumerCases, ackReadCases, reapCases, reapLeaseCases, trimCases, inputCases, raceCases} {
+	for _, group := range [][]Case{indexCases, leaseCases, consumeCases, consumerCases, ackReadCases, batchCases, reapCases, reapLeaseCases, trimCases, inputCases, raceCases} {
 		all = append(all, group...)
 	}
 	return all

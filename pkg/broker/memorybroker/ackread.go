@@ -3,6 +3,7 @@ package memorybroker
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
 )
@@ -24,6 +25,18 @@ func (b *Broker) AckAndReadPartitionFenced(ctx context.Context, f broker.Fence, 
 	if err := b.begin(ctx, "AckAndReadPartitionFenced"); err != nil {
 		return nil, err
 	}
+	parsed, err := b.checkAckRead(op, f, streamKey, groupName, ack, count, mode)
+	if err != nil {
+		return nil, err
+	}
+	now := b.lock()
+	defer b.mu.Unlock()
+	return b.ackReadLocked(op, f, streamKey, groupName, parsed, count, mode, now)
+}
+
+// checkAckRead checks AckAndReadPartitionFenced's arguments and parses
+// the ids to ack.
+func (b *Broker) checkAckRead(op string, f broker.Fence, streamKey, groupName string, ack []string, count int64, mode broker.ReadMode) ([]broker.StreamID, error) {
 	if err := firstErr(
 		validFence(op, f),
 		nonEmpty(op, "stream", streamKey),
@@ -44,8 +57,12 @@ func (b *Broker) AckAndReadPartitionFenced(ctx context.Context, f broker.Fence, 
 		parsed[i] = id
 	}
 
-	now := b.lock()
-	defer b.mu.Unlock()
+	return parsed, nil
+}
+
+// ackReadLocked is AckAndReadPartitionFenced's step, with the lock held
+// and the arguments checked.
+func (b *Broker) ackReadLocked(op string, f broker.Fence, streamKey, groupName string, parsed []broker.StreamID, count int64, mode broker.ReadMode, now time.Time) ([]broker.Message, error) {
 	s, err := b.streamAt(op, streamKey, now)
 	if err != nil {
 		return nil, err

@@ -32,6 +32,11 @@ func (b *Broker) AcquirePartitionLease(ctx context.Context, leaseKey, generation
 
 	now := b.lock()
 	defer b.mu.Unlock()
+	return b.acquireLocked(op, leaseKey, generationKey, owner, ttl, now)
+}
+
+// acquireLocked is AcquirePartitionLease's step, with the lock held.
+func (b *Broker) acquireLocked(op, leaseKey, generationKey, owner string, ttl time.Duration, now time.Time) (broker.Lease, bool, error) {
 	lease, err := b.stringAt(op, leaseKey, now)
 	if err != nil {
 		return broker.Lease{}, false, err

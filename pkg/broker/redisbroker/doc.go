@@ -1,5 +1,6 @@
 // Package redisbroker implements broker.PartitionedBroker,
-// broker.PartitionWatcher and broker.AckReader on Redis Streams, over any
+// broker.PartitionWatcher, broker.AckReader, broker.BatchReader and
+// broker.BatchAcquirer on Redis Streams, over any
 // redis.UniversalClient, in the key layout of broker.Layout (Protean's by
 // default, so protctl reads and repairs what Protean wrote).
 //
@@ -25,6 +26,9 @@
 //	ack.lua         lease == token? XACK of all ids
 //	ackread.lua     lease == token? XACK of the handled batch, then read.lua's
 //	                read (both compose readlib.lua)
+//	acquireread.lua acquire.lua, then XREVRANGE + - COUNT 1 of the lanes,
+//	                then, at the generation asked for, read.lua's "new"
+//	                read of the main lanes (BatchAcquirer)
 //	reclaim.lua     lease == token? one XAUTOCLAIM ... JUSTID batch; the
 //	                last one also deletes every other consumer of the
 //	                group without pending entries (XINFO CONSUMERS,
@@ -40,6 +44,10 @@
 //	reaplanes.lua   cluster layout: every lane drained and cold? DEL lanes
 //	append.lua      cluster layout: XADD
 //	record.lua      cluster layout: SADD index, PUBLISH wake channel
+//
+// The batches of BatchReader and BatchAcquirer (AckAndReadPartitionsFenced,
+// AcquirePartitionLeases) are pipelines of these scripts, one per
+// partition, each its own atomic step, on one connection (batch.go).
 //
 // The fenced reads of one id, ReadPending and ReadNew, alone or with the
 // ack of AckAndReadPartitionFenced, are the exception: on a single node or

@@ -5,20 +5,21 @@ import "github.com/redis/go-redis/v9"
 // Scripts are every script of the package, by name, for tests that load
 // them ahead of time or check that each one was exercised.
 var Scripts = map[string]*redis.Script{
-	"acquire":    acquireScript,
-	"renew":      renewScript,
-	"release":    releaseScript,
-	"read":       readScript,
-	"ack":        ackScript,
-	"ackread":    ackReadScript,
-	"reclaim":    reclaimScript,
-	"deadletter": deadLetterScript,
-	"trim":       trimScript,
-	"reap":       reapScript,
-	"reaplanes":  reapLanesScript,
-	"publish":    publishScript,
-	"append":     appendScript,
-	"record":     recordScript,
+	"acquire":     acquireScript,
+	"acquireread": acquireReadScript,
+	"renew":       renewScript,
+	"release":     releaseScript,
+	"read":        readScript,
+	"ack":         ackScript,
+	"ackread":     ackReadScript,
+	"reclaim":     reclaimScript,
+	"deadletter":  deadLetterScript,
+	"trim":        trimScript,
+	"reap":        reapScript,
+	"reaplanes":   reapLanesScript,
+	"publish":     publishScript,
+	"append":      appendScript,
+	"record":      recordScript,
 }
 
 // SetBetweenTx makes fn run between the two round trips of every fenced

@@ -24,6 +24,8 @@ var (
 	libLua string
 	//go:embed acquire.lua
 	acquireLua string
+	//go:embed acquireread.lua
+	acquireReadLua string
 	//go:embed renew.lua
 	renewLua string
 	//go:embed release.lua
@@ -60,6 +62,7 @@ var (
 
 var (
 	acquireScript     = newScript(acquireLua)
+	acquireReadScript = newScript(readLibLua, acquireReadLua)
 	renewScript       = newScript(renewLua)
 	releaseScript     = newScript(releaseLua)
 	readScript        = newScript(readLibLua, readLua)

@@ -32,27 +32,38 @@ func (h *scriptKeys) DialHook(next redis.DialHook) redis.DialHook { return next 
 
 func (h *scriptKeys) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if name := cmd.Name(); (name == "evalsha" || name == "eval") && len(args) >= 3 {
-			n, _ := strconv.Atoi(fmt.Sprint(args[2]))
-			keys := make([]string, 0, n)
-			for _, k := range args[3 : 3+n] {
-				keys = append(keys, fmt.Sprint(k))
-			}
-			sha := fmt.Sprint(args[1])
-			if name == "eval" {
-				sha = fmt.Sprintf("%x", sha1.Sum([]byte(sha)))
-			}
-			h.mu.Lock()
-			h.keys = append(h.keys, scriptCall{sha: sha, keys: keys})
-			h.mu.Unlock()
-		}
+		h.record(cmd)
 		return next(ctx, cmd)
 	}
 }
 
+// ProcessPipelineHook records the scripts of a pipeline (the live path's
+// batches).
 func (h *scriptKeys) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.record(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *scriptKeys) record(cmd redis.Cmder) {
+	args := cmd.Args()
+	if name := cmd.Name(); (name == "evalsha" || name == "eval") && len(args) >= 3 {
+		n, _ := strconv.Atoi(fmt.Sprint(args[2]))
+		keys := make([]string, 0, n)
+		for _, k := range args[3 : 3+n] {
+			keys = append(keys, fmt.Sprint(k))
+		}
+		sha := fmt.Sprint(args[1])
+		if name == "eval" {
+			sha = fmt.Sprintf("%x", sha1.Sum([]byte(sha)))
+		}
+		h.mu.Lock()
+		h.keys = append(h.keys, scriptCall{sha: sha, keys: keys})
+		h.mu.Unlock()
+	}
 }
 
 func (h *scriptKeys) take() []scriptCall {
@@ -207,6 +218,21 @@ func exercise(t *testing.T, b *redisbroker.Broker, l broker.Layout, category, k,
 	_, err = b.Trim(ctx, main, 1)
 	must("trim", err)
 	_, err = b.ReleasePartitionLease(ctx, f)
+	must("release", err)
+	// The live path's batches: an acquisition that reads, and an
+	// ack-and-read.
+	g := b.AcquirePartitionLeases(ctx, []broker.LeaseRequest{{
+		LeaseKey: l.LeaseKey(grp, k), GenerationKey: l.GenerationKey(grp, k), Owner: owner, TTL: time.Minute,
+		Tails: []string{main, bf}, ReadAtGeneration: lease.Generation + 1, Group: grp, Read: []string{main}, Count: 10,
+	}})[0]
+	must("batch acquire", g.Err)
+	if !g.Acquired || len(g.Read) != 1 {
+		t.Fatalf("batch acquire: %+v", g)
+	}
+	r := b.AckAndReadPartitionsFenced(ctx, []broker.FencedRead{{Fence: g.Lease.Fence, Stream: main, Group: grp,
+		Ack: msgIDs(g.Read[0].Messages), Count: 10, Mode: broker.ReadNew}})[0]
+	must("batch ack and read", r.Err)
+	_, err = b.ReleasePartitionLease(ctx, g.Lease.Fence)
 	must("release", err)
 	res, err = b.ReapPartition(ctx, category, k, 0, "")
 	must("reap", err)

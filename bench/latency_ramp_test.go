@@ -1,0 +1,278 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/internal/testenv"
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/runtime"
+)
+
+// rampSearch finds the highest rate a consumer keeps up with: doubling
+// from a start rate until a rate fails (or halving until one passes),
+// then bisecting between the highest rate that passed and the lowest
+// that failed.
+type rampSearch struct {
+	good, bad int // highest rate kept up with, lowest not (0: none yet)
+	bisects   int // bisection steps left
+	min, max  int
+	next      int
+}
+
+func newRampSearch(start, minRate, maxRate, bisects int) *rampSearch {
+	return &rampSearch{next: start, min: minRate, max: maxRate, bisects: bisects}
+}
+
+// done says the search is over; good is then the answer (0: even min
+// failed).
+func (r *rampSearch) done() bool { return r.next == 0 }
+
+// record takes the outcome of a probe at r.next and picks the next rate.
+func (r *rampSearch) record(ok bool) {
+	rate := r.next
+	if ok {
+		r.good = rate
+	} else {
+		r.bad = rate
+	}
+	switch {
+	case r.bad == 0: // doubling
+		if rate >= r.max {
+			r.next = 0
+			return
+		}
+		r.next = min(2*rate, r.max)
+	case r.good == 0: // halving
+		if rate <= r.min {
+			r.next = 0
+			return
+		}
+		r.next = max(rate/2, r.min)
+	default: // bisecting
+		mid := (r.good + r.bad) / 2
+		if r.bisects == 0 || mid == r.good || mid == r.bad {
+			r.next = 0
+			return
+		}
+		r.bisects--
+		r.next = mid
+	}
+}
+
+// rampProbe is one probe: a consumer at one rate.
+type rampProbe struct {
+	rate      int
+	published float64 // the rate the publisher reached
+	backlog   int     // events not handled when the last one was published
+	halfway   int     // the same halfway through the window
+	res       latResult
+	ok        bool
+}
+
+func (p rampProbe) String() string {
+	verdict := "kept up"
+	if !p.ok {
+		verdict = "fell behind"
+	}
+	return fmt.Sprintf("%d/s (published %.0f/s): backlog %d halfway, %d at the end, %s; %s", p.rate, p.published, p.halfway, p.backlog, verdict, p.res)
+}
+
+// BenchmarkSustainableRateRedis finds the highest rate at which the
+// runtime (a Node at the production defaults, an in-process handler)
+// keeps up, and the same for the plain XREADGROUP loop of
+// BenchmarkLatencyRedis, each consuming alone (the two searches alternate
+// probes, so that both see the same machine). The events go to 1,000
+// keys that exist before and are idle (no lease): half of them to a key
+// drawn uniformly, half Zipf-skewed (s=1.1), written as Protean writes
+// them. A consumer keeps up at a rate when its backlog (events written
+// and not handled) did not grow over the second half of the window
+// (PROTCTL_BENCH_RAMP_WINDOW, default 4s) by more than max(100, rate/20)
+// events, and is at most a second of flow when the last event is
+// published: a consumer slower than the flow by 2.5% or more grows its
+// backlog by more than that in 2 s, and one that keeps up holds about its
+// latency's worth, whatever the latency. When the publisher reaches less
+// than 90% of the rate (it shares the machine with the consumer) and the
+// consumer kept up, the rate it reached is the consumer's "at least", and
+// the search ends there.
+//
+// The search doubles from PROTCTL_BENCH_RAMP_START (default 1000/s) up to
+// PROTCTL_BENCH_RAMP_MAX (default 64000/s), then bisects
+// PROTCTL_BENCH_RAMP_BISECTS times (default 4). A search that reaches
+// the maximum, or whose publisher cannot reach a rate, stops there and
+// says so. Reported: each consumer's highest rate and the ratio
+// runtime/plain (target >= 0.8), with every probe in the log (and on
+// stderr as it ends).
+//
+//	go test -run '^$' -bench BenchmarkSustainableRateRedis -benchtime 1x -timeout 30m ./bench/
+func BenchmarkSustainableRateRedis(b *testing.B) {
+	ctx := context.Background()
+	srv := testenv.StartRedis(b)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	window := rtEnvDuration(b, "PROTCTL_BENCH_RAMP_WINDOW", 4*time.Second)
+	start := rtEnvInt(b, "PROTCTL_BENCH_RAMP_START", 1000)
+	maxRate := rtEnvInt(b, "PROTCTL_BENCH_RAMP_MAX", 64000)
+	bisects := rtEnvInt(b, "PROTCTL_BENCH_RAMP_BISECTS", 4)
+	for i := 0; i < b.N; i++ {
+		load0 := loadAverage()
+		searches := map[string]*rampSearch{
+			"plain":   newRampSearch(start, 50, maxRate, bisects),
+			"runtime": newRampSearch(start, 50, maxRate, bisects),
+		}
+		capped := map[string]bool{}
+		probes := map[string][]string{}
+		rng := rand.New(rand.NewPCG(3, 4))
+		for !searches["plain"].done() || !searches["runtime"].done() {
+			for _, who := range []string{"plain", "runtime"} {
+				s := searches[who]
+				if s.done() {
+					continue
+				}
+				p := rampRun(ctx, b, srv, admin, who == "runtime", s.next, window, rng)
+				// Every probe on stderr as it ends (a benchmark's log
+				// keeps its first 10 lines only).
+				fmt.Fprintf(os.Stderr, "ramp: %s %s\n", who, p)
+				verdict := "ok"
+				if !p.ok {
+					verdict = "behind"
+				}
+				probes[who] = append(probes[who], fmt.Sprintf("%d %s (p99 %.0f ms)", p.rate, verdict, float64(p.res.p99)/1e6))
+				if p.published < 0.9*float64(p.rate) && p.ok {
+					// The publisher (sharing the machine with the
+					// consumer) could not go faster: the consumer kept up
+					// with what it reached, its limit above is not known.
+					capped[who] = true
+					s.good = max(s.good, int(p.published))
+					s.next = 0
+					continue
+				}
+				s.record(p.ok)
+			}
+		}
+		plain, rt := searches["plain"].good, searches["runtime"].good
+		note := func(who string) string {
+			switch {
+			case capped[who]:
+				return " (at least: the publisher could not go faster)"
+			case searches[who].good >= maxRate:
+				return " (at least: PROTCTL_BENCH_RAMP_MAX)"
+			}
+			return ""
+		}
+		ratio := 0.0
+		if plain > 0 {
+			ratio = float64(rt) / float64(plain)
+		}
+		verdict := "NOT met"
+		if ratio >= 0.8 {
+			verdict = "met"
+		}
+		b.ReportMetric(float64(plain), "plain-max/s")
+		b.ReportMetric(float64(rt), "runtime-max/s")
+		b.ReportMetric(ratio, "ratio")
+		b.Logf("highest rate kept up with: plain %d/s%s, runtime %d/s%s; runtime/plain %.2f (target >= 0.8: %s); load average %s -> %s\n"+
+			"  plain probes:   %s\n  runtime probes: %s",
+			plain, note("plain"), rt, note("runtime"), ratio, verdict, load0, loadAverage(),
+			strings.Join(probes["plain"], ", "), strings.Join(probes["runtime"], ", "))
+	}
+}
+
+// rampRun runs one consumer alone at rate for window over the ramp's
+// keys, and judges whether it kept up.
+func rampRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis.Client, useRuntime bool, rate int, window time.Duration, rng *rand.Rand) rampProbe {
+	b.Helper()
+	if err := admin.FlushAll(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	const (
+		category   = "ramp::order"
+		plainGroup = "plain.Consumer"
+		nkeys      = 1000
+	)
+	l := broker.ProteanLayout
+	events := max(1, int(float64(rate)*window.Seconds()))
+	zipf := rand.NewZipf(rng, 1.1, 1, nkeys-1)
+	keys := make([]string, events)
+	for i := range keys {
+		if rng.IntN(2) == 0 {
+			keys[i] = rtKey(rng.IntN(nkeys))
+		} else {
+			keys[i] = rtKey(int(zipf.Uint64()))
+		}
+	}
+	streams := make([]string, nkeys)
+	pipe := admin.Pipeline()
+	for p := range nkeys {
+		streams[p] = l.Stream(category, rtKey(p))
+		pipe.SAdd(ctx, l.IndexKey(category), rtKey(p))
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: streams[p], Values: []string{broker.DataField, latEnvelope(events+p, 0)}})
+		if !useRuntime {
+			pipe.XGroupCreate(ctx, streams[p], plainGroup, "0")
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		b.Fatal(err)
+	}
+	rec := newLatRecorder(events)
+	if useRuntime {
+		h := runtime.HandlerFunc(func(_ context.Context, m runtime.Message) error {
+			rec.record(m.Data)
+			return nil
+		})
+		n, sub, _, rc := rtNode(b, srv.Addr, "node-1", category, h, nil, nil)
+		defer rtStop(b, n, rc, time.Minute)
+		rtWait(b, time.Minute, 10*time.Millisecond, "the existing keys handled", func() bool { return rec.n.Load() >= nkeys })
+		rtWait(b, time.Minute, 50*time.Millisecond, "the existing keys idle without a lease", func() bool {
+			st := sub.Status()
+			return len(st.Held) == 0 && st.Counters[runtime.CounterWatched] == nkeys
+		})
+	} else {
+		pc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		defer pc.Close()
+		pctx, pcancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := latPlain(pctx, pc, streams, plainGroup, rec.record); err != nil {
+				b.Error(err)
+			}
+		}()
+		defer func() { pcancel(); wg.Wait() }()
+		rtWait(b, time.Minute, 10*time.Millisecond, "the existing keys handled", func() bool { return rec.n.Load() >= nkeys })
+	}
+	pub := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer pub.Close()
+	// The backlog (written, not handled) halfway through the window and
+	// at its end.
+	var sent atomic.Int64
+	half := make(chan int, 1)
+	go func() {
+		time.Sleep(window / 2)
+		// sent is stored after each pipeline's reply: the consumer may
+		// have handled some of the pipeline being sent.
+		half <- max(0, int(sent.Load())-int(rec.n.Load()-nkeys))
+	}()
+	took := latPublishCounted(ctx, b, pub, category, keys, rate, &sent)
+	p := rampProbe{rate: rate, published: float64(events) / took.Seconds()}
+	p.backlog = events - int(rec.n.Load()-nkeys)
+	p.halfway = <-half
+	p.ok = p.backlog-p.halfway <= max(100, rate/20) && p.backlog <= rate
+	// Let it finish (bounded), for its latency figures.
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) && rec.n.Load() < int64(nkeys+events) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.res = latResultOf(rec)
+	return p
+}

@@ -1,0 +1,38 @@
+package main
+
+import (
+	goruntime "runtime"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/internal/nodeconfig"
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+// The node's Redis pool holds what its subscriptions need besides the
+// half that workers reading backlogs may pin (per Redis subscription, up
+// to four blocking waits, the live path's two round trips and a spare),
+// unless redis.url sets pool_size, which wins.
+func TestRunNodePoolSize(t *testing.T) {
+	cfg := &nodeconfig.Config{Subscriptions: []nodeconfig.Subscription{
+		{Redis: &nodeconfig.RedisSource{}}, {Redis: &nodeconfig.RedisSource{}}, {Kafka: &nodeconfig.KafkaSource{}},
+	}}
+	want := max(10*goruntime.GOMAXPROCS(0), 2*(7*2+16))
+	if got := nodePoolSize(cfg); got != want {
+		t.Fatalf("pool for two Redis subscriptions = %d, want %d", got, want)
+	}
+	for _, tc := range []struct {
+		url  string
+		want int
+	}{{"redis://127.0.0.1:1/0", 60}, {"redis://127.0.0.1:1/0?pool_size=7", 7}} {
+		c, err := nodeRedisClient(nodeconfig.Redis{URL: tc.url}, broker.ProteanLayout, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.(*redis.Client).Options().PoolSize; got != tc.want {
+			t.Errorf("%s: pool %d, want %d", tc.url, got, tc.want)
+		}
+		_ = c.Close()
+	}
+}

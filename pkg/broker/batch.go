@@ -1,0 +1,90 @@
+package broker
+
+import (
+	"context"
+	"time"
+)
+
+// FencedRead is one read of a BatchReader batch: the arguments of
+// AckReader.AckAndReadPartitionFenced.
+type FencedRead struct {
+	Fence  Fence
+	Stream string
+	Group  string
+	Ack    []string
+	Count  int64
+	Mode   ReadMode
+}
+
+// ReadResult is the outcome of one FencedRead (or of one lane read with a
+// LeaseRequest): what AckAndReadPartitionFenced would have returned.
+type ReadResult struct {
+	Messages []Message
+	Err      error
+}
+
+// BatchReader is an optional capability (found by type assertion): the
+// fenced ack-and-reads of many partitions in one round trip. Each read is
+// an atomic step of its own, under its own lease check, exactly as
+// AckAndReadPartitionFenced: a stale fence changes nothing of its read and
+// nothing of the others'. It is how a node that many partitions woke at
+// once reads them all for the price of one round trip.
+type BatchReader interface {
+	// AckAndReadPartitionsFenced runs each read as
+	// AckAndReadPartitionFenced would and returns their outcomes in the
+	// same order. A transport failure fails every read whose reply was
+	// not read.
+	AckAndReadPartitionsFenced(ctx context.Context, reads []FencedRead) []ReadResult
+}
+
+// LeaseRequest is one acquisition of a BatchAcquirer batch:
+// AcquirePartitionLease's arguments, the lanes whose newest ids to take
+// with the lease and, optionally, a first read under the new lease.
+type LeaseRequest struct {
+	LeaseKey      string
+	GenerationKey string
+	Owner         string
+	TTL           time.Duration
+	// Tails are streams whose newest entry ids are taken right after the
+	// lease, in the same atomic step ("0-0" for a missing or empty
+	// stream, as LastEntryIDs): every read under the lease comes after.
+	Tails []string
+	// ReadAtGeneration, when not 0, asks for a first read of Read's
+	// streams for Group (never-delivered entries, up to Count each, as
+	// ReadPartitionFenced in ReadNew mode) in the same atomic step, but
+	// only when the generation granted is exactly ReadAtGeneration: the
+	// one at which the caller knows that nobody else held the lease since
+	// it last released it with nothing pending, so that nothing older
+	// than the new entries can be pending.
+	ReadAtGeneration int64
+	Group            string
+	Read             []string
+	Count            int64
+}
+
+// LeaseGrant is the outcome of one LeaseRequest.
+type LeaseGrant struct {
+	Lease    Lease
+	Acquired bool // false (and no Err): the lease is held by someone
+	// Tails maps each of Tails to its newest id; nil when the lease was
+	// not acquired.
+	Tails map[string]string
+	// Read holds the first read of each of Read's streams, in order, when
+	// it was done (the generation granted was ReadAtGeneration); nil
+	// otherwise.
+	Read []ReadResult
+	Err  error
+}
+
+// BatchAcquirer is an optional capability (found by type assertion): many
+// partitions' lease acquisitions in one round trip, each an atomic step
+// of its own (the acquisition, its tails and its first read together), as
+// AcquirePartitionLease followed by LastEntryIDs and ReadPartitionFenced
+// under the new lease.
+type BatchAcquirer interface {
+	// AcquirePartitionLeases runs each request and returns their
+	// outcomes in the same order. An acquisition whose reply was not read
+	// (a transport failure) reports the error; whether it took the lease
+	// is unknown, and a lease it took expires with its TTL.
+	AcquirePartitionLeases(ctx context.Context, reqs []LeaseRequest) []LeaseGrant
+}

@@ -1,0 +1,191 @@
+package brokertest
+
+import (
+	"errors"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+// batchReader returns the target as a broker.BatchReader, skipping the
+// case when the adapter does not offer the optional capability.
+func (s *Suite) batchReader(t *testing.T) broker.BatchReader {
+	t.Helper()
+	br, ok := s.B.(broker.BatchReader)
+	if !ok {
+		t.Skip("the adapter does not implement broker.BatchReader")
+	}
+	return br
+}
+
+// batchAcquirer returns the target as a broker.BatchAcquirer, skipping
+// the case when the adapter does not offer the optional capability.
+func (s *Suite) batchAcquirer(t *testing.T) broker.BatchAcquirer {
+	t.Helper()
+	ba, ok := s.B.(broker.BatchAcquirer)
+	if !ok {
+		t.Skip("the adapter does not implement broker.BatchAcquirer")
+	}
+	return ba
+}
+
+// leaseRequest asks for k's lease as o, with k's main and backfill lanes
+// tailed and, at generation gen (0: none), k's main lane read.
+func (s *Suite) leaseRequest(k, o string, gen int64) broker.LeaseRequest {
+	return broker.LeaseRequest{
+		LeaseKey: s.L.LeaseKey(group, k), GenerationKey: s.L.GenerationKey(group, k), Owner: o, TTL: long,
+		Tails:            []string{s.stream(k), s.backfill(k)},
+		ReadAtGeneration: gen, Group: group, Read: []string{s.stream(k)}, Count: 10,
+	}
+}
+
+var batchCases = []Case{
+	{"BatchReadsAreEachFenced", func(t *testing.T, s *Suite) {
+		br := s.batchReader(t)
+		keys := []string{"b-1", "b-2", "b-3"}
+		pub := map[string][]string{}
+		var leases []broker.Lease
+		for _, k := range keys {
+			pub[k] = s.publish(t, k, "", 3)
+			ttl := long
+			if k == "b-2" {
+				ttl = 50 * time.Millisecond
+			}
+			leases = append(leases, s.acquire(t, k, owner, ttl))
+		}
+		s.Advance(120 * time.Millisecond) // b-2's owner paused past its TTL
+		cur := s.acquire(t, "b-2", "node-b", long)
+		reads := make([]broker.FencedRead, len(keys))
+		for i, k := range keys {
+			reads[i] = broker.FencedRead{Fence: leases[i].Fence, Stream: s.stream(k), Group: group, Count: 10, Mode: broker.ReadNew}
+		}
+		res := br.AckAndReadPartitionsFenced(s.Ctx, reads)
+		if len(res) != len(reads) {
+			t.Fatalf("%d results for %d reads", len(res), len(reads))
+		}
+		for i, k := range keys {
+			if k == "b-2" {
+				wantLeaseLost(t, "batch read", res[i].Err)
+				continue
+			}
+			if res[i].Err != nil || !slices.Equal(ids(res[i].Messages), pub[k]) {
+				t.Fatalf("batch read of %s = %v, %v; want %v", k, ids(res[i].Messages), res[i].Err, pub[k])
+			}
+		}
+		// The stale read read nothing: the new owner reads every entry.
+		if got := s.read(t, cur.Fence, s.stream("b-2"), 10, broker.ReadNew); !slices.Equal(ids(got), pub["b-2"]) {
+			t.Fatalf("new entries of b-2 after the stale batch read = %v, want %v", ids(got), pub["b-2"])
+		}
+		// The others' acks ride on the next batch read, each under its
+		// own fence; the stale one acks nothing.
+		for i, k := range keys {
+			reads[i].Ack = pub[k]
+		}
+		res = br.AckAndReadPartitionsFenced(s.Ctx, reads)
+		for i, k := range keys {
+			if k == "b-2" {
+				wantLeaseLost(t, "batch ack and read", res[i].Err)
+				continue
+			}
+			if res[i].Err != nil || len(res[i].Messages) != 0 {
+				t.Fatalf("batch ack and read of %s = %v, %v; want nothing", k, ids(res[i].Messages), res[i].Err)
+			}
+			if p := s.read(t, leases[i].Fence, s.stream(k), 10, broker.ReadPending); len(p) != 0 {
+				t.Fatalf("%s: %v still pending after the batch acked them", k, ids(p))
+			}
+		}
+		if p := s.read(t, cur.Fence, s.stream("b-2"), 10, broker.ReadPending); !slices.Equal(ids(p), pub["b-2"]) {
+			t.Fatalf("b-2 pending for its owner = %v, want %v (the stale ack must not touch them)", ids(p), pub["b-2"])
+		}
+	}},
+	{"BatchReadRefusesBadArgumentsAlone", func(t *testing.T, s *Suite) {
+		br := s.batchReader(t)
+		pub := s.publish(t, key, "", 2)
+		l := s.acquire(t, key, owner, long)
+		res := br.AckAndReadPartitionsFenced(s.Ctx, []broker.FencedRead{
+			{Fence: l.Fence, Stream: s.stream(key), Group: group, Ack: []string{"not-an-id"}, Count: 10, Mode: broker.ReadNew},
+			{Fence: l.Fence, Stream: s.stream(key), Group: group, Count: 10, Mode: broker.ReadNew},
+		})
+		var inv *broker.InvalidArgumentError
+		if !errors.As(res[0].Err, &inv) {
+			t.Fatalf("a read acking %q: err = %v, want an InvalidArgumentError", "not-an-id", res[0].Err)
+		}
+		if res[1].Err != nil || !slices.Equal(ids(res[1].Messages), pub) {
+			t.Fatalf("the valid read beside it = %v, %v; want %v", ids(res[1].Messages), res[1].Err, pub)
+		}
+	}},
+	{"BatchAcquireTakesFreeLeasesOnly", func(t *testing.T, s *Suite) {
+		ba := s.batchAcquirer(t)
+		held := s.acquire(t, "a-2", "node-b", long)
+		g := ba.AcquirePartitionLeases(s.Ctx, []broker.LeaseRequest{s.leaseRequest("a-1", owner, 0), s.leaseRequest("a-2", owner, 0)})
+		if g[0].Err != nil || !g[0].Acquired || g[0].Lease.Generation != 1 || g[0].Lease.Token != broker.FenceToken(owner, 1) {
+			t.Fatalf("free lease a-1: %+v", g[0])
+		}
+		if g[1].Err != nil || g[1].Acquired || g[1].Tails != nil || g[1].Read != nil {
+			t.Fatalf("held lease a-2: %+v, want not acquired, nothing else", g[1])
+		}
+		if v, _, _ := s.faults.GetString(s.Ctx, s.L.LeaseKey(group, "a-2")); v != held.Token {
+			t.Fatalf("a-2's lease = %q, want it left to %q", v, held.Token)
+		}
+		if g[0].Read != nil {
+			t.Fatalf("read without being asked: %+v", g[0].Read)
+		}
+	}},
+	{"BatchAcquireReadsOnlyAtTheGenerationAsked", func(t *testing.T, s *Suite) {
+		ba := s.batchAcquirer(t)
+		pub := s.publish(t, key, "", 3)
+		g := ba.AcquirePartitionLeases(s.Ctx, []broker.LeaseRequest{s.leaseRequest(key, owner, 1)})[0]
+		if g.Err != nil || !g.Acquired || g.Lease.Generation != 1 {
+			t.Fatalf("acquire at generation 1: %+v", g)
+		}
+		if want := map[string]string{s.stream(key): pub[2], s.backfill(key): "0-0"}; !maps.Equal(g.Tails, want) {
+			t.Fatalf("tails = %v, want %v", g.Tails, want)
+		}
+		if len(g.Read) != 1 || g.Read[0].Err != nil || !slices.Equal(ids(g.Read[0].Messages), pub) {
+			t.Fatalf("read with the lease = %+v, want %v", g.Read, pub)
+		}
+		// Read under the new lease: pending for its token.
+		if p := s.read(t, g.Lease.Fence, s.stream(key), 10, broker.ReadPending); !slices.Equal(ids(p), pub) {
+			t.Fatalf("pending for the new lease = %v, want %v", ids(p), pub)
+		}
+		// An empty lane is not read: its stream and group are not made.
+		if s.exists(t, s.backfill(key)) {
+			t.Fatal("the empty backfill lane was created")
+		}
+		s.ack(t, g.Lease.Fence, s.stream(key), g.Read[0].Messages)
+		if ok, err := s.B.ReleasePartitionLease(s.Ctx, g.Lease.Fence); err != nil || !ok {
+			t.Fatalf("release: %v %v", ok, err)
+		}
+		more := s.publish(t, key, "", 2)
+		// Asked at generation 2 but granted 3 (someone held 2 meanwhile):
+		// nothing is read.
+		other := s.acquire(t, key, "node-b", long)
+		if ok, err := s.B.ReleasePartitionLease(s.Ctx, other.Fence); err != nil || !ok {
+			t.Fatalf("release: %v %v", ok, err)
+		}
+		g = ba.AcquirePartitionLeases(s.Ctx, []broker.LeaseRequest{s.leaseRequest(key, owner, 2)})[0]
+		if g.Err != nil || !g.Acquired || g.Lease.Generation != 3 || g.Read != nil {
+			t.Fatalf("acquire asked to read at 2, granted %d: %+v", g.Lease.Generation, g)
+		}
+		if got := s.read(t, g.Lease.Fence, s.stream(key), 10, broker.ReadNew); !slices.Equal(ids(got), more) {
+			t.Fatalf("new entries after an acquisition that did not read = %v, want %v", ids(got), more)
+		}
+	}},
+	{"BatchAcquireOfAWrongTypeLaneTakesNoLease", func(t *testing.T, s *Suite) {
+		ba := s.batchAcquirer(t)
+		if err := s.faults.PutString(s.Ctx, s.backfill(key), "not a stream"); err != nil {
+			t.Fatal(err)
+		}
+		g := ba.AcquirePartitionLeases(s.Ctx, []broker.LeaseRequest{s.leaseRequest(key, owner, 1)})[0]
+		var wt *broker.WrongTypeError
+		if !errors.As(g.Err, &wt) || g.Acquired {
+			t.Fatalf("acquire with a lane of the wrong type: %+v, want a WrongTypeError and no lease", g)
+		}
+		if s.exists(t, s.L.LeaseKey(group, key)) {
+			t.Fatal("the lease was taken by a call that failed")
+		}
+	}},
+}

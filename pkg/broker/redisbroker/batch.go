@@ -1,0 +1,313 @@
+package redisbroker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+// The batch calls run many partitions' fenced steps in one round trip:
+// one pipeline of scripts, each an atomic step with its own lease check
+// (ackread.lua, acquireread.lua). A pipeline is not a transaction, and
+// need not be: what each script proves and changes is its own
+// partition's, as if it had been sent alone. On a Cluster the calls go
+// to their masters at once, a round trip per master.
+//
+// They run the scripts, never the optimistic transactions of fencedtx.go:
+// a transaction's lease check is a round trip of its own, or rides on the
+// connection's last one, which many partitions on one connection cannot
+// share (WATCH is per connection and EXEC ends every watch). The scripts'
+// cost, the Lua conversion of the entries (about 1.5 µs each on the
+// server), is small for what a live flow reads: a few entries per
+// partition. docs/decisions/live-reads.md.
+
+var (
+	_ broker.BatchReader   = (*Broker)(nil)
+	_ broker.BatchAcquirer = (*Broker)(nil)
+)
+
+// scriptCall is one script call of a pipeline.
+type scriptCall struct {
+	keys []string
+	args []any
+}
+
+// runScripts sends calls of s in one pipeline (EVALSHA), and those the
+// server refused with NOSCRIPT (it lost its scripts) once more with the
+// script's body, and returns each call's command. A refused EVALSHA ran
+// nothing, so the resend cannot apply a step twice.
+//
+// A call whose reply was not read must never be sent again: it may have
+// run, and an ack-and-read that ran twice delivers the batch after the
+// one it lost first. go-redis resends a pipeline that failed that way
+// (MaxRetries), so the pipeline runs on one connection taken from the
+// pool (Client.Conn), whose sticky pool refuses to hand out another once
+// it failed: the calls fail instead (TestBatchReplyLostIsNotResent). On a
+// Cluster the calls go on one such connection per master; a Ring, or any
+// other client, runs each call on its own, as the Broker's single calls
+// do.
+func (b *Broker) runScripts(ctx context.Context, s *redis.Script, calls []scriptCall) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	all := make([]int, len(calls))
+	for i := range all {
+		all[i] = i
+	}
+	switch c := b.client.(type) {
+	case *redis.Client:
+		runScriptsOn(ctx, c, s, calls, all, cmds)
+	case *redis.ClusterClient:
+		masters := map[*redis.Client][]int{}
+		for _, i := range all {
+			m, err := c.MasterForKey(ctx, calls[i].keys[0])
+			if err != nil {
+				cmds[i] = redis.NewCmd(ctx)
+				cmds[i].SetErr(err)
+				continue
+			}
+			masters[m] = append(masters[m], i)
+		}
+		var wg sync.WaitGroup
+		for m, idx := range masters {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				runScriptsOn(ctx, m, s, calls, idx, cmds)
+			}()
+		}
+		wg.Wait()
+	default:
+		for _, i := range all {
+			cmds[i] = s.Run(ctx, b.client, calls[i].keys, calls[i].args...)
+		}
+	}
+	return cmds
+}
+
+// runScriptsOn runs the calls idx of calls on one connection of c, and
+// those refused with NOSCRIPT once more with the script's body on the
+// same connection, filling cmds.
+func runScriptsOn(ctx context.Context, c *redis.Client, s *redis.Script, calls []scriptCall, idx []int, cmds []*redis.Cmd) {
+	conn := c.Conn()
+	defer conn.Close()
+	_, _ = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, i := range idx {
+			cmds[i] = s.EvalSha(ctx, p, calls[i].keys, calls[i].args...)
+		}
+		return nil
+	})
+	var again []int
+	for _, i := range idx {
+		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	_, _ = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, i := range again {
+			cmds[i] = s.Eval(ctx, p, calls[i].keys, calls[i].args...)
+		}
+		return nil
+	})
+}
+
+// AckAndReadPartitionsFenced runs each read as AckAndReadPartitionFenced
+// does, in one round trip (ackread.lua per read, pipelined). A read with
+// invalid arguments fails alone, before anything is sent.
+func (b *Broker) AckAndReadPartitionsFenced(ctx context.Context, reads []broker.FencedRead) []broker.ReadResult {
+	const op = "ack and read"
+	out := make([]broker.ReadResult, len(reads))
+	calls := make([]scriptCall, 0, len(reads))
+	sent := make([]int, 0, len(reads))
+	for i := range reads {
+		r := &reads[i]
+		if err := b.validRead(op, r); err != nil {
+			out[i].Err = err
+			continue
+		}
+		args := make([]any, 0, 4+len(r.Ack))
+		args = append(args, r.Fence.Token, r.Group, r.Count, readModes[r.Mode])
+		for j := range r.Ack {
+			args = append(args, &r.Ack[j])
+		}
+		calls = append(calls, scriptCall{keys: []string{r.Fence.LeaseKey, r.Stream}, args: args})
+		sent = append(sent, i)
+	}
+	if len(calls) == 0 {
+		return out
+	}
+	for j, cmd := range b.runScripts(ctx, ackReadScript, calls) {
+		i := sent[j]
+		r := &reads[i]
+		res, err := cmd.Slice()
+		if err != nil {
+			out[i].Err = mapErr(call{Op: op, Keys: calls[j].keys, Fence: &r.Fence, Stream: r.Stream}, err)
+			continue
+		}
+		msgs, err := parseEntries(r.Stream, res)
+		if err != nil {
+			out[i].Err = fmt.Errorf("redisbroker: %s: %w", op, err)
+			continue
+		}
+		out[i].Messages = msgs
+	}
+	return out
+}
+
+// validRead checks a FencedRead's arguments as AckAndReadPartitionFenced
+// does.
+func (b *Broker) validRead(op string, r *broker.FencedRead) error {
+	if err := validFence(op, r.Fence); err != nil {
+		return err
+	}
+	if err := nonEmpty(op, "stream", r.Stream); err != nil {
+		return err
+	}
+	if err := b.cfg.layout.ValidateName(op, "group", r.Group); err != nil {
+		return err
+	}
+	if err := positive(op, "count", r.Count); err != nil {
+		return err
+	}
+	if _, ok := readModes[r.Mode]; !ok {
+		return &broker.InvalidArgumentError{Op: op, Arg: "mode", Value: strconv.Itoa(int(r.Mode)), Reason: "unknown read mode"}
+	}
+	for _, id := range r.Ack {
+		if err := validID(op, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AcquirePartitionLeases runs each request in one round trip
+// (acquireread.lua per request, pipelined): the acquisition, the tails
+// and, at the generation asked for, the first read, each request in one
+// atomic step. A request with invalid arguments fails alone, before
+// anything is sent.
+func (b *Broker) AcquirePartitionLeases(ctx context.Context, reqs []broker.LeaseRequest) []broker.LeaseGrant {
+	const op = "acquire lease"
+	out := make([]broker.LeaseGrant, len(reqs))
+	calls := make([]scriptCall, 0, len(reqs))
+	sent := make([]int, 0, len(reqs))
+	for i := range reqs {
+		r := &reqs[i]
+		ms, err := b.validLeaseRequest(op, r)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		keys := make([]string, 0, 2+len(r.Tails)+len(r.Read))
+		keys = append(keys, r.LeaseKey, r.GenerationKey)
+		keys = append(keys, r.Tails...)
+		keys = append(keys, r.Read...)
+		group, count := r.Group, r.Count
+		if r.ReadAtGeneration == 0 || len(r.Read) == 0 {
+			group, count = "", 0
+		}
+		calls = append(calls, scriptCall{keys: keys, args: []any{r.Owner, ms, len(r.Tails), r.ReadAtGeneration, group, count}})
+		sent = append(sent, i)
+	}
+	if len(calls) == 0 {
+		return out
+	}
+	for j, cmd := range b.runScripts(ctx, acquireReadScript, calls) {
+		i := sent[j]
+		out[i] = parseGrant(op, &reqs[i], calls[j].keys, cmd)
+	}
+	return out
+}
+
+// validLeaseRequest checks a LeaseRequest's arguments and returns its TTL
+// in milliseconds.
+func (b *Broker) validLeaseRequest(op string, r *broker.LeaseRequest) (int64, error) {
+	ms, err := acquireArgs(op, r.LeaseKey, r.GenerationKey, r.Owner, r.TTL)
+	if err != nil {
+		return 0, err
+	}
+	for _, s := range r.Tails {
+		if err := nonEmpty(op, "stream", s); err != nil {
+			return 0, err
+		}
+	}
+	if r.ReadAtGeneration < 0 {
+		return 0, &broker.InvalidArgumentError{Op: op, Arg: "read at generation", Value: strconv.FormatInt(r.ReadAtGeneration, 10), Reason: "must not be negative"}
+	}
+	if r.ReadAtGeneration > 0 && len(r.Read) > 0 {
+		for _, s := range r.Read {
+			if err := nonEmpty(op, "stream", s); err != nil {
+				return 0, err
+			}
+		}
+		if err := b.cfg.layout.ValidateName(op, "group", r.Group); err != nil {
+			return 0, err
+		}
+		if err := positive(op, "count", r.Count); err != nil {
+			return 0, err
+		}
+	}
+	return ms, nil
+}
+
+// parseGrant decodes acquireread.lua's reply: {0}, or {g, tails, reads}.
+func parseGrant(op string, r *broker.LeaseRequest, keys []string, cmd *redis.Cmd) broker.LeaseGrant {
+	res, err := cmd.Slice()
+	if err != nil {
+		return broker.LeaseGrant{Err: mapErr(call{Op: op, Keys: keys}, err)}
+	}
+	bad := func(what string) broker.LeaseGrant {
+		return broker.LeaseGrant{Err: fmt.Errorf("redisbroker: %s: unexpected reply: %s", op, what)}
+	}
+	if len(res) == 0 {
+		return bad("empty")
+	}
+	g, ok := res[0].(int64)
+	if !ok {
+		return bad(fmt.Sprintf("generation %v", res[0]))
+	}
+	lease, acquired, _ := newLease(r.LeaseKey, r.Owner, g)
+	if !acquired {
+		return broker.LeaseGrant{}
+	}
+	out := broker.LeaseGrant{Lease: lease, Acquired: true}
+	if len(res) != 3 {
+		// The lease is ours whatever else went wrong: the caller must
+		// know, to release it.
+		out.Err = fmt.Errorf("redisbroker: %s: unexpected reply of %d items", op, len(res))
+		return out
+	}
+	tails, _ := res[1].([]any)
+	out.Tails = make(map[string]string, len(r.Tails))
+	for i, s := range r.Tails {
+		id := "0-0"
+		if i < len(tails) {
+			if v, ok := tails[i].(string); ok {
+				id = v
+			}
+		}
+		out.Tails[s] = id
+	}
+	reads, _ := res[2].([]any)
+	if len(reads) == 0 {
+		return out
+	}
+	out.Read = make([]broker.ReadResult, len(r.Read))
+	for i, s := range r.Read {
+		var flat []any
+		if i < len(reads) {
+			flat, _ = reads[i].([]any)
+		}
+		msgs, err := parseEntries(s, flat)
+		if err != nil {
+			err = fmt.Errorf("redisbroker: %s: %w", op, err)
+		}
+		out.Read[i] = broker.ReadResult{Messages: msgs, Err: err}
+	}
+	return out
+}
