@@ -490,6 +490,10 @@ func (c *topicCoord) acquireOne(ctx context.Context, s *slot) (*topicPart, bool,
 	}
 	l := &topicLease{p: p, fence: lease.Fence, gen: lease.Generation}
 	l.trust.begin(start, t.cfg.TrustWindow)
+	// Counted and reported at once: a failure below gives the lease back
+	// (releaseUnstarted), and that end is reported too.
+	t.c.acquired.Add(1)
+	t.leaseEvent(p, LeaseAcquired, l.gen, "")
 	tp := newTopicPart(t, l)
 	// Renewed from now on, until it starts (start) or is given back
 	// (releaseUnstarted).
@@ -551,8 +555,6 @@ func (c *topicCoord) acquireOne(ctx context.Context, s *slot) (*topicPart, bool,
 		tp.addSub(sr, startAt, saved)
 	}
 	tp.head = wm.Head
-	t.c.acquired.Add(1)
-	t.leaseEvent(p, LeaseAcquired, l.gen, "")
 	t.log.Debug("partition acquired", "partition", p, "generation", l.gen)
 	return tp, false, nil
 }

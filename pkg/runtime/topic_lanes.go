@@ -1085,8 +1085,7 @@ func (sp *subPart) fenced(write func(ctx context.Context) error, op string) erro
 			return nil
 		}
 		if errors.Is(err, broker.ErrLeaseLost) {
-			t.c.leaseLost.Add(1)
-			tp.lease.lose(errLeaseLost)
+			t.loseLease(tp.lease, errLeaseLost)
 			t.log.Warn("a fenced write was refused: the lease is gone", "op", op, "partition", tp.p, "err", err)
 			return err
 		}
@@ -1184,8 +1183,7 @@ func (sp *subPart) retry(ctx context.Context, e Parked) error {
 		undo(true)
 		return err
 	case errors.Is(err, broker.ErrLeaseLost):
-		t.c.leaseLost.Add(1)
-		tp.lease.lose(errLeaseLost)
+		t.loseLease(tp.lease, errLeaseLost)
 		undo(false)
 		return err
 	case err != nil:
@@ -1280,8 +1278,7 @@ func (sp *subPart) skip(ctx context.Context, e Parked) error {
 	tp.mu.Unlock()
 	if err != nil {
 		if errors.Is(err, broker.ErrLeaseLost) {
-			t.c.leaseLost.Add(1)
-			tp.lease.lose(errLeaseLost)
+			t.loseLease(tp.lease, errLeaseLost)
 		}
 		return err
 	}

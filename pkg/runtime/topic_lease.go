@@ -22,7 +22,12 @@ type topicLease struct {
 	// trustDeadline): a wall clock set back does not extend it.
 	trust  trustDeadline
 	lost   atomic.Bool
+	cause  atomic.Value // error: the first cause lose was given
 	onLose func(cause error)
+	// ended is set by the one lease event that ends the lease
+	// (TopicSubscriptions.endLease), so that each acquired lease is
+	// reported released, lost or untrusted exactly once.
+	ended atomic.Bool
 }
 
 func (l *topicLease) trusted(now time.Time) bool { return !l.lost.Load() && l.trust.left(now) > 0 }
@@ -48,8 +53,7 @@ func (l *topicLease) watchTrust(ctx context.Context, t *TopicSubscriptions) {
 		}
 		left := l.trust.left(t.clk.Now())
 		if left <= 0 {
-			t.c.untrusted.Add(1)
-			l.lose(errUntrusted)
+			t.loseLease(l, errUntrusted)
 			return
 		}
 		tm.Reset(left)
@@ -57,10 +61,58 @@ func (l *topicLease) watchTrust(ctx context.Context, t *TopicSubscriptions) {
 }
 
 // lose marks the lease lost and stops its partition; only the first
-// cause counts.
-func (l *topicLease) lose(cause error) {
-	if l.lost.CompareAndSwap(false, true) && l.onLose != nil {
+// cause counts: lose reports whether it was the first.
+func (l *topicLease) lose(cause error) bool {
+	if !l.lost.CompareAndSwap(false, true) {
+		return false
+	}
+	l.cause.Store(cause)
+	if l.onLose != nil {
 		l.onLose(cause)
+	}
+	return true
+}
+
+// lostTo is the first cause the lease was lost to, nil while it is not.
+func (l *topicLease) lostTo() error {
+	if err, ok := l.cause.Load().(error); ok {
+		return err
+	}
+	return nil
+}
+
+// loseLease marks l lost to cause (errLeaseLost or errUntrusted) and
+// counts it, once per lease whatever finds it first: a refused renewal,
+// a refused fenced write of any lane, or the trust window.
+func (t *TopicSubscriptions) loseLease(l *topicLease, cause error) {
+	if !l.lose(cause) {
+		return
+	}
+	if errors.Is(cause, errUntrusted) {
+		t.c.untrusted.Add(1)
+	} else {
+		t.c.leaseLost.Add(1)
+	}
+}
+
+// endLease reports the end of l, once per lease: lost or untrusted when
+// it was lost (counted by loseLease), else released (with reason: why it
+// was given up, or "expires" when the release call failed and the lease
+// is left to its TTL). Every acquired lease ends exactly once, so that
+// acquired - released - lost - untrusted is what the node holds or has
+// acquired and not started yet.
+func (t *TopicSubscriptions) endLease(l *topicLease, reason string) {
+	if !l.ended.CompareAndSwap(false, true) {
+		return
+	}
+	switch cause := l.lostTo(); {
+	case cause == nil:
+		t.c.released.Add(1)
+		t.leaseEvent(l.p, LeaseReleased, l.gen, reason)
+	case errors.Is(cause, errUntrusted):
+		t.leaseEvent(l.p, LeaseUntrusted, l.gen, "")
+	default:
+		t.leaseEvent(l.p, LeaseLost, l.gen, "")
 	}
 }
 
@@ -121,8 +173,7 @@ func (t *TopicSubscriptions) renewOnce(ctx context.Context) {
 		case renewed:
 			l.extend(start, t.cfg.TrustWindow)
 		case refused:
-			t.c.leaseLost.Add(1)
-			l.lose(errLeaseLost)
+			t.loseLease(l, errLeaseLost)
 		}
 	}
 	// A lease whose renewals keep failing (the store unreachable, or this
@@ -131,8 +182,7 @@ func (t *TopicSubscriptions) renewOnce(ctx context.Context) {
 	now := t.clk.Now()
 	for _, l := range leases {
 		if !l.lost.Load() && !l.trusted(now) {
-			t.c.untrusted.Add(1)
-			l.lose(errUntrusted)
+			t.loseLease(l, errUntrusted)
 		}
 	}
 }

@@ -145,13 +145,31 @@ func (tp *topicPart) releaseUnstarted() {
 		delete(t.acquired, tp.p)
 	}
 	t.partsMu.Unlock()
-	ctx, cancel := context.WithTimeout(t.bgCtx, t.cfg.OpTimeout)
-	defer cancel()
-	if ok, err := t.cfg.Leases.ReleasePartitionLease(ctx, tp.lease.fence); err == nil && ok {
-		t.c.released.Add(1)
-		t.leaseEvent(tp.p, LeaseReleased, tp.lease.gen, "undo")
-	}
+	tp.releaseLease("undo")
 	tp.released.Store(true)
+}
+
+// releaseLease gives the partition's lease back, unless it was lost, and
+// reports its end (endLease): released for reason, lost when the store
+// refused the release (the lease was no longer this node's), released
+// with reason "expires" when the call failed (the lease is left to its
+// TTL).
+func (tp *topicPart) releaseLease(reason string) {
+	t := tp.t
+	if !tp.lease.lost.Load() {
+		ctx, cancel := context.WithTimeout(t.bgCtx, t.cfg.OpTimeout)
+		ok, err := t.cfg.Leases.ReleasePartitionLease(ctx, tp.lease.fence)
+		cancel()
+		switch {
+		case err != nil:
+			t.log.Warn("releasing a lease failed; it will expire", "partition", tp.p, "err", err)
+			t.obs.error(ErrorEvent{Subscription: t.name, Op: "release", Err: err})
+			reason = "expires"
+		case !ok:
+			t.loseLease(tp.lease, errLeaseLost)
+		}
+	}
+	t.endLease(tp.lease, reason)
 }
 
 // start assigns the partition on the shared reader and starts its
@@ -240,15 +258,14 @@ func (tp *topicPart) supervise() {
 	// writes would be refused; the others end without I/O).
 	tp.stopReading()
 	tp.wg.Wait()
-	cause := context.Cause(tp.ctx)
-	switch {
+	switch cause := tp.lease.lostTo(); {
 	case errors.Is(cause, errLeaseLost):
-		t.leaseEvent(tp.p, LeaseLost, tp.lease.gen, "")
 		t.log.Warn("partition lease lost", "partition", tp.p, "generation", tp.lease.gen)
 	case errors.Is(cause, errUntrusted):
-		t.leaseEvent(tp.p, LeaseUntrusted, tp.lease.gen, "")
 		t.log.Warn("partition lease not renewed within the trust window", "partition", tp.p, "generation", tp.lease.gen)
 	}
+	// Abandoned or stopped hard: the lease is left to its TTL.
+	t.endLease(tp.lease, "expires")
 	tp.remove()
 	t.post(evTopicPartEnded{tp: tp, lost: true})
 }
@@ -272,19 +289,11 @@ func (tp *topicPart) endGracefully() {
 			t.log.Warn("saving checkpoints at handoff failed", "partition", tp.p, "err", err)
 			lost = tp.lease.lost.Load()
 		}
-		if !tp.lease.lost.Load() {
-			ok, err := t.cfg.Leases.ReleasePartitionLease(ctx, tp.lease.fence)
-			switch {
-			case err != nil:
-				t.log.Warn("releasing a lease failed; it will expire", "partition", tp.p, "err", err)
-				t.obs.error(ErrorEvent{Subscription: t.name, Op: "release", Err: err})
-			case ok:
-				t.c.released.Add(1)
-				t.leaseEvent(tp.p, LeaseReleased, tp.lease.gen, reason)
-				t.log.Debug("partition handed off", "partition", tp.p, "generation", tp.lease.gen, "reason", reason)
-			}
-		}
 		cancel()
+		tp.releaseLease(reason)
+		t.log.Debug("partition handed off", "partition", tp.p, "generation", tp.lease.gen, "reason", reason)
+	} else {
+		t.endLease(tp.lease, "expires")
 	}
 	tp.released.Store(true)
 	tp.remove()
@@ -692,8 +701,7 @@ func (tp *topicPart) saveCheckpoints(ctx context.Context) error {
 		err := t.cfg.Checkpoints.Save(ctx, tp.lease.fence, t.cfg.LeaseGroup.String(), sp.sr.cfg.Name, tp.p, next)
 		if err != nil {
 			if errors.Is(err, broker.ErrLeaseLost) {
-				t.c.leaseLost.Add(1)
-				tp.lease.lose(errLeaseLost)
+				t.loseLease(tp.lease, errLeaseLost)
 				return err
 			}
 			if firstErr == nil {
