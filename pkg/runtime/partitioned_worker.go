@@ -1106,9 +1106,13 @@ func (w *worker) release(res result, reason string) result {
 	w.lease.lost.Store(true) // no longer ours either way: the renewer skips it
 	switch {
 	case err != nil:
-		// The lease expires on its own within its TTL.
+		// The lease expires on its own within its TTL; it is no longer
+		// this node's all the same, and reported so (one end per lease:
+		// acquired - released - lost - untrusted stays what is held).
 		p.log.Warn("releasing a lease failed", "subscription", p.cfg.Name, "key", w.key, "err", err)
 		p.obs.error(ErrorEvent{Subscription: p.cfg.Name, Op: "release", Err: err})
+		p.c.released.Add(1)
+		p.obs.lease(LeaseEvent{Subscription: p.cfg.Name, Source: SourceRedis, Partition: w.key, Kind: LeaseReleased, Generation: w.lease.gen, Reason: "expires"})
 	case ok:
 		p.c.released.Add(1)
 		p.obs.lease(LeaseEvent{Subscription: p.cfg.Name, Source: SourceRedis, Partition: w.key, Kind: LeaseReleased, Generation: w.lease.gen, Reason: reason})
