@@ -62,7 +62,9 @@ type LeaseEvent struct {
 	Partition  string
 	Kind       LeaseEventKind
 	Generation int64
-	// Reason says why, e.g. "idle", "handover", "stop", "parked".
+	// Reason says why, e.g. "idle", "handover", "stop", "parked", "undo"
+	// (a join given back before it started), or "expires" (the release
+	// call failed: the lease is left to its TTL).
 	Reason string
 }
 
