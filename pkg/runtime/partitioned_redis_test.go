@@ -530,19 +530,25 @@ func (h *readCounter) DialHook(next redis.DialHook) redis.DialHook          { re
 func (h *readCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h *readCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		// A batch of the live path is a PING, then its scripts.
 		scripts := true
-		for _, c := range cmds {
+		for i, c := range cmds {
 			switch c.Name() {
 			case "exec":
 				h.execs.Add(1)
 				scripts = false
 			case "evalsha", "eval":
+			case "ping":
+				scripts = scripts && i == 0
 			default:
 				scripts = false
 			}
 		}
 		err := next(ctx, cmds)
 		for _, c := range cmds {
+			if c.Name() == "ping" {
+				continue
+			}
 			if !scripts || redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
 				continue // sent again with the script's body: counted then
 			}

@@ -81,6 +81,8 @@ func (b *Broker) runScripts(ctx context.Context, s *redis.Script, calls []script
 		}
 		wg.Wait()
 	default:
+		// Another client (a Ring, a wrapper): one call per item, as
+		// the unbatched methods send them, with their retry rules.
 		for _, i := range all {
 			cmds[i] = s.Run(ctx, b.client, calls[i].keys, calls[i].args...)
 		}
@@ -91,10 +93,19 @@ func (b *Broker) runScripts(ctx context.Context, s *redis.Script, calls []script
 // runScriptsOn runs the calls idx of calls on one connection of c, and
 // those refused with NOSCRIPT once more with the script's body on the
 // same connection, filling cmds.
+//
+// Each pipeline starts with a PING: go-redis decides whether to send a
+// whole pipeline again from its first reply alone, and a script's error
+// that it retries (TRYAGAIN while a Cluster slot migrates, LOADING,
+// READONLY or MASTERDOWN around a failover) would otherwise re-run every
+// other script of the batch, which did run: a read delivered twice, the
+// first batch pending and never returned (TestBatchNotResentAfterARetryableErrorOnItsFirstCall).
+// PING fails only when every command would.
 func runScriptsOn(ctx context.Context, c *redis.Client, s *redis.Script, calls []scriptCall, idx []int, cmds []*redis.Cmd) {
 	conn := c.Conn()
 	defer conn.Close()
 	_, _ = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Ping(ctx)
 		for _, i := range idx {
 			cmds[i] = s.EvalSha(ctx, p, calls[i].keys, calls[i].args...)
 		}
@@ -110,6 +121,7 @@ func runScriptsOn(ctx context.Context, c *redis.Client, s *redis.Script, calls [
 		return
 	}
 	_, _ = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Ping(ctx)
 		for _, i := range again {
 			cmds[i] = s.Eval(ctx, p, calls[i].keys, calls[i].args...)
 		}

@@ -123,7 +123,8 @@ func roundTrips(cmds []string) int {
 	for i := 0; i < len(cmds); i++ {
 		n++
 		if cmds[i] == "|" {
-			for i+1 < len(cmds) && strings.HasPrefix(cmds[i+1], "eval") {
+			// A batch's pipeline: a PING, then its scripts.
+			for i+1 < len(cmds) && (cmds[i+1] == "ping" || strings.HasPrefix(cmds[i+1], "eval")) {
 				i++
 			}
 		}
