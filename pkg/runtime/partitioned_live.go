@@ -182,8 +182,13 @@ func (w *worker) liveAcquire(leaseKey string) (broker.Lease, bool, error) {
 	}
 	if g.Err != nil {
 		// The lease is ours whatever else failed: go on without the
-		// tails and the read, which the worker takes again.
+		// tails and the read, which the worker takes again. The script
+		// may have read (delivered) entries under this generation that
+		// the reply lost: the generation is not a fresh one, so that
+		// the worker reads its pending entries first (checkLedger
+		// turns off the fresh-generation shortcut).
 		p.log.Debug("lease acquired without its tails", "subscription", p.cfg.Name, "key", w.key, "err", g.Err)
+		w.checkLedger = true
 		return g.Lease, true, nil
 	}
 	if req.Tails != nil {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -165,6 +166,9 @@ type gate struct {
 	dead   bool          // cut off for good: calls fail
 	cut    chan struct{} // closed to break the running waits
 	lose   float64       // the share of replies lost
+	// batches counts the batched calls (the live path's reads and
+	// acquisitions) that passed the gate.
+	batches atomic.Int64
 }
 
 func newGate(seed int64, n int) *gate {
@@ -271,6 +275,8 @@ type strandBroker interface {
 	broker.ConsumerReleaser
 	runtime.StreamTailer
 	runtime.BatchRenewer
+	broker.BatchReader
+	broker.BatchAcquirer
 }
 
 // gatedBroker is a broker behind a node's gate. The calls a node makes are
@@ -814,5 +820,12 @@ func runStrand(t *testing.T, seed int64, env strandEnv) {
 	}
 	m.mu.Unlock()
 	st := testenv.CheckCalls(t, calls, testenv.CallRules{MaxInFlight: batch})
-	t.Logf("%d calls for %d entries, %d replays", st.Calls, total, st.Replays)
+	var batches int64
+	for _, nd := range all {
+		batches += nd.g.batches.Load()
+	}
+	if batches == 0 {
+		t.Error("no batched read or acquisition passed a gate: the live path did not run")
+	}
+	t.Logf("%d calls for %d entries, %d replays, %d batched calls", st.Calls, total, st.Replays, batches)
 }

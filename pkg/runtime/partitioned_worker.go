@@ -972,25 +972,46 @@ func (w *worker) learnTails(lanes []lane) (got bool, r result, done bool) {
 
 // waitOut waits d (a retry or pause) without holding a worker slot. stop
 // means the worker must end (handover, stop, lost lease).
+//
+// Nor a place on the live path (ahead): a pause lasts up to
+// SystemicMaxBackoff, and partitions paused by their own downstream
+// would otherwise keep every place and starve the healthy keys.
 func (w *worker) waitOut(d time.Duration) (result, bool) {
 	p := w.p
 	w.releaseSlot()
+	hadAhead := w.ahead
+	w.releaseAhead()
 	t := p.clk.NewTimer(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C():
+			if hadAhead {
+				if r, stop := w.takeAhead(); stop {
+					return r, true
+				}
+			}
 			return w.takeSlot()
 		case <-w.wake:
 			continue
 		case <-w.handover:
-			return w.release(result{kind: resHandedOff}, "handover"), true
+			return w.releaseAcked(result{kind: resHandedOff}, "handover")
 		case <-p.stopping:
-			return w.release(result{kind: resStopped}, "stop"), true
+			return w.releaseAcked(result{kind: resStopped}, "stop")
 		case <-w.ctx.Done():
 			return w.ctxResult(), true
 		}
 	}
+}
+
+// releaseAcked acks what the worker handled (flushAcks), then gives the
+// lease back: a handover or a stop must not leave an entry handled and
+// unacked for the next owner to handle again. stop is always true.
+func (w *worker) releaseAcked(res result, reason string) (_ result, stop bool) {
+	if r, done := w.flushAcks(); done {
+		return r, true
+	}
+	return w.release(res, reason), true
 }
 
 // interrupted reports whether the worker must stop between two messages:
@@ -1003,15 +1024,9 @@ func (w *worker) interrupted() (result, bool) {
 	}
 	select {
 	case <-w.handover:
-		if r, done := w.flushAcks(); done {
-			return r, true
-		}
-		return w.release(result{kind: resHandedOff}, "handover"), true
+		return w.releaseAcked(result{kind: resHandedOff}, "handover")
 	case <-w.p.stopping:
-		if r, done := w.flushAcks(); done {
-			return r, true
-		}
-		return w.release(result{kind: resStopped}, "stop"), true
+		return w.releaseAcked(result{kind: resStopped}, "stop")
 	default:
 		return result{}, false
 	}
@@ -1054,9 +1069,9 @@ func (w *worker) take(sem chan<- struct{}) (result, bool) {
 	case sem <- struct{}{}:
 		return result{}, false
 	case <-w.handover:
-		return w.release(result{kind: resHandedOff}, "handover"), true
+		return w.releaseAcked(result{kind: resHandedOff}, "handover")
 	case <-w.p.stopping:
-		return w.release(result{kind: resStopped}, "stop"), true
+		return w.releaseAcked(result{kind: resStopped}, "stop")
 	case <-w.ctx.Done():
 		return w.ctxResult(), true
 	}
