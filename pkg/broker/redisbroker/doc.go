@@ -59,7 +59,7 @@
 // outcome other than a clean read (a lease that is not the token, a
 // missing group, a wrong type, a key touched three times in a row) runs
 // the script, which decides. See fencedtx.go and
-// docs/decisions/fenced-read-transactions.md.
+// docs/decisions/0023-fenced-read-transactions.md.
 //
 // Redis does not roll a script back when a command in it fails, so every
 // script checks the TYPE of each key it will touch before its first
