@@ -74,7 +74,8 @@
 //
 // # Fencing
 //
-// The consumer name in a group is the fence token (owner:generation), so
+// The fencing rule is package broker's (pkg/broker/doc.go, "Leases and
+// fencing"); this is how the adapter keeps it. The consumer name in a group is the fence token (owner:generation), so
 // each generation has its own pending list. Reads, acks, reclaims and
 // dead-letters prove the lease in the same script as their write, so a
 // stale owner (paused, partitioned, or slow) is refused with
