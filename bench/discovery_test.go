@@ -118,10 +118,11 @@ func discoveryRun(b *testing.B, mode string, size int, rates []int, window time.
 	started = time.Now()
 	n, sub, calls, c := rtNode(b, srv.Addr, "node-0", category, h, nil, nil)
 	defer rtStop(b, n, c, 2*time.Minute)
-	rtWait(b, 15*time.Minute, 200*time.Millisecond, "the node's share of the index idle", func() bool {
+	testenv.EventuallyEvery(b, 15*time.Minute, 200*time.Millisecond, "the node's share of the index idle", func() (bool, string) {
 		st := sub.Status()
 		a := st.Counters[runtime.CounterAssigned]
-		return a > 0 && len(st.Held) == 0 && st.Counters[runtime.CounterWatched] == a
+		return a > 0 && len(st.Held) == 0 && st.Counters[runtime.CounterWatched] == a,
+			fmt.Sprintf("%d assigned, %d held, %d watched", a, len(st.Held), st.Counters[runtime.CounterWatched])
 	})
 	assigned := sub.Status().Counters[runtime.CounterAssigned]
 	b.Logf("%s, %d keys: the node (one of %d members) took its %d keys in %s", mode, size, members, assigned, time.Since(started).Round(time.Millisecond))

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -100,13 +101,10 @@ func BenchmarkTopicHandoff(b *testing.B) {
 		if err := node.Start(context.Background()); err != nil {
 			b.Fatal(err)
 		}
-		deadline := time.Now().Add(time.Minute)
-		for inside.Load() < hLanes {
-			if time.Now().After(deadline) {
-				b.Fatalf("only %d lanes inside a handler after a minute", inside.Load())
-			}
-			time.Sleep(time.Millisecond)
-		}
+		testenv.EventuallyEvery(b, time.Minute, time.Millisecond, "every lane inside a handler", func() (bool, string) {
+			n := inside.Load()
+			return n >= hLanes, fmt.Sprintf("%d of %d lanes inside a handler", n, hLanes)
+		})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		s = time.Now()
 		stopAt.Store(s.UnixNano())

@@ -231,10 +231,14 @@ func rampRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis
 		})
 		n, sub, _, rc := rtNode(b, srv.Addr, "node-1", category, h, nil, nil)
 		defer rtStop(b, n, rc, time.Minute)
-		rtWait(b, time.Minute, 10*time.Millisecond, "the existing keys handled", func() bool { return rec.n.Load() >= nkeys })
-		rtWait(b, time.Minute, 50*time.Millisecond, "the existing keys idle without a lease", func() bool {
+		testenv.EventuallyEvery(b, time.Minute, 10*time.Millisecond, "the existing keys handled", func() (bool, string) {
+			n := rec.n.Load()
+			return n >= nkeys, fmt.Sprintf("%d of %d handled", n, nkeys)
+		})
+		testenv.EventuallyEvery(b, time.Minute, 50*time.Millisecond, "the existing keys idle without a lease", func() (bool, string) {
 			st := sub.Status()
-			return len(st.Held) == 0 && st.Counters[runtime.CounterWatched] == nkeys
+			return len(st.Held) == 0 && st.Counters[runtime.CounterWatched] == nkeys,
+				fmt.Sprintf("%d held, %d watched", len(st.Held), st.Counters[runtime.CounterWatched])
 		})
 	} else {
 		pc := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -249,7 +253,10 @@ func rampRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis
 			}
 		}()
 		defer func() { pcancel(); wg.Wait() }()
-		rtWait(b, time.Minute, 10*time.Millisecond, "the existing keys handled", func() bool { return rec.n.Load() >= nkeys })
+		testenv.EventuallyEvery(b, time.Minute, 10*time.Millisecond, "the existing keys handled", func() (bool, string) {
+			n := rec.n.Load()
+			return n >= nkeys, fmt.Sprintf("%d of %d handled", n, nkeys)
+		})
 	}
 	pub := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer pub.Close()

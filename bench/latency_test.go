@@ -578,16 +578,18 @@ func latRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis.
 	defer func() { pcancel(); pwg.Wait() }()
 
 	pre := int64(sc.keys)
-	rtWait(b, time.Minute, 10*time.Millisecond, "the existing keys handled", func() bool {
-		return rtRec.n.Load() >= pre && plainRec.n.Load() >= pre
+	testenv.EventuallyEvery(b, time.Minute, 10*time.Millisecond, "the existing keys handled", func() (bool, string) {
+		rt, plain := rtRec.n.Load(), plainRec.n.Load()
+		return rt >= pre && plain >= pre, fmt.Sprintf("runtime %d, plain %d of %d", rt, plain, pre)
 	})
 	// Let the workers of the keys that exist settle (drain and wait).
 	time.Sleep(time.Second)
 	if sc.idle {
-		rtWait(b, time.Minute, 50*time.Millisecond, "the existing keys idle without a lease", func() bool {
+		testenv.EventuallyEvery(b, time.Minute, 50*time.Millisecond, "the existing keys idle without a lease", func() (bool, string) {
 			if sub != nil {
 				st := sub.Status()
-				return len(st.Held) == 0 && st.Counters[runtime.CounterWatched] == pre
+				return len(st.Held) == 0 && st.Counters[runtime.CounterWatched] == pre,
+					fmt.Sprintf("%d held, %d watched", len(st.Held), st.Counters[runtime.CounterWatched])
 			}
 			pipe := admin.Pipeline()
 			for p := 0; p < sc.keys; p++ {
@@ -597,12 +599,12 @@ func latRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis.
 			if err != nil {
 				b.Fatal(err)
 			}
-			for _, c := range cmds {
+			for i, c := range cmds {
 				if c.(*redis.IntCmd).Val() != 0 {
-					return false
+					return false, fmt.Sprintf("%s still leased", rtKey(i))
 				}
 			}
-			return true
+			return true, ""
 		})
 	}
 	o.rtTrips, o.rtCmds = -1, -1
@@ -770,8 +772,9 @@ func latKafkaRun(b *testing.B, rate, events int, drain time.Duration) (rt, raw l
 	for p := 0; p < kPartitions; p++ {
 		send(-(p + 1))
 	}
-	rtWait(b, time.Minute, 10*time.Millisecond, "both consumers running", func() bool {
-		return rtRec.n.Load() >= kPartitions && rawRec.n.Load() >= kPartitions
+	testenv.EventuallyEvery(b, time.Minute, 10*time.Millisecond, "both consumers running", func() (bool, string) {
+		rt, raw := rtRec.n.Load(), rawRec.n.Load()
+		return rt >= kPartitions && raw >= kPartitions, fmt.Sprintf("runtime %d, raw %d of %d", rt, raw, kPartitions)
 	})
 	b.ResetTimer()
 	interval := time.Second / time.Duration(rate)

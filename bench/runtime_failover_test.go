@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -85,9 +86,9 @@ func BenchmarkRuntimeFailover(b *testing.B) {
 				_ = cmd.Wait()
 			}
 		}
-		rtWait(b, time.Minute, 20*time.Millisecond, "three members", func() bool {
+		testenv.EventuallyEvery(b, time.Minute, 20*time.Millisecond, "three members", func() (bool, string) {
 			m, err := store.Members(ctx, "shop")
-			return err == nil && len(m) == 3
+			return err == nil && len(m) == 3, fmt.Sprintf("%d members, err %v", len(m), err)
 		})
 		stop := make(chan struct{})
 		done := make(chan struct{})
@@ -117,16 +118,16 @@ func BenchmarkRuntimeFailover(b *testing.B) {
 		_ = procs[victim].Wait()
 		delete(procs, victim)
 		var failover time.Duration
-		rtWait(b, 10*ttl, 20*time.Millisecond, "the victim's keys taken over", func() bool {
+		testenv.EventuallyEvery(b, 10*ttl, 20*time.Millisecond, "the victim's keys taken over", func() (bool, string) {
 			failover = 0
 			for _, k := range victimKeys {
 				first := rtFirstCallAfter(b, admin, k, victim, killAt)
 				if first.IsZero() {
-					return false
+					return false, k + " not handled since the kill"
 				}
 				failover = max(failover, first.Sub(killAt))
 			}
-			return true
+			return true, ""
 		})
 		b.StopTimer()
 		close(stop)

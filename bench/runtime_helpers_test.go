@@ -177,18 +177,6 @@ func rtDiff(before, after map[string]int64) (map[string]int64, int64, string) {
 	return d, total, strings.Join(parts, " ")
 }
 
-// rtWait polls cond every step until it holds or d passes.
-func rtWait(tb testing.TB, d, step time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(step)
-	}
-}
-
 // rtRedisCPU is the server's CPU time so far (INFO cpu, user + sys).
 func rtRedisCPU(ctx context.Context, tb testing.TB, c *redis.Client) time.Duration {
 	tb.Helper()

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,10 +58,14 @@ func BenchmarkRuntimeIdle(b *testing.B) {
 			b.Error(err)
 		}
 	}()
-	rtWait(b, 5*time.Minute, 100*time.Millisecond, "every partition handled", func() bool { return handled.Load() >= int64(partitions) })
-	rtWait(b, 5*time.Minute, 100*time.Millisecond, "every partition idle without a lease", func() bool {
+	testenv.EventuallyEvery(b, 5*time.Minute, 100*time.Millisecond, "every partition handled", func() (bool, string) {
+		n := handled.Load()
+		return n >= int64(partitions), fmt.Sprintf("%d of %d handled", n, partitions)
+	})
+	testenv.EventuallyEvery(b, 5*time.Minute, 100*time.Millisecond, "every partition idle without a lease", func() (bool, string) {
 		st := sub.Status()
-		return len(st.Held) == 0 && st.Counters[runtime.CounterWatched] == int64(partitions)
+		return len(st.Held) == 0 && st.Counters[runtime.CounterWatched] == int64(partitions),
+			fmt.Sprintf("%d held, %d watched", len(st.Held), st.Counters[runtime.CounterWatched])
 	})
 	// Let the last restart of the wait and a heartbeat pass.
 	time.Sleep(sub.Config().WaitTimeout + sub.Config().RenewEvery)

@@ -208,15 +208,16 @@ subscriptions:
 			}
 		}
 	}
-	waitFor(t, 60*time.Second, "every event handled", func() bool {
+	testenv.Eventually(t, 60*time.Second, "every event handled", func() (bool, string) {
 		b, _ := os.ReadFile(record)
-		return strings.Count(string(b), "\n") >= 2*len(keys)
+		n := strings.Count(string(b), "\n")
+		return n >= 2*len(keys), fmt.Sprintf("%d of %d handled", n, 2*len(keys))
 	})
 	for _, k := range keys {
 		stream := broker.ClusterLayout.Stream(procCategory, k)
-		waitFor(t, 30*time.Second, stream+" acked", func() bool {
+		testenv.Eventually(t, 30*time.Second, stream+" acked", func() (bool, string) {
 			p, err := c.XPending(ctx, stream, procGroup).Result()
-			return err == nil && p.Count == 0
+			return err == nil && p.Count == 0, fmt.Sprintf("pending %+v, err %v", p, err)
 		})
 	}
 	if err := stop(); err != nil {

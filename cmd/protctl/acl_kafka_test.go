@@ -122,21 +122,22 @@ subscriptions:
 	records = append(records, &kgo.Record{Topic: "orders", Partition: 0, Key: []byte("bad"),
 		Value: []byte(`{"data":{"key":"bad","seq":1},"metadata":{"headers":{"id":"bad-1"}}}`)})
 	kafka.Produce(t, kc, records...)
-	waitFor(t, time.Minute, "every good record handled", func() bool {
+	testenv.Eventually(t, time.Minute, "every good record handled", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
-		return seen >= 20
+		return seen >= 20, fmt.Sprintf("%d of 20 handled", seen)
 	})
 	var parked struct {
 		Items []runtime.Parked `json:"items"`
 	}
-	waitFor(t, time.Minute, "bad parked, seen by the readonly user", func() bool {
+	testenv.Eventually(t, time.Minute, "bad parked, seen by the readonly user", func() (bool, string) {
 		cl := newCLI(t)
 		cl.env["PROTCTL_REDIS"] = srv.URL()
 		cl.env["PROTCTL_REDIS_USERNAME"], cl.env["PROTCTL_REDIS_PASSWORD"] = roUser, roPW
 		r := cl.run("parked", "ls", "-o", "json", "-vv")
 		noPassword(t, passwords, r.stdout+r.stderr)
-		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &parked) == nil && len(parked.Items) == 1 && parked.Items[0].Aggregate == "bad"
+		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &parked) == nil && len(parked.Items) == 1 && parked.Items[0].Aggregate == "bad",
+			fmt.Sprintf("parked ls exit %d: %s%s", r.code, r.stdout, r.stderr)
 	})
 	if err := stop(); err != nil {
 		t.Fatalf("drain: %v", err)

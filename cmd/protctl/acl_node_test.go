@@ -123,7 +123,10 @@ subscriptions:
 		b, _ := os.ReadFile(record)
 		return string(b)
 	}
-	waitFor(t, 60*time.Second, "9 events handled", func() bool { return strings.Count(recorded(), "\n") >= 9 })
+	testenv.Eventually(t, 60*time.Second, "9 events handled", func() (bool, string) {
+		n := strings.Count(recorded(), "\n")
+		return n >= 9, fmt.Sprintf("%d handled", n)
+	})
 
 	// The readonly user sees the parked aggregate.
 	ro := func(args ...string) result {
@@ -139,10 +142,10 @@ subscriptions:
 	var parked struct {
 		Items []runtime.Parked `json:"items"`
 	}
-	waitFor(t, 60*time.Second, "o-poison parked", func() bool {
+	testenv.Eventually(t, 60*time.Second, "o-poison parked", func() (bool, string) {
 		r := ro("parked", "ls", "-o", "json")
 		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &parked) == nil &&
-			len(parked.Items) == 1 && parked.Items[0].Aggregate == "o-poison"
+			len(parked.Items) == 1 && parked.Items[0].Aggregate == "o-poison", fmt.Sprintf("parked ls exit %d: %s%s", r.code, r.stdout, r.stderr)
 	})
 	ro("nodes", "ls", "--service", procService, "-o", "json").wantCode(t, 0)
 	ro("partitions", "ls", procCategory, "-o", "json").wantCode(t, 0)
@@ -155,18 +158,20 @@ subscriptions:
 	r := op.run("parked", "skip", procGroup, "o-poison", "--reason", "poison", "--yes", "-vv")
 	noPassword(t, passwords, r.stdout+r.stderr)
 	r.wantCode(t, 0)
-	waitFor(t, 60*time.Second, "o-poison resolved and its next event handled", func() bool {
+	testenv.Eventually(t, 60*time.Second, "o-poison resolved and its next event handled", func() (bool, string) {
 		r := ro("parked", "ls", "-o", "json")
+		handled := recorded()
 		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &parked) == nil &&
-			len(parked.Items) == 0 && strings.Contains(recorded(), "o-poison 2\n")
+				len(parked.Items) == 0 && strings.Contains(handled, "o-poison 2\n"),
+			fmt.Sprintf("parked ls exit %d: %s%s; handled:\n%s", r.code, r.stdout, r.stderr, handled)
 	})
 
 	// Everything was acked.
 	for _, k := range []string{"o-1", "o-2", "o-3", "o-poison"} {
 		stream := broker.ProteanLayout.Stream(procCategory, k)
-		waitFor(t, 30*time.Second, stream+" acked", func() bool {
+		testenv.Eventually(t, 30*time.Second, stream+" acked", func() (bool, string) {
 			p, err := nodeClient.XPending(ctx, stream, procGroup).Result()
-			return err == nil && p.Count == 0
+			return err == nil && p.Count == 0, fmt.Sprintf("pending %+v, err %v", p, err)
 		})
 	}
 	if err := stop(); err != nil {

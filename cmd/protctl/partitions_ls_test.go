@@ -148,17 +148,19 @@ func TestPartitionsListWatchStopsOnInterrupt(t *testing.T) {
 	cl.ctx = ctx
 	out := &procOutput{}
 	cl.configure = func(ios *output.IOStreams) { ios.Out = out }
+	var r result
+	done := make(chan struct{})
 	go func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			if strings.Count(out.String(), `"kind": "PartitionList"`) >= 2 {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		cancel(clierr.ErrInterrupted)
+		defer close(done)
+		r = cl.run("partitions", "ls", e.s.Orders, "-w", "--watch-interval", "10ms", "-o", "json")
 	}()
-	r := cl.run("partitions", "ls", e.s.Orders, "-w", "--watch-interval", "10ms", "-o", "json")
+	defer func() { cancel(nil); <-done }() // ends the watch if the wait below fails
+	testenv.Eventually(t, 10*time.Second, "two lists", func() (bool, string) {
+		n := strings.Count(out.String(), `"kind": "PartitionList"`)
+		return n >= 2, fmt.Sprintf("listed %d times", n)
+	})
+	cancel(clierr.ErrInterrupted)
+	<-done
 	// Ctrl-C is how a watch ends: quietly, exit 0 (issue 18 item 11).
 	r.wantCode(t, 0)
 	if r.stderr != "" {

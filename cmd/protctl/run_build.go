@@ -67,7 +67,7 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 	// One Broker per subscription, all on one client: their pinned
 	// readers count against one limit, half of the client's pool, so that
 	// the subscriptions together leave the other half to renewals,
-	// heartbeats and the ledger (docs/decisions/fenced-read-transactions.md).
+	// heartbeats and the ledger (docs/decisions/0023-fenced-read-transactions.md).
 	pins := redisbroker.NewPinLimit(n.redis)
 
 	if cfg.Kafka != nil {
@@ -374,7 +374,7 @@ func (b timedRedisBroker) RenewPartitionLeases(ctx context.Context, fences []bro
 
 var (
 	_ runtime.BatchRenewer = timedRedisBroker{}
-	// The live path (pkg/runtime, docs/decisions/live-reads.md) needs
+	// The live path (pkg/runtime, docs/decisions/0035-live-reads.md) needs
 	// both; the embedded Broker's methods give them.
 	_ broker.BatchReader   = timedRedisBroker{}
 	_ broker.BatchAcquirer = timedRedisBroker{}

@@ -124,18 +124,21 @@ func TestRunNodeAdminEndpoint(t *testing.T) {
 	writeFile(t, path, cfg)
 	base, stop := startRunNode(t, path)
 
-	waitFor(t, 30*time.Second, "/readyz 200", func() bool { code, _ := httpGet(t, base+"/readyz"); return code == 200 })
+	testenv.Eventually(t, 30*time.Second, "/readyz 200", func() (bool, string) {
+		code, _ := httpGet(t, base+"/readyz")
+		return code == 200, fmt.Sprintf("/readyz %d", code)
+	})
 	var metrics string
-	waitFor(t, 30*time.Second, "lag 8 and one partition held", func() bool {
+	testenv.Eventually(t, 30*time.Second, "lag 8 and one partition held", func() (bool, string) {
 		_, metrics = httpGet(t, base+"/metrics")
 		lag, ok1 := metricValue(metrics, `protctl_lag{subscription="projector"}`)
 		held, ok2 := metricValue(metrics, `protctl_partitions_held{subscription="projector"}`)
-		return ok1 && ok2 && lag == 8 && held == 1
+		return ok1 && ok2 && lag == 8 && held == 1, fmt.Sprintf("lag %v (present %v), held %v (present %v)", lag, ok1, held, ok2)
 	})
-	waitFor(t, 30*time.Second, "a handler call measured", func() bool {
+	testenv.Eventually(t, 30*time.Second, "a handler call measured", func() (bool, string) {
 		_, metrics = httpGet(t, base+"/metrics")
 		n, ok := metricValue(metrics, `protctl_handler_duration_seconds_count{subscription="projector"}`)
-		return ok && n >= 1
+		return ok && n >= 1, fmt.Sprintf("handler calls %v (present %v)", n, ok)
 	})
 	for _, want := range []string{
 		"# TYPE protctl_handler_duration_seconds histogram",
@@ -235,8 +238,11 @@ subscriptions:
 	keys := []string{"a", "b", "c", "d", "e", "f"}
 	records := seqRecords("orders", keys, 10)
 	kafka.Produce(t, cl, records...)
-	waitFor(t, time.Minute, "every record handled", func() bool { return rec.caughtUp(keys, 10) })
-	waitFor(t, 30*time.Second, "/readyz 200 (topic joined)", func() bool { code, _ := httpGet(t, base+"/readyz"); return code == 200 })
+	testenv.Eventually(t, time.Minute, "every record handled", func() (bool, string) { return rec.caughtUp(keys, 10) })
+	testenv.Eventually(t, 30*time.Second, "/readyz 200 (topic joined)", func() (bool, string) {
+		code, _ := httpGet(t, base+"/readyz")
+		return code == 200, fmt.Sprintf("/readyz %d", code)
+	})
 	fetchMu.Lock()
 	if len(partMaxBytes) != 1 || partMaxBytes[65536] == 0 {
 		t.Errorf("fetch requests by partition max bytes: %v, want every one at 65536 (kafka.fetchMaxPartitionBytes)", partMaxBytes)
@@ -262,23 +268,22 @@ subscriptions:
 	)
 	var metrics, logsThen string
 	var mark int // the logs' length before the scrape
-	settled := func() bool {
+	testenv.Eventually(t, time.Minute, "the node's metrics to settle", func() (bool, string) {
 		mark = len(logs.String())
 		_, metrics = httpGet(t, base+"/metrics")
 		logsThen = logs.String()
 		for series, w := range want {
 			if v, ok := metricValue(metrics, series); !ok || v != w {
-				return false
+				return false, fmt.Sprintf("%s = %v (present %v), want %v", series, v, ok, w)
 			}
 		}
 		n, _ := metricValue(metrics, processed)
 		a, _ := metricValue(metrics, acquired)
 		_, hasLag := metricValue(metrics, lag)
-		return n >= float64(len(records)) && a == float64(strings.Count(logsThen, "partition acquired")) && hasLag
-	}
-	for deadline := time.Now().Add(time.Minute); !settled() && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-	}
+		logged := strings.Count(logsThen, "partition acquired")
+		return n >= float64(len(records)) && a == float64(logged) && hasLag,
+			fmt.Sprintf("processed %v of %d, acquired %v (%d logged), lag present %v", n, len(records), a, logged, hasLag)
+	})
 	for series, w := range want {
 		if v, ok := metricValue(metrics, series); !ok || v != w {
 			t.Errorf("%s = %v (present %v), want %v", series, v, ok, w)
@@ -410,16 +415,29 @@ func (r *seqRecorder) total() int {
 
 // caughtUp reports whether every key's latest envelope is its nth: every
 // record was handled, and any replay has caught up. Counting envelopes
-// instead would end the wait early when some were handled twice.
-func (r *seqRecorder) caughtUp(keys []string, n int) bool {
+// instead would end the wait early when some were handled twice. When
+// not, it says which key is behind (a testenv.Eventually check).
+func (r *seqRecorder) caughtUp(keys []string, n int) (bool, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, k := range keys {
 		if s := r.seen[k]; len(s) == 0 || s[len(s)-1] != n {
-			return false
+			return false, fmt.Sprintf("%s saw %v, want its last to be %d", k, s, n)
 		}
 	}
-	return true
+	return true, ""
+}
+
+// upLines is the protctl_subscription_up lines of a /metrics page: the
+// state a wait for a subscription's state reports.
+func upLines(metrics string) string {
+	var up []string
+	for _, l := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(l, "protctl_subscription_up{") {
+			up = append(up, l)
+		}
+	}
+	return strings.Join(up, "; ")
 }
 
 // wantInOrder fails unless every key saw 1..n in order: exactly once when
@@ -503,10 +521,10 @@ subscriptions:
 	base, stop := startRunNode(t, path)
 
 	var metrics string
-	waitFor(t, 2*time.Minute, "ledger-sync unavailable", func() bool {
+	testenv.Eventually(t, 2*time.Minute, "ledger-sync unavailable", func() (bool, string) {
 		_, metrics = httpGet(t, base+"/metrics")
 		v, ok := metricValue(metrics, `protctl_subscription_up{subscription="ledger-sync",state="unavailable"}`)
-		return ok && v == 0
+		return ok && v == 0, upLines(metrics)
 	})
 	if _, ok := metricValue(metrics, `protctl_lag{subscription="ledger-sync"}`); ok {
 		t.Errorf("a lag for ledger-sync, whose Kafka cannot be reached:\n%s", metrics)
@@ -547,17 +565,17 @@ func TestRunNodeMetricsWhenRedisIsUnreachable(t *testing.T) {
 	base, stop := startRunNode(t, path)
 
 	var metrics string
-	waitFor(t, time.Minute, "projector running with a lag of 0", func() bool {
+	testenv.Eventually(t, time.Minute, "projector running with a lag of 0", func() (bool, string) {
 		_, metrics = httpGet(t, base+"/metrics")
 		up, ok1 := metricValue(metrics, `protctl_subscription_up{subscription="`+procGroup+`",state="running"}`)
 		lag, ok2 := metricValue(metrics, `protctl_lag{subscription="`+procGroup+`"}`)
-		return ok1 && ok2 && up == 1 && lag == 0
+		return ok1 && ok2 && up == 1 && lag == 0, fmt.Sprintf("lag %v (present %v); %s", lag, ok2, upLines(metrics))
 	})
 	srv.Kill()
-	waitFor(t, 2*time.Minute, "projector unavailable once Redis is gone", func() bool {
+	testenv.Eventually(t, 2*time.Minute, "projector unavailable once Redis is gone", func() (bool, string) {
 		_, metrics = httpGet(t, base+"/metrics")
 		v, ok := metricValue(metrics, `protctl_subscription_up{subscription="`+procGroup+`",state="unavailable"}`)
-		return ok && v == 0
+		return ok && v == 0, upLines(metrics)
 	})
 	if strings.Contains(metrics, "protctl_lag{") {
 		t.Errorf("a lag while Redis cannot be reached:\n%s", metrics)

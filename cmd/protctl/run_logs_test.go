@@ -72,9 +72,10 @@ func TestRunNodeLogLinesNameEachAttributeOnce(t *testing.T) {
 		Out: io.Discard, ErrOut: &logs, Getenv: func(string) string { return "" },
 		ConfigPath: path, LogFormat: "json", LogLevel: slog.LevelDebug,
 	}, &logs)
-	waitFor(t, 60*time.Second, "4 events handled after a failure each", func() bool {
+	testenv.Eventually(t, 60*time.Second, "4 events handled after a failure each", func() (bool, string) {
 		s := logs.String()
-		return strings.Count(s, `"msg":"exec handler ok"`) >= 4 && strings.Count(s, `"msg":"exec handler failed"`) >= 4
+		ok, failed := strings.Count(s, `"msg":"exec handler ok"`), strings.Count(s, `"msg":"exec handler failed"`)
+		return ok >= 4 && failed >= 4, fmt.Sprintf("%d ok, %d failed", ok, failed)
 	})
 	if err := stop(); err != nil {
 		t.Fatal(err)

@@ -54,7 +54,10 @@ func TestRunNodeProcessHandler(t *testing.T) {
 	path := filepath.Join(dir, "node.yaml")
 	writeFile(t, path, nodeYAML(srv.URL(), "node-1", handler, 20*time.Second))
 	_, stop := startRunNode(t, path)
-	waitFor(t, 60*time.Second, "40 events handled", func() bool { return strings.Count(readFile(t, record), "\n") >= 40 })
+	testenv.Eventually(t, 60*time.Second, "40 events handled", func() (bool, string) {
+		n := strings.Count(readFile(t, record), "\n")
+		return n >= 40, fmt.Sprintf("%d handled", n)
+	})
 	got := map[string][]int{}
 	for _, line := range strings.Split(strings.TrimSpace(readFile(t, record)), "\n") {
 		f := strings.Fields(line)

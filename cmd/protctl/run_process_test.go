@@ -140,22 +140,15 @@ subscriptions:
 %s`, procService, id, redisURL, procTTL, procRenew, drain, procGroup, procCategory, handler)
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func waitMembers(t *testing.T, store *redisstore.Store, n int) {
 	t.Helper()
-	waitFor(t, 60*time.Second, fmt.Sprintf("%d live nodes", n), func() bool {
+	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("%d live nodes", n), func() (bool, string) {
 		m, err := store.Members(context.Background(), procService)
-		return err == nil && len(m) == n
+		ids := make([]string, len(m))
+		for i, s := range m {
+			ids[i] = s.Node
+		}
+		return err == nil && len(m) == n, fmt.Sprintf("members %v, err %v", ids, err)
 	})
 }
 
@@ -378,7 +371,10 @@ func runFailover(t *testing.T, f failoverRun) {
 	pubDone := publishEvents(t, c, keys, perKey, 100*time.Millisecond)
 
 	// SIGKILL node-2 once a quarter of the events were handled.
-	waitFor(t, 4*time.Minute, "2,500 handled", func() bool { return countEnds(f.record()) >= 2500 })
+	testenv.Eventually(t, 4*time.Minute, "2,500 handled", func() (bool, string) {
+		n := countEnds(f.record())
+		return n >= 2500, fmt.Sprintf("%d handled", n)
+	})
 	victim := procs[1]
 	victim.signal(syscall.SIGKILL)
 	<-victim.done
@@ -386,7 +382,10 @@ func runFailover(t *testing.T, f failoverRun) {
 	t.Logf("%s SIGKILLed after %s", victim.id, time.Since(start).Round(time.Millisecond))
 
 	// SIGSTOP node-3 for longer than the lease TTL once half were handled.
-	waitFor(t, 4*time.Minute, "5,000 handled", func() bool { return countEnds(f.record()) >= 5000 })
+	testenv.Eventually(t, 4*time.Minute, "5,000 handled", func() (bool, string) {
+		n := countEnds(f.record())
+		return n >= 5000, fmt.Sprintf("%d handled", n)
+	})
 	paused := procs[2]
 	paused.signal(syscall.SIGSTOP)
 	f.mark("S " + f.name(paused))
@@ -403,16 +402,15 @@ func runFailover(t *testing.T, f failoverRun) {
 	if err := <-pubDone; err != nil {
 		t.Fatalf("publish: %v", err)
 	}
-	all := func() bool {
+	testenv.Eventually(t, 5*time.Minute, "every event handled", func() (bool, string) {
 		done := map[string]bool{}
 		for _, e := range parseEvents(t, f.record()) {
 			if e.kind == 'E' {
 				done[e.key+"/"+strconv.Itoa(e.seq)] = true
 			}
 		}
-		return len(done) == nKeys*perKey
-	}
-	waitFor(t, 5*time.Minute, "every event handled", all)
+		return len(done) == nKeys*perKey, fmt.Sprintf("%d of %d handled", len(done), nKeys*perKey)
+	})
 	t.Logf("all %d events handled after %s", nKeys*perKey, time.Since(start).Round(time.Millisecond))
 
 	record := f.record()
@@ -668,9 +666,9 @@ func TestRunNodeSignals(t *testing.T) {
 		p := startNodeProc(t, bin, "node-1", cfg)
 		name := strconv.Itoa(p.pid())
 		// Wait until handlers are running (begun, not ended).
-		waitFor(t, 2*time.Minute, "handlers in flight", func() bool {
+		testenv.Eventually(t, 2*time.Minute, "handlers in flight", func() (bool, string) {
 			started, ended := startedAndEnded(parseEvents(t, readFile(t, record)), name)
-			return len(started) >= 5 && len(started) > len(ended)
+			return len(started) >= 5 && len(started) > len(ended), fmt.Sprintf("%d started, %d ended", len(started), len(ended))
 		})
 		p.signal(syscall.SIGTERM)
 		if code := p.exitCode(30 * time.Second); code != 0 {
@@ -705,14 +703,14 @@ func TestRunNodeSignals(t *testing.T) {
 		cfg2 := filepath.Join(dir, "node-2.yaml")
 		writeFile(t, cfg2, nodeYAML(srv.URL(), "node-2", execHandlerYAML(script, record, ""), 20*time.Second))
 		p2 := startNodeProc(t, bin, "node-2", cfg2)
-		waitFor(t, 2*time.Minute, "every event handled", func() bool {
+		testenv.Eventually(t, 2*time.Minute, "every event handled", func() (bool, string) {
 			done := map[string]bool{}
 			for _, e := range parseEvents(t, readFile(t, record)) {
 				if e.kind == 'E' {
 					done[e.key+"/"+strconv.Itoa(e.seq)] = true
 				}
 			}
-			return len(done) == len(keys)*5
+			return len(done) == len(keys)*5, fmt.Sprintf("%d of %d handled", len(done), len(keys)*5)
 		})
 		checkHandling(t, parseEvents(t, readFile(t, record)), keys, 5)
 		p2.signal(syscall.SIGTERM)
@@ -734,9 +732,15 @@ func TestRunNodeSignals(t *testing.T) {
 		cfg := filepath.Join(dir, "node-1.yaml")
 		writeFile(t, cfg, nodeYAML(srv.URL(), "node-1", execHandlerYAML(script, record, "30"), time.Minute))
 		p := startNodeProc(t, bin, "node-1", cfg)
-		waitFor(t, 2*time.Minute, "the handler running", func() bool { return strings.HasPrefix(readFile(t, record), "B ") })
+		testenv.Eventually(t, 2*time.Minute, "the handler running", func() (bool, string) {
+			r := readFile(t, record)
+			return strings.HasPrefix(r, "B "), fmt.Sprintf("record %q", r)
+		})
 		p.signal(syscall.SIGTERM)
-		waitFor(t, 30*time.Second, "the drain to start", func() bool { return strings.Contains(p.logs.String(), "msg=draining") })
+		testenv.Eventually(t, 30*time.Second, "the drain to start", func() (bool, string) {
+			l := p.logs.String()
+			return strings.Contains(l, "msg=draining"), "logs:\n" + l
+		})
 		select {
 		case <-p.done:
 			t.Fatalf("exited during the drain: %s", p.cmd.ProcessState)
@@ -763,7 +767,10 @@ func TestRunNodeSignals(t *testing.T) {
 		cfg := filepath.Join(dir, "node-1.yaml")
 		writeFile(t, cfg, nodeYAML(srv.URL(), "node-1", execHandlerYAML(script, record, "30"), time.Second))
 		p := startNodeProc(t, bin, "node-1", cfg)
-		waitFor(t, 2*time.Minute, "the handler running", func() bool { return strings.HasPrefix(readFile(t, record), "B ") })
+		testenv.Eventually(t, 2*time.Minute, "the handler running", func() (bool, string) {
+			r := readFile(t, record)
+			return strings.HasPrefix(r, "B "), fmt.Sprintf("record %q", r)
+		})
 		start := time.Now()
 		p.signal(syscall.SIGTERM)
 		if code := p.exitCode(15 * time.Second); code != 130 {

@@ -44,14 +44,14 @@ func TestRunNodeThroughSentinel(t *testing.T) {
 	if err := <-publishEvents(t, fc, keys, perKey, 0); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
-	waitFor(t, 2*time.Minute, "every event handled", func() bool {
+	testenv.Eventually(t, 2*time.Minute, "every event handled", func() (bool, string) {
 		done := map[string]bool{}
 		for _, e := range parseEvents(t, readFile(t, record)) {
 			if e.kind == 'E' {
 				done[e.key+"/"+strconv.Itoa(e.seq)] = true
 			}
 		}
-		return len(done) == nKeys*perKey
+		return len(done) == nKeys*perKey, fmt.Sprintf("%d of %d handled", len(done), nKeys*perKey)
 	})
 	checkHandling(t, parseEvents(t, readFile(t, record)), keys, perKey)
 

@@ -987,35 +987,22 @@ func (rig *kafkaRig) grow(rb *rbEnv) {
 	rig.k.Produce(rb.t, rig.prod, &kgo.Record{Topic: kafkaRunbookTopic, Partition: 3, Key: []byte("order-42"), Value: []byte(`{"data":{}}`)})
 	rig.waitHeld(rb, 4)
 	cp := redisstore.TopicLeaseGroup("shop", kafkaRunbookTopic).CheckpointsKey("ledger-sync")
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testenv.Eventually(rb.t, 20*time.Second, "the record on the new partition handled and checkpointed", func() (bool, string) {
 		rig.mu.Lock()
 		n := rig.handled[3]
 		rig.mu.Unlock()
-		if next, _ := rb.c.HGet(rb.ctx(), cp, "3").Result(); n > 0 && next == "1" {
-			return
-		}
-		if time.Now().After(deadline) {
-			rb.t.Fatalf("the record on the new partition was not handled and checkpointed (handled %d)", n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		next, err := rb.c.HGet(rb.ctx(), cp, "3").Result()
+		return n > 0 && next == "1", fmt.Sprintf("handled %d, checkpoint %q (%v)", n, next, err)
+	})
 }
 
 // waitHeld waits until node-a's status record lists n held partitions.
 func (rig *kafkaRig) waitHeld(rb *rbEnv, n int) {
 	rb.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(rb.t, 30*time.Second, fmt.Sprintf("node-a to hold %d partitions", n), func() (bool, string) {
 		nodes, err := redisstore.New(rb.c).Members(rb.ctx(), "shop")
-		if err == nil && len(nodes) == 1 && len(nodes[0].Held) == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			rb.t.Fatalf("node-a does not hold %d partitions: %+v %v", n, nodes, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && len(nodes) == 1 && len(nodes[0].Held) == n, fmt.Sprintf("%+v %v", nodes, err)
+	})
 }
 
 func TestShellSplit(t *testing.T) {

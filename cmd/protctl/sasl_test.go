@@ -92,7 +92,7 @@ func TestSASLKafkaNodeConsumesOverTLS(t *testing.T) {
 			keys := []string{"a", "b", "c", "d", "e", "f"}
 			records := seqRecords(saslTopic, keys, 5)
 			k.Produce(t, cl, records...)
-			waitFor(t, time.Minute, "every record handled", func() bool { return rec.caughtUp(keys, 5) })
+			testenv.Eventually(t, time.Minute, "every record handled", func() (bool, string) { return rec.caughtUp(keys, 5) })
 			if err := stop(); err != nil {
 				t.Fatalf("drain: %v", err)
 			}
@@ -120,7 +120,10 @@ func TestSASLKafkaNodeWrongPassword(t *testing.T) {
 	writeFile(t, cfg, saslNodeYAML(srv.URL(), k.Brokers, pki.CA, "SCRAM-SHA-256", pwFile, "http://127.0.0.1:1"))
 	logs, stop := startTLSNode(t, cfg, func(string) string { return "" })
 
-	waitFor(t, 30*time.Second, "a logged join failure", func() bool { return strings.Contains(logs.String(), "joining failed") })
+	testenv.Eventually(t, 30*time.Second, "a logged join failure", func() (bool, string) {
+		l := logs.String()
+		return strings.Contains(l, "joining failed"), "logs:\n" + l
+	})
 	var line string
 	for _, l := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(l, "joining failed") {

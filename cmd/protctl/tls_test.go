@@ -407,18 +407,18 @@ func TestTLSRedisNodeConsumesAndAcks(t *testing.T) {
 
 	l := testenv.Protean(t, c).Layout()
 	ctx := context.Background()
-	waitFor(t, 30*time.Second, "every event handled and acked", func() bool {
+	testenv.Eventually(t, 30*time.Second, "every event handled and acked", func() (bool, string) {
 		for _, k := range keys {
 			p, err := c.XPending(ctx, l.Stream(procCategory, k), procGroup).Result()
 			if err != nil || p.Count != 0 {
-				return false
+				return false, fmt.Sprintf("%s: pending %+v, err %v", k, p, err)
 			}
 			g, err := c.XInfoGroups(ctx, l.Stream(procCategory, k)).Result()
 			if err != nil || len(g) != 1 || g[0].EntriesRead != perKey {
-				return false
+				return false, fmt.Sprintf("%s: groups %+v, err %v", k, g, err)
 			}
 		}
-		return true
+		return true, ""
 	})
 	if err := stop(); err != nil {
 		t.Fatalf("drain: %v", err)

@@ -108,24 +108,34 @@ type screen struct {
 	mu   sync.Mutex
 	w    io.Writer
 	seen bytes.Buffer
+	next chan struct{} // closed at the next write
 }
 
 func (s *screen) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seen.Write(p)
+	if s.next != nil {
+		close(s.next)
+		s.next = nil
+	}
 	return s.w.Write(p)
 }
 
-func (s *screen) shows(want []string) bool {
+// shows reports whether the screen shows every one of want and, when it
+// does not, returns a channel closed at the next write.
+func (s *screen) shows(want []string) (bool, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, w := range want {
 		if !bytes.Contains(s.seen.Bytes(), []byte(w)) {
-			return false
+			if s.next == nil {
+				s.next = make(chan struct{})
+			}
+			return false, s.next
 		}
 	}
-	return true
+	return true, nil
 }
 
 // typist is a terminal's input: keys typed once scr shows want, then EOF.
@@ -140,8 +150,20 @@ func (k *typist) Read(p []byte) (int, error) {
 	if k.typed {
 		return 0, io.EOF
 	}
-	for deadline := time.Now().Add(time.Minute); !k.scr.shows(k.want) && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
+	// Read runs on the program's input goroutine, where a test cannot
+	// fail: it waits for each write until the screen shows want.
+	timeout := time.After(time.Minute)
+wait:
+	for {
+		shown, written := k.scr.shows(k.want)
+		if shown {
+			break
+		}
+		select {
+		case <-written:
+		case <-timeout:
+			break wait // type anyway: the test's assertions say what was drawn
+		}
 	}
 	k.typed = true
 	return copy(p, k.keys), nil

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"gopkg.in/yaml.v3"
 
 	"github.com/protctl/protctl/internal/buildinfo"
@@ -40,8 +41,8 @@ func TestVersionJSON(t *testing.T) {
 		t.Fatalf("not JSON: %v\n%s", err, r.stdout)
 	}
 	want := versionDoc{"protctl.dev/v1", "Version", "v1.2.3", ptr("0123abcd"), ptr("2026-03-01T12:00:00Z"), runtime.Version(), runtime.GOOS + "/" + runtime.GOARCH}
-	if !equalDoc(doc, want) {
-		t.Fatalf("version -o json = %+v, want %+v", doc, want)
+	if diff := cmp.Diff(want, doc); diff != "" {
+		t.Fatalf("version -o json (-want +got):\n%s", diff)
 	}
 	var raw map[string]any
 	_ = json.Unmarshal([]byte(r.stdout), &raw)
@@ -117,8 +118,8 @@ func TestVersionFromLdflags(t *testing.T) {
 	}
 	want := versionDoc{"protctl.dev/v1", "Version", "v" + testReleaseVars["Version"],
 		ptr(testReleaseVars["FullCommit"]), ptr(testReleaseVars["CommitDate"]), runtime.Version(), runtime.GOOS + "/" + runtime.GOARCH}
-	if !equalDoc(doc, want) {
-		t.Fatalf("version -o json = %+v, want the ldflags values %+v", doc, want)
+	if diff := cmp.Diff(want, doc); diff != "" {
+		t.Fatalf("version -o json, want the ldflags values (-want +got):\n%s", diff)
 	}
 
 	// The binary's exit codes are the contract's too.
@@ -129,16 +130,3 @@ func TestVersionFromLdflags(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
-
-func deref(s *string) string {
-	if s == nil {
-		return "<null>"
-	}
-	return *s
-}
-
-func equalDoc(a, b versionDoc) bool {
-	return a.APIVersion == b.APIVersion && a.Kind == b.Kind && a.Version == b.Version &&
-		deref(a.Commit) == deref(b.Commit) && deref(a.Date) == deref(b.Date) &&
-		a.GoVersion == b.GoVersion && a.Platform == b.Platform
-}

@@ -75,13 +75,10 @@ func TestGoHandlerExampleNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(time.Minute)
-	for strings.Count(out.String(), "order o-1") < 3 {
-		if time.Now().After(deadline) {
-			t.Fatal("the events were not handled within 1m")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, time.Minute, "the three events handled", func() (bool, string) {
+		s := out.String()
+		return strings.Count(s, "order o-1") >= 3, "stdout:\n" + s
+	})
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	for i, amount := range []string{"5", "7", "9"} {
 		if !strings.HasPrefix(lines[i], "order o-1: amount "+amount+" ") {

@@ -1,7 +1,7 @@
 // Command processhandler is a process handler for `protctl run node`
 // (handler: {process: {command: [...]}}): one long-lived process that reads
 // a request per line on stdin and writes a result per line on stdout
-// (docs/node-config.md, "process"; docs/decisions/process-handler.md).
+// (docs/node-config.md, "process"; docs/decisions/0027-process-handler.md).
 //
 // It handles each request in a goroutine of its own, so the calls the node
 // has in flight (several partitions at once) run concurrently and are

@@ -14,7 +14,7 @@
 // rules, never a category), key patterns ("~p", and for readonly the
 // read-only selector "%R~p" of Redis 7) and Pub/Sub channels ("&p"), and
 // renders them as an ACL SETUSER command and as an ACL file line.
-// docs/security.md shows the profiles; docs/decisions/acl-profiles.md
+// docs/security.md shows the profiles; docs/decisions/0020-acl-profiles.md
 // explains the choices.
 //
 // Without categories and groups the key patterns cover every name the

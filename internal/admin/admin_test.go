@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/internal/admin"
+	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker/memorybroker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
@@ -266,17 +268,10 @@ func TestNodeAdminReadyzRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer node.Stop(context.Background())
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, "/readyz to answer 200", func() (bool, string) {
 		code, _, _ := get(t, base+"/readyz", "")
-		if code == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz still %d after 10s", code)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return code == 200, fmt.Sprintf("/readyz %d", code)
+	})
 	code, body, _ := get(t, base+"/v1/status", "")
 	var st admin.StatusJSON
 	if code != 200 || json.Unmarshal([]byte(body), &st) != nil {

@@ -19,6 +19,6 @@
 // Apply that stopped on an error half way. Dry runs, declined
 // confirmations, read-only refusals and plans whose items were all refused
 // or skipped by the plan itself try nothing and are not recorded (see
-// docs/decisions/audit-log.md). The command line is recorded with secrets
+// docs/decisions/0021-audit-log.md). The command line is recorded with secrets
 // redacted (RedactArgs).
 package audit

@@ -3,6 +3,7 @@ package demo_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	goruntime "runtime"
 	"strings"
 	"testing"
@@ -46,13 +47,10 @@ func run(t *testing.T, cfg demo.Config, until func(demo.Stats) bool, before ...f
 		}
 	}
 	t.Cleanup(stop)
-	deadline := time.Now().Add(2 * time.Minute)
-	for st := d.Stats(ctx); !until(st); st = d.Stats(ctx) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the demo did not get there in 2m: %s", st.Line())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, 2*time.Minute, "the demo to get there", func() (bool, string) {
+		st := d.Stats(ctx)
+		return until(st), st.Line()
+	})
 	for _, f := range before {
 		f(d)
 	}
@@ -155,14 +153,14 @@ func TestDemoInMemory(t *testing.T) {
 	}
 
 	// Stop ended every goroutine the demo started (nodes, publisher).
-	deadline := time.Now().Add(10 * time.Second)
-	for goruntime.NumGoroutine() > baseline {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines after Stop, %d before:\n%s", goruntime.NumGoroutine(), baseline, buf[:goruntime.Stack(buf, true)])
+	testenv.Eventually(t, 10*time.Second, "the demo's goroutines to end", func() (bool, string) {
+		n := goruntime.NumGoroutine()
+		if n <= baseline {
+			return true, ""
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		buf := make([]byte, 1<<16)
+		return false, fmt.Sprintf("%d goroutines after Stop, %d before:\n%s", n, baseline, buf[:goruntime.Stack(buf, true)])
+	})
 }
 
 // With a Redis client the demo runs on it, and what it leaves is what

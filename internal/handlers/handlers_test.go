@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/internal/handlers"
+	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/runtime"
 )
 
@@ -157,18 +159,15 @@ wait
 		t.Fatal(err)
 	}
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
-	deadline := time.Now().Add(5 * time.Second)
-	for syscall.Kill(pid, 0) == nil {
+	testenv.Eventually(t, 5*time.Second, fmt.Sprintf("the script's child %d to end after the timeout", pid), func() (bool, string) {
+		if syscall.Kill(pid, 0) != nil {
+			return true, ""
+		}
 		// A killed child may linger as a zombie until its parent (also
 		// killed) is reaped by init; check its state.
-		if stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil && strings.Contains(string(stat), ") Z") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the script's child %d still runs after the timeout", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		return err == nil && strings.Contains(string(stat), ") Z"), fmt.Sprintf("still runs: %s", stat)
+	})
 }
 
 // A cancelled context (the lease was lost, or the node stops hard) stops

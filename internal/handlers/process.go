@@ -57,7 +57,7 @@ type ProcessConfig struct {
 
 // Process is a handler served by one long-lived child process, which
 // reads a request per line on its stdin and writes a result per line on
-// its stdout (newline-delimited JSON, docs/decisions/process-handler.md):
+// its stdout (newline-delimited JSON, docs/decisions/0027-process-handler.md):
 //
 //	-> {"id":7,"metadata":{"subscription":"app.Billing","partition":"k1","position":"1700000000000-3",...},"envelope":{...}}
 //	<- {"id":7,"result":"ok"}

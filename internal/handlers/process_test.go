@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/internal/handlers"
+	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker/memorybroker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
@@ -173,7 +174,10 @@ func TestNodeHandlerProcessDeathIsSystemicAndRestarts(t *testing.T) {
 			errs[i] = p.Handle(ctx, withData(order(childOrder{SleepMS: 10_000})))
 		}()
 	}
-	waitUntil(t, 30*time.Second, "the child to read the slow calls", func() bool { return len(recorded(t, rec)) == 4 })
+	testenv.Eventually(t, 30*time.Second, "the child to read the slow calls", func() (bool, string) {
+		n := len(recorded(t, rec))
+		return n == 4, fmt.Sprintf("%d of 4 read", n)
+	})
 	err := p.Handle(ctx, withData(order(childOrder{Do: "crash", Stderr: "panic: the printer is on fire"})))
 	wg.Wait()
 	for i, e := range append(errs, err) {
@@ -182,20 +186,13 @@ func TestNodeHandlerProcessDeathIsSystemicAndRestarts(t *testing.T) {
 		}
 	}
 	// Restarted after the backoff (calls meanwhile fail as systemic).
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, "a restart", func() (bool, string) {
 		err := p.Handle(ctx, withData(order(childOrder{})))
-		if err == nil {
-			break
-		}
-		if runtime.Classify(err) != runtime.FailSystemic {
+		if err != nil && runtime.Classify(err) != runtime.FailSystemic {
 			t.Fatalf("a call while the child restarts: %v (%s)", err, runtime.Classify(err))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no restart within 30s: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil, fmt.Sprint(err)
+	})
 	if n := p.Starts(); n != 2 {
 		t.Errorf("%d starts, want 2", n)
 	}
@@ -226,13 +223,19 @@ func TestNodeHandlerProcessTimeouts(t *testing.T) {
 	ctx := context.Background()
 	// The child reads requests only after its start; under load that can
 	// take longer than a timeout, so wait for its first answer.
-	waitUntil(t, 60*time.Second, "the child's first answer", func() bool { return p.Handle(ctx, withData(order(childOrder{}))) == nil })
+	testenv.Eventually(t, 60*time.Second, "the child's first answer", func() (bool, string) {
+		err := p.Handle(ctx, withData(order(childOrder{})))
+		return err == nil, fmt.Sprint(err)
+	})
 	err := p.Handle(ctx, withData(order(childOrder{Do: "hang"})))
 	if err == nil || runtime.Classify(err) != runtime.FailSystemic || !strings.Contains(err.Error(), "answered no call") {
 		t.Fatalf("stuck child: %v (%s)", err, runtime.Classify(err))
 	}
 	starts := p.Starts()
-	waitUntil(t, 60*time.Second, "a new child", func() bool { return p.Handle(ctx, withData(order(childOrder{}))) == nil })
+	testenv.Eventually(t, 60*time.Second, "a new child", func() (bool, string) {
+		err := p.Handle(ctx, withData(order(childOrder{})))
+		return err == nil, fmt.Sprint(err)
+	})
 	if n := p.Starts(); n != starts+1 {
 		t.Errorf("%d starts after the kill, want %d (the stuck child killed, one restart)", n, starts+1)
 	}
@@ -263,17 +266,16 @@ func TestNodeHandlerProcessTimeouts(t *testing.T) {
 func TestNodeHandlerProcessStartFailureBacksOff(t *testing.T) {
 	p, logs, _ := newProcess(t, "exit-at-start", nil)
 	ctx := context.Background()
-	deadline := time.Now().Add(30 * time.Second)
-	for p.Starts() < 3 {
+	testenv.Eventually(t, 30*time.Second, "3 starts", func() (bool, string) {
+		if p.Starts() >= 3 {
+			return true, ""
+		}
 		err := p.Handle(ctx, withData(order(childOrder{})))
 		if err == nil || runtime.Classify(err) != runtime.FailSystemic {
 			t.Fatalf("call to a dying child: %v (%s)", err, runtime.Classify(err))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d starts in 30s", p.Starts())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("%d starts", p.Starts())
+	})
 	if !strings.Contains(logs.String(), "cannot connect to the database") {
 		t.Errorf("the child's stderr is not logged:\n%s", logs.String())
 	}
@@ -430,7 +432,10 @@ func TestNodeHandlerProcessDeathParksNoAggregate(t *testing.T) {
 		}
 		return c
 	}
-	waitUntil(t, 120*time.Second, "every event handled", func() bool { return total() >= keys*perKey || parked.Load() > 0 })
+	testenv.Eventually(t, 120*time.Second, "every event handled", func() (bool, string) {
+		n := total()
+		return n >= keys*perKey || parked.Load() > 0, fmt.Sprintf("%d of %d handled, %d parked", n, keys*perKey, parked.Load())
+	})
 	if parked.Load() > 0 || aggregate.Load() > 0 {
 		t.Fatalf("%d parked, %d aggregate failures", parked.Load(), aggregate.Load())
 	}
@@ -457,7 +462,10 @@ func TestNodeHandlerProcessLeaseLostWhileQueued(t *testing.T) {
 	fctx, stopFirst := context.WithCancel(context.Background())
 	defer stopFirst()
 	go func() { first <- p.Handle(fctx, withData(order(childOrder{Do: "hang"}))) }()
-	waitUntil(t, 30*time.Second, "the first call to take the slot", func() bool { return p.InFlight().Stats().Running == 1 })
+	testenv.Eventually(t, 30*time.Second, "the first call to take the slot", func() (bool, string) {
+		s := p.InFlight().Stats()
+		return s.Running == 1, fmt.Sprintf("%+v", s)
+	})
 	var trusted atomic.Bool
 	trusted.Store(true)
 	ctx := runtime.WithLeaseCheck(context.Background(), trusted.Load)
@@ -467,7 +475,10 @@ func TestNodeHandlerProcessLeaseLostWhileQueued(t *testing.T) {
 		m.Position = "queued"
 		done <- p.Handle(ctx, m)
 	}()
-	waitUntil(t, 30*time.Second, "the second call to wait", func() bool { return p.InFlight().Stats().Waiting == 1 })
+	testenv.Eventually(t, 30*time.Second, "the second call to wait", func() (bool, string) {
+		s := p.InFlight().Stats()
+		return s.Waiting == 1, fmt.Sprintf("%+v", s)
+	})
 	trusted.Store(false)
 	stopFirst() // the slot frees; the waiting call takes it
 	<-first

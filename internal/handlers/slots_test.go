@@ -12,22 +12,11 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/internal/handlers"
+	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker/memorybroker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
 )
-
-// waitUntil polls cond until it holds, failing the test after d.
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // More aggregates in flight than the node's exec bound, through the
 // runtime (the memory broker, a real node): at most the bound of commands
@@ -105,10 +94,11 @@ echo "end $PROTCTL_PARTITION" >> "$LOG"
 		defer cancel()
 		_ = n.Stop(sctx)
 	}()
-	waitUntil(t, 90*time.Second, "every event handled", func() bool {
+	testenv.Eventually(t, 90*time.Second, "every event handled", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
-		return handled.Load() == keys*perKey || len(failures) > 0 || parked.Load() > 0
+		return handled.Load() == keys*perKey || len(failures) > 0 || parked.Load() > 0,
+			fmt.Sprintf("%d of %d handled, %d failures, %d parked", handled.Load(), keys*perKey, len(failures), parked.Load())
 	})
 	mu.Lock()
 	defer mu.Unlock()
@@ -153,10 +143,16 @@ exit 0
 	hang.Position, quick.Position = "hang", "quick"
 	first := make(chan error, 1)
 	go func() { first <- h.Handle(context.Background(), hang) }()
-	waitUntil(t, 30*time.Second, "the first run to take the slot", func() bool { return slots.Stats().Running == 1 })
+	testenv.Eventually(t, 30*time.Second, "the first run to take the slot", func() (bool, string) {
+		s := slots.Stats()
+		return s.Running == 1, fmt.Sprintf("%+v", s)
+	})
 	second := make(chan error, 1)
 	go func() { second <- h.Handle(context.Background(), quick) }()
-	waitUntil(t, 30*time.Second, "the second call to wait", func() bool { return slots.Stats().Waiting == 1 })
+	testenv.Eventually(t, 30*time.Second, "the second call to wait", func() (bool, string) {
+		s := slots.Stats()
+		return s.Waiting == 1, fmt.Sprintf("%+v", s)
+	})
 	err := <-first
 	if err == nil || runtime.Classify(err) != runtime.FailSystemic || !strings.Contains(err.Error(), "overloaded") {
 		t.Fatalf("timeout on a full node: %v (%s), want a systemic overload", err, runtime.Classify(err))
@@ -196,9 +192,15 @@ touch "$MARK"
 	t.Cleanup(stopHang)
 	q.stopHang = stopHang
 	go func() { q.hangDone <- h.Handle(hctx, hang) }()
-	waitUntil(t, 30*time.Second, "the first run to take the slot", func() bool { return q.slots.Stats().Running == 1 })
+	testenv.Eventually(t, 30*time.Second, "the first run to take the slot", func() (bool, string) {
+		s := q.slots.Stats()
+		return s.Running == 1, fmt.Sprintf("%+v", s)
+	})
 	go func() { q.done <- h.Handle(ctx, msg) }()
-	waitUntil(t, 30*time.Second, "the second call to wait", func() bool { return q.slots.Stats().Waiting == 1 })
+	testenv.Eventually(t, 30*time.Second, "the second call to wait", func() (bool, string) {
+		s := q.slots.Stats()
+		return s.Waiting == 1, fmt.Sprintf("%+v", s)
+	})
 	q.ran = func() bool {
 		_, err := os.Stat(marker)
 		return err == nil

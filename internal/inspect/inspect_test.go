@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
 	goruntime "runtime"
 	"slices"
@@ -220,13 +221,10 @@ func TestPartitionsStopEarlyWithoutLeakingWorkers(t *testing.T) {
 	if err := in.EachPartition(cctx, "big", inspect.PartitionOptions{}, func(inspect.Partition) error { return nil }); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled: %v", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for goruntime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			t.Fatalf("goroutines: %d before, %d after", before, goruntime.NumGoroutine())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, "the listing's goroutines to end", func() (bool, string) {
+		n := goruntime.NumGoroutine()
+		return n <= before, fmt.Sprintf("goroutines: %d before, %d after", before, n)
+	})
 }
 
 func TestPartitionsWrongTypeIsReportedNotFatal(t *testing.T) {

@@ -19,7 +19,7 @@
 // reads from a replica, because a fencing decision (a lease's generation,
 // a checkpoint) read from a lagging replica could be stale. Options that
 // would route commands to replicas are refused. See
-// docs/decisions/redis-sentinel.md.
+// docs/decisions/0033-redis-sentinel.md.
 //
 // New does no I/O but reading the TLS files: the first command dials.
 package redisconn

@@ -2,11 +2,12 @@ package redisconn_test
 
 import (
 	"errors"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/protctl/protctl/internal/config/security"
@@ -32,9 +33,8 @@ func TestParseSentinelURL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got.Query, got.User = nil, nil
-			if !reflect.DeepEqual(tc.want, *got) {
-				t.Fatalf("got %+v, want %+v", *got, tc.want)
+			if diff := cmp.Diff(tc.want, *got, cmpopts.IgnoreFields(redisconn.SentinelURL{}, "Query", "User")); diff != "" {
+				t.Fatalf("ParseSentinelURL(%q) (-want +got):\n%s", tc.url, diff)
 			}
 		})
 	}
@@ -123,8 +123,8 @@ func TestNewSentinel(t *testing.T) {
 	// Timeout -1: no read or write timeout, which an initialised
 	// go-redis Options spells 0.
 	want.Dial, want.Read, want.Write, want.TLS, want.ServerName = 2*time.Second, 0, 0, true, ""
-	if got != want {
-		t.Fatalf("got %+v, want %+v", got, want)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("failover client options (-want +got):\n%s", diff)
 	}
 }
 

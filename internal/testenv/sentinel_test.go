@@ -3,6 +3,7 @@ package testenv_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -11,22 +12,6 @@ import (
 
 	"github.com/protctl/protctl/internal/testenv"
 )
-
-// waitFor polls f until it returns nil or the deadline passes.
-func waitFor(t *testing.T, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // A forced failover promotes the replica, and a failover client follows
 // it: its writes land on the new primary, which has the old one's data.
@@ -53,8 +38,9 @@ func TestSentinelPromoteIsFollowed(t *testing.T) {
 	if now != s.Servers[1] {
 		t.Fatalf("promoted %s, want the replica %s", now.Addr, s.Servers[1].Addr)
 	}
-	waitFor(t, "a write through the failover client after the failover", func() error {
-		return c.Set(ctx, "after", "2", 0).Err()
+	testenv.Eventually(t, time.Minute, "a write through the failover client after the failover", func() (bool, string) {
+		err := c.Set(ctx, "after", "2", 0).Err()
+		return err == nil, fmt.Sprint(err)
 	})
 	direct := now.Client(t)
 	if got, err := direct.MGet(ctx, "before", "after").Result(); err != nil || got[0] != "1" || got[1] != "2" {
@@ -79,7 +65,10 @@ func TestSentinelKillFailsOver(t *testing.T) {
 	if now != s.Servers[1] {
 		t.Fatalf("promoted %s, want %s", now.Addr, s.Servers[1].Addr)
 	}
-	waitFor(t, "a write after the kill", func() error { return c.Incr(ctx, "n").Err() })
+	testenv.Eventually(t, time.Minute, "a write after the kill", func() (bool, string) {
+		err := c.Incr(ctx, "n").Err()
+		return err == nil, fmt.Sprint(err)
+	})
 	if got, err := now.Client(t).Get(ctx, "n").Result(); err != nil || got != "1" {
 		t.Fatalf("n on the new primary: %q, %v", got, err)
 	}
@@ -107,7 +96,10 @@ func TestProxyFaults(t *testing.T) {
 				t.Fatalf("direction %d blackholed: GET returned %v, want a timeout", dir, err)
 			}
 			p.Heal()
-			waitFor(t, "GET after Heal", func() error { return c.Get(ctx, "k").Err() })
+			testenv.Eventually(t, time.Minute, "GET after Heal", func() (bool, string) {
+				err := c.Get(ctx, "k").Err()
+				return err == nil, fmt.Sprint(err)
+			})
 		}
 	})
 
@@ -143,6 +135,9 @@ func TestProxyFaults(t *testing.T) {
 			t.Fatal("a new connection was not dropped")
 		}
 		p.Heal()
-		waitFor(t, "PING after Heal", func() error { return c.Ping(ctx).Err() })
+		testenv.Eventually(t, time.Minute, "PING after Heal", func() (bool, string) {
+			err := c.Ping(ctx).Err()
+			return err == nil, fmt.Sprint(err)
+		})
 	})
 }

@@ -11,10 +11,12 @@ import (
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/present"
 	"github.com/protctl/protctl/internal/repair"
+	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/internal/tui/tuitest"
 	"github.com/protctl/protctl/pkg/runtime"
 )
@@ -220,8 +222,8 @@ func TestKeysDriveState(t *testing.T) {
 		{"L plans a forced release of a held lease", nil, []string{"/", "h", "a", "l", "t", "enter", "L"}, func(t *testing.T, h *harness) {
 			want := ActionRequest{Action: repair.ActionRelease, Category: "shop::order", Key: "o-halted", Group: "app.OrderProjector", Force: true}
 			reqs := h.m.opts.Actions.(*fakeActions).requests()
-			if len(reqs) != 1 || reqs[0] != want {
-				t.Fatalf("planned %+v, want %+v", reqs, want)
+			if diff := cmp.Diff([]ActionRequest{want}, reqs); diff != "" {
+				t.Fatalf("planned (-want +got):\n%s", diff)
 			}
 			if h.m.mode != modeConfirm || h.m.dialog.state != confirmShown {
 				t.Fatalf("mode %d", h.m.mode)
@@ -290,8 +292,8 @@ func TestKeysDriveState(t *testing.T) {
 			h.keys("S", "b", "a", "d", "enter")
 			r := h.m.opts.Actions.(*fakeActions).requests()
 			want := ActionRequest{Action: repair.ActionSkip, Subscription: "app.OrderProjector", Aggregate: "o-halted", Reason: "bad", By: "protctl:test"}
-			if len(r) != 1 || r[0] != want {
-				t.Fatalf("planned %+v", r)
+			if diff := cmp.Diff([]ActionRequest{want}, r); diff != "" {
+				t.Fatalf("planned (-want +got):\n%s", diff)
 			}
 		}},
 		{"Y retries a parked entry", nil, []string{":", "p", "k", "enter", "j", "Y"}, func(t *testing.T, h *harness) {
@@ -495,15 +497,16 @@ func TestUpdateNeverPerformsIO(t *testing.T) {
 	// One read per view: partitions (categories), parked, nodes from Init
 	// and the leases view; nothing twice, however often r was pressed.
 	seen := map[string]int{}
-	deadline := time.After(10 * time.Second)
-	for len(seen) < 4 {
-		select {
-		case name := <-src.entered:
-			seen[name]++
-		case <-deadline:
-			t.Fatalf("the commands entered the source %v", seen)
+	testenv.Eventually(t, 10*time.Second, "the four views' reads to enter the source", func() (bool, string) {
+		for {
+			select {
+			case name := <-src.entered:
+				seen[name]++
+			default:
+				return len(seen) >= 4, fmt.Sprintf("entered %v", seen)
+			}
 		}
-	}
+	})
 	for name, n := range seen {
 		if n != 1 {
 			t.Fatalf("%s was read %d times at once", name, n)

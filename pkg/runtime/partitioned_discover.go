@@ -14,7 +14,7 @@ import (
 // polls it every DiscoverPollEvery and scans the index as soon as the
 // count changes, so that keys written by any publisher (Protean's, with a
 // plain SADD and XADD) are found in about a poll rather than at the next
-// DiscoverEvery scan (docs/decisions/new-key-discovery.md).
+// DiscoverEvery scan (docs/decisions/0031-new-key-discovery.md).
 type PartitionCounter interface {
 	CountPartitionKeys(ctx context.Context, category string) (int64, error)
 }

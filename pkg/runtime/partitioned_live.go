@@ -17,7 +17,7 @@ import (
 // round trips instead of a thousand, queued sixteen at a time behind the
 // slots. A partition that reads a full batch (a backlog) keeps its slot
 // and reads on the slot's pinned reader until it drains, as before.
-// docs/decisions/live-reads.md.
+// docs/decisions/0035-live-reads.md.
 
 // liveIO is the live path's queue of steps, served by liveFlushers loops.
 type liveIO struct {

@@ -72,7 +72,7 @@ func (p *Partitioned) takeReader() *slotReader {
 // slot. Closing it here would give the connection back to the pool
 // between partitions, at the cost of a round trip (UNWATCH) per slot
 // handover: measured, about a tenth of the runtime's throughput
-// (docs/decisions/fenced-read-transactions.md). The broker bounds what
+// (docs/decisions/0023-fenced-read-transactions.md). The broker bounds what
 // readers pin per client and checks a connection that idled before using
 // it again.
 func (p *Partitioned) putReader(r *slotReader) {

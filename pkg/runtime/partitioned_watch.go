@@ -305,7 +305,7 @@ func (p *Partitioned) waitLoop(ctx context.Context, ws *watchSet) {
 // waits for the next issue at most n x waitIssueCost (1 ms for 1,000
 // streams). It was 8µs until the live path: the issues then took up to
 // 16 ms for 2,000 streams, which made the wait itself the largest part
-// of the latency at 500 events/s (docs/decisions/live-reads.md).
+// of the latency at 500 events/s (docs/decisions/0035-live-reads.md).
 type waitBudget struct{ at time.Time }
 
 const (

@@ -479,7 +479,7 @@ func (w *worker) read(ln lane) ([]broker.Message, result, bool) {
 	// serves it as a script, and ReadPending and ReadNew as a fenced
 	// transaction: one round trip more, no Lua conversion of the entries
 	// nor of the acks, cheaper even for a lane's last, empty read
-	// (docs/decisions/fenced-read-transactions.md).
+	// (docs/decisions/0023-fenced-read-transactions.md).
 	var (
 		msgs []broker.Message
 		err  error

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/memorybroker"
 )
@@ -142,8 +144,8 @@ func TestReapSaysWhatKeepsAPartition(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := broker.ReapResult{Stream: c.stream, Group: c.group, Reason: c.reason}
-			if res != want {
-				t.Fatalf("reap = %+v\nwant   %+v", res, want)
+			if diff := cmp.Diff(want, res); diff != "" {
+				t.Fatalf("reap (-want +got):\n%s", diff)
 			}
 			if after := memorybroker.Dump(f.b); after != before {
 				t.Fatalf("refused reap changed the state:\nbefore:\n%s\nafter:\n%s", before, after)

@@ -24,7 +24,7 @@ import (
 // share (WATCH is per connection and EXEC ends every watch). The scripts'
 // cost, the Lua conversion of the entries (about 1.5 µs each on the
 // server), is small for what a live flow reads: a few entries per
-// partition. docs/decisions/live-reads.md.
+// partition. docs/decisions/0035-live-reads.md.
 
 var (
 	_ broker.BatchReader   = (*Broker)(nil)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/protctl/protctl/pkg/broker"
@@ -170,8 +171,11 @@ func TestDeleteEmptyConsumer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := b.DeleteEmptyConsumer(ctx, leaseKey, stream, group, tc.consumer)
-			if err != nil || got != tc.want {
-				t.Fatalf("DeleteEmptyConsumer(%s) = %+v, %v; want %+v", tc.consumer, got, err, tc.want)
+			if err != nil {
+				t.Fatalf("DeleteEmptyConsumer(%s): %v", tc.consumer, err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Fatalf("DeleteEmptyConsumer(%s) (-want +got):\n%s", tc.consumer, diff)
 			}
 			if _, present := consumerNames(t, c, stream)[tc.consumer]; present == tc.gone {
 				t.Fatalf("consumer %s present = %v after %s", tc.consumer, present, got.Verdict)

@@ -59,7 +59,7 @@
 // outcome other than a clean read (a lease that is not the token, a
 // missing group, a wrong type, a key touched three times in a row) runs
 // the script, which decides. See fencedtx.go and
-// docs/decisions/fenced-read-transactions.md.
+// docs/decisions/0023-fenced-read-transactions.md.
 //
 // Redis does not roll a script back when a command in it fails, so every
 // script checks the TYPE of each key it will touch before its first
@@ -74,7 +74,8 @@
 //
 // # Fencing
 //
-// The consumer name in a group is the fence token (owner:generation), so
+// The fencing rule is package broker's (pkg/broker/doc.go, "Leases and
+// fencing"); this is how the adapter keeps it. The consumer name in a group is the fence token (owner:generation), so
 // each generation has its own pending list. Reads, acks, reclaims and
 // dead-letters prove the lease in the same script as their write, so a
 // stale owner (paused, partitioned, or slow) is refused with

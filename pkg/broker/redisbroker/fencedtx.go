@@ -15,7 +15,7 @@ import (
 // run as an optimistic transaction instead of a script, so that the
 // entries come back in XREADGROUP's own reply instead of going through
 // Lua tables (about 3 µs per entry on the server, which a plain consumer
-// does not pay). docs/decisions/fenced-read-transactions.md has the
+// does not pay). docs/decisions/0023-fenced-read-transactions.md has the
 // reasoning and the costs.
 //
 // On one connection:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 )
@@ -350,14 +351,10 @@ func TestFencedReadTransactionLeaseExpiresBeforeExec(t *testing.T) {
 				if observed {
 					// Wait until a client of its own sees the lease gone
 					// (which deletes it if it was not yet).
-					deadline := time.Now().Add(5 * time.Second)
-					for c.Exists(context.Background(), l.LeaseKey).Val() == 1 {
-						if time.Now().After(deadline) {
-							t.Error("the lease did not expire")
-							return
-						}
-						time.Sleep(10 * time.Millisecond)
-					}
+					testenv.Eventually(t, 5*time.Second, "the lease to expire", func() (bool, string) {
+						n, err := c.Exists(context.Background(), l.LeaseKey).Result()
+						return err == nil && n == 0, fmt.Sprintf("EXISTS %d, err %v", n, err)
+					})
 				} else {
 					// Nobody looks at the key: it may still be in the
 					// keyspace, logically expired, when EXEC runs. The

@@ -31,7 +31,7 @@ import (
 // then a fresh check, and the transaction is retried at once. The
 // acquisition of a lease carries the WATCH the same way (the script, then
 // WATCH and GET, and the lanes' tails if asked, in one round trip), so a
-// fresh owner's first read is one round trip too. docs/decisions/fenced-read-transactions.md, "Carried
+// fresh owner's first read is one round trip too. docs/decisions/0023-fenced-read-transactions.md, "Carried
 // watches".
 
 // PinLimit bounds how many connections pinned readers hold at a time. A

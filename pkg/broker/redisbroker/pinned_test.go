@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 )
@@ -189,13 +190,10 @@ func TestPinnedReaderCarriedWatchRefusesAChangedLease(t *testing.T) {
 			if err := c.PExpire(t.Context(), l.LeaseKey, 50*time.Millisecond).Err(); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for c.Exists(t.Context(), l.LeaseKey).Val() == 1 {
-				if time.Now().After(deadline) {
-					t.Fatal("the lease did not expire")
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			testenv.Eventually(t, 5*time.Second, "the lease to expire", func() (bool, string) {
+				n, err := c.Exists(t.Context(), l.LeaseKey).Result()
+				return err == nil && n == 0, fmt.Sprintf("EXISTS %d, err %v", n, err)
+			})
 		}},
 	} {
 		for _, mode := range []broker.ReadMode{broker.ReadNew, broker.ReadPending} {

@@ -5,15 +5,68 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 )
+
+// blocked waits until the server has want blocked clients.
+func blocked(t *testing.T, c *redis.Client, want string) {
+	t.Helper()
+	testenv.Eventually(t, 5*time.Second, want+" blocked clients", func() (bool, string) {
+		got := blockedClients(t, c)
+		return got == want, "blocked_clients:" + got
+	})
+}
+
+// xreadCalls is how many XREADs each master of cl has run, by address
+// (INFO commandstats): a cluster's wait polls instead of blocking, and a
+// poll is an XREAD on every master that holds one of its streams.
+func xreadCalls(t *testing.T, cl *testenv.Cluster) map[string]int64 {
+	t.Helper()
+	calls := map[string]int64{}
+	for _, m := range cl.Masters {
+		c := redis.NewClient(m.Options())
+		info, err := c.Info(context.Background(), "commandstats").Result()
+		_ = c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls[m.Addr] = 0
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "cmdstat_xread:calls="); ok {
+				n, _, _ := strings.Cut(v, ",")
+				calls[m.Addr], err = strconv.ParseInt(n, 10, 64)
+				if err != nil {
+					t.Fatalf("%s: %q", m.Addr, line)
+				}
+			}
+		}
+	}
+	return calls
+}
+
+// polled waits until every master of cl has run an XREAD since before
+// (xreadCalls): a cluster's wait has issued its first poll.
+func polled(t *testing.T, cl *testenv.Cluster, before map[string]int64) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, "the wait's first poll on every master", func() (bool, string) {
+		now := xreadCalls(t, cl)
+		for addr, n := range now {
+			if n <= before[addr] {
+				return false, fmt.Sprintf("XREAD calls %v, before %v", now, before)
+			}
+		}
+		return true, ""
+	})
+}
 
 // blockedClients reads INFO clients' blocked_clients.
 func blockedClients(t *testing.T, c *redis.Client) string {
@@ -59,7 +112,7 @@ func TestWaitForEntries(t *testing.T) {
 		}
 		done <- got
 	}()
-	time.Sleep(50 * time.Millisecond)
+	blocked(t, c, "1") // the append then wakes the wait, not a fresh read
 	if _, err := b.Append(ctx, cat+":b", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
@@ -84,13 +137,7 @@ func TestWaitForEntriesCancelLeavesNothingBlocked(t *testing.T) {
 		_, err := b.WaitForEntries(ctx, map[string]string{cat + ":a": "0-0"}, 0)
 		done <- err
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for blockedClients(t, c) != "1" {
-		if time.Now().After(deadline) {
-			t.Fatal("the wait never blocked")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	blocked(t, c, "1")
 	cancel()
 	select {
 	case err := <-done:
@@ -122,13 +169,7 @@ func TestWaitForEntriesChunks(t *testing.T) {
 		}
 		done <- got
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for blockedClients(t, c) != "2" {
-		if time.Now().After(deadline) {
-			t.Fatalf("want 2 blocked chunks, have %s", blockedClients(t, c))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	blocked(t, c, "2") // two chunks
 	last := fmt.Sprintf("%s:k%05d", cat, 8999)
 	if _, err := b.Append(ctx, last, []byte("x")); err != nil {
 		t.Fatal(err)
@@ -282,11 +323,12 @@ func TestClusterWaitForEntriesSpansSlots(t *testing.T) {
 			err error
 		}
 		done := make(chan res, 1)
+		before := xreadCalls(t, cl)
 		go func() {
 			got, err := b.WaitForEntries(ctx, after, 20*time.Second)
 			done <- res{got, err}
 		}()
-		time.Sleep(50 * time.Millisecond) // let the wait start idle
+		polled(t, cl, before) // the wait is idle: only its next poll can see the append
 		appended := time.Now()
 		id, err := b.Append(ctx, s, []byte("x"))
 		if err != nil {
@@ -306,11 +348,12 @@ func TestClusterWaitForEntriesSpansSlots(t *testing.T) {
 
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
+	before := xreadCalls(t, cl)
 	go func() {
 		_, err := b.WaitForEntries(cctx, after, 0)
 		done <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	polled(t, cl, before) // cancel a wait that is waiting, not one not started
 	cancel()
 	select {
 	case err := <-done:
@@ -355,19 +398,16 @@ func TestWaitForEntriesLostNudge(t *testing.T) {
 	cancel()
 	// The nudge lands, and goes, before the XREAD is sent.
 	var nudge string
-	deadline := time.Now().Add(5 * time.Second)
-	for nudge == "" {
+	testenv.Eventually(t, 5*time.Second, "a nudge", func() (bool, string) {
 		keys, err := c.Keys(context.Background(), "__protctl__:wait:*").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(keys) > 0 {
 			nudge = keys[0]
-		} else if time.Now().After(deadline) {
-			t.Fatal("no nudge was sent")
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nudge != "", "no nudge stream"
+	})
 	if err := c.Del(context.Background(), nudge).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -19,17 +19,10 @@ func watchGoroutine() string {
 // wantNoWatchGoroutines waits until no watch goroutine is left running.
 func wantNoWatchGoroutines(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testenv.Eventually(t, 5*time.Second, "the watch goroutines to end", func() (bool, string) {
 		leaked := watchGoroutine()
-		if leaked == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("watch goroutine still running:\n%s", leaked)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return leaked == "", "still running:\n" + leaked
+	})
 }
 
 func recvKey(t *testing.T, ch <-chan string) string {
@@ -48,17 +41,18 @@ func recvKey(t *testing.T, ch <-chan string) string {
 
 func waitClosed(t *testing.T, ch <-chan string) {
 	t.Helper()
-	deadline := time.After(5 * time.Second)
-	for {
-		select {
-		case _, ok := <-ch:
-			if !ok {
-				return
+	testenv.Eventually(t, 5*time.Second, "the watch channel to close after the context ended", func() (bool, string) {
+		for {
+			select {
+			case _, ok := <-ch:
+				if !ok {
+					return true, ""
+				}
+			default:
+				return false, "open"
 			}
-		case <-deadline:
-			t.Fatal("watch channel not closed 5s after the context ended")
 		}
-	}
+	})
 }
 
 func TestWatchPartitionsSignalsPublishedKeys(t *testing.T) {
@@ -98,13 +92,9 @@ func TestWatchPartitionsDropsWhenFullAndStillStops(t *testing.T) {
 	// Nobody reads: the forwarder must drop, not block, so that it still
 	// sees the context end.
 	publish(t, b, "a", "", 50)
-	deadline := time.Now().Add(5 * time.Second)
-	for len(ch) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no wake-up buffered")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, "a wake-up buffered", func() (bool, string) {
+		return len(ch) > 0, "none"
+	})
 	cancel()
 	waitClosed(t, ch)
 	wantNoWatchGoroutines(t)

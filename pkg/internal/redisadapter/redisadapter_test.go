@@ -158,13 +158,9 @@ func TestWatchDropsWhenFullAndStopsClean(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(ch) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("nothing forwarded within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "a hint forwarded", func() (bool, string) {
+		return len(ch) > 0, "nothing forwarded"
+	})
 	if !forwarding() {
 		t.Fatal("no forwarder running while subscribed: the leak check below could not see one")
 	}
@@ -172,21 +168,22 @@ func TestWatchDropsWhenFullAndStopsClean(t *testing.T) {
 		t.Fatalf("first hint %q, want 0 (the first published)", got)
 	}
 	cancel()
-	closed := time.After(10 * time.Second)
-	for open := true; open; {
-		select {
-		case _, open = <-ch:
-		case <-closed:
-			t.Fatal("the channel is still open 10s after the context ended")
+	testenv.Eventually(t, 10*time.Second, "the channel to close after the context ended", func() (bool, string) {
+		for {
+			select {
+			case _, open := <-ch:
+				if !open {
+					return true, ""
+				}
+			default:
+				return false, "still open"
+			}
 		}
-	}
-	deadline = time.Now().Add(10 * time.Second)
-	for forwarding() {
-		if time.Now().After(deadline) {
-			t.Fatal("a forwarder or Pub/Sub reader still runs 10s after the context ended")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
+	testenv.Eventually(t, 10*time.Second, "the forwarder and the Pub/Sub reader to end after the context ended", func() (bool, string) {
+		g := testenv.Goroutine("redisadapter.Forward", "go-redis/v9.(*channel)")
+		return g == "", "still running:\n" + g
+	})
 }
 
 func TestWatchRefusedIsReturned(t *testing.T) {

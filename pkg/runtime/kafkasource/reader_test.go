@@ -3,6 +3,7 @@ package kafkasource_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -318,9 +319,11 @@ func TestReaderPollEnds(t *testing.T) {
 			}
 			returned <- err
 		}()
-		// Wait until the Poll is surely blocked; either order is correct,
-		// this only makes the interesting one likely.
-		time.Sleep(50 * time.Millisecond)
+		// Either order is correct; waiting for the Poll makes the
+		// Assign interrupt it, the case this is about.
+		testenv.Eventually(t, 5*time.Second, "the Poll to start", func() (bool, string) {
+			return kafkasource.Polling(r), "not polling"
+		})
 		start := time.Now()
 		r.Assign(map[int32]int64{0: 0})
 		select {
@@ -346,7 +349,9 @@ func TestReaderPollEnds(t *testing.T) {
 			_, err := r.Poll(context.Background())
 			returned <- err
 		}()
-		time.Sleep(50 * time.Millisecond)
+		testenv.Eventually(t, 5*time.Second, "the Poll to start", func() (bool, string) {
+			return kafkasource.Polling(r), "not polling"
+		})
 		r.Close()
 		r.Close() // twice is a no-op
 		select {
@@ -542,7 +547,7 @@ func TestReaderAndSourceLeaveNoGoroutines(t *testing.T) {
 	}
 	produce(t, k, cl, "orders", 0, 5)
 	cl.Close()
-	before := steadyGoroutines()
+	before := steadyGoroutines(t)
 
 	s, err := kafkasource.New(k.Brokers)
 	if err != nil {
@@ -561,15 +566,14 @@ func TestReaderAndSourceLeaveNoGoroutines(t *testing.T) {
 	r.Close()
 	s.Close()
 
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			n := runtime.Stack(buf, true)
-			t.Fatalf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, leaked(buf[:n]))
+	testenv.Eventually(t, 10*time.Second, "the Reader's and the Source's goroutines to end", func() (bool, string) {
+		n := runtime.NumGoroutine()
+		if n <= before {
+			return true, ""
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		buf := make([]byte, 1<<20)
+		return false, fmt.Sprintf("%d goroutines after Close, %d before:\n%s", n, before, leaked(buf[:runtime.Stack(buf, true)]))
+	})
 }
 
 // leaked keeps the stacks that mention this package or franz-go's client.
@@ -584,16 +588,16 @@ func leaked(stacks []byte) string {
 }
 
 // steadyGoroutines is the goroutine count once it has not changed for
-// 200ms (at most 5s): goroutines of what was closed just before are gone.
-func steadyGoroutines() int {
+// 200ms: goroutines of what was closed just before are gone.
+func steadyGoroutines(t *testing.T) int {
+	t.Helper()
 	n, since := runtime.NumGoroutine(), time.Now()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	testenv.Eventually(t, 30*time.Second, "the goroutine count to hold for 200ms", func() (bool, string) {
 		if m := runtime.NumGoroutine(); m != n {
 			n, since = m, time.Now()
-		} else if time.Since(since) >= 200*time.Millisecond {
-			break
 		}
-	}
+		return time.Since(since) >= 200*time.Millisecond, fmt.Sprintf("%d goroutines for %s", n, time.Since(since))
+	})
 	return n
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
@@ -85,8 +86,10 @@ func TestParseAggregateFrom(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || got != tt.want {
-			t.Errorf("ParseAggregateFrom(%q) = %+v, %v; want %+v", tt.spec, got, err, tt.want)
+		if err != nil {
+			t.Errorf("ParseAggregateFrom(%q): %v", tt.spec, err)
+		} else if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("ParseAggregateFrom(%q) (-want +got):\n%s", tt.spec, diff)
 		}
 		if round, _ := kafkasource.ParseAggregateFrom(got.String()); round != got {
 			t.Errorf("String() of %+v does not parse back: %q", got, got.String())
@@ -123,8 +126,14 @@ func TestRecordIdentity(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || got != tt.want || got.Key() != tt.wantKey {
-				t.Fatalf("RecordIdentity = %+v (key %q), %v; want %+v (key %q)", got, got.Key(), err, tt.want, tt.wantKey)
+			if err != nil {
+				t.Fatalf("RecordIdentity: %v", err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Fatalf("RecordIdentity (-want +got):\n%s", diff)
+			}
+			if got.Key() != tt.wantKey {
+				t.Fatalf("RecordIdentity key %q, want %q", got.Key(), tt.wantKey)
 			}
 		})
 	}

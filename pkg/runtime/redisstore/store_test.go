@@ -378,14 +378,14 @@ func TestWatchLeavesNoGoroutine(t *testing.T) {
 	for range 20 {
 		watch()
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for goruntime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines after 20 watches, %d before:\n%s", goruntime.NumGoroutine(), base, buf[:goruntime.Stack(buf, true)])
+	testenv.Eventually(t, 5*time.Second, "the watches' goroutines to end", func() (bool, string) {
+		n := goruntime.NumGoroutine()
+		if n <= base {
+			return true, ""
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		buf := make([]byte, 1<<16)
+		return false, fmt.Sprintf("%d goroutines after 20 watches, %d before:\n%s", n, base, buf[:goruntime.Stack(buf, true)])
+	})
 }
 
 func TestMembersExpireOnTheServersClock(t *testing.T) {
