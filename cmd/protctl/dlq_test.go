@@ -14,6 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/protctl/protctl/internal/acl"
+	"github.com/protctl/protctl/internal/clierr"
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
@@ -577,5 +579,37 @@ func TestDLQReplayDestinations(t *testing.T) {
 	left := e.dlqList()
 	if got := itemIDs(left); !slices.Equal(got, []string{elsewhere, missing}) {
 		t.Errorf("left %v, want the refused ones", got)
+	}
+}
+
+// The ACL profiles cover the dead-letter commands: readonly lists, shows
+// and plans them but cannot replay or purge (permission denied, exit 3,
+// nothing changed); the operator does both.
+func TestDLQUnderTheACLProfiles(t *testing.T) {
+	e := newACLEnv(t)
+	s := e.s
+	deadLetterNew(t, e.c, s.Orders, "o-bad", s.Projector, 2)
+	for _, args := range [][]string{
+		{"dlq", "ls", s.Orders},
+		{"dlq", "replay", s.Orders, "--dry-run"},
+		{"dlq", "purge", s.Orders, "--dry-run"},
+	} {
+		e.runAs(acl.ReadOnly, args...).wantCode(t, 0)
+	}
+	before := e.digest()
+	for _, verb := range []string{"replay", "purge"} {
+		r := e.runAs(acl.ReadOnly, "dlq", verb, s.Orders, "--yes")
+		if r.code != clierr.ExitUnavailable || !strings.Contains(r.stderr, "permission denied") {
+			t.Fatalf("readonly %s: exit %d %s", verb, r.code, r.stderr)
+		}
+	}
+	if e.digest() != before {
+		t.Fatal("a refused replay or purge changed something")
+	}
+	ids := e.c.XRange(context.Background(), broker.ProteanLayout.DLQStream(s.Orders, "o-bad"), "-", "+").Val()
+	e.runAs(acl.Operator, "dlq", "replay", s.Orders, "--id", ids[0].ID, "--yes").wantCode(t, 0)
+	e.runAs(acl.Operator, "dlq", "purge", s.Orders, "--yes").wantCode(t, 0)
+	if n := e.c.XLen(context.Background(), broker.ProteanLayout.DLQStream(s.Orders, "o-bad")).Val(); n != 0 {
+		t.Fatalf("%d dead letters left", n)
 	}
 }
