@@ -27,7 +27,7 @@ func newApplyCmd(f *Factory) *cobra.Command {
 		Use:   "apply -f PLAN",
 		Short: "Apply a saved plan (any mutator's --dry-run -o json), re-checking every item",
 		Long: `Apply a plan saved by a mutator's --dry-run -o json (reap, release, skip-head,
-trim, parked retry and skip). Every item is applied only if the state it
+trim, prune-consumers, parked retry and skip, dlq replay and purge). Every item is applied only if the state it
 recorded still holds, checked atomically in Redis: an item whose lease,
 generation, entries or group positions moved since the plan is not applied
 and reported as a conflict. Items the plan refused stay refused.

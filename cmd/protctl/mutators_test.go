@@ -71,7 +71,7 @@ func TestHaltedProteanPartitionRunbook(t *testing.T) {
 		t.Fatalf("dlq %v %v, want the head", dlq, err)
 	}
 	orig, _ := e.c.XRange(ctx, stream, head, head).Result()
-	if len(orig) != 1 || dlq[0].Values[broker.DataField] != orig[0].Values[broker.DataField] {
+	if len(orig) != 1 || !jsonEqual(deadLetterOf(dlq[0]).Payload, []byte(orig[0].Values[broker.DataField].(string))) {
 		t.Fatalf("dlq entry %v is not the head %v", dlq[0].Values, orig)
 	}
 	if pend, _ := e.c.XPending(ctx, stream, s.Projector).Result(); pend.Count != 0 {

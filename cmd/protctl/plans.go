@@ -262,6 +262,9 @@ func paramsText(p repair.Params) string {
 	if p.DLQStream != "" {
 		parts = append(parts, "dlq="+p.DLQStream)
 	}
+	if p.ReplayTo != "" {
+		parts = append(parts, "to="+p.ReplayTo)
+	}
 	if p.Reason != "" {
 		parts = append(parts, fmt.Sprintf("reason=%q", p.Reason))
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -42,7 +43,7 @@ const operationsDoc = "../../docs/operations.md"
 
 // runbookNames are the incidents docs/operations.md must cover.
 var runbookNames = []string{
-	"stuck-parked", "stuck-protean", "node-died", "node-fenced", "redis-restarted",
+	"stuck-parked", "stuck-protean", "dlq-replay", "node-died", "node-fenced", "redis-restarted",
 	"stream-growth", "reap-cold", "consumers-pile-up", "kafka-partitions", "redis-to-cluster",
 }
 
@@ -277,6 +278,7 @@ func TestRunbooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defs := runbookDefs()
+	maps.Copy(defs, dlqRunbookDefs())
 	if !slices.Equal(doc.order, runbookNames) {
 		t.Errorf("docs/operations.md runbooks %v, want %v", doc.order, runbookNames)
 	}

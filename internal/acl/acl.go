@@ -4,7 +4,8 @@
 //   - readonly: every ls, show, check, fsck, plan (--dry-run), topics,
 //     nodes and audit ls, and the dashboard in read-only mode;
 //   - operator: everything readonly does, plus every repair (reap,
-//     release, skip-head, streams trim, parked retry and skip, apply -f),
+//     release, skip-head, streams trim, parked retry and skip, dlq replay
+//     and purge, apply -f),
 //     protctl publish and the audit entry each applied repair appends;
 //   - node: protctl run node (and an embedded runtime): partitioned
 //     subscriptions, the publisher, Kafka topic leases and checkpoints,
@@ -155,10 +156,12 @@ var (
 	// request.lua (SET) and the request's PUBLISH (parked retry/skip);
 	// publish.lua, append.lua, record.lua (XADD, SADD, PUBLISH: protctl
 	// publish); delconsumer.lua (XINFO CONSUMERS, XGROUP DELCONSUMER:
-	// partitions prune-consumers); the audit entry (XADD ... MAXLEN).
+	// partitions prune-consumers); dlqreplay.lua (XADD, XDEL, HSET and
+	// PEXPIRE of the replayed marker, SADD, PUBLISH: dlq replay) and
+	// dlqdelete.lua (XDEL: dlq purge); the audit entry (XADD ... MAXLEN).
 	operatorCommands = []string{
-		"+del", "+srem", "+sadd", "+set",
-		"+xadd", "+xack", "+xtrim", "+xgroup|delconsumer",
+		"+del", "+srem", "+sadd", "+set", "+hset", "+pexpire",
+		"+xadd", "+xack", "+xdel", "+xtrim", "+xgroup|delconsumer",
 		"+publish",
 	}
 

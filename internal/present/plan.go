@@ -35,6 +35,13 @@ func Seen(it repair.Item) string {
 		if pe := pc.Pending; pe != nil {
 			parts = append(parts, fmt.Sprintf("delivered %d times to %s", pe.Deliveries, pe.Consumer))
 		}
+	case repair.ActionDLQReplay, repair.ActionDLQPurge:
+		if dl := pc.DeadLetter; dl != nil && dl.OriginalID != "" {
+			parts = append(parts, "dead letter of "+dl.OriginalID)
+		}
+		if it.Action == repair.ActionDLQReplay && pc.LastEntryID != nil {
+			parts = append(parts, "newest of "+it.Params.ReplayTo+" "+*pc.LastEntryID)
+		}
 	case repair.ActionPruneConsumer:
 		if pc.ConsumerPending != nil {
 			parts = append(parts, fmt.Sprintf("%d pending", *pc.ConsumerPending))

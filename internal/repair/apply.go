@@ -59,6 +59,10 @@ func (r *Repairer) applyItems(ctx context.Context, p *Plan, opts ApplyOptions, a
 				err = r.applyParked(ctx, it)
 			case ActionPruneConsumer:
 				err = r.applyPruneConsumer(ctx, it)
+			case ActionDLQReplay:
+				err = r.applyDLQReplay(ctx, it)
+			case ActionDLQPurge:
+				err = r.applyDLQPurge(ctx, it)
 			}
 			if err != nil {
 				it.Result, it.Detail = ResultNone, "not applied: "+err.Error()

@@ -89,6 +89,30 @@
 // pending entries or became the live lease's consumer since the plan is a
 // conflict and is kept; one already gone is skipped.
 //
+// dlq-replay: appends a dead letter back to its partition's main lane
+// (C:K for C:K:dlq; for a Protean category dead letter in C:dlq, the
+// partition or the category stream it records as its origin) and deletes
+// it, in one script of the broker's (ReplayDeadLetter), only while the
+// dead letter still holds the fields the plan saw (their digest): a dead
+// letter is replayed at most once because the step that replays it
+// deletes it. The script also remembers (C:K:dlq:__replayed__, for
+// redisbroker.ReplayedMemory) what each replayed dead letter became, so
+// that a plan applied again, or resumed after a failure, reports the items
+// it replayed before as skipped ("already replayed, as X"), not as
+// conflicts. A dead letter gone otherwise (purged) is a conflict. The
+// replayed entry is the original (without _dlq_metadata) with
+// _replayed_from naming the dead-letter stream and id; it lands after
+// everything already in the stream, so the key sees it after the newer
+// entries, and the replayed ones in the plan's order. Like a publish, the
+// replay records the key in the category's index and wakes its watchers
+// (in the cluster layout in a second step, the index being in another
+// slot). A dead letter whose body was gone when it was dead-lettered, or
+// whose origin is not the category's, is refused.
+//
+// dlq-purge: deletes a dead letter with the broker's DeleteDeadLetter,
+// only while it still holds the fields the plan saw; one gone or changed
+// is a conflict. Dead letters added since the plan are not in it and stay.
+//
 // retry, skip: recorded in the failure ledger (LedgerRequester), which
 // the owner of the partition acts on under its own fence, now or when a
 // node next owns it. Apply re-reads the entry: gone, or a different

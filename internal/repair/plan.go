@@ -40,12 +40,18 @@ const (
 	// ActionPruneConsumer deletes a consumer of a group that holds no
 	// pending entries and is not the live lease's (a stale consumer).
 	ActionPruneConsumer Action = "prune-consumer"
+	// ActionDLQReplay appends a dead letter back to its partition and
+	// deletes it, in one step, fenced on the entry the plan saw.
+	ActionDLQReplay Action = "dlq-replay"
+	// ActionDLQPurge deletes a dead letter, fenced on the entry the plan
+	// saw.
+	ActionDLQPurge Action = "dlq-purge"
 )
 
 var actions = map[Action]bool{
 	ActionReap: true, ActionRelease: true, ActionTrim: true,
 	ActionDeadLetter: true, ActionRetry: true, ActionSkip: true,
-	ActionPruneConsumer: true,
+	ActionPruneConsumer: true, ActionDLQReplay: true, ActionDLQPurge: true,
 }
 
 // Result is what Apply did with an item. The zero value (not applied
@@ -101,6 +107,8 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 //	dead-letter  category, key, group, stream (the lane), id
 //	retry, skip  subscription, aggregate
 //	prune-consumer  category, key, group, stream (the lane), consumer
+//	dlq-replay, dlq-purge  category, stream (the dead-letter stream), id,
+//	                key (the partition whose C:K:dlq it is; none for C:dlq)
 type Target struct {
 	Category     string `json:"category,omitempty"`
 	Key          string `json:"key,omitempty"`
@@ -123,6 +131,8 @@ func (t Target) String() string {
 		return t.Subscription + "/" + t.Aggregate
 	case t.Consumer != "":
 		return "consumer " + t.Consumer + " of " + t.Group + " on " + t.Stream
+	case t.ID != "" && t.Group == "":
+		return "entry " + t.ID + " of " + t.Stream
 	case t.ID != "":
 		return "entry " + t.ID + " of " + t.Stream + " for " + t.Group
 	case t.Group != "":
@@ -166,6 +176,19 @@ type Precondition struct {
 	// ConsumerPending is the prune-consumer target's pending count seen
 	// (0: only empty consumers are planned).
 	ConsumerPending *int64 `json:"consumerPending,omitempty"`
+	// DeadLetter is the dlq-replay or dlq-purge target as seen.
+	DeadLetter *DeadLetterState `json:"deadLetter,omitempty"`
+}
+
+// DeadLetterState is a dead letter as a plan saw it. Apply acts on it only
+// while its fields still have Digest.
+type DeadLetterState struct {
+	// Digest is redisbroker.EntryDigest of the entry's fields.
+	Digest string `json:"digest"`
+	// OriginalStream and OriginalID are where it was dead-lettered from,
+	// as it records them ("" when it does not).
+	OriginalStream string `json:"originalStream,omitempty"`
+	OriginalID     string `json:"originalId,omitempty"`
 }
 
 // GroupLease is one group's lease as a plan saw it.
@@ -200,6 +223,13 @@ type Params struct {
 	DLQStream string `json:"dlqStream,omitempty"`
 	// By names the operator, for the ledger.
 	By string `json:"by,omitempty"`
+	// ReplayTo is where a dlq-replay appends: the partition's main lane
+	// (or, for a Protean category dead letter of an unpartitioned
+	// subscription, the category's stream).
+	ReplayTo string `json:"replayTo,omitempty"`
+	// ReplayKey is the partition ReplayTo belongs to, recorded in the
+	// category's index as a publish does; "" for a category's stream.
+	ReplayKey string `json:"replayKey,omitempty"`
 }
 
 // Item is one planned change. Allowed and Reason are the plan's verdict;
@@ -423,6 +453,14 @@ func (p *Plan) Validate() error {
 		case ActionPruneConsumer:
 			errs = append(errs, need("category", t.Category), need("key", t.Key), need("group", t.Group),
 				need("stream", t.Stream), need("consumer", t.Consumer))
+		case ActionDLQReplay, ActionDLQPurge:
+			errs = append(errs, need("category", t.Category), need("stream", t.Stream), need("id", t.ID))
+			if it.Allowed && it.Precondition.DeadLetter == nil {
+				errs = append(errs, bad("item %d (%s): precondition.deadLetter is required", i, it.Action))
+			}
+			if it.Allowed && it.Action == ActionDLQReplay && it.Params.ReplayTo == "" {
+				errs = append(errs, bad("item %d (dlq-replay): params.replayTo is required", i))
+			}
 		case ActionRetry, ActionSkip:
 			errs = append(errs, need("subscription", t.Subscription), need("aggregate", t.Aggregate))
 			if it.Allowed && it.Precondition.Parked == nil {

@@ -137,9 +137,13 @@ func TestHaltedPartitionRunbook(t *testing.T) {
 		t.Fatalf("outcome %s, item %+v", o, p.Items[0])
 	}
 	dlq, err := e.c.XRange(ctx, stream+":dlq", "-", "+").Result()
-	if err != nil || len(dlq) != 1 || dlq[0].Values["origin_id"] != s.HaltedIDs[0] || dlq[0].Values["reason"] != "poison" ||
-		dlq[0].Values["group"] != s.Projector || !strings.Contains(dlq[0].Values["data"].(string), `"metadata"`) {
+	if err != nil || len(dlq) != 1 {
 		t.Fatalf("dlq %+v %v", dlq, err)
+	}
+	if d := broker.ParseDeadLetter(map[string]string{"data": dlq[0].Values["data"].(string)}); d.OriginalID != s.HaltedIDs[0] ||
+		d.FailureReason != "poison" || d.ConsumerGroup != s.Projector || d.Consumer != s.HaltedToken ||
+		d.RetryCount == nil || *d.RetryCount != s.PoisonDeliveries || !strings.Contains(string(d.Payload), `"metadata"`) {
+		t.Fatalf("dead letter %+v", d)
 	}
 	if ids := pendingIDs(t, e.c, stream, s.Projector); len(ids) != 0 {
 		t.Fatalf("head still pending: %v", ids)

@@ -173,10 +173,11 @@ type FencedConsumer interface {
 	ReclaimPartitionPending(ctx context.Context, f Fence, stream, group string, minIdle time.Duration, count int64) (ReclaimResult, error)
 
 	// DeadLetterPartitionFenced copies entry id of stream to dlqStream
-	// (with the group, the original stream and id, and reason) and acks
-	// it, in one atomic step. It returns the dead-letter entry's id. A
-	// missing body is dead-lettered as such. It is how a parked head is
-	// skipped.
+	// (with the group, the original stream and id, the consumer it was
+	// pending to, its delivery count, the time and reason, in Protean's
+	// dead-letter format: DeadLetterEntry, ParseDeadLetter) and acks it,
+	// in one atomic step. It returns the dead-letter entry's id. A missing
+	// body is dead-lettered as such. It is how a parked head is skipped.
 	DeadLetterPartitionFenced(ctx context.Context, f Fence, stream, group, id, dlqStream, reason string) (string, error)
 }
 

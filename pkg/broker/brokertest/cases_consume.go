@@ -1,7 +1,9 @@
 package brokertest
 
 import (
+	"encoding/json"
 	"maps"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -241,6 +243,68 @@ var consumeCases = []Case{
 			t.Fatalf("after dead-letter the next read = %v, want %v", ids(next), pub[1:])
 		}
 	}},
+	{"DeadLetterIsInProteanFormat", func(t *testing.T, s *Suite) {
+		// A JSON object keeps its members and gains _dlq_metadata, which
+		// Protean's dlq tooling reads; other data is kept byte for byte
+		// with the metadata beside it; a body already gone leaves the
+		// metadata alone, saying so.
+		pub := s.publish(t, key, "", 1)
+		raw, err := s.B.PublishPartitioned(s.Ctx, cat, key, "", []byte("not json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		gone, err := s.B.PublishPartitioned(s.Ctx, cat, key, "", payload(key, 9))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := s.acquire(t, key, owner, long)
+		s.read(t, l.Fence, s.stream(key), 10, broker.ReadNew)
+		s.read(t, l.Fence, s.stream(key), 1, broker.ReadPending) // a second delivery of each
+		if err := s.faults.DeleteEntry(s.Ctx, s.stream(key), gone); err != nil {
+			t.Fatal(err)
+		}
+		dlq := s.L.DLQStream(cat, key)
+		for _, c := range []struct {
+			id      string
+			reason  string
+			payload string
+			format  broker.DeadLetterFormat
+			missing bool
+		}{
+			{pub[0], "poison", string(payload(key, 0)), broker.FormatProtean, false},
+			{raw, "not json", "not json", broker.FormatProtctlRaw, false},
+			{gone, "gone", "", broker.FormatProtean, true},
+		} {
+			id, err := s.B.DeadLetterPartitionFenced(s.Ctx, l.Fence, s.stream(key), group, c.id, dlq, c.reason)
+			if err != nil {
+				t.Fatalf("dead-letter %s: %v", c.id, err)
+			}
+			fields, ok, err := s.faults.EntryFields(s.Ctx, dlq, id)
+			if err != nil || !ok {
+				t.Fatalf("dead letter %s of %s: %v, %v", id, c.id, ok, err)
+			}
+			d := broker.ParseDeadLetter(fields)
+			if d.Format != c.format || d.OriginalStream != s.stream(key) || d.OriginalID != c.id || d.ConsumerGroup != group ||
+				d.Consumer != l.Fence.Token || d.FailureReason != c.reason || d.Missing != c.missing {
+				t.Fatalf("dead letter of %s reads as %+v", c.id, d)
+			}
+			if d.RetryCount == nil || (*d.RetryCount < 1) {
+				t.Fatalf("dead letter of %s: retry count %v", c.id, d.RetryCount)
+			}
+			if _, ok := broker.ParseFailedAt(d.FailedAt); !ok {
+				t.Fatalf("dead letter of %s: failed_at %q is not ISO 8601", c.id, d.FailedAt)
+			}
+			if !c.missing && !sameJSONOrBytes(d.Payload, []byte(c.payload)) {
+				t.Fatalf("dead letter of %s: payload %s, want %s", c.id, d.Payload, c.payload)
+			}
+			if c.format == broker.FormatProtean {
+				var env map[string]json.RawMessage
+				if err := json.Unmarshal([]byte(fields[broker.DataField]), &env); err != nil || env[broker.DLQMetadataKey] == nil {
+					t.Fatalf("dead letter of %s: data %s is not an object with %s", c.id, fields[broker.DataField], broker.DLQMetadataKey)
+				}
+			}
+		}
+	}},
 	{"ReadsOfOneGenerationDoNotSeeAnothersPending", func(t *testing.T, s *Suite) {
 		// Each generation is its own consumer: the new owner's pending list
 		// starts empty until it reclaims.
@@ -408,4 +472,14 @@ var consumerCases = []Case{
 			t.Fatalf("handled %d of %d entries: pruning lost some", handled, published)
 		}
 	}},
+}
+
+// sameJSONOrBytes reports whether a and b are equal JSON values, or equal
+// bytes when either is not JSON.
+func sameJSONOrBytes(a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return string(a) == string(b)
+	}
+	return reflect.DeepEqual(x, y)
 }

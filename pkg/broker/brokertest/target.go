@@ -43,6 +43,9 @@ type Faults interface {
 	StreamLen(ctx context.Context, stream string) (int64, error)
 	// StreamIDs returns every entry id of stream, oldest first.
 	StreamIDs(ctx context.Context, stream string) ([]string, error)
+	// EntryFields returns the fields of entry id of stream (the data field
+	// included), and false when there is no such entry.
+	EntryFields(ctx context.Context, stream, id string) (map[string]string, bool, error)
 	// Consumers returns group's consumers on stream with their pending
 	// counts (XINFO CONSUMERS); empty when the stream or group is missing.
 	Consumers(ctx context.Context, stream, group string) (map[string]int64, error)

@@ -8,18 +8,6 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 )
 
-// Dead-letter entry fields, after broker.DataField (which holds the
-// original entry's data, empty when its body was missing).
-const (
-	FieldOriginStream = "origin_stream"
-	FieldOriginID     = "origin_id"
-	FieldGroup        = "group"
-	FieldReason       = "reason"
-	// FieldMissing is "1" on a dead-letter entry whose original body had
-	// been deleted; absent otherwise.
-	FieldMissing = "missing"
-)
-
 // ReadPartitionFenced reads up to count entries of stream for group as
 // consumer f.Token, under the fence. It creates the stream and the group
 // (from id 0) when missing, like XGROUP CREATE ... 0 MKSTREAM.
@@ -225,10 +213,12 @@ func (b *Broker) ReclaimPartitionPending(ctx context.Context, f broker.Fence, st
 }
 
 // DeadLetterPartitionFenced, in one atomic step under the fence, appends
-// to dlqStream an entry with the original data (empty, with missing=1,
-// when its body was deleted) and the fields origin_stream, origin_id (as
-// given), group and reason, then acknowledges id for group. It returns
-// the dead-letter entry's id. dlqStream must differ from stream.
+// to dlqStream the dead letter of entry id in Protean's format
+// (broker.DeadLetterEntry: the original data with _dlq_metadata, naming
+// the stream, id, group, the consumer it was pending to, its delivery
+// count, the time by the broker's clock and reason), then acknowledges id
+// for group. It returns the dead-letter entry's id. dlqStream must differ
+// from stream.
 func (b *Broker) DeadLetterPartitionFenced(ctx context.Context, f broker.Fence, streamKey, groupName, id, dlqStream, reason string) (string, error) {
 	const op = "dead-letter"
 	if err := b.begin(ctx, "DeadLetterPartitionFenced"); err != nil {
@@ -266,22 +256,30 @@ func (b *Broker) DeadLetterPartitionFenced(ctx context.Context, f broker.Fence, 
 		return "", err
 	}
 
-	data, missing := []byte{}, true
+	var data []byte
+	missing := true
+	meta := broker.DeadLetterMetadata{
+		OriginalStream: streamKey, OriginalID: id, ConsumerGroup: groupName,
+		FailedAt: now.UTC().Format(broker.FailedAtLayout), FailureReason: reason,
+	}
 	if src != nil {
 		if e, ok := src.find(eid); ok {
-			data, missing = copyData(e.data), false
+			data, missing = e.data, false
+		}
+		if g := src.groups[groupName]; g != nil {
+			if p := g.pel[eid]; p != nil {
+				meta.Consumer, meta.RetryCount = p.owner.name, p.deliveries
+			}
 		}
 	}
-	fields := make([]Field, 0, 5)
-	if missing {
-		fields = append(fields, Field{FieldMissing, "1"})
+	var fields []Field
+	for _, f := range broker.DeadLetterEntry(data, missing, meta) {
+		if f[0] == broker.DataField {
+			data = []byte(f[1])
+		} else {
+			fields = append(fields, Field{f[0], f[1]})
+		}
 	}
-	fields = append(fields,
-		Field{FieldOriginStream, streamKey},
-		Field{FieldOriginID, id},
-		Field{FieldGroup, groupName},
-		Field{FieldReason, reason},
-	)
 	dlqID := b.ensureStream(dlqStream, dst).add(msOf(now), data, fields)
 	b.appended(dlqStream)
 	if src != nil {

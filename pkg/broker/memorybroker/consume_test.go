@@ -266,17 +266,28 @@ func TestDeadLetterCopiesTheEntryWithItsOrigin(t *testing.T) {
 	if err != nil || len(entries) != 2 {
 		t.Fatalf("dead letters = %+v, %v", entries, err)
 	}
-	want := [][]memorybroker.Field{
-		{{Name: "origin_stream", Value: f.stream()}, {Name: "origin_id", Value: ids[0]}, {Name: "group", Value: group}, {Name: "reason", Value: "poison"}},
-		{{Name: "missing", Value: "1"}, {Name: "origin_stream", Value: f.stream()}, {Name: "origin_id", Value: ids[1]}, {Name: "group", Value: group}, {Name: "reason", Value: "poison"}},
+	// "a" is not a JSON object: kept as it was, the metadata beside it.
+	// The second body was gone: the metadata alone, as a JSON object.
+	if string(entries[0].Data) != "a" || len(entries[0].Fields) != 1 || entries[0].Fields[0].Name != broker.DLQMetadataKey {
+		t.Fatalf("dead letter 0 = %q %v, want the original data and a _dlq_metadata field", entries[0].Data, entries[0].Fields)
+	}
+	if len(entries[1].Fields) != 0 {
+		t.Fatalf("dead letter 1 fields = %v, want none", entries[1].Fields)
 	}
 	for i, e := range entries {
-		if !slices.Equal(e.Fields, want[i]) {
-			t.Fatalf("dead letter %d fields = %v, want %v", i, e.Fields, want[i])
+		fields := map[string]string{broker.DataField: string(e.Data)}
+		for _, fl := range e.Fields {
+			fields[fl.Name] = fl.Value
 		}
-	}
-	if string(entries[0].Data) != "a" || len(entries[1].Data) != 0 {
-		t.Fatalf("dead letter data = %q, %q; want the original and empty", entries[0].Data, entries[1].Data)
+		d := broker.ParseDeadLetter(fields)
+		if d.OriginalStream != f.stream() || d.OriginalID != ids[i] || d.ConsumerGroup != group ||
+			d.Consumer != l.Fence.Token || d.FailureReason != "poison" || d.RetryCount == nil || *d.RetryCount != 1 ||
+			d.Missing != (i == 1) {
+			t.Fatalf("dead letter %d reads as %+v", i, d)
+		}
+		if _, ok := broker.ParseFailedAt(d.FailedAt); !ok {
+			t.Fatalf("dead letter %d failed_at %q", i, d.FailedAt)
+		}
 	}
 	_, err = f.b.DeadLetterPartitionFenced(f.ctx, l.Fence, f.stream(), group, ids[0], f.stream(), "loop")
 	wantInvalid(t, err, "dlqStream")

@@ -161,6 +161,34 @@ func (f Faults) StreamIDs(ctx context.Context, streamKey string) ([]string, erro
 	return ids, nil
 }
 
+// EntryFields returns the fields of entry id of stream (data included),
+// and false when there is no such entry.
+func (f Faults) EntryFields(ctx context.Context, streamKey, id string) (map[string]string, bool, error) {
+	const op = "entry fields"
+	if err := ctxErr(ctx, op); err != nil {
+		return nil, false, err
+	}
+	eid, err := parseID(op, id)
+	if err != nil {
+		return nil, false, err
+	}
+	now := f.b.lock()
+	defer f.b.mu.Unlock()
+	s, err := f.b.streamAt(op, streamKey, now)
+	if err != nil || s == nil {
+		return nil, false, err
+	}
+	e, ok := s.find(eid)
+	if !ok {
+		return nil, false, nil
+	}
+	out := map[string]string{broker.DataField: string(e.data)}
+	for _, fl := range e.fields {
+		out[fl.Name] = fl.Value
+	}
+	return out, true, nil
+}
+
 // Consumers returns group's consumers on stream with their pending counts
 // (empty when the stream or group is missing).
 func (f Faults) Consumers(ctx context.Context, streamKey, group string) (map[string]int64, error) {

@@ -110,6 +110,18 @@ func (f faults) StreamIDs(ctx context.Context, stream string) ([]string, error) 
 	return ids, nil
 }
 
+func (f faults) EntryFields(ctx context.Context, stream, id string) (map[string]string, bool, error) {
+	msgs, err := f.c.XRange(ctx, stream, id, id).Result()
+	if err != nil || len(msgs) == 0 {
+		return nil, false, err
+	}
+	out := make(map[string]string, len(msgs[0].Values))
+	for k, v := range msgs[0].Values {
+		out[k] = fmt.Sprint(v)
+	}
+	return out, true, nil
+}
+
 func (f faults) Consumers(ctx context.Context, stream, group string) (map[string]int64, error) {
 	out := map[string]int64{}
 	cs, err := f.c.XInfoConsumers(ctx, stream, group).Result()

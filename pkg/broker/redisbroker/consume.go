@@ -230,10 +230,13 @@ func (b *Broker) ReclaimPartitionPending(ctx context.Context, f broker.Fence, st
 }
 
 // DeadLetterPartitionFenced copies entry id of stream to dlqStream and
-// acknowledges it, in one fenced script. The dead-letter entry has the
-// fields data (the original data, or "" with missing=1 when the body is
-// gone), origin_stream, origin_id, group and reason. In the Protean
-// layout a partition's dead-letter stream is Layout.DLQStream (C:K:dlq).
+// acknowledges it, in one fenced script. The dead-letter entry is in
+// Protean's format (see broker.DeadLetterEntry and ParseDeadLetter): the
+// original data with _dlq_metadata (original_stream, original_id,
+// consumer_group, the consumer it was pending to, failed_at by the
+// server's clock, retry_count its delivery count, failure_reason reason)
+// inside it when it is a JSON object, beside it otherwise. A partition's
+// dead-letter stream is Layout.DLQStream (C:K:dlq).
 func (b *Broker) DeadLetterPartitionFenced(ctx context.Context, f broker.Fence, stream, group, id, dlqStream, reason string) (string, error) {
 	const op = "dead-letter"
 	if err := validFence(op, f); err != nil {

@@ -44,6 +44,10 @@
 //	reaplanes.lua   cluster layout: every lane drained and cold? DEL lanes
 //	append.lua      cluster layout: XADD
 //	record.lua      cluster layout: SADD index, PUBLISH wake channel
+//	dlqreplay.lua   dead letter still as planned? XADD to its partition,
+//	                XDEL it, remember it was replayed (Protean layout: and
+//	                SADD index, PUBLISH wake channel)
+//	dlqdelete.lua   dead letter still as planned? XDEL it
 //
 // The batches of BatchReader and BatchAcquirer (AckAndReadPartitionsFenced,
 // AcquirePartitionLeases) are pipelines of these scripts, one per

@@ -20,6 +20,8 @@ var Scripts = map[string]*redis.Script{
 	"publish":     publishScript,
 	"append":      appendScript,
 	"record":      recordScript,
+	"dlqreplay":   dlqReplayScript,
+	"dlqdelete":   dlqDeleteScript,
 }
 
 // SetBetweenTx makes fn run between the two round trips of every fenced

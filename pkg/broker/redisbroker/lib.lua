@@ -35,6 +35,19 @@ local function idcmp(a, b)
   return numcmp(as, bs)
 end
 
+-- entry_digest is the digest of an entry's flat field list {k1, v1, ...}
+-- (EntryDigest is the Go copy): SHA-1 of each string's length, ':' and
+-- the string, joined by ','. An operator's plan records it, and the
+-- scripts that act on the entry compare it, so that an id that came to
+-- hold something else is never acted on.
+local function entry_digest(flat)
+  local parts = {}
+  for i = 1, #flat do
+    parts[i] = #flat[i] .. ':' .. flat[i]
+  end
+  return redis.sha1hex(table.concat(parts, ','))
+end
+
 -- fields turns a flat reply {k1, v1, k2, v2, ...} into a table.
 local function fields(flat)
   local t = {}

@@ -58,6 +58,10 @@ var (
 	appendLua string
 	//go:embed record.lua
 	recordLua string
+	//go:embed dlqreplay.lua
+	dlqReplayLua string
+	//go:embed dlqdelete.lua
+	dlqDeleteLua string
 )
 
 var (
@@ -77,6 +81,8 @@ var (
 	publishScript     = newScript(publishLua)
 	appendScript      = newScript(appendLua)
 	recordScript      = newScript(recordLua)
+	dlqReplayScript   = newScript(dlqReplayLua)
+	dlqDeleteScript   = newScript(dlqDeleteLua)
 )
 
 // newScript composes the prelude, lib.lua and parts into one script.

@@ -213,8 +213,21 @@ func exercise(t *testing.T, b *redisbroker.Broker, l broker.Layout, category, k,
 	must("ack", err)
 	bmsgs, err := b.AckAndReadPartitionFenced(ctx, f, bf, grp, nil, 10, broker.ReadPendingThenNew)
 	must("ack and read", err)
-	_, err = b.DeadLetterPartitionFenced(ctx, f, bf, grp, bmsgs[0].ID, l.DLQStream(category, k), "x")
+	dlq := l.DLQStream(category, k)
+	dlqID, err := b.DeadLetterPartitionFenced(ctx, f, bf, grp, bmsgs[0].ID, dlq, "x")
 	must("dead-letter", err)
+	digest := rawDigest(t, server.Client(t), dlq, dlqID)
+	v, _, err := b.ReplayDeadLetter(ctx, redisbroker.DeadLetterReplay{DLQStream: dlq, ID: dlqID, Digest: digest,
+		Stream: main, Category: category, Key: k, Fields: [][2]string{{broker.DataField, "r"}}})
+	must("replay dead letter", err)
+	if v != redisbroker.ReplayDone {
+		t.Fatalf("replay: %s", v)
+	}
+	d, err := b.DeleteDeadLetter(ctx, dlq, dlqID, digest)
+	must("delete dead letter", err)
+	if d != redisbroker.DeleteGone {
+		t.Fatalf("delete of a replayed dead letter: %s", d)
+	}
 	_, err = b.Trim(ctx, main, 1)
 	must("trim", err)
 	_, err = b.ReleasePartitionLease(ctx, f)
