@@ -3,7 +3,6 @@ package demo_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	goruntime "runtime"
 	"strings"
 	"testing"
@@ -153,14 +152,7 @@ func TestDemoInMemory(t *testing.T) {
 	}
 
 	// Stop ended every goroutine the demo started (nodes, publisher).
-	testenv.Eventually(t, 10*time.Second, "the demo's goroutines to end", func() (bool, string) {
-		n := goruntime.NumGoroutine()
-		if n <= baseline {
-			return true, ""
-		}
-		buf := make([]byte, 1<<16)
-		return false, fmt.Sprintf("%d goroutines after Stop, %d before:\n%s", n, baseline, buf[:goruntime.Stack(buf, true)])
-	})
+	testenv.Eventually(t, 10*time.Second, "the demo's goroutines to end", testenv.GoroutinesAtMost(baseline))
 }
 
 // With a Redis client the demo runs on it, and what it leaves is what

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"regexp"
 	goruntime "runtime"
 	"slices"
@@ -221,10 +220,7 @@ func TestPartitionsStopEarlyWithoutLeakingWorkers(t *testing.T) {
 	if err := in.EachPartition(cctx, "big", inspect.PartitionOptions{}, func(inspect.Partition) error { return nil }); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled: %v", err)
 	}
-	testenv.Eventually(t, 5*time.Second, "the listing's goroutines to end", func() (bool, string) {
-		n := goruntime.NumGoroutine()
-		return n <= before, fmt.Sprintf("goroutines: %d before, %d after", before, n)
-	})
+	testenv.Eventually(t, 5*time.Second, "the listing's goroutines to end", testenv.GoroutinesAtMost(before))
 }
 
 func TestPartitionsWrongTypeIsReportedNotFatal(t *testing.T) {

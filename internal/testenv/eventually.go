@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -70,5 +72,36 @@ func poll(t testing.TB, timeout, every time.Duration, what string, check func() 
 		if every == 0 {
 			pause = min(2*pause, pollMax)
 		}
+	}
+}
+
+// Closed is an Eventually check that ch has been closed. It drains what
+// ch holds on each call, so a buffered channel closes for it too.
+func Closed[T any](ch <-chan T) func() (bool, string) {
+	return func() (bool, string) {
+		for {
+			select {
+			case _, ok := <-ch:
+				if !ok {
+					return true, ""
+				}
+			default:
+				return false, "still open"
+			}
+		}
+	}
+}
+
+// GoroutinesAtMost is an Eventually check that the process runs at most
+// n goroutines (a count taken before something was started): a leak
+// check. Its state is the count and every goroutine's stack.
+func GoroutinesAtMost(n int) func() (bool, string) {
+	return func() (bool, string) {
+		now := runtime.NumGoroutine()
+		if now <= n {
+			return true, ""
+		}
+		buf := make([]byte, 1<<20)
+		return false, fmt.Sprintf("%d goroutines, at most %d wanted:\n%s", now, n, buf[:runtime.Stack(buf, true)])
 	}
 }

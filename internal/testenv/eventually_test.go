@@ -112,3 +112,32 @@ func TestEventuallyFailsWithoutAState(t *testing.T) {
 		t.Fatalf("failure %q, want %q", r.failed, want)
 	}
 }
+
+// Closed holds once the channel is closed, whatever it still buffered.
+func TestClosed(t *testing.T) {
+	ch := make(chan int, 2)
+	ch <- 1
+	check := testenv.Closed(ch)
+	if ok, state := check(); ok || state != "still open" {
+		t.Fatalf("open channel: %v %q", ok, state)
+	}
+	ch <- 2
+	close(ch)
+	if ok, _ := check(); !ok {
+		t.Fatal("a closed channel holding a value is not seen closed")
+	}
+}
+
+// GoroutinesAtMost fails while a goroutine started after the count runs,
+// showing its stack, and holds once it has ended.
+func TestGoroutinesAtMost(t *testing.T) {
+	before := runtime.NumGoroutine()
+	release := make(chan struct{})
+	go func() { <-release }()
+	check := testenv.GoroutinesAtMost(before)
+	if ok, state := check(); ok || !strings.Contains(state, "created by github.com/protctl/protctl/internal/testenv_test.TestGoroutinesAtMost") {
+		t.Fatalf("with a goroutine more: %v, state without its stack:\n%s", ok, state)
+	}
+	close(release)
+	testenv.Eventually(t, 10*time.Second, "the goroutine to end", check)
+}

@@ -41,18 +41,7 @@ func recvKey(t *testing.T, ch <-chan string) string {
 
 func waitClosed(t *testing.T, ch <-chan string) {
 	t.Helper()
-	testenv.Eventually(t, 5*time.Second, "the watch channel to close after the context ended", func() (bool, string) {
-		for {
-			select {
-			case _, ok := <-ch:
-				if !ok {
-					return true, ""
-				}
-			default:
-				return false, "open"
-			}
-		}
-	})
+	testenv.Eventually(t, 5*time.Second, "the watch channel to close after the context ended", testenv.Closed(ch))
 }
 
 func TestWatchPartitionsSignalsPublishedKeys(t *testing.T) {

@@ -168,18 +168,7 @@ func TestWatchDropsWhenFullAndStopsClean(t *testing.T) {
 		t.Fatalf("first hint %q, want 0 (the first published)", got)
 	}
 	cancel()
-	testenv.Eventually(t, 10*time.Second, "the channel to close after the context ended", func() (bool, string) {
-		for {
-			select {
-			case _, open := <-ch:
-				if !open {
-					return true, ""
-				}
-			default:
-				return false, "still open"
-			}
-		}
-	})
+	testenv.Eventually(t, 10*time.Second, "the channel to close after the context ended", testenv.Closed(ch))
 	testenv.Eventually(t, 10*time.Second, "the forwarder and the Pub/Sub reader to end after the context ended", func() (bool, string) {
 		g := testenv.Goroutine("redisadapter.Forward", "go-redis/v9.(*channel)")
 		return g == "", "still running:\n" + g

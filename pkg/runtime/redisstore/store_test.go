@@ -378,14 +378,7 @@ func TestWatchLeavesNoGoroutine(t *testing.T) {
 	for range 20 {
 		watch()
 	}
-	testenv.Eventually(t, 5*time.Second, "the watches' goroutines to end", func() (bool, string) {
-		n := goruntime.NumGoroutine()
-		if n <= base {
-			return true, ""
-		}
-		buf := make([]byte, 1<<16)
-		return false, fmt.Sprintf("%d goroutines after 20 watches, %d before:\n%s", n, base, buf[:goruntime.Stack(buf, true)])
-	})
+	testenv.Eventually(t, 5*time.Second, "the goroutines of 20 watches to end", testenv.GoroutinesAtMost(base))
 }
 
 func TestMembersExpireOnTheServersClock(t *testing.T) {
