@@ -78,7 +78,9 @@ func TestDLQReplayIsHandledByARunningNode(t *testing.T) {
 		}
 		return seqs
 	}
-	waitFor(t, time.Minute, "seq 2 to 4 handled", func() bool { return len(handled(key)) == 3 && len(handled(other)) == 3 })
+	testenv.Eventually(t, time.Minute, "seq 2 to 4 handled", func() (bool, string) {
+		return len(handled(key)) == 3 && len(handled(other)) == 3, fmt.Sprintf("%s %v, %s %v", key, handled(key), other, handled(other))
+	})
 
 	// Replay the dead letter while the node runs, then publish seq 5.
 	r := cli.run("dlq", "replay", procCategory, "--key", key, "--yes")
@@ -86,9 +88,13 @@ func TestDLQReplayIsHandledByARunningNode(t *testing.T) {
 	if !hasRow(r.stdout, "dlq-replay", `entry \S+ of shop::order:o-000:dlq`, ".*", "yes", "applied") {
 		t.Fatalf("replay:\n%s", r.stdout)
 	}
-	waitFor(t, time.Minute, "the replayed seq 1 handled", func() bool { return len(handled(key)) == 4 })
+	testenv.Eventually(t, time.Minute, "the replayed seq 1 handled", func() (bool, string) {
+		return len(handled(key)) == 4, fmt.Sprint(handled(key))
+	})
 	publish(key, 5)
-	waitFor(t, time.Minute, "seq 5 handled", func() bool { return len(handled(key)) == 5 })
+	testenv.Eventually(t, time.Minute, "seq 5 handled", func() (bool, string) {
+		return len(handled(key)) == 5, fmt.Sprint(handled(key))
+	})
 
 	// Exactly once, after the newer events, before the later one, never
 	// inside the handler twice at once.
