@@ -27,7 +27,8 @@ var (
 		"redisadapter/prelude.lua", "redisbroker/lib.lua", "redisbroker/reaplib.lua", "redisbroker/reap.lua", "redisbroker/reaplanes.lua",
 		"redisbroker/release.lua", "redisbroker/trim.lua", "redisbroker/deadletter.lua", "redisbroker/delconsumer.lua",
 		"redisbroker/publish.lua", "redisbroker/append.lua", "redisbroker/record.lua",
-		"redisstore/lib.lua", "redisstore/request.lua", "redisstore/members.lua",
+		"redisstore/lib.lua", "redisstore/request.lua", "redisstore/requestpinned.lua", "redisstore/requesttoken.lua",
+		"redisstore/members.lua",
 	}
 	readOnlyScripts = []string{"redisadapter/prelude.lua", "redisstore/lib.lua", "redisstore/members.lua"}
 )
