@@ -39,54 +39,56 @@ func (e *FilterError) Unwrap() error { return ErrInvalidFilter }
 
 // ParkedFilterSpec is a filter of ledger entries as an operator writes it
 // (the CLI's flags, the dashboard's form); Compile checks and compiles it.
-// The zero value selects every entry. Its JSON form is recorded in plans
-// made from it, so a plan says how its set was chosen.
+// The zero value selects every entry. String gives it back as flags,
+// which plans record (repair.Selection.Filter).
 type ParkedFilterSpec struct {
 	// Subscription: only this subscription's entries.
-	Subscription string `json:"subscription,omitempty"`
+	Subscription string
 	// Aggregate: only this aggregate's entries (exact).
-	Aggregate string `json:"aggregate,omitempty"`
+	Aggregate string
 	// Partition: only entries on this partition (Kafka: the number;
 	// Redis: the partition key).
-	Partition string `json:"partition,omitempty"`
+	Partition string
 	// Error: entries whose error message matches this regular expression
 	// (RE2 syntax, unanchored).
-	Error string `json:"error,omitempty"`
+	Error string
 	// ErrorClass: entries whose error is this class: the message equals
 	// it, or starts with it followed by ": " (an error wrapped by it, in
 	// Go's convention). "http POST http://billing" selects "http POST
 	// http://billing: 503 Service Unavailable".
-	ErrorClass string `json:"errorClass,omitempty"`
+	ErrorClass string
 	// OlderThan: entries parked at least this long ago (server clock);
 	// 0 for any.
-	OlderThan time.Duration `json:"olderThan,omitempty"`
+	OlderThan time.Duration
 	// NewerThan: entries parked less than this long ago; 0 for any.
-	NewerThan time.Duration `json:"newerThan,omitempty"`
+	NewerThan time.Duration
 	// Key: entries whose aggregate (the Redis partition key, or the
 	// Kafka aggregate) matches this glob: * any run, ? one character,
 	// [abc] [a-z] [!a] one of or not, \ escapes; it matches the whole
 	// name, '/' and ':' included.
-	Key string `json:"key,omitempty"`
+	Key string
 	// Position: entries whose position is in FROM..TO, inclusive, either
 	// side optional: stream entry ids for Redis partitions (a bare
 	// millisecond time is ms-0 as FROM and the last id of that
 	// millisecond as TO, as in XRANGE), offsets for Kafka.
-	Position string `json:"position,omitempty"`
+	Position string
 }
 
 // IsZero reports whether s selects every entry.
 func (s ParkedFilterSpec) IsZero() bool { return s == ParkedFilterSpec{} }
 
-// String is the spec in the CLI's flags, for plans and messages:
-// `--subscription ledger-sync --error "503"`; "" for the zero spec.
+// String is the spec as the CLI's flags, quoted for a POSIX shell, for
+// plans and messages: `--subscription ledger-sync --error '50[34]'`; ""
+// for the zero spec.
 func (s ParkedFilterSpec) String() string {
 	var parts []string
 	add := func(flag, v string) {
 		if v != "" {
-			parts = append(parts, "--"+flag+" "+strconv.Quote(v))
+			parts = append(parts, "--"+flag+" "+shellQuote(v))
 		}
 	}
 	add("subscription", s.Subscription)
+	add("aggregate", s.Aggregate)
 	add("partition", s.Partition)
 	add("error", s.Error)
 	add("error-class", s.ErrorClass)
@@ -99,6 +101,15 @@ func (s ParkedFilterSpec) String() string {
 	add("key", s.Key)
 	add("position", s.Position)
 	return strings.Join(parts, " ")
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it (as
+// present.ShellQuote, which this package cannot import).
+func shellQuote(s string) string {
+	if s != "" && !strings.ContainsAny(s, " \t\n'\"\\$`!*?[]{}()<>|&;#~") {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // ParkedFilter is a compiled ParkedFilterSpec. The zero value selects
