@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,6 +20,8 @@ type applyOptions struct {
 	Stdin    io.Reader
 
 	File string
+	RPS  int
+	Max  int
 }
 
 func newApplyCmd(f *Factory) *cobra.Command {
@@ -32,20 +35,40 @@ recorded still holds, checked atomically in Redis: an item whose lease,
 generation, entries or group positions moved since the plan is not applied
 and reported as a conflict. Items the plan refused stay refused.
 
-Exits 0 when every item applied (or had nothing to do), 5 when nothing
-applied and something conflicted, 6 when nothing applied and something was
-refused, 7 when some applied and some did not. A plan made for another key
-layout is refused (exit 2). -f - reads the plan from stdin.`,
+A parked retry or skip plan can be applied again after an interruption
+(the process killed, Redis gone): entries an earlier apply of the same plan
+requested are reported "done" and not requested again, so only the rest is
+applied. --rps paces the changes and --max bounds how many items this run
+tries (items found done do not count); the rest is left for the next run.
+
+Exits 0 when every item applied (or had nothing to do, or was done), 5 when
+nothing applied and something conflicted, 6 when nothing applied and
+something was refused, 7 when some applied and some did not, or --max left
+items for a later run. A plan made for another key layout is refused (exit
+2). -f - reads the plan from stdin.`,
 		Example: `  protctl partitions release shop::order o-1 --group G --force --dry-run -o json > plan.json
   protctl apply -f plan.json
-  protctl apply -f plan.json --yes -o json`,
+  protctl apply -f plan.json --yes -o json
+  protctl apply -f retry.json --rps 20 --max 500 --yes`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case opts.RPS < 0:
+				return usageError(fmt.Errorf("invalid --rps %d: want 0 (no pacing) or more", opts.RPS))
+			case opts.Max < 0:
+				return usageError(fmt.Errorf("invalid --max %d: want 0 (no bound) or more", opts.Max))
+			}
 			opts.Mutation = newMutation(f)
+			if opts.RPS > 0 {
+				opts.Mutation.ApplyOptions.Interval = time.Second / time.Duration(opts.RPS)
+			}
+			opts.Mutation.ApplyOptions.Max = opts.Max
 			return runApply(cmd.Context(), opts)
 		},
 	}
 	cmd.Flags().StringVarP(&opts.File, "file", "f", "", "the plan file (JSON), or - for stdin")
+	cmd.Flags().IntVar(&opts.RPS, "rps", 0, "make at most N changes per second; 0 for no pacing")
+	cmd.Flags().IntVar(&opts.Max, "max", 0, "try at most N items in this run (items found done do not count); 0 for no bound")
 	_ = cmd.MarkFlagRequired("file")
 	_ = cmd.MarkFlagFilename("file", "json")
 	return cmd

@@ -188,6 +188,7 @@ var (
 		"lastAttemptAt": true, "requestedAt": true, "startedAt": true, "lastSeen": true, "time": true,
 	}
 	streamIDRe = regexp.MustCompile(`\b\d{13}-\d+\b`)
+	planIDRe   = regexp.MustCompile(`^[0-9a-f]{32}$`) // repair's random plan ids
 	timeRe     = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)`)
 	durationRe = regexp.MustCompile(`\b\d+(\.\d+)?(ms|d|h|m|s)(\d+(\.\d+)?(ms|h|m|s))*\b`)
 )
@@ -195,7 +196,7 @@ var (
 // normalizeJSON re-indents doc with volatile values replaced: fields
 // named in volatileFields become "<volatile>" unless null; stream ids
 // become <id> (XADD * mints them from the clock, and two streams can share
-// one, so not even their order is stable); times and durations inside
+// one, so not even their order is stable), plan ids <plan-id>; times and durations inside
 // strings become <time> and <dur>. Keys come out sorted. It fails the test
 // when doc is not one JSON value.
 func normalizeJSON(t *testing.T, doc string) string {
@@ -227,7 +228,8 @@ func normalizeJSON(t *testing.T, doc string) string {
 			}
 			return x
 		case string:
-			s := streamIDRe.ReplaceAllString(x, "<id>")
+			s := planIDRe.ReplaceAllString(x, "<plan-id>")
+			s = streamIDRe.ReplaceAllString(s, "<id>")
 			s = timeRe.ReplaceAllString(s, "<time>")
 			return durationRe.ReplaceAllString(s, "<dur>")
 		}

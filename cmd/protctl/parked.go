@@ -22,7 +22,8 @@ A Protean partition halted on a poison message has no ledger entry: use
 		Example: `  protctl parked ls
   protctl parked show app.OrderProjector o-1
   protctl parked retry app.OrderProjector o-1
-  protctl parked skip app.OrderProjector o-1 --reason "bad amount, refunded by hand"`,
+  protctl parked skip app.OrderProjector o-1 --reason "bad amount, refunded by hand"
+  protctl parked retry --subscription ledger-sync --error-class 'http POST http://billing' --rps 20 --yes`,
 	}
 	cmd.AddCommand(newParkedListCmd(f), newParkedShowCmd(f), newParkedRetryCmd(f), newParkedSkipCmd(f))
 	return cmd
@@ -55,6 +56,9 @@ type parkedRequest struct {
 	Reason      *string `json:"reason"`
 	By          *string `json:"by"`
 	RequestedAt *string `json:"requestedAt"`
+	// Plan is the id of the plan whose apply recorded the request (its
+	// token in the ledger); null for a request made otherwise.
+	Plan *string `json:"plan"`
 }
 
 func parkedItemOf(p runtime.Parked) parkedItem {
@@ -84,6 +88,7 @@ func parkedItemOf(p runtime.Parked) parkedItem {
 			Reason:      strOrNull(r.Reason),
 			By:          strOrNull(r.By),
 			RequestedAt: output.TimestampOrNull(r.RequestedAt),
+			Plan:        strOrNull(r.Token),
 		}
 	}
 	return it

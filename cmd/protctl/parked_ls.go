@@ -17,6 +17,8 @@ type parkedListOptions struct {
 	Inspector func() (*inspect.Inspector, error)
 
 	Subscription string
+	Partition    string
+	filter       parkedFilterFlags
 
 	watch watchOptions
 }
@@ -31,13 +33,24 @@ func newParkedListCmd(f *Factory) *cobra.Command {
 partition key (Redis) with the partition, the position of its failing record
 (offset or entry id), the last error, the attempts, when it was parked, and
 its status (parked, retrying, unrecoverable), oldest first. An operator's
-request not taken up yet is shown with it.`,
+request not taken up yet is shown with it.
+
+The filters (--error, --error-class, --older-than, --newer-than, --key,
+--position) are those of parked retry and skip: list with them first to see
+what a bulk retry or skip would take. Ages are measured on the Redis
+server's clock.`,
 		Example: `  protctl parked ls
   protctl parked ls --subscription app.OrderProjector -o json
+  protctl parked ls --subscription ledger-sync --error-class 'http POST http://billing' --older-than 10m
+  protctl parked ls --key 'o-1*' --position 1700000000000..1700000060000
   protctl parked ls -w`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := opts.watch.validate(); err != nil {
+				return err
+			}
+			opts.filter.spec.Subscription, opts.filter.spec.Partition = opts.Subscription, opts.Partition
+			if _, err := opts.filter.compile(); err != nil {
 				return err
 			}
 			opts.Printer = f.Printer()
@@ -47,6 +60,8 @@ request not taken up yet is shown with it.`,
 		},
 	}
 	cmd.Flags().StringVar(&opts.Subscription, "subscription", "", "only this subscription's entries")
+	cmd.Flags().StringVar(&opts.Partition, "partition", "", "only entries on this partition (Kafka: its number; Redis: the partition key)")
+	opts.filter.add(cmd)
 	addWatchFlags(cmd, &opts.watch)
 	return cmd
 }
@@ -56,17 +71,26 @@ func runParkedList(ctx context.Context, opts *parkedListOptions) error {
 	if err != nil {
 		return err
 	}
-	ps, err := ins.Parked(ctx, opts.Subscription)
+	f, err := opts.filter.compile()
 	if err != nil {
-		return dataErr(err)
+		return err
 	}
+	sel, err := ins.SelectParked(ctx, f)
+	if err != nil {
+		return dataErr(filterErr(err))
+	}
+	ps := sel.Entries
 	items := make([]parkedItem, len(ps))
 	for i, p := range ps {
 		items[i] = parkedItemOf(p)
 	}
 	pr := opts.Printer
+	empty := "Nothing is parked."
+	if !opts.filter.spec.IsZero() {
+		empty = "No parked entry matches."
+	}
 	return pr.PrintList("Parked", items, output.TableSpec{
-		Empty: "Nothing is parked.",
+		Empty: empty,
 		Columns: []output.Column{
 			output.Col("SUBSCRIPTION", func(p parkedItem) string { return p.Subscription }),
 			output.Col("AGGREGATE", func(p parkedItem) string { return p.Aggregate }),

@@ -70,6 +70,9 @@ func runMutation(ctx context.Context, m *mutation, plan func(context.Context, *r
 
 // applyPlan is runMutation after planning (apply -f starts here).
 func applyPlan(ctx context.Context, m *mutation, r *repair.Repairer, p *repair.Plan) error {
+	if err := printSelection(m.IO, m.Printer, p); err != nil {
+		return err
+	}
 	if m.DryRun {
 		if err := printPlan(m.IO, m.Printer, p, true); err != nil {
 			return err
@@ -103,6 +106,27 @@ func applyPlan(ctx context.Context, m *mutation, r *repair.Repairer, p *repair.P
 	return outcomeErr(outcome, p)
 }
 
+// printSelection says first, on stderr, how many entries a filtered bulk
+// plan holds and how they were chosen; in structured formats the
+// document's selection (before its items) says it.
+func printSelection(ios *output.IOStreams, pr *output.Printer, p *repair.Plan) error {
+	sel := p.Selection
+	if sel == nil || pr.Structured() {
+		return nil
+	}
+	what := "every parked entry"
+	if sel.Filter != "" {
+		what = "parked entries matching " + sel.Filter
+	}
+	line := fmt.Sprintf("Selected %d %s", sel.Count, what)
+	if sel.Matched > sel.Count {
+		line = fmt.Sprintf("Selected %d of %d %s: the oldest, --max %d", sel.Count, sel.Matched, what, sel.Max)
+	}
+	line += fmt.Sprintf(" (ages at %s).", sel.At)
+	_, err := fmt.Fprintln(ios.ErrOut, line)
+	return err
+}
+
 // outcomeErr is the error (and so the exit code) of an apply's outcome,
 // saying what happened in words: nil when every item applied or had
 // nothing to do.
@@ -114,6 +138,9 @@ func outcomeErr(o repair.Outcome, p *repair.Plan) error {
 		return clierr.Conflict.Errorf("%s: the state moved since the plan, nothing was changed", p.Summary())
 	case repair.OutcomeRefused:
 		return clierr.Refused.Errorf("%s: nothing was changed", p.Summary())
+	}
+	if present.Pending(p) > 0 && failedItems(p) == 0 {
+		return clierr.Partial.Errorf("partly applied: %s; apply the plan again (apply -f) for the rest", p.Summary())
 	}
 	return clierr.Partial.Errorf("partly applied: %s", p.Summary())
 }

@@ -43,7 +43,7 @@ const operationsDoc = "../../docs/operations.md"
 
 // runbookNames are the incidents docs/operations.md must cover.
 var runbookNames = []string{
-	"stuck-parked", "stuck-protean", "dlq-replay", "node-died", "node-fenced", "redis-restarted",
+	"stuck-parked", "stuck-protean", "dlq-replay", "retry-class", "node-died", "node-fenced", "redis-restarted",
 	"stream-growth", "reap-cold", "consumers-pile-up", "kafka-partitions", "redis-to-cluster",
 }
 
@@ -446,6 +446,7 @@ func runbookDefs() map[string]runbookDef {
 				}},
 			},
 		},
+		"retry-class": retryClassRunbook(),
 		"stuck-protean": {
 			setup: func(t *testing.T) *rbEnv { return standardRunbook(t) },
 			steps: []rbStep{

@@ -153,7 +153,8 @@ var (
 	// reaplanes.lua (DEL, SREM; the cluster layout's reap removes and
 	// re-adds the index entry: SREM, SADD), release.lua (DEL),
 	// deadletter.lua (XADD, XACK: skip-head), trim.lua (XTRIM),
-	// request.lua (SET) and the request's PUBLISH (parked retry/skip);
+	// request.lua and requestpinned.lua (SET, SET PX), requesttoken.lua
+	// (HSET, PEXPIRE) and the request's PUBLISH (parked retry/skip);
 	// publish.lua, append.lua, record.lua (XADD, SADD, PUBLISH: protctl
 	// publish); delconsumer.lua (XINFO CONSUMERS, XGROUP DELCONSUMER:
 	// partitions prune-consumers); dlqreplay.lua (XADD, XDEL, HSET and

@@ -28,7 +28,8 @@ var (
 		"redisbroker/release.lua", "redisbroker/trim.lua", "redisbroker/deadletter.lua", "redisbroker/delconsumer.lua",
 		"redisbroker/publish.lua", "redisbroker/append.lua", "redisbroker/record.lua",
 		"redisbroker/dlqreplay.lua", "redisbroker/dlqdelete.lua",
-		"redisstore/lib.lua", "redisstore/request.lua", "redisstore/members.lua",
+		"redisstore/lib.lua", "redisstore/request.lua", "redisstore/requestpinned.lua", "redisstore/requesttoken.lua",
+		"redisstore/members.lua",
 	}
 	// operatorOnlyScripts are the operator's that a node never runs.
 	operatorOnlyScripts = []string{"redisbroker/dlqreplay.lua", "redisbroker/dlqdelete.lua"}

@@ -119,11 +119,11 @@ func PlanColumns(results bool) []output.Column {
 	return append(cols, output.Col("REASON", Reason))
 }
 
-// ResultTone colours an item's result: applied good, conflict and
-// refused bad, skipped muted.
+// ResultTone colours an item's result: applied and done (by an earlier
+// run of the plan) good, conflict and refused bad, skipped muted.
 func ResultTone(r repair.Result) output.Tone {
 	switch r {
-	case repair.ResultApplied:
+	case repair.ResultApplied, repair.ResultDone:
 		return output.ToneGood
 	case repair.ResultConflict, repair.ResultRefused:
 		return output.ToneBad

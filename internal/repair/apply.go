@@ -13,6 +13,9 @@ func (r *Repairer) apply(ctx context.Context, p *Plan, opts ApplyOptions) (Outco
 	if want := r.broker.Layout().String(); p.Layout != want {
 		return "", fmt.Errorf("%w: the plan is for the %s layout, the broker uses %s", ErrInvalidPlan, p.Layout, want)
 	}
+	if opts.Max < 0 || opts.Interval < 0 {
+		return "", fmt.Errorf("%w: negative Max or Interval", ErrInvalidPlan)
+	}
 	a := Applied{Plan: p, StartedAt: r.cfg.now(), CommandLine: opts.CommandLine}
 	a.Outcome, a.Err = r.applyItems(ctx, p, opts, &a.Attempted)
 	a.FinishedAt = r.cfg.now()
@@ -20,21 +23,18 @@ func (r *Repairer) apply(ctx context.Context, p *Plan, opts ApplyOptions) (Outco
 }
 
 // applyItems is Apply's loop; attempted counts the items it tried.
+//
+// Pacing (opts.Interval) separates each change made from the next item
+// tried: items found done by an earlier run, conflicts and refusals cost
+// the owners nothing, so a resumed run skips over the done part of its
+// plan at once. opts.Max counts the items tried that were not found done.
 func (r *Repairer) applyItems(ctx context.Context, p *Plan, opts ApplyOptions, attempted *int) (Outcome, error) {
-	var applied, conflict, refused int
+	var applied, conflict, refused, tried int
+	paced := false // the last item tried made a change
 	for i := range p.Items {
 		it := &p.Items[i]
-		if i > 0 && opts.Interval > 0 {
-			t := time.NewTimer(opts.Interval)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return outcome(applied, conflict, refused), ctx.Err()
-			case <-t.C:
-			}
-		}
 		if err := ctx.Err(); err != nil {
-			return outcome(applied, conflict, refused), err
+			return outcome(applied, conflict, refused, 0), err
 		}
 		it.Detail = ""
 		switch {
@@ -42,7 +42,18 @@ func (r *Repairer) applyItems(ctx context.Context, p *Plan, opts ApplyOptions, a
 			// Nothing to do, decided by the plan.
 		case !it.Allowed:
 			it.Result, it.Detail = ResultRefused, it.Reason
+		case opts.Max > 0 && tried >= opts.Max:
+			it.Result, it.Detail = ResultNone, fmt.Sprintf("left for a later run: this one was bounded to %d items", opts.Max)
 		default:
+			if paced && opts.Interval > 0 {
+				t := time.NewTimer(opts.Interval)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return outcome(applied, conflict, refused, 0), ctx.Err()
+				case <-t.C:
+				}
+			}
 			it.Result = ResultNone
 			*attempted++
 			var err error
@@ -56,7 +67,7 @@ func (r *Repairer) applyItems(ctx context.Context, p *Plan, opts ApplyOptions, a
 			case ActionDeadLetter:
 				err = r.applyDeadLetter(ctx, it)
 			case ActionRetry, ActionSkip:
-				err = r.applyParked(ctx, it)
+				err = r.applyParked(ctx, p.ID, it)
 			case ActionPruneConsumer:
 				err = r.applyPruneConsumer(ctx, it)
 			case ActionDLQReplay:
@@ -66,11 +77,15 @@ func (r *Repairer) applyItems(ctx context.Context, p *Plan, opts ApplyOptions, a
 			}
 			if err != nil {
 				it.Result, it.Detail = ResultNone, "not applied: "+err.Error()
-				return outcome(applied, conflict, refused), fmt.Errorf("repair: %s %s: %w", it.Action, it.Target, err)
+				return outcome(applied, conflict, refused, 0), fmt.Errorf("repair: %s %s: %w", it.Action, it.Target, err)
 			}
+			if it.Result != ResultDone {
+				tried++
+			}
+			paced = it.Result == ResultApplied
 		}
 		switch it.Result {
-		case ResultApplied:
+		case ResultApplied, ResultDone:
 			applied++
 		case ResultConflict:
 			conflict++
@@ -81,5 +96,11 @@ func (r *Repairer) applyItems(ctx context.Context, p *Plan, opts ApplyOptions, a
 			opts.OnItem(i, *it)
 		}
 	}
-	return outcome(applied, conflict, refused), nil
+	left := 0
+	for _, it := range p.Items {
+		if it.Allowed && it.Result == ResultNone {
+			left++
+		}
+	}
+	return outcome(applied, conflict, refused, left), nil
 }

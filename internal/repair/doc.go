@@ -13,11 +13,14 @@
 //	refused   a guard said no (the plan already said so, or a guard in
 //	          the store refused for the reason the plan predicted)
 //	skipped   nothing to do (a lease already free, a trim removing 0)
+//	done      an earlier apply of the same plan made the change (a
+//	          resumed run; parked retry and skip): nothing changed now
 //
 // Apply's Outcome maps to the CLI's exit codes (Outcome.ExitCode): 0 when
-// every item applied or was skipped, 5 when nothing applied and something
-// conflicted, 6 when nothing applied and something was refused, 7 when
-// some applied and some did not.
+// every item applied, was done, or was skipped, 5 when nothing applied
+// and something conflicted, 6 when nothing applied and something was
+// refused, 7 when some applied (or were done) and some did not, or a run
+// bounded by ApplyOptions.Max left items for a later one.
 //
 // # What each action re-checks
 //
@@ -113,9 +116,27 @@
 // only while it still holds the fields the plan saw; one gone or changed
 // is a conflict. Dead letters added since the plan are not in it and stay.
 //
-// retry, skip: recorded in the failure ledger (LedgerRequester), which
-// the owner of the partition acts on under its own fence, now or when a
-// node next owns it. Apply re-reads the entry: gone, or a different
-// position than the plan saw, is a conflict; a retry of an unrecoverable
-// entry is refused (runtime.ErrUnrecoverable).
+// retry, skip: recorded in the failure ledger, which the owner of the
+// partition acts on under its own fence, now or when a node next owns it.
+// The plan has an ID and pins each entry as seen (status, position,
+// attempts, generation, pending request: runtime.ParkPin). Apply records
+// each request with runtime.LedgerPinnedRequester in one atomic step that
+// checks the pin and remembers the plan ID as the request's token for the
+// entry:
+//
+//   - the entry moved from the pin (parked again after a failed retry, at
+//     another position, by another owner, or requested by someone else):
+//     conflict, nothing changed;
+//   - gone (resolved): conflict;
+//   - requested by an earlier apply of this plan (the token is known for
+//     the entry, even after the owner resolved or re-parked it): done,
+//     nothing changed. This is how an interrupted apply (killed, Redis
+//     gone) is resumed from the plan file: `apply -f` requests only what
+//     is left, and never an entry twice
+//     (docs/decisions/0038-bulk-parked-operations.md);
+//   - a retry of an entry that became unrecoverable: refused.
+//
+// A filtered bulk plan (ParkedRequest.All) pins exactly the entries its
+// filter matched when it was made (Plan.Selection counts them): entries
+// parked later are not in it, whatever they match.
 package repair

@@ -2,12 +2,37 @@ package repair
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 
+	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
 )
+
+// UnknownSubscriptionError is PlanParked's answer to a filter naming a
+// subscription the failure ledger has never had an entry of (a typo is
+// the likely cause). It unwraps to inspect.ErrNotFound.
+type UnknownSubscriptionError struct {
+	Subscription string
+	// Known are the subscriptions the ledger has had entries of, sorted.
+	Known []string
+}
+
+func (e *UnknownSubscriptionError) Error() string {
+	known := "none"
+	if len(e.Known) > 0 {
+		known = strings.Join(e.Known, ", ")
+	}
+	return fmt.Sprintf("repair: subscription %q has never had a parked entry (the ledger knows: %s)", e.Subscription, known)
+}
+
+func (e *UnknownSubscriptionError) Unwrap() error { return inspect.ErrNotFound }
 
 func (r *Repairer) planParked(ctx context.Context, req ParkedRequest) (*Plan, error) {
 	const op = "plan parked"
@@ -20,21 +45,16 @@ func (r *Repairer) planParked(ctx context.Context, req ParkedRequest) (*Plan, er
 	if req.Action == ActionSkip && req.Reason == "" {
 		return nil, &broker.InvalidArgumentError{Op: op, Arg: "reason", Value: `""`, Reason: "a skip needs a reason"}
 	}
-	var entries []runtime.Parked
-	if req.All {
-		list, err := r.cfg.ledger.ListParked(ctx, req.Subscription)
-		if err != nil {
-			return nil, err
-		}
-		for _, p := range list {
-			if (req.Aggregate == "" || p.Aggregate == req.Aggregate) && (req.Partition == "" || p.Partition == req.Partition) {
-				entries = append(entries, p)
-			}
-		}
-		if req.Max > 0 && len(entries) > req.Max {
-			entries = entries[:req.Max]
-		}
-	} else {
+	if req.Max < 0 {
+		return nil, &broker.InvalidArgumentError{Op: op, Arg: "max", Value: fmt.Sprint(req.Max), Reason: "must not be negative"}
+	}
+	id, err := newPlanID()
+	if err != nil {
+		return nil, err
+	}
+	plan := r.newPlan()
+	plan.ID = id
+	if !req.All {
 		if req.Subscription == "" || req.Aggregate == "" {
 			return nil, &broker.InvalidArgumentError{Op: op, Arg: "subscription and aggregate", Value: `""`, Reason: "name one entry or ask for all"}
 		}
@@ -42,23 +62,91 @@ func (r *Repairer) planParked(ctx context.Context, req ParkedRequest) (*Plan, er
 		if err != nil {
 			return nil, err
 		}
-		entries = []runtime.Parked{p}
+		plan.Items = append(plan.Items, parkedItem(req, p))
+		return plan, nil
 	}
-	plan := r.newPlan()
+	// Subscription, Aggregate and Partition narrow All as the filter's
+	// fields of the same names do.
+	spec := req.Filter
+	for _, v := range []struct {
+		from string
+		to   *string
+	}{
+		{req.Subscription, &spec.Subscription}, {req.Aggregate, &spec.Aggregate}, {req.Partition, &spec.Partition},
+	} {
+		if *v.to == "" {
+			*v.to = v.from
+		}
+	}
+	f, err := spec.Compile()
+	if err != nil {
+		return nil, err
+	}
+	if sub := spec.Subscription; sub != "" {
+		known, err := r.inspect.ParkedSubscriptions(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(known, sub) {
+			return nil, &UnknownSubscriptionError{Subscription: sub, Known: known}
+		}
+	}
+	sel, err := r.inspect.SelectParked(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	entries := sel.Entries
+	if req.Max > 0 && len(entries) > req.Max {
+		entries = entries[:req.Max]
+	}
+	plan.Selection = &Selection{Count: len(entries), Matched: len(sel.Entries), Max: req.Max, Filter: spec.String(), At: sel.Now.UTC()}
 	for _, p := range entries {
 		plan.Items = append(plan.Items, parkedItem(req, p))
 	}
 	return plan, nil
 }
 
+// newPlanID returns 16 random bytes in hex: a plan's ID, the token its
+// ledger requests carry.
+func newPlanID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("repair: plan id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// validPlanID reports whether id can be a ledger request token.
+func validPlanID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 func parkedItem(req ParkedRequest, p runtime.Parked) Item {
+	pin := runtime.PinOf(p)
+	st := &ParkedState{
+		Status: string(p.Status), Position: p.Position, Attempts: p.Attempts, Generation: p.Generation,
+		Request: string(pin.Request), Error: p.Error,
+	}
+	if !p.ParkedAt.IsZero() {
+		at := p.ParkedAt.UTC()
+		st.ParkedAt = &at
+	}
 	it := Item{
-		Action: req.Action,
-		Target: Target{Subscription: p.Subscription, Aggregate: p.Aggregate, Category: p.Category, Key: redisKey(p), Partition: kafkaPartition(p)},
-		Params: Params{Reason: req.Reason, By: req.By},
-		Precondition: Precondition{Parked: &ParkedState{
-			Status: string(p.Status), Position: p.Position, Attempts: p.Attempts, Generation: p.Generation,
-		}},
+		Action:       req.Action,
+		Target:       Target{Subscription: p.Subscription, Aggregate: p.Aggregate, Category: p.Category, Key: redisKey(p), Partition: kafkaPartition(p)},
+		Params:       Params{By: req.By},
+		Precondition: Precondition{Parked: st},
+	}
+	if req.Action == ActionSkip {
+		it.Params.Reason = req.Reason
 	}
 	switch {
 	case req.Action == ActionRetry && p.Status == runtime.StatusUnrecoverable:
@@ -90,9 +178,23 @@ func redisKey(p runtime.Parked) string {
 	return ""
 }
 
-// applyParked re-reads the entry, then records the request in the
-// ledger; the owner acts on it under its own fence.
-func (r *Repairer) applyParked(ctx context.Context, it *Item) error {
+// pinOf is the runtime.ParkPin of a planned entry.
+func pinOf(st *ParkedState) runtime.ParkPin {
+	return runtime.ParkPin{
+		Position: st.Position, Attempts: st.Attempts, Generation: st.Generation,
+		Status: runtime.ParkStatus(st.Status), Request: runtime.Action(st.Request),
+	}
+}
+
+// applyParked records the request in the ledger; the owner acts on it
+// under its own fence. With a plan id and a ledger that pins requests
+// (runtime.LedgerPinnedRequester), the request is recorded in one atomic
+// step only on the entry state the plan saw, with the plan id as its
+// token, so that an entry an earlier run of the plan requested is
+// recognised (ResultDone) and never requested twice; see doc.go.
+// Otherwise (a plan file from before plan ids) the entry is re-read and
+// its position compared first.
+func (r *Repairer) applyParked(ctx context.Context, planID string, it *Item) error {
 	if r.cfg.ledger == nil {
 		return errNoLedger
 	}
@@ -100,24 +202,37 @@ func (r *Repairer) applyParked(ctx context.Context, it *Item) error {
 	if planned == nil {
 		return fmt.Errorf("%w: %s item without a planned ledger entry", ErrInvalidPlan, it.Action)
 	}
-	now, err := r.cfg.ledger.GetParked(ctx, t.Subscription, t.Partition, t.Aggregate)
-	if errors.Is(err, runtime.ErrNotParked) {
-		it.Result, it.Detail = ResultConflict, "the entry was resolved since the plan"
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if now.Position != planned.Position {
-		it.Result, it.Detail = ResultConflict, fmt.Sprintf("the entry is now parked at %s, the plan saw %s", now.Position, planned.Position)
-		return nil
-	}
-	if it.Action == ActionRetry {
-		err = r.cfg.ledger.RequestRetry(ctx, t.Subscription, t.Partition, t.Aggregate, it.Params.By)
-	} else {
-		err = r.cfg.ledger.RequestSkip(ctx, t.Subscription, t.Partition, t.Aggregate, it.Params.Reason, it.Params.By)
-	}
+	pr, pinned := r.cfg.ledger.(runtime.LedgerPinnedRequester)
+	var err error
 	switch {
+	case pinned && planID != "":
+		err = pr.RequestPinned(ctx, runtime.PinnedRequest{
+			Action: runtime.Action(it.Action), Subscription: t.Subscription, Partition: t.Partition, Aggregate: t.Aggregate,
+			Reason: it.Params.Reason, By: it.Params.By, Pin: pinOf(planned), Token: planID,
+		})
+	default:
+		now, gerr := r.cfg.ledger.GetParked(ctx, t.Subscription, t.Partition, t.Aggregate)
+		switch {
+		case errors.Is(gerr, runtime.ErrNotParked):
+			err = gerr
+		case gerr != nil:
+			return gerr
+		case now.Position != planned.Position:
+			it.Result, it.Detail = ResultConflict, fmt.Sprintf("the entry is now parked at %s, the plan saw %s", now.Position, planned.Position)
+			return nil
+		case it.Action == ActionRetry:
+			err = r.cfg.ledger.RequestRetry(ctx, t.Subscription, t.Partition, t.Aggregate, it.Params.By)
+		default:
+			err = r.cfg.ledger.RequestSkip(ctx, t.Subscription, t.Partition, t.Aggregate, it.Params.Reason, it.Params.By)
+		}
+	}
+	var done *runtime.AlreadyRequestedError
+	var changed *runtime.ParkChangedError
+	switch {
+	case errors.As(err, &done):
+		it.Result, it.Detail = ResultDone, fmt.Sprintf("%s requested at %s by an earlier run of this plan", done.Action, done.At.UTC().Format(time.RFC3339))
+	case errors.As(err, &changed):
+		it.Result, it.Detail = ResultConflict, fmt.Sprintf("the entry is now %s, the plan saw %s", runtime.PinOf(changed.Now), changed.Pin)
 	case errors.Is(err, runtime.ErrNotParked):
 		it.Result, it.Detail = ResultConflict, "the entry was resolved since the plan"
 	case errors.Is(err, runtime.ErrUnrecoverable):

@@ -70,6 +70,9 @@ const (
 	ResultRefused Result = "refused"
 	// ResultSkipped: nothing to do (e.g. the lease is already free).
 	ResultSkipped Result = "skipped"
+	// ResultDone: an earlier apply of the same plan (an interrupted run
+	// this one resumes) made the change; nothing was changed now.
+	ResultDone Result = "done"
 )
 
 // MarshalJSON encodes ResultNone as null.
@@ -80,7 +83,7 @@ func (r Result) MarshalJSON() ([]byte, error) {
 	return json.Marshal(string(r))
 }
 
-// UnmarshalJSON accepts null and the four results.
+// UnmarshalJSON accepts null and the five results.
 func (r *Result) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" {
 		*r = ResultNone
@@ -91,7 +94,7 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	switch Result(s) {
-	case ResultApplied, ResultConflict, ResultRefused, ResultSkipped:
+	case ResultApplied, ResultConflict, ResultRefused, ResultSkipped, ResultDone:
 		*r = Result(s)
 		return nil
 	}
@@ -198,12 +201,20 @@ type GroupLease struct {
 	Lease *string `json:"lease"`
 }
 
-// ParkedState is the part of a ledger entry a retry or skip depends on.
+// ParkedState is the ledger entry a retry or skip was planned on. Apply
+// records the request only while the entry still has the same status,
+// position, attempts, generation and pending request (runtime.ParkPin);
+// ParkedAt and Error are what the operator saw, for the record.
 type ParkedState struct {
 	Status     string `json:"status"`
 	Position   string `json:"position"`
 	Attempts   int    `json:"attempts"`
 	Generation int64  `json:"generation"`
+	// Request is the action of the request the entry held ("retry",
+	// "skip"); "" for none.
+	Request  string     `json:"request,omitempty"`
+	ParkedAt *time.Time `json:"parkedAt,omitempty"`
+	Error    string     `json:"error,omitempty"`
 }
 
 // Params are the action's arguments, beyond its target.
@@ -259,7 +270,30 @@ type Plan struct {
 	// "cluster"); Apply refuses a plan of another layout.
 	Layout    string    `json:"layout"`
 	CreatedAt time.Time `json:"createdAt"`
-	Items     []Item    `json:"items"`
+	// ID names the plan (parked retry and skip plans): the ledger
+	// remembers which entries an apply of this plan requested, so that a
+	// resumed apply recognises them (ResultDone) and requests only the
+	// rest. "" for plans that need no resume.
+	ID string `json:"id,omitempty"`
+	// Selection says how a bulk plan chose its items; nil otherwise.
+	Selection *Selection `json:"selection,omitempty"`
+	Items     []Item     `json:"items"`
+}
+
+// Selection is how a filtered bulk plan chose its items: the plan pins
+// exactly these, whatever is parked later.
+type Selection struct {
+	// Count is the number of items: the entries the plan will act on.
+	Count int `json:"count"`
+	// Matched is how many entries the filter matched; more than Count
+	// when Max cut the set.
+	Matched int `json:"matched"`
+	// Max is the cap asked for (--max); 0 for none.
+	Max int `json:"max,omitempty"`
+	// Filter is the filter as the CLI's flags; "" for every entry.
+	Filter string `json:"filter"`
+	// At is the server's time the ages were measured at.
+	At time.Time `json:"at"`
 }
 
 // Predicted is the outcome Apply would have if nothing moved: what a dry
@@ -276,7 +310,7 @@ func (p *Plan) Predicted() Outcome {
 			refused++
 		}
 	}
-	return outcome(allowed, 0, refused)
+	return outcome(allowed, 0, refused, 0)
 }
 
 // Outcome sums up an Apply (or a Plan's prediction).
@@ -284,20 +318,24 @@ type Outcome string
 
 // Outcomes.
 const (
-	// OutcomeApplied: every item was applied or had nothing to do.
+	// OutcomeApplied: every item was applied, done by an earlier run of
+	// the plan, or had nothing to do.
 	OutcomeApplied Outcome = "applied"
 	// OutcomeConflict: no item applied, at least one conflicted.
 	OutcomeConflict Outcome = "conflict"
 	// OutcomeRefused: no item applied, none conflicted, at least one
 	// was refused.
 	OutcomeRefused Outcome = "refused"
-	// OutcomePartial: some items applied, some conflicted or were refused.
+	// OutcomePartial: some items applied, some conflicted, were refused,
+	// or were left for a later run (ApplyOptions.Max).
 	OutcomePartial Outcome = "partial"
 )
 
-func outcome(applied, conflict, refused int) Outcome {
+// outcome sums up counts of results; applied includes the items done by
+// an earlier run of the plan, left the items a bounded run did not try.
+func outcome(applied, conflict, refused, left int) Outcome {
 	switch {
-	case conflict == 0 && refused == 0:
+	case conflict == 0 && refused == 0 && left == 0:
 		return OutcomeApplied
 	case applied > 0:
 		return OutcomePartial
@@ -346,7 +384,7 @@ func (p *Plan) Summary() string {
 		counts[it.Result]++
 	}
 	var parts []string
-	for _, r := range []Result{ResultApplied, ResultConflict, ResultRefused, ResultSkipped, ResultNone} {
+	for _, r := range []Result{ResultApplied, ResultDone, ResultConflict, ResultRefused, ResultSkipped, ResultNone} {
 		if n := counts[r]; n > 0 {
 			name := string(r)
 			if r == ResultNone {
@@ -407,6 +445,12 @@ func (p *Plan) Validate() error {
 	}
 	if p.Layout != "protean" && p.Layout != "cluster" {
 		return bad("layout is %q, want \"protean\" or \"cluster\"", p.Layout)
+	}
+	if p.ID != "" && !validPlanID(p.ID) {
+		return bad("id %q is not a plan id (1 to 64 of A-Z a-z 0-9 . _ -)", p.ID)
+	}
+	if p.Selection != nil && p.Selection.Count != len(p.Items) {
+		return bad("selection.count is %d but the plan has %d items", p.Selection.Count, len(p.Items))
 	}
 	for i, it := range p.Items {
 		if !actions[it.Action] {

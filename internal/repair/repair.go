@@ -176,18 +176,23 @@ func (r *Repairer) PlanDeadLetter(ctx context.Context, req DeadLetterRequest) (*
 	return r.planDeadLetter(ctx, req)
 }
 
-// ParkedRequest asks for retries or skips of parked entries.
+// ParkedRequest asks for retries or skips of parked entries: one entry
+// (Subscription, Aggregate and, for a Kafka aggregate parked on several
+// partitions, Partition), or with All every entry Filter selects.
 type ParkedRequest struct {
 	Action       Action // ActionRetry or ActionSkip
 	Subscription string
-	// Aggregate names one entry; with All, every entry of Subscription
-	// ("" for every subscription) becomes an item.
-	Aggregate string
+	Aggregate    string
 	// Partition narrows Aggregate to its entry on one partition (Kafka:
 	// the partition number); "" for the aggregate's only entry.
 	Partition string
-	All       bool
-	// Max caps the items of an All request; 0 means no cap.
+	// All selects every entry Filter matches (the zero Filter: every
+	// entry of every subscription). A Filter.Subscription the ledger has
+	// never had an entry of is an *UnknownSubscriptionError.
+	All    bool
+	Filter inspect.ParkedFilterSpec
+	// Max caps the items of an All request (the oldest first); 0 means
+	// no cap.
 	Max    int
 	Reason string // required for skip
 	By     string // the operator, recorded in the ledger
@@ -200,8 +205,15 @@ func (r *Repairer) PlanParked(ctx context.Context, req ParkedRequest) (*Plan, er
 
 // ApplyOptions tunes Apply. The zero value is the default.
 type ApplyOptions struct {
-	// Interval is waited between items (the CLI's --rps); 0 = none.
+	// Interval is waited after each change made, before the next item
+	// is tried (the CLI's --rps); 0 = none. Items found done by an
+	// earlier run of the plan, conflicts and refusals are not paced.
 	Interval time.Duration
+	// Max bounds how many items this apply tries, not counting those
+	// found done by an earlier run (the CLI's apply --max); 0 = no bound.
+	// The items left keep no result and the outcome is OutcomePartial:
+	// apply the plan again for them.
+	Max int
 	// OnItem, when set, is called after each item with its result.
 	OnItem func(i int, it Item)
 	// CommandLine is the command the apply stands for when it is not

@@ -591,7 +591,7 @@ func TestParsePlanRejectsMalformedPlans(t *testing.T) {
 		"layout":          strings.Replace(valid, `"layout":"protean"`, `"layout":"kafka"`, 1),
 		"missing target":  strings.Replace(valid, `"key":"k"`, `"key":""`, 1),
 		"missing lease":   strings.Replace(valid, `"lease":"a:1"`, `"lease":null`, 1),
-		"unknown result":  strings.Replace(valid, `"result":null`, `"result":"done"`, 1),
+		"unknown result":  strings.Replace(valid, `"result":null`, `"result":"finished"`, 1),
 		"trailing data":   valid + ` {}`,
 		"wrong type":      strings.Replace(valid, `"allowed":true`, `"allowed":"yes"`, 1),
 		"unknown precond": strings.Replace(valid, `"generation":1`, `"generation":1,"owner":"a"`, 1),

@@ -23,6 +23,14 @@ var (
 	// ErrUnrecoverable is returned by RequestRetry for an entry whose
 	// records the source no longer retains: it can only be skipped.
 	ErrUnrecoverable = errors.New("runtime: parked entry is unrecoverable")
+	// ErrParkChanged is returned (as a *ParkChangedError) by
+	// LedgerPinnedRequester.RequestPinned when the entry is no longer
+	// the park, or not in the state, the request was pinned to.
+	ErrParkChanged = errors.New("runtime: parked entry changed")
+	// ErrAlreadyRequested is returned (as an *AlreadyRequestedError) by
+	// LedgerPinnedRequester.RequestPinned when a request with the same
+	// token was recorded on the entry before.
+	ErrAlreadyRequested = errors.New("runtime: request already recorded")
 )
 
 // AmbiguousParkedError says which partitions hold an entry of an
@@ -90,6 +98,10 @@ type Request struct {
 	Reason      string    `json:"reason,omitempty"`
 	By          string    `json:"by,omitempty"`
 	RequestedAt time.Time `json:"requestedAt"`
+	// Token names the pinned request that recorded it
+	// (PinnedRequest.Token, e.g. the id of an operator's plan); "" for a
+	// request made with RequestRetry or RequestSkip.
+	Token string `json:"token,omitempty"`
 }
 
 // Parked is one failure ledger entry: an aggregate (Kafka) or a partition

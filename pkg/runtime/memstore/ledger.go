@@ -216,13 +216,19 @@ func (s *Store) request(ctx context.Context, op string, action runtime.Action, s
 	if err != nil {
 		return err
 	}
+	s.signal(subscription, aggregate)
+	return nil
+}
+
+// signal tells subscription's watchers of a request on aggregate; s.mu
+// is held, and a full buffer drops the signal.
+func (s *Store) signal(subscription, aggregate string) {
 	for w := range s.watchers[subscription] {
 		select {
 		case w.ch <- aggregate:
 		default:
 		}
 	}
-	return nil
 }
 
 // edit decodes e, applies change and stores the result; s.mu is held.

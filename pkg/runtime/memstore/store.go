@@ -34,6 +34,9 @@ type Store struct {
 	checkpoints map[string]map[string]map[int32]int64 // lease group -> subscription -> partition
 	parked      map[string]map[entryID]entry          // subscription -> (aggregate, lease)
 	watchers    map[string]map[*watcher]struct{}      // by subscription
+	// requested remembers pinned requests by token: the entry a call
+	// named (as asked) -> the entry it was recorded on (RequestPinned).
+	requested map[pinnedName]pinnedMark
 }
 
 var (
@@ -75,7 +78,13 @@ type Option func(*config)
 type config struct {
 	clock       clock.Clock
 	watchBuffer int
+	tokenTTL    time.Duration
 }
+
+// WithRequestTokenTTL sets how long RequestPinned remembers a token (as
+// redisstore's option of the same name). Default 7 days; a non-positive d
+// means the default.
+func WithRequestTokenTTL(d time.Duration) Option { return func(cfg *config) { cfg.tokenTTL = d } }
 
 // WithClock sets the clock membership expiry and timestamps are measured
 // on. Default: clock.System(); nil means the default.
@@ -92,6 +101,9 @@ func (c *config) validate() {
 	}
 	if c.watchBuffer <= 0 {
 		c.watchBuffer = 64
+	}
+	if c.tokenTTL <= 0 {
+		c.tokenTTL = 7 * 24 * time.Hour
 	}
 }
 
@@ -110,6 +122,7 @@ func New(leases Leases, opts ...Option) *Store {
 		checkpoints: make(map[string]map[string]map[int32]int64),
 		parked:      make(map[string]map[entryID]entry),
 		watchers:    make(map[string]map[*watcher]struct{}),
+		requested:   make(map[pinnedName]pinnedMark),
 	}
 }
 

@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strconv"
 	"strings"
 
@@ -21,6 +23,8 @@ import (
 //	protctl:parked:<sub>                  HASH aggregate -> record key (before 0007; own slot)
 //	protctl:parked:__subscriptions__      SET subscriptions that have had entries
 //	protctl:parked:<sub>:requests         Pub/Sub channel: aggregates with a new request
+//	protctl:requests:<token>              HASH entry -> record key a pinned request was tried on, PX ttl
+//	protctl:{<tag>}:requested:<token>:<h> STRING JSON the pinned request recorded on a record, PX ttl
 //
 // docs/decisions/0003-runtime-store-layout.md explains the choices,
 // docs/decisions/0007-ledger-index-per-partition.md the ledger index.
@@ -59,6 +63,43 @@ func ParkedIndexKey(subscription string) string { return prefix + "parked:" + su
 // request for.
 func RequestsChannel(subscription string) string {
 	return prefix + "parked:" + subscription + ":requests"
+}
+
+// RequestTokensKey is the HASH of the entries a pinned request with
+// token was tried on (RequestPinned): the entry's name (subscription,
+// partition as asked, aggregate) -> its record key, written before the
+// request. It lets a repeated call find the marker of an entry that has
+// since been resolved (no index names its record any more). It lives in
+// its own slot and expires with the markers.
+func RequestTokensKey(token string) string { return prefix + "requests:" + token }
+
+// RequestMarkerKey is the marker that a pinned request with token was
+// recorded on the record at record key rec, written in the same script as
+// the request. It carries rec's hash tag, so it lives in rec's slot; a
+// record key without a tag (the protean layout, which does not run on
+// Cluster) gives a key without one. h is a hash of rec, so no aggregate
+// name can spell another's marker.
+func RequestMarkerKey(rec, token string) string {
+	sum := sha256.Sum256([]byte(rec))
+	h := hex.EncodeToString(sum[:16])
+	if tag := hashTag(rec); tag != "" {
+		return prefix + "{" + tag + "}:requested:" + token + ":" + h
+	}
+	return prefix + "requested:" + token + ":" + h
+}
+
+// hashTag returns the part of key Redis Cluster hashes when key has one:
+// what is between the first '{' and the first '}' after it, if not empty.
+func hashTag(key string) string {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return ""
+	}
+	end := strings.IndexByte(key[open+1:], '}')
+	if end <= 0 {
+		return ""
+	}
+	return key[open+1 : open+1+end]
 }
 
 // RecordKey holds the parked entry of (subscription, aggregate) that is

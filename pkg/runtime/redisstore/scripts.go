@@ -32,6 +32,10 @@ var (
 	resolveLua string
 	//go:embed request.lua
 	requestLua string
+	//go:embed requestpinned.lua
+	requestPinnedLua string
+	//go:embed requesttoken.lua
+	requestTokenLua string
 	//go:embed unindex.lua
 	unindexLua string
 	//go:embed index.lua
@@ -47,6 +51,8 @@ var (
 	setStatusScript  = newScript(setStatusLua)
 	resolveScript    = newScript(resolveLua)
 	requestScript    = newScript(requestLua)
+	requestPinned    = newScript(requestPinnedLua)
+	requestToken     = newScript(requestTokenLua)
 	unindexScript    = newScript(unindexLua)
 	indexScript      = newScript(indexLua)
 )

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -160,13 +161,24 @@ func TestEveryScriptsKeysShareASlot(t *testing.T) {
 	must("members", err)
 	must("leave", s.Leave(ctx, "shop", "node-b"))
 	must("save", s.Save(ctx, kafka, TopicLeaseGroup("shop", "orders").String(), "sync", 3, 10))
-	for _, f := range []broker.Fence{kafka, redisKey} {
+	for i, f := range []broker.Fence{kafka, redisKey} {
+		token := "plan-" + strconv.Itoa(i)
 		p := runtime.Parked{Subscription: "sync", Aggregate: "o-1"}
 		must("park", s.Park(ctx, f, p))
 		must("retry", s.RequestRetry(ctx, "sync", "", "o-1", "alice"))
 		must("set status", s.SetStatus(ctx, f, "sync", "o-1", runtime.StatusParked))
 		must("skip", s.RequestSkip(ctx, "sync", "", "o-1", "r", "alice"))
+		got, err := s.GetParked(ctx, "sync", "", "o-1")
+		must("get", err)
+		must("pinned retry", s.RequestPinned(ctx, runtime.PinnedRequest{Action: runtime.ActionRetry,
+			Subscription: "sync", Aggregate: "o-1", Pin: runtime.PinOf(got), Token: token}))
 		must("resolve", s.Resolve(ctx, f, "sync", "o-1"))
+		// The marker is found in the resolved record's slot.
+		err = s.RequestPinned(ctx, runtime.PinnedRequest{Action: runtime.ActionRetry,
+			Subscription: "sync", Aggregate: "o-1", Pin: runtime.PinOf(got), Token: token})
+		if !errors.Is(err, runtime.ErrAlreadyRequested) {
+			t.Fatalf("pinned retry after the resolve: %v, want already requested", err)
+		}
 	}
 
 	scripts := map[string]string{}
@@ -174,7 +186,7 @@ func TestEveryScriptsKeysShareASlot(t *testing.T) {
 		"heartbeat": heartbeatScript, "members": membersScript, "leave": leaveScript,
 		"checkpoint": checkpointScript, "park": parkScript, "setstatus": setStatusScript,
 		"resolve": resolveScript, "request": requestScript, "unindex": unindexScript,
-		"index": indexScript,
+		"index": indexScript, "requestpinned": requestPinned, "requesttoken": requestToken,
 	} {
 		scripts[sc.Hash()] = name
 	}

@@ -29,7 +29,20 @@ type Option func(*config)
 type config struct {
 	watchBuffer int
 	now         func() time.Time
+	tokenTTL    time.Duration
 }
+
+// DefaultRequestTokenTTL is how long RequestPinned remembers a token.
+const DefaultRequestTokenTTL = 7 * 24 * time.Hour
+
+// WithRequestTokenTTL sets how long RequestPinned remembers that a
+// request with a token was recorded on an entry (RequestTokensKey,
+// RequestMarkerKey): a repeat within it is recognised as already
+// recorded, even after the entry was resolved. After it, a repeat on an
+// entry the request changed fails as changed (the pin no longer holds),
+// so nothing is ever recorded twice either way. Default
+// DefaultRequestTokenTTL; a non-positive d means the default.
+func WithRequestTokenTTL(d time.Duration) Option { return func(c *config) { c.tokenTTL = d } }
 
 // WithWatchBuffer sets how many request signals WatchRequests buffers per
 // watcher before it drops new ones (signals are hints). Default: 64; a
@@ -48,6 +61,9 @@ func (c *config) validate() {
 	}
 	if c.now == nil {
 		c.now = time.Now
+	}
+	if c.tokenTTL <= 0 {
+		c.tokenTTL = DefaultRequestTokenTTL
 	}
 }
 

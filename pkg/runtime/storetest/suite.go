@@ -57,7 +57,7 @@ type Suite struct {
 // Cases returns every case, in the order Run runs them.
 func Cases() []Case {
 	var all []Case
-	for _, group := range [][]Case{membershipCases, checkpointCases, ledgerCases, requestCases, inputCases, raceCases} {
+	for _, group := range [][]Case{membershipCases, checkpointCases, ledgerCases, requestCases, pinnedCases, inputCases, raceCases} {
 		all = append(all, group...)
 	}
 	return all

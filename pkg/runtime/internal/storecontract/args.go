@@ -151,3 +151,35 @@ func Aggregate(op, subscription, aggregate string) error {
 	}
 	return NonEmpty(op, "aggregate", aggregate)
 }
+
+// Pinned checks LedgerPinnedRequester.RequestPinned's request: the entry,
+// the action, a reason for a skip, a known pinned status, and a token of
+// 1 to 64 of [A-Za-z0-9._-] (stores put it in key names).
+func Pinned(op string, r runtime.PinnedRequest) error {
+	if err := Aggregate(op, r.Subscription, r.Aggregate); err != nil {
+		return err
+	}
+	switch r.Action {
+	case runtime.ActionRetry:
+	case runtime.ActionSkip:
+		if r.Reason == "" {
+			return Invalid(op, "reason", `""`, "a skip needs a reason")
+		}
+	default:
+		return Invalid(op, "action", strconv.Quote(string(r.Action)), `want "retry" or "skip"`)
+	}
+	if err := Status(op, r.Pin.Status); err != nil {
+		return err
+	}
+	if r.Pin.Request != "" && r.Pin.Request != runtime.ActionRetry && r.Pin.Request != runtime.ActionSkip {
+		return Invalid(op, "pinned request", strconv.Quote(string(r.Pin.Request)), `want "", "retry" or "skip"`)
+	}
+	if r.Token == "" || len(r.Token) > 64 || strings.IndexFunc(r.Token, badTokenRune) >= 0 {
+		return Invalid(op, "token", strconv.Quote(r.Token), "want 1 to 64 of A-Z a-z 0-9 . _ -")
+	}
+	return nil
+}
+
+func badTokenRune(c rune) bool {
+	return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-')
+}
