@@ -39,11 +39,11 @@ const (
 
 // Defaults.
 const (
-	DefaultAdminListen  = "127.0.0.1:7070"
-	DefaultLeaseTTL     = 15 * time.Second
+	DefaultAdminListen = "127.0.0.1:7070"
+	DefaultLeaseTTL    = 15 * time.Second
 	// DefaultWaitTimeout bounds a lease write's WAIT for replicas
 	// (lease.waitTimeout), unless renewEvery/2 is shorter.
-	DefaultWaitTimeout = time.Second
+	DefaultWaitTimeout  = time.Second
 	DefaultDrainTimeout = 30 * time.Second
 	DefaultExecTimeout  = 30 * time.Second
 	DefaultHTTPTimeout  = 10 * time.Second
