@@ -53,7 +53,11 @@ func (f *Factory) Repairer() (*repair.Repairer, error) {
 
 // Broker returns the Redis broker over the factory's client and layout
 // (publish appends through it; partitions ls pages indexes with it).
-func (f *Factory) Broker() (*redisbroker.Broker, error) {
+func (f *Factory) Broker() (*redisbroker.Broker, error) { return f.BrokerWith() }
+
+// BrokerWith is Broker with more options (a publish's replica
+// acknowledgements).
+func (f *Factory) BrokerWith(opts ...redisbroker.Option) (*redisbroker.Broker, error) {
 	c, err := f.RedisClient()
 	if err != nil {
 		return nil, err
@@ -62,7 +66,7 @@ func (f *Factory) Broker() (*redisbroker.Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return redisbroker.New(c, redisbroker.WithLayout(l)), nil
+	return redisbroker.New(c, append([]redisbroker.Option{redisbroker.WithLayout(l)}, opts...)...), nil
 }
 
 // operatorName is who an operator request is recorded as in the failure

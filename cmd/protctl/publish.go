@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -16,7 +18,7 @@ import (
 type publishOptions struct {
 	IO            *output.IOStreams
 	Printer       *output.Printer
-	Publisher     func() (*redisbroker.Broker, error)
+	Publisher     func(...redisbroker.Option) (*redisbroker.Broker, error)
 	Layout        func() (broker.Layout, error)
 	CheckWritable func() error
 	Confirm       func(context.Context, string) error
@@ -27,10 +29,16 @@ type publishOptions struct {
 	Backfill bool
 	Data     string
 	HasData  bool
+
+	// WaitReplicas and WaitTimeout: WAIT for replicas after the append
+	// (0: none).
+	WaitReplicas int
+	WaitTimeout  time.Duration
+	timeoutSet   bool
 }
 
 func newPublishCmd(f *Factory) *cobra.Command {
-	opts := &publishOptions{IO: f.IOStreams, Publisher: f.Broker, Layout: f.Layout, CheckWritable: f.CheckWritable, Confirm: f.Confirm}
+	opts := &publishOptions{IO: f.IOStreams, Publisher: f.BrokerWith, Layout: f.Layout, CheckWritable: f.CheckWritable, Confirm: f.Confirm}
 	cmd := &cobra.Command{
 		Use:   "publish CATEGORY KEY",
 		Short: "Append an envelope to a partition (and record the key in the category's index)",
@@ -42,13 +50,24 @@ backfill lane (low priority) instead of the main lane.
 
 Publishing is a change: --dry-run shows what would be appended, read-only
 mode refuses it, and without a terminal it needs --yes. For scripts and
-demos.`,
+demos.
+
+Redis replicates asynchronously: an entry the primary acknowledged can be
+lost if the primary dies before a replica has it. --wait-replicas N makes
+the publish return only once N replicas hold the entry (Redis WAIT, bounded
+by --wait-timeout); otherwise it exits 3 naming the entry, which is on the
+primary and may or may not survive a failover (publishing it again may
+duplicate it). docs/guarantees.md says what each setting guarantees.`,
 		Example: `  protctl publish shop::order o-1 --yes --data '{"data":{"amount":5},"metadata":{"headers":{"type":"OrderPlaced"}}}'
   cat event.json | protctl publish shop::order o-1 --backfill --yes -o json`,
 		Args: categoryKeyArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Category, opts.Key = args[0], args[1]
 			opts.HasData = cmd.Flags().Changed("data")
+			opts.timeoutSet = cmd.Flags().Changed("wait-timeout")
+			if err := opts.validWait(); err != nil {
+				return err
+			}
 			if !opts.HasData && f.IOStreams.CanPrompt() {
 				return usageError(fmt.Errorf("give the envelope with --data, or pipe it on stdin"))
 			}
@@ -59,7 +78,22 @@ demos.`,
 	}
 	cmd.Flags().BoolVar(&opts.Backfill, "backfill", false, "append to the backfill lane")
 	cmd.Flags().StringVar(&opts.Data, "data", "", "the JSON envelope (default: read from stdin)")
+	cmd.Flags().IntVar(&opts.WaitReplicas, "wait-replicas", 0, "return only once this many replicas hold the entry (Redis WAIT; 0: don't wait)")
+	cmd.Flags().DurationVar(&opts.WaitTimeout, "wait-timeout", redisbroker.DefaultReplicaTimeout, "how long --wait-replicas waits before the publish fails (exit 3)")
 	return cmd
+}
+
+// validWait checks --wait-replicas and --wait-timeout.
+func (o *publishOptions) validWait() error {
+	switch {
+	case o.WaitReplicas < 0:
+		return usageError(fmt.Errorf("--wait-replicas must not be negative, got %d (0: don't wait)", o.WaitReplicas))
+	case o.timeoutSet && o.WaitReplicas == 0:
+		return usageError(fmt.Errorf("--wait-timeout needs --wait-replicas (the replicas to wait for)"))
+	case o.WaitTimeout <= 0:
+		return usageError(fmt.Errorf("--wait-timeout must be positive, got %s", o.WaitTimeout))
+	}
+	return nil
 }
 
 // published is `publish -o json`.
@@ -105,11 +139,18 @@ func runPublish(ctx context.Context, opts *publishOptions) error {
 		if err := opts.Confirm(ctx, fmt.Sprintf("Append %d bytes to %s?", len(data), res.Stream)); err != nil {
 			return err
 		}
-		b, err := opts.Publisher()
+		var bopts []redisbroker.Option
+		if opts.WaitReplicas > 0 {
+			bopts = append(bopts, redisbroker.WithPublishReplicas(redisbroker.Replicas{N: opts.WaitReplicas, Timeout: opts.WaitTimeout}))
+		}
+		b, err := opts.Publisher(bopts...)
 		if err != nil {
 			return err
 		}
 		id, err := b.PublishPartitioned(ctx, opts.Category, opts.Key, lane, data)
+		if errors.Is(err, broker.ErrNotReplicated) {
+			return fmt.Errorf("%w; check the replicas' link to the primary (INFO replication), or raise --wait-timeout", err)
+		}
 		if err != nil {
 			return err
 		}

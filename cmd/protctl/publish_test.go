@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/protctl/protctl/internal/clierr"
+	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
 )
 
@@ -42,4 +44,50 @@ func TestPublishAppendsAndIndexes(t *testing.T) {
 
 	e.cli(true).run("publish", e.s.Orders, "o-new", "--yes").wantCode(t, clierr.ExitUsage)
 	e.run("publish", e.s.Orders, "bad:key", "--data", env, "--yes").wantCode(t, clierr.ExitUsage)
+}
+
+// TestPublishWaitsForReplicas: with --wait-replicas the publish returns
+// once the replica holds the entry; a server without enough replicas
+// makes it exit 3 naming the entry (which is on the primary) and the
+// flag to change; bad values are usage errors that publish nothing.
+func TestPublishWaitsForReplicas(t *testing.T) {
+	ctx := context.Background()
+	l := broker.ProteanLayout
+	env := `{"data":{"amount":5},"metadata":{"headers":{"id":"e-1","type":"OrderPlaced"}}}`
+	primary := testenv.StartRedis(t)
+	replica := testenv.StartReplica(t, primary)
+	cl := newCLI(t)
+	cl.env["PROTCTL_REDIS"] = primary.URL()
+	r := cl.run("publish", "shop::order", "o-1", "--data", env, "--yes", "--wait-replicas", "1", "--wait-timeout", "10s", "-o", "json")
+	r.wantCode(t, 0)
+	var doc struct {
+		ID string `json:"id"`
+	}
+	decode(t, r.stdout, &doc)
+	if got, err := replica.Client(t).XRange(ctx, l.Stream("shop::order", "o-1"), doc.ID, doc.ID).Result(); err != nil || len(got) != 1 {
+		t.Fatalf("the replica holds %v (%v) once publish returned, want entry %s", got, err, doc.ID)
+	}
+
+	r = cl.run("publish", "shop::order", "o-1", "--data", env, "--yes", "--wait-replicas", "2", "--wait-timeout", "100ms")
+	r.wantCode(t, clierr.ExitUnavailable)
+	for _, want := range []string{"acknowledged by 1 of 2 replicas within 100ms", "--wait-timeout", "may be lost in a failover"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr %q lacks %q", r.stderr, want)
+		}
+	}
+	if n, _ := primary.Client(t).XLen(ctx, l.Stream("shop::order", "o-1")).Result(); n != 2 {
+		t.Fatalf("stream has %d entries, want the unacknowledged one on the primary too", n)
+	}
+
+	for _, bad := range [][]string{{"--wait-replicas", "-1"}, {"--wait-timeout", "1s"}, {"--wait-replicas", "1", "--wait-timeout", "0s"}} {
+		args := append([]string{"publish", "shop::order", "o-1", "--data", env, "--yes"}, bad...)
+		r := cl.run(args...)
+		r.wantCode(t, clierr.ExitUsage)
+		if !strings.Contains(r.stderr, "--wait-") {
+			t.Errorf("%v: stderr %q names no flag", bad, r.stderr)
+		}
+	}
+	if n, _ := primary.Client(t).XLen(ctx, l.Stream("shop::order", "o-1")).Result(); n != 2 {
+		t.Fatalf("stream has %d entries after usage errors, want 2", n)
+	}
 }

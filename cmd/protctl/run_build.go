@@ -69,6 +69,17 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 	// the subscriptions together leave the other half to renewals,
 	// heartbeats and the ledger (docs/decisions/0023-fenced-read-transactions.md).
 	pins := redisbroker.NewPinLimit(n.redis)
+	// Every Broker of the node, on one client: the layout, the pin limit
+	// and the replica acknowledgements of lease writes (lease.waitReplicas),
+	// counted in protctl_replica_waits_total.
+	brokerOpts := []redisbroker.Option{redisbroker.WithLayout(layout), redisbroker.WithPinLimit(pins)}
+	if w := cfg.Lease.WaitReplicas; w > 0 {
+		brokerOpts = append(brokerOpts,
+			redisbroker.WithLeaseReplicas(redisbroker.Replicas{N: w, Timeout: cfg.Lease.WaitTimeout.D()}),
+			redisbroker.WithReplicaHook(func(rw redisbroker.ReplicaWait) {
+				n.metrics.ObserveReplicaWait(replicaOp(rw.Op), rw.Want, rw.Acked, rw.Elapsed, rw.Err)
+			}))
+	}
 
 	if cfg.Kafka != nil {
 		kopts := []kafkasource.Option{kafkasource.WithClientID(cfg.Kafka.ClientID), kafkasource.WithLogger(log.With("component", "kafka"))}
@@ -113,7 +124,7 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 		}
 		retry := runtime.RetryPolicy{Attempts: sc.Retry.Attempts, Backoff: sc.Retry.Backoff.D(), MaxBackoff: sc.Retry.MaxBackoff.D()}
 		if sc.Redis != nil {
-			b := timedRedisBroker{redisbroker.New(n.redis, redisbroker.WithLayout(layout), redisbroker.WithBackfillSuffix(sc.Redis.BackfillSuffix), redisbroker.WithPinLimit(pins)), n.metrics}
+			b := timedRedisBroker{redisbroker.New(n.redis, append(brokerOpts, redisbroker.WithBackfillSuffix(sc.Redis.BackfillSuffix))...), n.metrics}
 			p, err := runtime.NewPartitioned(runtime.PartitionedConfig{
 				Name:           sc.Name,
 				Categories:     sc.Redis.Categories,
@@ -148,7 +159,7 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 			tc = &runtime.TopicConfig{
 				Topic:         sc.Kafka.Topic,
 				Source:        n.kafka,
-				Leases:        timedRedisBroker{redisbroker.New(n.redis, redisbroker.WithLayout(layout), redisbroker.WithPinLimit(pins)), n.metrics},
+				Leases:        timedRedisBroker{redisbroker.New(n.redis, brokerOpts...), n.metrics},
 				LeaseGroup:    redisstore.TopicLeaseGroup(cfg.Service, sc.Kafka.Topic),
 				Checkpoints:   store,
 				Ledger:        store,
@@ -345,6 +356,16 @@ func nodeRedisClient(r nodeconfig.Redis, layout broker.Layout, pool int) (redis.
 		return nil, fmt.Errorf("redis.tls: %w", err)
 	}
 	return c, nil
+}
+
+// replicaOp is the op label of protctl_replica_waits_total for a
+// redisbroker.ReplicaWait's Op: its first word ("acquire lease" is
+// "acquire").
+func replicaOp(op string) string {
+	if i := strings.IndexByte(op, ' '); i > 0 {
+		return op[:i]
+	}
+	return op
 }
 
 // timedRedisBroker times lease renewals for the

@@ -32,6 +32,24 @@ type Metrics struct {
 
 	execWait  *histogram
 	execQueue atomic.Pointer[func() ExecQueue]
+
+	// replicaWaits counts the WAITs for replica acknowledgements, by op
+	// (string -> *replicaOp).
+	replicaWaits sync.Map
+}
+
+// Replica wait outcomes, the result label of protctl_replica_waits_total.
+const (
+	ReplicaAcked = "acked" // enough replicas acknowledged
+	ReplicaShort = "short" // fewer within the timeout: the call failed with broker.ErrNotReplicated
+	ReplicaError = "error" // the WAIT itself failed (the server unreachable)
+)
+
+var replicaResults = []string{ReplicaAcked, ReplicaShort, ReplicaError}
+
+type replicaOp struct {
+	results  [3]atomic.Uint64 // by replicaResults
+	duration *histogram
 }
 
 // ExecQueue is the state of a node's exec handler slots (the bound of exec
@@ -130,6 +148,27 @@ func (m *Metrics) ObserveRenew(d time.Duration, err error) {
 	if err != nil {
 		m.renewFailures.Add(1)
 	}
+}
+
+// ObserveReplicaWait records one WAIT for replica acknowledgements after
+// a write of op ("acquire", "renew", "publish"): want replicas asked for,
+// acked those that answered within the timeout, d the WAIT's round trip,
+// err a failure of the WAIT itself.
+func (m *Metrics) ObserveReplicaWait(op string, want, acked int, d time.Duration, err error) {
+	v, ok := m.replicaWaits.Load(op)
+	if !ok {
+		v, _ = m.replicaWaits.LoadOrStore(op, &replicaOp{duration: newHistogram(RenewBuckets)})
+	}
+	r := v.(*replicaOp)
+	switch {
+	case err != nil:
+		r.results[2].Add(1)
+	case acked < want:
+		r.results[1].Add(1)
+	default:
+		r.results[0].Add(1)
+	}
+	r.duration.observe(d.Seconds())
 }
 
 // Snapshot is what the gauges are read from at each scrape.
@@ -280,6 +319,26 @@ func (m *Metrics) Write(w io.Writer, s Snapshot) error {
 	e.histogram("protctl_lease_renew_duration_seconds", nil, m.renew)
 	e.family("protctl_lease_renew_failures_total", "counter", "Lease renewal calls that failed (the store could not be reached).")
 	e.sample("protctl_lease_renew_failures_total", nil, float64(m.renewFailures.Load()))
+	var replicaOps []string
+	m.replicaWaits.Range(func(k, _ any) bool {
+		replicaOps = append(replicaOps, k.(string))
+		return true
+	})
+	if len(replicaOps) > 0 {
+		sort.Strings(replicaOps)
+		e.family("protctl_replica_waits_total", "counter", "WAITs for replica acknowledgements after lease writes (lease.waitReplicas), by op (acquire, renew) and result (acked; short: fewer replicas within lease.waitTimeout, the write failed; error: the WAIT failed).")
+		for _, op := range replicaOps {
+			r, _ := m.replicaWaits.Load(op)
+			for i, res := range replicaResults {
+				e.sample("protctl_replica_waits_total", []label{{"op", op}, {"result", res}}, float64(r.(*replicaOp).results[i].Load()))
+			}
+		}
+		e.family("protctl_replica_wait_duration_seconds", "histogram", "Time each WAIT for replica acknowledgements took, by op.")
+		for _, op := range replicaOps {
+			r, _ := m.replicaWaits.Load(op)
+			e.histogram("protctl_replica_wait_duration_seconds", []label{{"op", op}}, r.(*replicaOp).duration)
+		}
+	}
 	if f := m.execQueue.Load(); f != nil {
 		q := (*f)()
 		e.family("protctl_exec_slots", "gauge", "The bound of exec handler commands running at once on this node (handlers.execConcurrency).")

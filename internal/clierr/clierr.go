@@ -140,7 +140,9 @@ var ErrInterrupted = errors.New("interrupted")
 //   - a *Error anywhere in the chain: its Code and Kind;
 //   - ErrInterrupted: 130;
 //   - broker.ErrUnavailable, context.DeadlineExceeded, network errors,
-//     Redis auth errors and pool timeouts: 3;
+//     Redis auth errors and pool timeouts: 3; so is
+//     broker.ErrNotReplicated (the replicas did not acknowledge a write in
+//     time: a replica is down or lagging);
 //   - broker.ErrInvalidArgument, broker.ErrPartitioningUnsupported: 2;
 //   - broker.ErrLeaseLost: 5 (the lease moved under an operator action);
 //   - broker.ErrWrongType (a *broker.WrongTypeError): 9, a data problem
@@ -176,6 +178,7 @@ func Classify(err error) (code int, kind Kind) {
 
 func isUnavailable(err error) bool {
 	if errors.Is(err, broker.ErrUnavailable) ||
+		errors.Is(err, broker.ErrNotReplicated) ||
 		errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, os.ErrDeadlineExceeded) ||
 		errors.Is(err, redis.ErrPoolTimeout) ||

@@ -25,6 +25,7 @@ func TestClassify(t *testing.T) {
 		{"typed, wrapped again", fmt.Errorf("reap: %w", NotFound.Errorf("no key")), 4, NotFound},
 		{"typed wins over the sentinel inside", Refused.Wrap(broker.ErrUnavailable), 6, Refused},
 		{"broker unavailable", fmt.Errorf("x: %w", broker.ErrUnavailable), 3, Unavailable},
+		{"replicas did not acknowledge", fmt.Errorf("x: %w", &broker.NotReplicatedError{Op: "publish", Want: 1}), 3, Unavailable},
 		{"broker invalid argument", &broker.InvalidArgumentError{Op: "trim", Arg: "maxLen", Value: "0", Reason: "must be positive"}, 2, Usage},
 		{"broker partitioning unsupported", &broker.UnsupportedError{Op: "reap"}, 2, Usage},
 		{"broker lease lost", &broker.LeaseLostError{Op: "ack", LeaseKey: "g:k:__lease__", Token: "n:1"}, 5, Conflict},

@@ -39,8 +39,11 @@ const (
 
 // Defaults.
 const (
-	DefaultAdminListen  = "127.0.0.1:7070"
-	DefaultLeaseTTL     = 15 * time.Second
+	DefaultAdminListen = "127.0.0.1:7070"
+	DefaultLeaseTTL    = 15 * time.Second
+	// DefaultWaitTimeout bounds a lease write's WAIT for replicas
+	// (lease.waitTimeout), unless renewEvery/2 is shorter.
+	DefaultWaitTimeout  = time.Second
 	DefaultDrainTimeout = 30 * time.Second
 	DefaultExecTimeout  = 30 * time.Second
 	DefaultHTTPTimeout  = 10 * time.Second
@@ -180,6 +183,17 @@ type Lease struct {
 	// RenewEvery is the renewal (and heartbeat) period; it must be less
 	// than half of TTL. Default: TTL/5.
 	RenewEvery Duration `yaml:"renewEvery"`
+	// WaitReplicas is how many replicas must acknowledge (WAIT) every
+	// lease acquisition and renewal before the node uses it, so that a
+	// replica promoted by a failover never hands a generation an owner
+	// used to another owner, nor expires a lease its owner still trusts
+	// (docs/decisions/0039-redis-failover-fencing.md). Default: 0, none.
+	WaitReplicas int `yaml:"waitReplicas"`
+	// WaitTimeout bounds each WAIT; an acquisition not acknowledged in
+	// time is released, a renewal not acknowledged is not trusted.
+	// Default: 1s, or renewEvery/2 when that is shorter; it must be
+	// less than renewEvery.
+	WaitTimeout Duration `yaml:"waitTimeout"`
 }
 
 // Drain bounds the graceful stop after SIGTERM or SIGINT.

@@ -98,6 +98,17 @@ func TestNodeConfigDefaults(t *testing.T) {
 	if pr := withProcess.Subscriptions[0].Handler.Process; pr.Timeout.D() != 30*time.Second || pr.MaxInFlight != 64 || pr.StopTimeout.D() != 10*time.Second || pr.Dir == "" {
 		t.Errorf("process defaults %+v", pr)
 	}
+	if l := mustParse(t, minimal, nil).Lease; l.WaitReplicas != 0 || l.WaitTimeout != 0 {
+		t.Errorf("lease wait defaults %+v, want none", l)
+	}
+	withWait := mustParse(t, strings.Replace(minimal, "node: n1\n", "node: n1\nlease: {waitReplicas: 1}\n", 1), nil)
+	if l := withWait.Lease; l.WaitReplicas != 1 || l.WaitTimeout.D() != time.Second {
+		t.Errorf("lease wait with waitReplicas alone %+v, want a 1s timeout", l)
+	}
+	shortRenew := mustParse(t, strings.Replace(minimal, "node: n1\n", "node: n1\nlease: {ttl: 2s, waitReplicas: 2}\n", 1), nil)
+	if l := shortRenew.Lease; l.WaitTimeout.D() != 200*time.Millisecond {
+		t.Errorf("lease wait timeout with renewEvery 400ms = %s, want renewEvery/2", l.WaitTimeout)
+	}
 	withHTTP := mustParse(t, strings.Replace(minimal, "log: {}", "http: {url: 'http://x:1/e'}", 1), nil)
 	if withHTTP.Subscriptions[0].Handler.HTTP.Timeout.D() != 10*time.Second {
 		t.Errorf("http timeout default %s", withHTTP.Subscriptions[0].Handler.HTTP.Timeout)
@@ -130,6 +141,9 @@ func TestNodeConfigRejects(t *testing.T) {
 		{"duration without unit", strings.Replace(minimal, "node: n1\n", "node: n1\nlease: {ttl: 15}\n", 1), "lease.ttl", "duration", 3},
 		{"negative duration", strings.Replace(minimal, "node: n1\n", "node: n1\nlease: {ttl: -1s}\n", 1), "lease.ttl", "negative", 3},
 		{"renew too slow", strings.Replace(minimal, "node: n1\n", "node: n1\nlease: {ttl: 2s, renewEvery: 1s}\n", 1), "lease.renewEvery", "less than half", 3},
+		{"negative wait replicas", strings.Replace(minimal, "node: n1\n", "node: n1\nlease: {waitReplicas: -1}\n", 1), "lease.waitReplicas", "must not be negative", 3},
+		{"wait timeout without replicas", strings.Replace(minimal, "node: n1\n", "node: n1\nlease: {waitTimeout: 1s}\n", 1), "lease.waitTimeout", "needs lease.waitReplicas", 3},
+		{"wait timeout past the renewal period", strings.Replace(minimal, "node: n1\n", "node: n1\nlease: {ttl: 5s, renewEvery: 1s, waitReplicas: 1, waitTimeout: 1s}\n", 1), "lease.waitTimeout", "less than lease.renewEvery", 3},
 		{"int as string", strings.Replace(minimal, "    handler:", "    maxPartitions: '3'\n    handler:", 1), "subscriptions[0].maxPartitions", "want an integer", 8},
 		{"negative workers", strings.Replace(minimal, "    handler:", "    workers: -1\n    handler:", 1), "subscriptions[0].workers", "negative", 8},
 		{"negative exec concurrency", minimal + "handlers: {execConcurrency: -2}\n", "handlers.execConcurrency", "must not be negative", 10},

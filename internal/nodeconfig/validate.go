@@ -288,6 +288,16 @@ func (v *validator) lease() {
 	if 2*l.RenewEvery >= l.TTL {
 		v.add("lease.renewEvery", "must be less than half of lease.ttl (%s), got %s", l.TTL, l.RenewEvery)
 	}
+	switch {
+	case l.WaitReplicas < 0:
+		v.add("lease.waitReplicas", "must not be negative, got %d (0: no WAIT)", l.WaitReplicas)
+	case l.WaitReplicas == 0 && l.WaitTimeout != 0:
+		v.add("lease.waitTimeout", "needs lease.waitReplicas (the replicas to wait for); without it no lease write waits")
+	case l.WaitReplicas > 0 && l.WaitTimeout == 0:
+		l.WaitTimeout = Duration(min(DefaultWaitTimeout, l.RenewEvery.D()/2))
+	case l.WaitReplicas > 0 && l.WaitTimeout.D() >= l.RenewEvery.D():
+		v.add("lease.waitTimeout", "must be less than lease.renewEvery (%s): a renewal waits for the replicas within its period; got %s", l.RenewEvery, l.WaitTimeout)
+	}
 }
 
 func (v *validator) handlerLimits() {

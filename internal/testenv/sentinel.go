@@ -37,16 +37,17 @@ const (
 	sentinelReadyTimeout = 60 * time.Second
 )
 
-// Sentinel is a primary, one replica and three redis-sentinel processes
+// Sentinel is a primary, one replica (or more: WithSentinelReplicas) and
+// three redis-sentinel processes
 // monitoring them, each on its own free loopback port, started by
 // StartSentinel. Kill, Pause and Resume the servers through Servers (or
 // Master()); Promote forces a failover.
 type Sentinel struct {
 	// MasterName is the name the Sentinels monitor the primary under.
 	MasterName string
-	// Servers are the primary as started (0) and its replica (1); which
-	// one is the primary now is Master's to say.
-	Servers [2]*Redis
+	// Servers are the primary as started (0) and its replicas (1, ...);
+	// which one is the primary now is Master's to say.
+	Servers []*Redis
 	// Sentinels are the three Sentinel processes.
 	Sentinels []*SentinelProcess
 	// Password is the servers' requirepass, SentinelPassword the
@@ -55,6 +56,8 @@ type Sentinel struct {
 	// TLS holds the certificates when the servers and the Sentinels speak
 	// only TLS (WithSentinelTLS); nil otherwise.
 	TLS *PKI
+
+	replicas int
 }
 
 // SentinelOption configures StartSentinel.
@@ -66,6 +69,13 @@ type SentinelOption func(*Sentinel)
 // too, with the client certificate. Clients need not present one.
 func WithSentinelTLS() SentinelOption {
 	return func(s *Sentinel) { s.TLS = &PKI{} }
+}
+
+// WithSentinelReplicas starts n replicas (at least 1) instead of one: with
+// two, a primary that dies leaves the promoted one a replica, so writes
+// that WAIT for one replica go on after a failover.
+func WithSentinelReplicas(n int) SentinelOption {
+	return func(s *Sentinel) { s.replicas = max(n, 1) }
 }
 
 // WithSentinelPasswords requires a password of the clients: primary of
@@ -98,7 +108,7 @@ func StartSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	s := &Sentinel{MasterName: SentinelMasterName}
+	s := &Sentinel{MasterName: SentinelMasterName, replicas: 1}
 	for _, o := range opts {
 		o(s)
 	}
@@ -114,8 +124,10 @@ func StartSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 		repl = append(repl, "--tls-replication", "yes", "--tls-client-cert-file", pki.ClientCert, "--tls-client-key-file", pki.ClientKey)
 		common = append(common, WithTLS(), func(c *redisConfig) { c.pki = pki })
 	}
-	s.Servers[0] = StartRedis(t, append(common, WithArgs(repl...))...)
-	s.Servers[1] = StartRedis(t, append(common, WithArgs(append(repl, "--replicaof", "127.0.0.1", strconv.Itoa(s.Servers[0].Port))...))...)
+	s.Servers = []*Redis{StartRedis(t, append(common, WithArgs(repl...))...)}
+	for i := 0; i < s.replicas; i++ {
+		s.Servers = append(s.Servers, StartRedis(t, append(common, WithArgs(append(repl, "--replicaof", "127.0.0.1", strconv.Itoa(s.Servers[0].Port))...))...))
+	}
 	for i := 0; i < 3; i++ {
 		p, err := s.startSentinelProcess(t.TempDir(), bin, args)
 		if err != nil {
@@ -126,7 +138,7 @@ func StartSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), sentinelReadyTimeout)
 	defer cancel()
-	if err := s.waitReady(ctx, s.Servers[0], s.Servers[1]); err != nil {
+	if err := s.waitReady(ctx, s.Servers[0], s.Servers[1:]); err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
 	return s
@@ -375,15 +387,17 @@ func serverRole(ctx context.Context, r *Redis) (string, error) {
 	return role, nil
 }
 
-// waitReady waits until the replica is in sync with the primary and
-// every Sentinel knows the replica and the two other Sentinels: before
+// waitReady waits until the replicas are in sync with the primary and
+// every Sentinel knows the replicas and the two other Sentinels: before
 // that, a failover cannot happen.
-func (s *Sentinel) waitReady(ctx context.Context, primary, replica *Redis) error {
+func (s *Sentinel) waitReady(ctx context.Context, primary *Redis, replicas []*Redis) error {
 	var last string
 	for {
 		ok := true
-		if err := replicaSynced(ctx, replica); err != nil {
-			ok, last = false, err.Error()
+		for _, r := range replicas {
+			if err := replicaSynced(ctx, r); err != nil {
+				ok, last = false, err.Error()
+			}
 		}
 		for _, p := range s.Sentinels {
 			if !ok {
@@ -394,8 +408,13 @@ func (s *Sentinel) waitReady(ctx context.Context, primary, replica *Redis) error
 				if err != nil {
 					return err
 				}
-				if len(replicas) != 1 || strings.Contains(replicas[0]["flags"], "disconnected") || strings.Contains(replicas[0]["flags"], "s_down") {
+				if len(replicas) != s.replicas {
 					return fmt.Errorf("knows replicas %v", replicas)
+				}
+				for _, r := range replicas {
+					if strings.Contains(r["flags"], "disconnected") || strings.Contains(r["flags"], "s_down") {
+						return fmt.Errorf("knows replicas %v", replicas)
+					}
 				}
 				others, err := c.Sentinels(ctx, s.MasterName).Result()
 				if err != nil {

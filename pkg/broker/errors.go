@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors. Test for them with errors.Is; the typed errors below
@@ -32,7 +33,39 @@ var (
 	// ErrUnavailable wraps transport failures: the server is unreachable,
 	// refused the connection or timed out.
 	ErrUnavailable = errors.New("broker: unavailable")
+
+	// ErrNotReplicated is returned, as a *NotReplicatedError, by a write
+	// made with replica acknowledgements (the Redis adapter's
+	// WithLeaseReplicas and WithPublishReplicas) when fewer replicas than
+	// asked acknowledged it within the timeout: AcquirePartitionLease(s)
+	// (the lease was released again: nobody holds it), RenewPartitionLease(s)
+	// (the renewal may or may not survive a failover: the caller must not
+	// extend its trust in the lease), PublishPartitioned and Append (the
+	// entry is on the primary and may be lost in a failover; publishing it
+	// again may duplicate it).
+	ErrNotReplicated = errors.New("broker: not acknowledged by enough replicas")
 )
+
+// NotReplicatedError says which write the replicas did not acknowledge in
+// time. It unwraps to ErrNotReplicated.
+type NotReplicatedError struct {
+	Op      string        // "acquire lease", "renew lease", "publish", "append"
+	Key     string        // the lease key, or the stream written
+	ID      string        // publish and append: the entry id on the primary
+	Want    int           // replicas asked for
+	Acked   int           // replicas that acknowledged within Timeout
+	Timeout time.Duration // how long the write waited
+}
+
+func (e *NotReplicatedError) Error() string {
+	what := fmt.Sprintf("%q", e.Key)
+	if e.ID != "" {
+		what = fmt.Sprintf("entry %s of %q (written to the primary; it may be lost in a failover)", e.ID, e.Key)
+	}
+	return fmt.Sprintf("broker: %s: %s acknowledged by %d of %d replicas within %s", e.Op, what, e.Acked, e.Want, e.Timeout)
+}
+
+func (e *NotReplicatedError) Unwrap() error { return ErrNotReplicated }
 
 // LeaseLostError says which stream and lease a fenced call was refused on.
 // It unwraps to ErrLeaseLost.

@@ -191,6 +191,7 @@ func (p *Partitioned) Start(ctx context.Context, host Host) error {
 	p.bgCtx, p.bgCancel = context.WithCancel(base)
 	p.state = StateRunning
 
+	p.leases.wake = make(chan struct{}, 1) // before any worker adds a lease
 	c := newCoordinator(p)
 	p.wg.Add(1)
 	go c.run()
@@ -198,6 +199,8 @@ func (p *Partitioned) Start(ctx context.Context, host Host) error {
 	go p.registerLoop(p.bgCtx)
 	p.wg.Add(1)
 	go p.renewLoop(p.bgCtx)
+	p.wg.Add(1)
+	go p.trustLoop(p.bgCtx)
 	p.wg.Add(1)
 	go p.discoverLoop(p.bgCtx)
 	p.wg.Add(1)

@@ -213,3 +213,92 @@ func waitClosed(t *testing.T, c <-chan struct{}, what string) {
 		t.Fatalf("timed out waiting for %s", what)
 	}
 }
+
+// The handler's context ends at the trust deadline even while the
+// renewer is stuck in a renewal that has not returned (a blackholed
+// connection returns only at the client's read timeout): a handler that
+// runs until its context ends is stopped before the lease can expire on
+// the broker, and no later entry starts. The renewer here never returns
+// from its gate, so only the trust watch can end the call.
+func TestFakeClockTrustDeadlineEndsTheHandlersContext(t *testing.T) {
+	ctx := context.Background()
+	fake := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	b := memorybroker.New(memorybroker.WithClock(fake))
+	store := memstore.New(b.Faults(), memstore.WithClock(fake))
+	pub, err := runtime.NewPublisher(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishAll(t, pub, []string{"k"}, 1, 2)
+
+	rec := newRecorder(t)
+	entered := make(chan struct{})
+	ended := make(chan time.Time, 1)
+	rec.setHold(func(ctx context.Context, m runtime.Message) {
+		if seqOf(t, m.Data) == 1 {
+			close(entered)
+			<-ctx.Done()
+			ended <- fake.Now()
+		}
+	})
+	const (
+		ttl   = 2 * time.Second
+		renew = 400 * time.Millisecond
+	)
+	sub, err := runtime.NewPartitioned(runtime.PartitionedConfig{
+		Name: group, Categories: []string{cat}, Handler: rec.handler("node-1"), Broker: b, Ledger: store,
+		LeaseTTL: ttl, RenewEvery: renew,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stall := make(chan struct{})
+	runtime.SetRenewGate(sub, func(ctx context.Context) {
+		select {
+		case <-stall:
+			<-ctx.Done()
+		default:
+		}
+	})
+	n, err := runtime.NewNode(runtime.NodeConfig{Service: service, NodeID: "node-1", Membership: store, Clock: fake, HeartbeatEvery: time.Second}, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = n.Stop(sctx)
+	}()
+	waitClosed(t, entered, "entry 1 to start")
+	close(stall)
+	start := fake.Now()
+	window := sub.Config().TrustWindow
+	// Inside the window the call goes on.
+	fake.Advance(window - 100*time.Millisecond)
+	select {
+	case at := <-ended:
+		t.Fatalf("the handler's context ended %s after the stall, inside the trust window %s", at.Sub(start), window)
+	case <-time.After(50 * time.Millisecond):
+	}
+	// Past the deadline (still inside the TTL) it ends, with no renewal
+	// ever returning.
+	fake.Advance(110 * time.Millisecond)
+	var at time.Time
+	select {
+	case at = <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler's context did not end past the trust deadline")
+	}
+	if d := at.Sub(start); d >= ttl {
+		t.Fatalf("the handler's context ended %s after the stall, not before the TTL %s", d, ttl)
+	}
+	eventually(t, 10*time.Second, time.Millisecond, "the partition dropped as untrusted", func() bool {
+		return subOf(n).Status().Counters[runtime.CounterUntrusted] == 1
+	})
+	if got := rec.handled("k"); len(got) > 1 {
+		t.Errorf("handled %v: entry 2 must not start past the trust deadline", got)
+	}
+}

@@ -84,11 +84,23 @@ func (l *heldLease) lose(cause error) {
 	}
 }
 
+// deadline is the trust deadline as a clock reading (monotonic, as base
+// is).
+func (d *trustDeadline) deadline() time.Time {
+	return d.base.Add(time.Duration(d.until.Load()))
+}
+
 // leaseTable is the set of leases a subscription holds, shared by the
-// workers (add, remove), the renewer (snapshot) and Status.
+// workers (add, remove), the renewer and the trust watch (snapshot) and
+// Status.
 type leaseTable struct {
 	mu sync.Mutex
 	m  map[string]*heldLease
+	// wakeAt is when the trust watch (trustLoop) wakes next (zero: not
+	// running); wake, buffered, wakes it earlier, for a lease added with
+	// an earlier trust deadline.
+	wakeAt time.Time
+	wake   chan struct{}
 }
 
 func (t *leaseTable) add(l *heldLease) {
@@ -98,6 +110,12 @@ func (t *leaseTable) add(l *heldLease) {
 		t.m = make(map[string]*heldLease)
 	}
 	t.m[l.key] = l
+	if t.wake != nil && !t.wakeAt.IsZero() && l.trust.deadline().Before(t.wakeAt) {
+		select {
+		case t.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (t *leaseTable) remove(l *heldLease) {
@@ -194,6 +212,55 @@ func (p *Partitioned) renewOnce(ctx context.Context) {
 			l.lose(errUntrusted)
 		}
 	}
+}
+
+// trustLoop drops every held lease at its trust deadline, whatever the
+// renewer is doing: a renewal stuck on a dead or blackholed connection
+// returns only when the client gives up on it (its read timeout, and
+// go-redis's retries), which can be later than the deadline, and a
+// handler running then must not outlive the lease. Dropping cancels the
+// worker's context, which is the handler's: the handler's context ends
+// at the trust deadline, and the worker starts no call after it (it
+// checks trusted before each). One goroutine watches every lease of the
+// subscription: it sleeps until the earliest deadline, and when it wakes
+// to deadlines renewals moved, it sleeps again; a lease added with an
+// earlier deadline than its wake-up wakes it (leaseTable.add).
+func (p *Partitioned) trustLoop(ctx context.Context) {
+	defer p.wg.Done()
+	next := p.cfg.TrustWindow
+	t := p.clk.NewTimer(next)
+	defer t.Stop()
+	p.leases.setWake(p.clk.Now().Add(next))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		case <-p.leases.wake:
+			t.Stop()
+		}
+		now := p.clk.Now()
+		next = p.cfg.TrustWindow
+		for _, l := range p.leases.snapshot() {
+			if l.lost.Load() {
+				continue
+			}
+			left := l.trust.left(now)
+			if left <= 0 {
+				l.lose(errUntrusted)
+				continue
+			}
+			next = min(next, left)
+		}
+		p.leases.setWake(now.Add(next))
+		t.Reset(next)
+	}
+}
+
+func (t *leaseTable) setWake(at time.Time) {
+	t.mu.Lock()
+	t.wakeAt = at
+	t.mu.Unlock()
 }
 
 type renewResult int8

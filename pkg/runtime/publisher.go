@@ -20,6 +20,13 @@ import (
 // no-op: every message of a category is appended to the category's own
 // stream (broker.Appender), whatever its key and priority.
 //
+// Durability is the broker's: over the Redis adapter built with
+// redisbroker.WithPublishReplicas, Publish returns only once the replicas
+// hold the entry, and fails with broker.ErrNotReplicated (a
+// *broker.NotReplicatedError naming the entry left on the primary) when
+// they do not acknowledge it in time; docs/guarantees.md says what each
+// setting survives.
+//
 // A Publisher holds no state beyond its configuration and is safe for
 // concurrent use.
 type Publisher struct {

@@ -13,7 +13,11 @@
 // even under concurrent publishers; a publish racing a reap never leaves a
 // non-empty stream outside the index; bad input is refused and changes
 // nothing. Optional capabilities (broker.AckReader) get their own cases,
-// run only when the adapter implements them. A broker without
+// run only when the adapter implements them. A target with a broker that
+// waits for replica acknowledgements (Target.Unreplicated) is also held to
+// broker.ErrNotReplicated's contract: an unacknowledged acquisition
+// leaves the lease free, an unacknowledged renewal is an error, an
+// unacknowledged publish names its entry. A broker without
 // StreamPartitioning must refuse every partitioning method, optional ones
 // included, with broker.ErrPartitioningUnsupported.
 package brokertest

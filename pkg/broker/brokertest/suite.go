@@ -37,6 +37,11 @@ func Cases() []Case {
 	return all
 }
 
+// ReplicaCases returns the cases of a broker that waits for replica
+// acknowledgements (Target.Unreplicated); Run adds them for a target that
+// has one.
+func ReplicaCases() []Case { return append([]Case(nil), replicaCases...) }
+
 // Run runs the conformance suite: each case gets a fresh Target from
 // newTarget. A broker whose Capabilities lack StreamPartitioning is held
 // to the capability gate instead: every partitioning method must fail with
@@ -56,7 +61,11 @@ func Run(t *testing.T, newTarget Factory) {
 			}
 		}
 	})
-	for _, c := range Cases() {
+	cases := Cases()
+	if probe.Unreplicated != nil {
+		cases = append(cases, ReplicaCases()...)
+	}
+	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			target := newTarget(t)
 			if target.Advance == nil || target.Faults == nil {

@@ -21,6 +21,15 @@ type Target struct {
 
 	// Faults injects the states a misbehaving tool or a crash leaves.
 	Faults Faults
+
+	// Unreplicated, when set, is a second broker on the same store as
+	// Broker that asks for replica acknowledgements of its lease and
+	// publish writes (the Redis adapter's WithLeaseReplicas and
+	// WithPublishReplicas) that cannot come: the store has fewer
+	// replicas than it asks for. The replicaCases then hold it to
+	// broker.ErrNotReplicated's contract. Leave it nil for a broker
+	// without replicas (the in-memory one).
+	Unreplicated broker.PartitionedBroker
 }
 
 // Faults corrupt a broker's state the way outside tools do.

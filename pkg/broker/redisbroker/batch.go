@@ -51,15 +51,22 @@ type scriptCall struct {
 // Cluster the calls go on one such connection per master; a Ring, or any
 // other client, runs each call on its own, as the Broker's single calls
 // do.
-func (b *Broker) runScripts(ctx context.Context, s *redis.Script, calls []scriptCall) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(calls))
+//
+// With w, each connection then sends WAIT (replicas.go), and waits holds
+// per call what its connection's WAIT answered; a client that has no
+// such connection (a Ring) runs nothing and fails every call.
+func (b *Broker) runScripts(ctx context.Context, s *redis.Script, calls []scriptCall, w *waitFor) (cmds []*redis.Cmd, waits []waitResult) {
+	cmds = make([]*redis.Cmd, len(calls))
+	if w != nil {
+		waits = make([]waitResult, len(calls))
+	}
 	all := make([]int, len(calls))
 	for i := range all {
 		all[i] = i
 	}
 	switch c := b.client.(type) {
 	case *redis.Client:
-		runScriptsOn(ctx, c, s, calls, all, cmds)
+		b.runScriptsOn(ctx, c, s, calls, all, cmds, w, waits)
 	case *redis.ClusterClient:
 		masters := map[*redis.Client][]int{}
 		for _, i := range all {
@@ -76,7 +83,7 @@ func (b *Broker) runScripts(ctx context.Context, s *redis.Script, calls []script
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				runScriptsOn(ctx, m, s, calls, idx, cmds)
+				b.runScriptsOn(ctx, m, s, calls, idx, cmds, w, waits)
 			}()
 		}
 		wg.Wait()
@@ -84,15 +91,28 @@ func (b *Broker) runScripts(ctx context.Context, s *redis.Script, calls []script
 		// Another client (a Ring, a wrapper): one call per item, as
 		// the unbatched methods send them, with their retry rules.
 		for _, i := range all {
+			if w != nil {
+				cmds[i] = redis.NewCmd(ctx)
+				cmds[i].SetErr(errReplicaClient)
+				continue
+			}
 			cmds[i] = s.Run(ctx, b.client, calls[i].keys, calls[i].args...)
 		}
 	}
-	return cmds
+	return cmds, waits
+}
+
+// waitResult is what the WAIT after a call answered: acked replicas, or
+// the WAIT's own failure.
+type waitResult struct {
+	acked int
+	err   error
 }
 
 // runScriptsOn runs the calls idx of calls on one connection of c, and
 // those refused with NOSCRIPT once more with the script's body on the
-// same connection, filling cmds.
+// same connection, filling cmds; then, with w, WAIT on that connection,
+// filling waits.
 //
 // Each pipeline starts with a PING: go-redis decides whether to send a
 // whole pipeline again from its first reply alone, and a script's error
@@ -101,7 +121,7 @@ func (b *Broker) runScripts(ctx context.Context, s *redis.Script, calls []script
 // other script of the batch, which did run: a read delivered twice, the
 // first batch pending and never returned (TestBatchNotResentAfterARetryableErrorOnItsFirstCall).
 // PING fails only when every command would.
-func runScriptsOn(ctx context.Context, c *redis.Client, s *redis.Script, calls []scriptCall, idx []int, cmds []*redis.Cmd) {
+func (b *Broker) runScriptsOn(ctx context.Context, c *redis.Client, s *redis.Script, calls []scriptCall, idx []int, cmds []*redis.Cmd, w *waitFor, waits []waitResult) {
 	conn := c.Conn()
 	defer conn.Close()
 	_, _ = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -117,16 +137,33 @@ func runScriptsOn(ctx context.Context, c *redis.Client, s *redis.Script, calls [
 			again = append(again, i)
 		}
 	}
-	if len(again) == 0 {
+	if len(again) > 0 {
+		_, _ = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Ping(ctx)
+			for _, i := range again {
+				cmds[i] = s.Eval(ctx, p, calls[i].keys, calls[i].args...)
+			}
+			return nil
+		})
+	}
+	if w == nil {
 		return
 	}
-	_, _ = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Ping(ctx)
-		for _, i := range again {
-			cmds[i] = s.Eval(ctx, p, calls[i].keys, calls[i].args...)
+	// Waiting is pointless when nothing ran: every call failed (on a
+	// broken connection WAIT would fail as well).
+	ran := false
+	for _, i := range idx {
+		if cmds[i].Err() == nil {
+			ran = true
 		}
-		return nil
-	})
+	}
+	if !ran {
+		return
+	}
+	n, err := b.wait(ctx, conn, w)
+	for _, i := range idx {
+		waits[i] = waitResult{acked: n, err: err}
+	}
 }
 
 // AckAndReadPartitionsFenced runs each read as AckAndReadPartitionFenced
@@ -154,7 +191,8 @@ func (b *Broker) AckAndReadPartitionsFenced(ctx context.Context, reads []broker.
 	if len(calls) == 0 {
 		return out
 	}
-	for j, cmd := range b.runScripts(ctx, ackReadScript, calls) {
+	cmds, _ := b.runScripts(ctx, ackReadScript, calls, nil)
+	for j, cmd := range cmds {
 		i := sent[j]
 		r := &reads[i]
 		res, err := cmd.Slice()
@@ -229,9 +267,23 @@ func (b *Broker) AcquirePartitionLeases(ctx context.Context, reqs []broker.Lease
 	if len(calls) == 0 {
 		return out
 	}
-	for j, cmd := range b.runScripts(ctx, acquireReadScript, calls) {
+	w := waitSpec(op, b.cfg.leaseReplicas)
+	cmds, waits := b.runScripts(ctx, acquireReadScript, calls, w)
+	var unreplicated []broker.Fence
+	for j, cmd := range cmds {
 		i := sent[j]
 		out[i] = parseGrant(op, &reqs[i], calls[j].keys, cmd)
+		if w == nil || !out[i].Acquired {
+			continue
+		}
+		if err := waits[j].failure(w, reqs[i].LeaseKey); err != nil {
+			// Not known to be on the replicas: nobody may use it.
+			unreplicated = append(unreplicated, out[i].Lease.Fence)
+			out[i] = broker.LeaseGrant{Err: err}
+		}
+	}
+	if len(unreplicated) > 0 {
+		b.releaseUnreplicated(ctx, unreplicated, w.r.Timeout)
 	}
 	return out
 }

@@ -41,6 +41,11 @@ type config struct {
 	// transaction (fencedtx.go); tests set it to cover the script path.
 	scriptReads bool
 	pins        *PinLimit
+	// leaseReplicas and publishReplicas are the replica acknowledgements
+	// lease and publish writes wait for (replicas.go); replicaHook sees
+	// every WAIT.
+	leaseReplicas, publishReplicas Replicas
+	replicaHook                    func(ReplicaWait)
 }
 
 // Option configures New.
@@ -110,11 +115,15 @@ func (b *Broker) Capabilities() broker.Capabilities { return broker.PartitionedS
 // Layout returns the key layout the broker uses.
 func (b *Broker) Layout() broker.Layout { return b.cfg.layout }
 
-// Append adds data as the data field of a new entry of stream (XADD *).
+// Append adds data as the data field of a new entry of stream (XADD *),
+// and with WithPublishReplicas waits for the replicas.
 func (b *Broker) Append(ctx context.Context, stream string, data []byte) (string, error) {
 	const op = "append"
 	if err := nonEmpty(op, "stream", stream); err != nil {
 		return "", err
+	}
+	if w := waitSpec(op, b.cfg.publishReplicas); w != nil {
+		return b.appendReplicated(ctx, stream, data, w)
 	}
 	id, err := b.client.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "*", Values: []any{broker.DataField, data}}).Result()
 	if err != nil {

@@ -16,12 +16,20 @@ import (
 )
 
 // TestConformance runs the suite on the Protean layout against one
-// redis-server.
+// redis-server, with the replica cases (the server has no replica, so
+// every WAIT of the Unreplicated broker times out).
 func TestConformance(t *testing.T) {
 	brokertest.Run(t, func(t *testing.T) brokertest.Target {
 		b, c := newBroker(t)
-		return brokertest.Target{Broker: b, Advance: time.Sleep, Faults: faults{c}}
+		return brokertest.Target{Broker: b, Advance: time.Sleep, Faults: faults{c}, Unreplicated: unreplicated(c)}
 	})
+}
+
+// unreplicated is a broker on c that waits for a replica c's server does
+// not have.
+func unreplicated(c redis.UniversalClient, opts ...redisbroker.Option) *redisbroker.Broker {
+	r := redisbroker.Replicas{N: 1, Timeout: 20 * time.Millisecond}
+	return redisbroker.New(c, append(opts, redisbroker.WithLeaseReplicas(r), redisbroker.WithPublishReplicas(r))...)
 }
 
 // TestConformanceScriptReads runs the suite on the Protean layout with
@@ -45,7 +53,7 @@ func TestConformanceCluster(t *testing.T) {
 		cl.FlushAll(t)
 		c := cl.Client(t)
 		b := redisbroker.New(c, redisbroker.WithLayout(broker.ClusterLayout))
-		return brokertest.Target{Broker: b, Advance: time.Sleep, Faults: faults{c}}
+		return brokertest.Target{Broker: b, Advance: time.Sleep, Faults: faults{c}, Unreplicated: unreplicated(c, redisbroker.WithLayout(broker.ClusterLayout))}
 	})
 }
 
@@ -54,7 +62,7 @@ func TestConformanceCluster(t *testing.T) {
 func TestConformanceClusterLayoutOnOneNode(t *testing.T) {
 	brokertest.Run(t, func(t *testing.T) brokertest.Target {
 		b, c := newBroker(t, redisbroker.WithLayout(broker.ClusterLayout))
-		return brokertest.Target{Broker: b, Advance: time.Sleep, Faults: faults{c}}
+		return brokertest.Target{Broker: b, Advance: time.Sleep, Faults: faults{c}, Unreplicated: unreplicated(c, redisbroker.WithLayout(broker.ClusterLayout))}
 	})
 }
 

@@ -13,7 +13,8 @@ import (
 // TTL. A held lease (by anyone, owner included) is not an error: it
 // returns acquired=false. Because the counter is only ever incremented,
 // the new generation is greater than every earlier one, across expiry,
-// release and reap.
+// release and reap; across a failover only with WithLeaseReplicas, which
+// hands the lease out only once the replicas hold it.
 func (b *Broker) AcquirePartitionLease(ctx context.Context, leaseKey, generationKey, owner string, ttl time.Duration) (broker.Lease, bool, error) {
 	const op = "acquire lease"
 	ms, err := acquireArgs(op, leaseKey, generationKey, owner, ttl)
@@ -21,11 +22,34 @@ func (b *Broker) AcquirePartitionLease(ctx context.Context, leaseKey, generation
 		return broker.Lease{}, false, err
 	}
 	keys := []string{leaseKey, generationKey}
+	if w := waitSpec(op, b.cfg.leaseReplicas); w != nil {
+		return b.acquireReplicated(ctx, keys, owner, ms, w)
+	}
 	g, err := acquireScript.Run(ctx, b.client, keys, owner, ms).Int64()
 	if err != nil {
 		return broker.Lease{}, false, mapErr(call{Op: op, Keys: keys}, err)
 	}
 	return newLease(leaseKey, owner, g)
+}
+
+// acquireReplicated is AcquirePartitionLease with lease replicas: the
+// script and WAIT on one connection; a lease the replicas did not
+// acknowledge is released and the call fails.
+func (b *Broker) acquireReplicated(ctx context.Context, keys []string, owner string, ms int64, w *waitFor) (broker.Lease, bool, error) {
+	cmds, waits := b.runScripts(ctx, acquireScript, []scriptCall{{keys: keys, args: []any{owner, ms}}}, w)
+	g, err := cmds[0].Int64()
+	if err != nil {
+		return broker.Lease{}, false, mapErr(call{Op: w.op, Keys: keys}, err)
+	}
+	lease, ok, _ := newLease(keys[0], owner, g)
+	if !ok {
+		return broker.Lease{}, false, nil
+	}
+	if err := waits[0].failure(w, keys[0]); err != nil {
+		b.releaseUnreplicated(ctx, []broker.Fence{lease.Fence}, w.r.Timeout)
+		return broker.Lease{}, false, err
+	}
+	return lease, true, nil
 }
 
 // acquireArgs validates AcquirePartitionLease's arguments and returns the
@@ -58,7 +82,8 @@ func newLease(leaseKey, owner string, g int64) (broker.Lease, bool, error) {
 
 // RenewPartitionLease resets the lease's TTL if it holds exactly f.Token
 // (compare and PEXPIRE in one script). false means the caller has lost
-// the partition and must stop.
+// the partition and must stop. With WithLeaseReplicas a renewal the
+// replicas did not acknowledge fails with a *broker.NotReplicatedError.
 func (b *Broker) RenewPartitionLease(ctx context.Context, f broker.Fence, ttl time.Duration) (bool, error) {
 	const op = "renew lease"
 	if err := validFence(op, f); err != nil {
@@ -69,6 +94,13 @@ func (b *Broker) RenewPartitionLease(ctx context.Context, f broker.Fence, ttl ti
 		return false, err
 	}
 	keys := []string{f.LeaseKey}
+	if w := waitSpec(op, b.cfg.leaseReplicas); w != nil {
+		oks, err := b.renewReplicated(ctx, []broker.Fence{f}, ms, w)
+		if err != nil {
+			return false, err
+		}
+		return oks[0], nil
+	}
 	n, err := renewScript.Run(ctx, b.client, keys, f.Token, ms).Int64()
 	if err != nil {
 		return false, mapErr(call{Op: op, Keys: keys}, err)

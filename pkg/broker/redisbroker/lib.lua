@@ -4,26 +4,6 @@
 -- (see scripts.go), so that id comparison and consumer pruning read the
 -- same everywhere.
 
--- check_generation raises PROTCTL_WRONGTYPE unless KEYS[i], a lease's
--- generation counter (type checked as a string already, or missing),
--- holds an integer: INCR would fail on anything else, and the error
--- should say which key is wrong.
-local function check_generation(i)
-  local g = redis.call('GET', KEYS[i])
-  if g and not string.match(g, '^%-?%d+$') then
-    error({err = 'PROTCTL_WRONGTYPE integer string ' .. i})
-  end
-end
-
--- take_lease increments the generation KEYS[gi] and sets the lease
--- KEYS[li] (free) to owner:generation for ttl milliseconds, and returns
--- the generation.
-local function take_lease(li, gi, owner, ttl)
-  local g = redis.call('INCR', KEYS[gi])
-  redis.call('SET', KEYS[li], owner .. ':' .. g, 'PX', ttl)
-  return g
-end
-
 -- idcmp compares two stream ids "ms-seq" (a bare "ms" is "ms-0").
 local function idcmp(a, b)
   local am, as = string.match(a, '^(%d+)-(%d+)$')

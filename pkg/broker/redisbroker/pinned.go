@@ -187,7 +187,10 @@ func (pc *pinnedConn) AckAndReadPartitionFenced(ctx context.Context, f broker.Fe
 // lease key in the same round trip, so that the owner's first fenced read
 // carries them.
 func (pc *pinnedConn) AcquirePartitionLease(ctx context.Context, leaseKey, generationKey, owner string, ttl time.Duration) (broker.Lease, bool, error) {
-	if !pc.pin(ctx) {
+	// With lease replicas the acquisition needs a WAIT on its own
+	// connection (replicas.go): it runs as the Broker's, and the first
+	// read checks the lease in a round trip of its own.
+	if pc.b.cfg.leaseReplicas.on() || !pc.pin(ctx) {
 		return pc.b.AcquirePartitionLease(ctx, leaseKey, generationKey, owner, ttl)
 	}
 	const op = "acquire lease"
@@ -215,7 +218,7 @@ func (pc *pinnedConn) AcquirePartitionLease(ctx context.Context, leaseKey, gener
 // they could not be read (the caller then calls LastEntryIDs, which
 // reports why).
 func (pc *pinnedConn) AcquirePartitionLeaseAndTails(ctx context.Context, leaseKey, generationKey, owner string, ttl time.Duration, streams []string) (broker.Lease, bool, map[string]string, error) {
-	if !pc.pin(ctx) {
+	if pc.b.cfg.leaseReplicas.on() || !pc.pin(ctx) {
 		l, ok, err := pc.b.AcquirePartitionLease(ctx, leaseKey, generationKey, owner, ttl)
 		if err != nil || !ok {
 			return l, ok, nil, err

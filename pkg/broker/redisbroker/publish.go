@@ -2,9 +2,12 @@ package redisbroker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/protctl/protctl/pkg/broker"
 )
@@ -32,6 +35,11 @@ import (
 // interleavings). A publisher that dies between the append and the record
 // leaves a non-empty stream outside the index until the key's next
 // publish, or until RecordPartition repairs it.
+//
+// With WithPublishReplicas the call returns only once the replicas
+// acknowledged the entry (in the cluster layout, the append and then the
+// record), or fails with a *broker.NotReplicatedError that carries the
+// entry id.
 func (b *Broker) PublishPartitioned(ctx context.Context, category, key, lane string, data []byte) (string, error) {
 	const op = "publish"
 	if err := b.validCategory(op, category); err != nil {
@@ -51,9 +59,36 @@ func (b *Broker) PublishPartitioned(ctx context.Context, category, key, lane str
 		return b.publishCluster(ctx, category, key, lane, data)
 	}
 	keys := []string{l.LaneStream(category, key, lane), l.IndexKey(category)}
-	id, err := publishScript.Run(ctx, b.client, keys, key, data, l.WakeChannel(category)).Text()
+	args := []any{key, data, l.WakeChannel(category)}
+	if w := waitSpec(op, b.cfg.publishReplicas); w != nil {
+		return b.runReplicated(ctx, publishScript, keys, args, w)
+	}
+	id, err := publishScript.Run(ctx, b.client, keys, args...).Text()
 	if err != nil {
 		return "", mapErr(call{Op: op, Keys: keys}, err)
+	}
+	return id, nil
+}
+
+// runReplicated runs a publish step (a script that returns the entry id
+// or, for record.lua, nothing) and WAIT on one connection; a step the
+// replicas did not acknowledge fails with a *broker.NotReplicatedError
+// carrying id (the id the script returned, or idOf).
+func (b *Broker) runReplicated(ctx context.Context, s *redis.Script, keys []string, args []any, w *waitFor, idOf ...string) (string, error) {
+	cmds, waits := b.runScripts(ctx, s, []scriptCall{{keys: keys, args: args}}, w)
+	if err := cmds[0].Err(); err != nil {
+		return "", mapErr(call{Op: w.op, Keys: keys}, err)
+	}
+	id, _ := cmds[0].Val().(string)
+	if len(idOf) > 0 {
+		id = idOf[0]
+	}
+	r := waits[0]
+	if r.err != nil {
+		return "", fmt.Errorf("%w (entry %s was written to %s; whether the replicas have it is unknown)", r.err, id, keys[0])
+	}
+	if err := w.notReplicated(keys[0], id, r.acked); err != nil {
+		return "", err
 	}
 	return id, nil
 }
@@ -68,11 +103,36 @@ func (b *Broker) publishCluster(ctx context.Context, category, key, lane string,
 		return "", err
 	}
 	stream := []string{l.LaneStream(category, key, lane)}
-	id, err := appendScript.Run(ctx, b.client, stream, data).Text()
-	if err != nil {
-		return "", mapErr(call{Op: op, Keys: stream}, err)
+	w := waitSpec(op, b.cfg.publishReplicas)
+	var id string
+	var err error
+	if w != nil {
+		id, err = b.runReplicated(ctx, appendScript, stream, []any{data}, w)
+	} else {
+		id, err = appendScript.Run(ctx, b.client, stream, data).Text()
+		if err != nil {
+			err = mapErr(call{Op: op, Keys: stream}, err)
+		}
 	}
-	if err := b.record(ctx, op, index, key, l.WakeChannel(category)); err != nil {
+	// An append the replicas did not acknowledge is on the primary all
+	// the same: it is recorded, so that it is not left outside the index
+	// if it survives, and then the call reports it.
+	var nre *broker.NotReplicatedError
+	if err != nil && !errors.As(err, &nre) {
+		return "", err
+	}
+	if nre != nil {
+		id = nre.ID
+	}
+	if w != nil {
+		_, err = b.runReplicated(ctx, recordScript, []string{index}, []any{key, l.WakeChannel(category)}, w, id)
+	} else {
+		err = b.record(ctx, op, index, key, l.WakeChannel(category))
+	}
+	if nre != nil && (err == nil || errors.Is(err, broker.ErrNotReplicated)) {
+		return "", nre
+	}
+	if err != nil {
 		return "", fmt.Errorf("%w (entry %s was appended to %s; RecordPartition(%q, %q) records it)", err, id, stream[0], category, key)
 	}
 	return id, nil

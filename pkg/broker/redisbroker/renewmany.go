@@ -31,6 +31,9 @@ func (b *Broker) RenewPartitionLeases(ctx context.Context, fences []broker.Fence
 	if len(fences) == 0 {
 		return nil, nil
 	}
+	if w := waitSpec("renew lease", b.cfg.leaseReplicas); w != nil {
+		return b.renewReplicated(ctx, fences, ms, w)
+	}
 	run := func() ([]*redis.Cmd, error) {
 		cmds := make([]*redis.Cmd, len(fences))
 		_, err := b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -71,4 +74,27 @@ func isNoScript(cmds []*redis.Cmd) bool {
 		}
 	}
 	return false
+}
+
+// renewReplicated renews fences with lease replicas: the scripts and WAIT
+// on one connection per master (runScripts). Any renewal the replicas did
+// not acknowledge fails the call, as any error does: nothing is known.
+func (b *Broker) renewReplicated(ctx context.Context, fences []broker.Fence, ms int64, w *waitFor) ([]bool, error) {
+	calls := make([]scriptCall, len(fences))
+	for i, f := range fences {
+		calls[i] = scriptCall{keys: []string{f.LeaseKey}, args: []any{f.Token, ms}}
+	}
+	cmds, waits := b.runScripts(ctx, renewScript, calls, w)
+	oks := make([]bool, len(fences))
+	for i, c := range cmds {
+		n, err := c.Int64()
+		if err != nil {
+			return nil, mapErr(call{Op: w.op, Keys: calls[i].keys}, err)
+		}
+		if err := waits[i].failure(w, fences[i].LeaseKey); err != nil {
+			return nil, err
+		}
+		oks[i] = n == 1
+	}
+	return oks, nil
 }

@@ -22,6 +22,8 @@ import (
 var (
 	//go:embed lib.lua
 	libLua string
+	//go:embed leaselib.lua
+	leaseLibLua string
 	//go:embed acquire.lua
 	acquireLua string
 	//go:embed acquireread.lua
@@ -65,8 +67,8 @@ var (
 )
 
 var (
-	acquireScript     = newScript(acquireLua)
-	acquireReadScript = newScript(readLibLua, acquireReadLua)
+	acquireScript     = newScript(leaseLibLua, acquireLua)
+	acquireReadScript = newScript(leaseLibLua, readLibLua, acquireReadLua)
 	renewScript       = newScript(renewLua)
 	releaseScript     = newScript(releaseLua)
 	readScript        = newScript(readLibLua, readLua)
