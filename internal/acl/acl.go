@@ -155,11 +155,12 @@ var (
 	// request.lua (SET) and the request's PUBLISH (parked retry/skip);
 	// publish.lua, append.lua, record.lua (XADD, SADD, PUBLISH: protctl
 	// publish); delconsumer.lua (XINFO CONSUMERS, XGROUP DELCONSUMER:
-	// partitions prune-consumers); the audit entry (XADD ... MAXLEN).
+	// partitions prune-consumers); the audit entry (XADD ... MAXLEN);
+	// WAIT after a publish with --wait-replicas.
 	operatorCommands = []string{
 		"+del", "+srem", "+sadd", "+set",
 		"+xadd", "+xack", "+xtrim", "+xgroup|delconsumer",
-		"+publish",
+		"+publish", "+wait",
 	}
 
 	// nodeCommands: the runtime's partitioned subscription (acquire,
@@ -172,7 +173,9 @@ var (
 	// transactions (redisbroker's fencedtx.go: WATCH lease, GET, MULTI,
 	// XACK or XGROUP CREATE, XREADGROUP, EXEC; UNWATCH when the lease is
 	// not the token). reclaim.lua and release.lua delete the group's
-	// empty consumers (XINFO CONSUMERS, XGROUP DELCONSUMER).
+	// empty consumers (XINFO CONSUMERS, XGROUP DELCONSUMER). WAIT follows
+	// lease writes with lease.waitReplicas (and publishes with
+	// redisbroker.WithPublishReplicas).
 	nodeCommands = []string{
 		"+time", "+type", "+exists",
 		"+get", "+mget", "+set", "+del", "+incr", "+pexpire", "+pttl",
@@ -185,6 +188,7 @@ var (
 		"+publish", "+subscribe", "+unsubscribe",
 		"+evalsha", "+eval", "+script|load",
 		"+watch", "+unwatch", "+multi", "+exec",
+		"+wait",
 	}
 )
 
