@@ -159,11 +159,12 @@ var (
 	// publish); delconsumer.lua (XINFO CONSUMERS, XGROUP DELCONSUMER:
 	// partitions prune-consumers); dlqreplay.lua (XADD, XDEL, HSET and
 	// PEXPIRE of the replayed marker, SADD, PUBLISH: dlq replay) and
-	// dlqdelete.lua (XDEL: dlq purge); the audit entry (XADD ... MAXLEN).
+	// dlqdelete.lua (XDEL: dlq purge); the audit entry (XADD ... MAXLEN);
+	// WAIT after a publish with --wait-replicas.
 	operatorCommands = []string{
 		"+del", "+srem", "+sadd", "+set", "+hset", "+pexpire",
 		"+xadd", "+xack", "+xdel", "+xtrim", "+xgroup|delconsumer",
-		"+publish",
+		"+publish", "+wait",
 	}
 
 	// nodeCommands: the runtime's partitioned subscription (acquire,
@@ -176,7 +177,9 @@ var (
 	// transactions (redisbroker's fencedtx.go: WATCH lease, GET, MULTI,
 	// XACK or XGROUP CREATE, XREADGROUP, EXEC; UNWATCH when the lease is
 	// not the token). reclaim.lua and release.lua delete the group's
-	// empty consumers (XINFO CONSUMERS, XGROUP DELCONSUMER).
+	// empty consumers (XINFO CONSUMERS, XGROUP DELCONSUMER). WAIT follows
+	// lease writes with lease.waitReplicas (and publishes with
+	// redisbroker.WithPublishReplicas).
 	nodeCommands = []string{
 		"+time", "+type", "+exists",
 		"+get", "+mget", "+set", "+del", "+incr", "+pexpire", "+pttl",
@@ -189,6 +192,7 @@ var (
 		"+publish", "+subscribe", "+unsubscribe",
 		"+evalsha", "+eval", "+script|load",
 		"+watch", "+unwatch", "+multi", "+exec",
+		"+wait",
 	}
 )
 
