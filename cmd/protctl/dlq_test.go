@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"reflect"
 	"regexp"
@@ -46,27 +47,8 @@ type dlqDoc struct {
 	Items []dlqItemDoc `json:"items"`
 }
 
-type dlqItemDoc struct {
-	Category       string          `json:"category"`
-	Key            *string         `json:"key"`
-	Stream         string          `json:"stream"`
-	ID             string          `json:"id"`
-	DeadLetteredAt string          `json:"deadLetteredAt"`
-	AgeMs          *int64          `json:"ageMs"`
-	OriginalStream *string         `json:"originalStream"`
-	OriginalID     *string         `json:"originalId"`
-	Group          *string         `json:"group"`
-	Consumer       *string         `json:"consumer"`
-	Reason         *string         `json:"reason"`
-	FailedAt       *string         `json:"failedAt"`
-	RetryCount     *int64          `json:"retryCount"`
-	Missing        bool            `json:"missing"`
-	Format         string          `json:"format"`
-	ReplayedFrom   *struct{}       `json:"replayedFrom"`
-	Payload        json.RawMessage `json:"payload"`
-	Data           *string         `json:"data"`
-	PayloadHidden  *bool           `json:"payloadHidden"`
-}
+// dlqItemDoc is a dead letter as dlq ls and dlq show print it.
+type dlqItemDoc = dlqDetail
 
 func (e *opsEnv) dlqList(args ...string) []dlqItemDoc {
 	e.t.Helper()
@@ -185,11 +167,23 @@ func TestDLQListAndShowReadEveryFormat(t *testing.T) {
 	}
 	if *h.Key != s.Halted || h.Format != "protean" || *h.OriginalID != s.HaltedIDs[0] || *h.Group != s.Projector ||
 		*h.Consumer != s.HaltedToken || *h.RetryCount != s.PoisonDeliveries || *h.Reason != "poison: amount must be positive" ||
-		h.FailedAt == nil || h.AgeMs == nil || *h.AgeMs < 0 || *h.AgeMs > 60_000 || h.Missing {
+		h.FailedAt == nil || h.AgeMs < 0 || h.AgeMs > 60_000 || h.Missing {
 		t.Fatalf("skip-head's dead letter: %+v", h)
 	}
 
-	r := e.run("dlq", "ls", s.Orders)
+	// The fields docs/cli.md promises, no more, no fewer.
+	r := e.run("dlq", "ls", s.Orders, "-o", "json")
+	var raws struct {
+		Items []map[string]any `json:"items"`
+	}
+	decode(t, r.stdout, &raws)
+	fields := slices.Sorted(maps.Keys(raws.Items[0]))
+	if want := []string{"ageMs", "category", "consumer", "deadLetteredAt", "failedAt", "format", "group", "id", "key", "missing",
+		"originalId", "originalStream", "reason", "replayedFrom", "retryCount", "stream"}; !slices.Equal(fields, want) {
+		t.Fatalf("dlq ls -o json fields %v, want %v", fields, want)
+	}
+
+	r = e.run("dlq", "ls", s.Orders)
 	r.wantCode(t, 0)
 	if !hasRow(r.stdout, s.Halted, skipped, regexp.QuoteMeta(s.HaltedIDs[0]), regexp.QuoteMeta(s.Projector), `\d+m?s`, "7", "poison: amount must be positive") ||
 		!hasRow(r.stdout, "-", protean, "1700000000000-0", regexp.QuoteMeta(s.Projector), `\S+`, "3", "-") {
@@ -211,7 +205,7 @@ func TestDLQListAndShowReadEveryFormat(t *testing.T) {
 		r.wantCode(t, 0)
 		var d dlqItemDoc
 		decode(t, r.stdout, &d)
-		if d.ID != c.id || string(d.Payload) != "null" || d.PayloadHidden == nil || !*d.PayloadHidden {
+		if d.ID != c.id || string(d.Payload) != "null" || !d.PayloadHidden {
 			t.Fatalf("show %s without --show-payload: %s", c.id, r.stdout)
 		}
 		r = e.run("dlq", "show", s.Orders, c.id, "--key", c.key, "--show-payload", "-o", "json")
