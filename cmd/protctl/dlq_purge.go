@@ -17,15 +17,6 @@ entry the plan saw: dead letters added since the plan stay, and one gone or
 changed since is a conflict (exit 5, or 7 when others were deleted).`,
 		Example: `  protctl dlq purge shop::order --reason '^poison' --dry-run
   protctl dlq purge shop::order --key o-1 --older-than 168h --yes`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := opts.parse(f, args); err != nil {
-				return err
-			}
-			return runDLQChange(cmd.Context(), opts)
-		},
 	}
-	opts.Filter.addFlags(cmd)
-	cmd.Flags().IntVar(&opts.RPS, "rps", 0, "delete at most N dead letters per second; 0 for no pacing")
-	return cmd
+	return opts.finish(f, cmd, "delete")
 }

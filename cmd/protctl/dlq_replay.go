@@ -69,16 +69,22 @@ letter whose body was gone is refused: purge it.`,
   protctl dlq replay shop::order --reason 'amount must be positive' --dry-run -o json > replay.json
   protctl apply -f replay.json --yes
   protctl dlq replay shop::order --rps 50 --yes`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := opts.parse(f, args); err != nil {
-				return err
-			}
-			return runDLQChange(cmd.Context(), opts)
-		},
+	}
+	return opts.finish(f, cmd, "replay")
+}
+
+// finish gives a dlq replay or purge command its arguments, run function
+// and flags (verb names what --rps paces).
+func (opts *dlqChangeOptions) finish(f *Factory, cmd *cobra.Command, verb string) *cobra.Command {
+	cmd.Args = cobra.ExactArgs(1)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := opts.parse(f, args); err != nil {
+			return err
+		}
+		return runDLQChange(cmd.Context(), opts)
 	}
 	opts.Filter.addFlags(cmd)
-	cmd.Flags().IntVar(&opts.RPS, "rps", 0, "replay at most N dead letters per second; 0 for no pacing")
+	cmd.Flags().IntVar(&opts.RPS, "rps", 0, verb+" at most N dead letters per second; 0 for no pacing")
 	return cmd
 }
 

@@ -34,7 +34,7 @@ func dlqRunbookDefs() map[string]runbookDef {
 				cl.run("partitions", "skip-head", s.Orders, s.Halted, "--group", s.Projector, "--reason", "poison: amount must be positive", "--yes").wantCode(t, 0)
 				cl.run("partitions", "release", s.Orders, s.Halted, "--group", s.Projector, "--force", "--yes").wantCode(t, 0)
 				testenv.Protean(t, rb.c).Category(s.Orders).Partition(s.Cold).
-					OldDeadLetter(`{"data":{"amount":0}}`, "1700000000000-0", s.Projector, "bad data: refunded by hand")
+					OldDeadLetter("*", `{"data":{"amount":0}}`, "1700000000000-0", s.Projector, "bad data: refunded by hand")
 				return rb
 			},
 			steps: []rbStep{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"reflect"
 	"regexp"
@@ -46,27 +47,8 @@ type dlqDoc struct {
 	Items []dlqItemDoc `json:"items"`
 }
 
-type dlqItemDoc struct {
-	Category       string          `json:"category"`
-	Key            *string         `json:"key"`
-	Stream         string          `json:"stream"`
-	ID             string          `json:"id"`
-	DeadLetteredAt string          `json:"deadLetteredAt"`
-	AgeMs          *int64          `json:"ageMs"`
-	OriginalStream *string         `json:"originalStream"`
-	OriginalID     *string         `json:"originalId"`
-	Group          *string         `json:"group"`
-	Consumer       *string         `json:"consumer"`
-	Reason         *string         `json:"reason"`
-	FailedAt       *string         `json:"failedAt"`
-	RetryCount     *int64          `json:"retryCount"`
-	Missing        bool            `json:"missing"`
-	Format         string          `json:"format"`
-	ReplayedFrom   *struct{}       `json:"replayedFrom"`
-	Payload        json.RawMessage `json:"payload"`
-	Data           *string         `json:"data"`
-	PayloadHidden  *bool           `json:"payloadHidden"`
-}
+// dlqItemDoc is a dead letter as dlq ls and dlq show print it.
+type dlqItemDoc = dlqDetail
 
 func (e *opsEnv) dlqList(args ...string) []dlqItemDoc {
 	e.t.Helper()
@@ -145,8 +127,10 @@ func TestDLQListAndShowReadEveryFormat(t *testing.T) {
 	head := e.c.XRange(ctx, broker.ProteanLayout.Stream(s.Orders, s.Halted), s.HaltedIDs[0], s.HaltedIDs[0]).Val()[0]
 	skipped := e.skipHead("poison: amount must be positive")
 	f := testenv.Protean(t, e.c).Category(s.Orders)
-	protean := f.DeadLetter(testenv.ProteanDeadLetter{OriginalID: "1700000000000-0", Group: s.Projector, Consumer: "OrderProjector-host-42-a1b2c3", RetryCount: 3})
-	old := f.Partition(s.Cold).OldDeadLetter(`{"data":{"n":1}}`, "1700000000001-0", s.Projector, "dead-lettered by an operator with protctl")
+	// Dead-letter ids are unique per stream only: these two get ids of
+	// their own, apart from skip-head's (the server's clock).
+	protean := f.DeadLetter(testenv.ProteanDeadLetter{ID: "1700000000002-0", OriginalID: "1700000000000-0", Group: s.Projector, Consumer: "OrderProjector-host-42-a1b2c3", RetryCount: 3})
+	old := f.Partition(s.Cold).OldDeadLetter("1700000000003-0", `{"data":{"n":1}}`, "1700000000001-0", s.Projector, "dead-lettered by an operator with protctl")
 
 	// What Protean's `protean dlq` reads: a JSON object in data with
 	// _dlq_metadata's fields, of Protean's types, inside it.
@@ -185,11 +169,23 @@ func TestDLQListAndShowReadEveryFormat(t *testing.T) {
 	}
 	if *h.Key != s.Halted || h.Format != "protean" || *h.OriginalID != s.HaltedIDs[0] || *h.Group != s.Projector ||
 		*h.Consumer != s.HaltedToken || *h.RetryCount != s.PoisonDeliveries || *h.Reason != "poison: amount must be positive" ||
-		h.FailedAt == nil || h.AgeMs == nil || *h.AgeMs < 0 || *h.AgeMs > 60_000 || h.Missing {
+		h.FailedAt == nil || h.AgeMs < 0 || h.AgeMs > 60_000 || h.Missing {
 		t.Fatalf("skip-head's dead letter: %+v", h)
 	}
 
-	r := e.run("dlq", "ls", s.Orders)
+	// The fields docs/cli.md promises, no more, no fewer.
+	r := e.run("dlq", "ls", s.Orders, "-o", "json")
+	var raws struct {
+		Items []map[string]any `json:"items"`
+	}
+	decode(t, r.stdout, &raws)
+	fields := slices.Sorted(maps.Keys(raws.Items[0]))
+	if want := []string{"ageMs", "category", "consumer", "deadLetteredAt", "failedAt", "format", "group", "id", "key", "missing",
+		"originalId", "originalStream", "reason", "replayedFrom", "retryCount", "stream"}; !slices.Equal(fields, want) {
+		t.Fatalf("dlq ls -o json fields %v, want %v", fields, want)
+	}
+
+	r = e.run("dlq", "ls", s.Orders)
 	r.wantCode(t, 0)
 	if !hasRow(r.stdout, s.Halted, skipped, regexp.QuoteMeta(s.HaltedIDs[0]), regexp.QuoteMeta(s.Projector), `\d+m?s`, "7", "poison: amount must be positive") ||
 		!hasRow(r.stdout, "-", protean, "1700000000000-0", regexp.QuoteMeta(s.Projector), `\S+`, "3", "-") {
@@ -198,9 +194,6 @@ func TestDLQListAndShowReadEveryFormat(t *testing.T) {
 
 	// show: hidden payload by default, the original entry with
 	// --show-payload, for each format.
-	// (Dead-letter ids are unique per stream only: the old one and
-	// Protean's may share theirs, written in the same millisecond; --key
-	// names the stream.)
 	for _, c := range []struct {
 		id, key, payload string
 	}{
@@ -211,7 +204,7 @@ func TestDLQListAndShowReadEveryFormat(t *testing.T) {
 		r.wantCode(t, 0)
 		var d dlqItemDoc
 		decode(t, r.stdout, &d)
-		if d.ID != c.id || string(d.Payload) != "null" || d.PayloadHidden == nil || !*d.PayloadHidden {
+		if d.ID != c.id || string(d.Payload) != "null" || !d.PayloadHidden {
 			t.Fatalf("show %s without --show-payload: %s", c.id, r.stdout)
 		}
 		r = e.run("dlq", "show", s.Orders, c.id, "--key", c.key, "--show-payload", "-o", "json")
@@ -240,8 +233,10 @@ func TestDLQListAndShowReadEveryFormat(t *testing.T) {
 		{[]string{"--reason", "operator|poison"}, []string{old, skipped}},
 		{[]string{"--group", s.Projector}, []string{protean, old, skipped}},
 		{[]string{"--group", "other"}, []string{}},
-		{[]string{"--older-than", "1h"}, []string{}},
-		{[]string{"--newer-than", "1h"}, []string{protean, old, skipped}},
+		// Age is the time in the dead letter's id: the two written at
+		// explicit ids of 2023 are old, skip-head's is new.
+		{[]string{"--older-than", "1h"}, []string{protean, old}},
+		{[]string{"--newer-than", "1h"}, []string{skipped}},
 		{[]string{"--id", old + "," + protean}, []string{protean, old}},
 		{[]string{"--limit", "2"}, []string{protean, old}},
 	} {
@@ -547,16 +542,18 @@ func TestDLQReplayDestinations(t *testing.T) {
 		} `json:"items"`
 	}
 	decode(t, r.stdout, &p)
+	// Ids are unique per stream only: items are named by both.
 	byID := map[string]int{}
 	for i, it := range p.Items {
-		byID[it.Target["id"]] = i
+		byID[it.Target["stream"]+" "+it.Target["id"]] = i
 	}
+	cat, bad, never := s.Orders+":dlq ", broker.ProteanLayout.DLQStream(s.Orders, "o-bad")+" ", broker.ProteanLayout.DLQStream(s.Orders, s.Never)+" "
 	want := map[string]struct{ to, key, result, reason string }{
-		toCategory:  {s.Orders, "", "applied", ""},
-		toPartition: {broker.ProteanLayout.Stream(s.Orders, s.Healthy), s.Healthy, "applied", ""},
-		ids[0]:      {broker.ProteanLayout.Stream(s.Orders, "o-bad"), "o-bad", "applied", ""},
-		elsewhere:   {"", "", "refused", "neither shop::order nor one of its partitions"},
-		missing:     {"", "", "refused", "nothing to replay"},
+		cat + toCategory:  {s.Orders, "", "applied", ""},
+		cat + toPartition: {broker.ProteanLayout.Stream(s.Orders, s.Healthy), s.Healthy, "applied", ""},
+		bad + ids[0]:      {broker.ProteanLayout.Stream(s.Orders, "o-bad"), "o-bad", "applied", ""},
+		cat + elsewhere:   {"", "", "refused", "neither shop::order nor one of its partitions"},
+		never + missing:   {"", "", "refused", "nothing to replay"},
 	}
 	if len(p.Items) != len(want) {
 		t.Fatalf("items %+v", p.Items)
@@ -567,7 +564,7 @@ func TestDLQReplayDestinations(t *testing.T) {
 			t.Errorf("dead letter %s: %+v, want %+v", id, it, w)
 		}
 	}
-	if got := replayedOf(t, e.c, s.Orders); got[toCategory] != 1 {
+	if got := replayedOf(t, e.c, s.Orders); got[toCategory] != 1 || len(got) != 1 {
 		t.Errorf("the category stream got %v", got)
 	}
 	if !e.c.SIsMember(ctx, broker.ProteanLayout.IndexKey(s.Orders), "o-bad").Val() {

@@ -11,6 +11,8 @@ import (
 // _dlq_metadata added (original_stream, original_id, consumer_group,
 // consumer, failed_at from the message's header time, retry_count).
 type ProteanDeadLetter struct {
+	// ID is the dead letter's id; default "*" (the server's clock).
+	ID             string
 	OriginalStream string // default: the category (an unpartitioned subscription)
 	OriginalID     string
 	Group          string
@@ -53,18 +55,21 @@ func (c *ProteanCategory) DeadLetter(d ProteanDeadLetter) string {
 	if err != nil {
 		c.f.t.Fatalf("testenv: protean fixture: %v", err)
 	}
-	v := c.f.do("XADD", c.name+":dlq", "*", "data", string(b))
+	if d.ID == "" {
+		d.ID = "*"
+	}
+	v := c.f.do("XADD", c.name+":dlq", d.ID, "data", string(b))
 	id, _ := v.(string)
 	return id
 }
 
 // OldDeadLetter appends a dead letter to the partition's C:K:dlq in the
 // format protctl wrote before Protean's (the data field as it was, with
-// origin_stream, origin_id, group and reason beside it), with plain XADD,
-// and returns its id.
-func (p *ProteanPartition) OldDeadLetter(data, originID, group, reason string) string {
+// origin_stream, origin_id, group and reason beside it), with plain XADD
+// at id at ("*" for the server's clock), and returns its id.
+func (p *ProteanPartition) OldDeadLetter(at, data, originID, group, reason string) string {
 	p.c.f.t.Helper()
-	v := p.c.f.do("XADD", p.c.f.layout.DLQStream(p.c.name, p.key), "*", "data", data,
+	v := p.c.f.do("XADD", p.c.f.layout.DLQStream(p.c.name, p.key), at, "data", data,
 		"origin_stream", p.c.f.layout.Stream(p.c.name, p.key), "origin_id", originID, "group", group, "reason", reason)
 	id, _ := v.(string)
 	return id

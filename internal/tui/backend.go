@@ -114,6 +114,8 @@ type TopicSubscription struct {
 //	dead-letter  Category, Key, Group, Reason [partitions skip-head]
 //	retry        Subscription, Aggregate, Partition         [parked retry]
 //	skip         Subscription, Aggregate, Partition, Reason [parked skip]
+//	dlq-replay   Category, Key                [dlq replay --key]
+//	dlq-purge    Category, Key                [dlq purge --key]
 type ActionRequest struct {
 	Action       repair.Action
 	Category     string
@@ -154,6 +156,12 @@ func (r ActionRequest) CommandLine(context string) string {
 		if r.Reason != "" {
 			args = append(args, "--reason", q(r.Reason))
 		}
+	case repair.ActionDLQReplay, repair.ActionDLQPurge:
+		verb := "replay"
+		if r.Action == repair.ActionDLQPurge {
+			verb = "purge"
+		}
+		args = []string{"dlq", verb, q(r.Category), "--key", q(keyGlob(r.Key))}
 	case repair.ActionRetry:
 		args = []string{"parked", "retry", q(r.Subscription), q(r.Aggregate)}
 		if r.Partition != "" {
@@ -189,6 +197,8 @@ func (r ActionRequest) Validate() error {
 		return errors.Join(need("a key", r.Key), need("a group", r.Group))
 	case repair.ActionDeadLetter:
 		return errors.Join(need("a category", r.Category), need("a key", r.Key), need("a group", r.Group))
+	case repair.ActionDLQReplay, repair.ActionDLQPurge:
+		return errors.Join(need("a category", r.Category), need("a key", r.Key))
 	case repair.ActionTrim:
 		if r.MaxLen <= 0 {
 			return fmt.Errorf("tui: trim needs a positive maxlen")
@@ -200,4 +210,17 @@ func (r ActionRequest) Validate() error {
 		return errors.Join(need("a subscription", r.Subscription), need("an aggregate", r.Aggregate), need("a reason", r.Reason))
 	}
 	return fmt.Errorf("tui: unknown action %q", r.Action)
+}
+
+// keyGlob is the --key glob that matches key alone: the glob's
+// metacharacters in it escaped.
+func keyGlob(key string) string {
+	var b strings.Builder
+	for _, r := range key {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -57,6 +57,10 @@ func actionTitle(r ActionRequest) string {
 		return fmt.Sprintf("Trim %s to %d entries", r.Stream, r.MaxLen)
 	case repair.ActionDeadLetter:
 		return "Dead-letter the head of " + r.Group + " on " + r.Key
+	case repair.ActionDLQReplay:
+		return "Replay the dead letters of " + r.Category + "/" + r.Key
+	case repair.ActionDLQPurge:
+		return "Purge the dead letters of " + r.Category + "/" + r.Key
 	case repair.ActionRetry:
 		return "Retry parked " + r.Subscription + "/" + r.Aggregate
 	case repair.ActionSkip:

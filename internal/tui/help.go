@@ -107,7 +107,7 @@ func hintLine(km KeyMap, st *Styles, view viewKind, readOnly bool, width int) st
 		}
 		return st.HintKey.Render(h.Key) + " " + st.HintDesc.Render(h.Desc)
 	}
-	for _, b := range viewActions(km, view) {
+	for _, b := range hintedActions(km, view) {
 		parts = append(parts, render(b, readOnly))
 	}
 	if readOnly && len(parts) > 0 {
@@ -119,8 +119,19 @@ func hintLine(km KeyMap, st *Styles, view viewKind, readOnly bool, width int) st
 	return ansi.Truncate(strings.Join(parts, "  "), width, "…")
 }
 
-// viewActions are the action bindings a view offers.
+// viewActions are the action bindings a view offers: those its hint line
+// shows, and those only the help page lists (the dead-letter actions of
+// the partitions view: with them the line would push "? help" out of an
+// 80-column terminal).
 func viewActions(km KeyMap, view viewKind) []key.Binding {
+	if view == viewPartitions {
+		return append(hintedActions(km, view), km.ReplayDLQ, km.PurgeDLQ)
+	}
+	return hintedActions(km, view)
+}
+
+// hintedActions are the action bindings of a view's hint line.
+func hintedActions(km KeyMap, view viewKind) []key.Binding {
 	switch view {
 	case viewPartitions:
 		return []key.Binding{km.Reap, km.Release, km.Trim, km.SkipHead}

@@ -21,6 +21,7 @@ type KeyMap struct {
 	Quit                                                key.Binding
 	// Actions (capital letters): each opens a plan.
 	Reap, Release, Trim, SkipHead, Retry, Skip key.Binding
+	ReplayDLQ, PurgeDLQ                        key.Binding
 	// In the confirm dialog.
 	Confirm, Cancel key.Binding
 }
@@ -56,6 +57,9 @@ func DefaultKeyMap() KeyMap {
 		SkipHead: b("dead-letter", "D"),
 		Retry:    b("retry", "Y"),
 		Skip:     b("skip", "S"),
+
+		ReplayDLQ: b("replay", "E"),
+		PurgeDLQ:  b("purge", "X"),
 
 		Confirm: b("apply", "y"),
 		Cancel:  b("cancel", "n", "esc"),
@@ -102,6 +106,8 @@ var help = map[string]string{
 	"dead-letter": "dead-letter the head (partitions skip-head)",
 	"retry":       "retry the parked entry (parked retry)",
 	"skip":        "skip the parked entry (parked skip)",
+	"replay":      "replay its dead letters (dlq replay)",
+	"purge":       "purge its dead letters (dlq purge)",
 }
 
 // describe is b's description on the help page.
@@ -123,7 +129,7 @@ func (k KeyMap) sections() []helpSection {
 	return []helpSection{
 		{title: "Navigate", bindings: []key.Binding{k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom}},
 		{title: "View", bindings: []key.Binding{k.Command, k.Filter, k.Detail, k.Back, k.SortNext, k.SortReverse, k.Refresh, k.Pause, k.Help, k.Quit}},
-		{title: "Act (capital letters)", bindings: []key.Binding{k.Reap, k.Release, k.Trim, k.SkipHead, k.Retry, k.Skip}, actions: true},
+		{title: "Act (capital letters)", bindings: []key.Binding{k.Reap, k.Release, k.Trim, k.SkipHead, k.ReplayDLQ, k.PurgeDLQ, k.Retry, k.Skip}, actions: true},
 	}
 }
 

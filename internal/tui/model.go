@@ -621,7 +621,7 @@ func (m *Model) reloadDetail() tea.Cmd {
 
 func (m *Model) isAction(msg tea.KeyMsg) bool {
 	k := m.keys
-	return key.Matches(msg, k.Reap, k.Release, k.Trim, k.SkipHead, k.Retry, k.Skip)
+	return key.Matches(msg, k.Reap, k.Release, k.Trim, k.SkipHead, k.ReplayDLQ, k.PurgeDLQ, k.Retry, k.Skip)
 }
 
 // action turns an action key into a request on the selected row (or the
@@ -630,7 +630,7 @@ func (m *Model) isAction(msg tea.KeyMsg) bool {
 func (m *Model) action(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 	k := m.keys
 	var b key.Binding
-	for _, c := range []key.Binding{k.Reap, k.Release, k.Trim, k.SkipHead, k.Retry, k.Skip} {
+	for _, c := range []key.Binding{k.Reap, k.Release, k.Trim, k.SkipHead, k.ReplayDLQ, k.PurgeDLQ, k.Retry, k.Skip} {
 		if key.Matches(msg, c) {
 			b = c
 		}
@@ -688,6 +688,12 @@ func (m *Model) action(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 					return m.openConfirm(ActionRequest{Action: repair.ActionTrim, Stream: pt.Stream, MaxLen: n})
 				},
 			})
+		case key.Matches(msg, k.ReplayDLQ):
+			base.Action = repair.ActionDLQReplay
+			return m, m.openConfirm(base)
+		case key.Matches(msg, k.PurgeDLQ):
+			base.Action = repair.ActionDLQPurge
+			return m, m.openConfirm(base)
 		case key.Matches(msg, k.SkipHead):
 			if !needGroup() {
 				return m, nil

@@ -275,6 +275,13 @@ func TestKeysDriveState(t *testing.T) {
 				t.Fatalf("planned %+v", r)
 			}
 		}},
+		{"E replays and X purges the partition's dead letters", nil, []string{"/", "h", "a", "l", "t", "enter", "E", "n", "X"}, func(t *testing.T, h *harness) {
+			r := h.m.opts.Actions.(*fakeActions).requests()
+			if len(r) != 2 || r[0] != (ActionRequest{Action: repair.ActionDLQReplay, Category: "shop::order", Key: "o-halted"}) ||
+				r[1] != (ActionRequest{Action: repair.ActionDLQPurge, Category: "shop::order", Key: "o-halted"}) {
+				t.Fatalf("planned %+v", r)
+			}
+		}},
 		{"an action from the detail page acts on its partition", nil, []string{"/", "h", "a", "l", "t", "enter", "enter", "L"}, func(t *testing.T, h *harness) {
 			r := h.m.opts.Actions.(*fakeActions).requests()
 			if len(r) != 1 || r[0].Key != "o-halted" {
@@ -771,6 +778,10 @@ func TestCommandLine(t *testing.T) {
 			`protctl partitions skip-head c k --group g --reason 'it'\''s bad'`},
 		{"retry", ActionRequest{Action: repair.ActionRetry, Subscription: "s", Aggregate: "a"}, "",
 			"protctl parked retry s a"},
+		{"dlq replay", ActionRequest{Action: repair.ActionDLQReplay, Category: "shop::order", Key: "o-1"}, "",
+			"protctl dlq replay shop::order --key o-1"},
+		{"dlq purge of a key a glob would read otherwise", ActionRequest{Action: repair.ActionDLQPurge, Category: "c", Key: "o*[1]"}, "",
+			`protctl dlq purge c --key 'o\*\[1\]'`},
 		{"skip", ActionRequest{Action: repair.ActionSkip, Subscription: "s", Aggregate: "a", Reason: "poison"}, "",
 			"protctl parked skip s a --reason poison"},
 	}

@@ -164,6 +164,8 @@ func (b *RedisBackend) Plan(ctx context.Context, req ActionRequest) (*repair.Pla
 		return b.rep.PlanTrim(ctx, repair.TrimRequest{Stream: req.Stream, MaxLen: req.MaxLen})
 	case repair.ActionDeadLetter:
 		return b.rep.PlanDeadLetter(ctx, repair.DeadLetterRequest{Category: req.Category, Key: req.Key, Group: req.Group, Reason: req.Reason})
+	case repair.ActionDLQReplay, repair.ActionDLQPurge:
+		return b.rep.PlanDLQ(ctx, repair.DLQRequest{Action: req.Action, Query: inspect.DeadLetterQuery{Category: req.Category, Key: keyGlob(req.Key)}})
 	case repair.ActionRetry, repair.ActionSkip:
 		return b.rep.PlanParked(ctx, repair.ParkedRequest{
 			Action: req.Action, Subscription: req.Subscription, Aggregate: req.Aggregate,

@@ -15,25 +15,6 @@ local st = key_type(2, 'stream')
 key_type(3, 'stream')
 fence(1, ARGV[1])
 
--- iso_utc formats TIME's seconds and microseconds as
--- broker.FailedAtLayout (days to a civil date: H. Hinnant's algorithm).
-local function iso_utc(sec, usec)
-  local days = math.floor(sec / 86400)
-  local rem = sec - days * 86400
-  local z = days + 719468
-  local era = math.floor(z / 146097)
-  local doe = z - era * 146097
-  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
-  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-  local mp = math.floor((5 * doy + 2) / 153)
-  local d = doy - math.floor((153 * mp + 2) / 5) + 1
-  local m = mp < 10 and mp + 3 or mp - 9
-  local y = yoe + era * 400
-  if m <= 2 then y = y + 1 end
-  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%06d+00:00', y, m, d,
-    math.floor(rem / 3600), math.floor(rem % 3600 / 60), rem % 60, usec)
-end
-
 local data, missing = nil, true
 local consumer, retries = '', 0
 if st == 'stream' then
@@ -52,7 +33,7 @@ end
 local now = redis.call('TIME')
 local meta = {
   original_stream = KEYS[2], original_id = ARGV[3], consumer_group = ARGV[2],
-  consumer = consumer, failed_at = iso_utc(tonumber(now[1]), tonumber(now[2])),
+  consumer = consumer, failed_at = iso_time(tonumber(now[1]), tonumber(now[2]), '+00:00'),
   retry_count = retries, failure_reason = ARGV[4],
 }
 if missing then meta.missing = true end

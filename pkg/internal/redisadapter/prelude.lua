@@ -46,3 +46,27 @@ local function numcmp(a, b)
   return 1
 end
 
+-- iso_time formats secs.micros since the epoch in UTC with microseconds
+-- and zone as the offset: 'Z' (RFC 3339, what Go's time.Time reads from
+-- JSON) or '+00:00' (what Python's datetime.fromisoformat reads before
+-- 3.11: Protean's dead-letter failed_at). Lua in Redis has no os.date, so
+-- the civil date is computed from the day number (Howard Hinnant's
+-- days-to-civil algorithm; all values are small integers held exactly in
+-- doubles).
+local function iso_time(secs, micros, zone)
+  local days = math.floor(secs / 86400)
+  local rem = secs - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m
+  if mp < 10 then m = mp + 3 else m = mp - 9 end
+  if m <= 2 then y = y + 1 end
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%06d%s', y, m, d,
+    math.floor(rem / 3600), math.floor((rem % 3600) / 60), rem % 60, micros, zone)
+end

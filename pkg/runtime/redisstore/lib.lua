@@ -16,32 +16,9 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- iso_time formats secs.micros since the epoch as RFC 3339 in UTC with
--- microseconds, the form Go's time.Time reads from JSON. Lua in Redis has
--- no os.date, so the civil date is computed from the day number (Howard
--- Hinnant's days-to-civil algorithm; all values are small integers held
--- exactly in doubles).
-local function iso_time(secs, micros)
-  local days = math.floor(secs / 86400)
-  local rem = secs - days * 86400
-  local z = days + 719468
-  local era = math.floor(z / 146097)
-  local doe = z - era * 146097
-  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
-  local y = yoe + era * 400
-  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-  local mp = math.floor((5 * doy + 2) / 153)
-  local d = doy - math.floor((153 * mp + 2) / 5) + 1
-  local m
-  if mp < 10 then m = mp + 3 else m = mp - 9 end
-  if m <= 2 then y = y + 1 end
-  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%06dZ', y, m, d,
-    math.floor(rem / 3600), math.floor((rem % 3600) / 60), rem % 60, micros)
-end
-
 local function iso_now()
   local t = redis.call('TIME')
-  return iso_time(tonumber(t[1]), tonumber(t[2]))
+  return iso_time(tonumber(t[1]), tonumber(t[2]), 'Z')
 end
 
 -- decimal strips leading zeros from a string of digits, or returns nil

@@ -218,13 +218,14 @@ func TestEveryScriptsKeysShareASlot(t *testing.T) {
 	}
 }
 
-// TestISOTimeMatchesGo checks lib.lua's date formatting against Go's for
-// days around leap years, century rules and the epoch.
+// TestISOTimeMatchesGo checks the prelude's date formatting against Go's
+// for days around leap years, century rules and the epoch, in both zone
+// forms (dead letters' failed_at uses +00:00).
 func TestISOTimeMatchesGo(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	c := srv.Client(t)
 	ctx := context.Background()
-	sc := newScript("return iso_time(tonumber(ARGV[1]), tonumber(ARGV[2]))")
+	sc := newScript("return iso_time(tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3])")
 	times := []time.Time{
 		time.Unix(0, 0),
 		time.Date(1999, 12, 31, 23, 59, 59, 999999000, time.UTC),
@@ -240,13 +241,17 @@ func TestISOTimeMatchesGo(t *testing.T) {
 		times = append(times, d)
 	}
 	for _, want := range times {
-		got, err := sc.Run(ctx, c, nil, want.Unix(), want.Nanosecond()/1000).Text()
+		got, err := sc.Run(ctx, c, nil, want.Unix(), want.Nanosecond()/1000, "Z").Text()
 		if err != nil {
 			t.Fatal(err)
 		}
 		parsed, err := time.Parse(time.RFC3339Nano, got)
 		if err != nil || !parsed.Equal(want) {
 			t.Fatalf("iso_time(%d, %d) = %q, want %s", want.Unix(), want.Nanosecond()/1000, got, want.Format(time.RFC3339Nano))
+		}
+		got, err = sc.Run(ctx, c, nil, want.Unix(), want.Nanosecond()/1000, "+00:00").Text()
+		if err != nil || got != want.Format("2006-01-02T15:04:05.000000+00:00") {
+			t.Fatalf("iso_time(%d, %d, +00:00) = %q, %v; want %s", want.Unix(), want.Nanosecond()/1000, got, err, want.Format("2006-01-02T15:04:05.000000+00:00"))
 		}
 	}
 }
