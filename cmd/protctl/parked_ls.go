@@ -31,7 +31,11 @@ func newParkedListCmd(f *Factory) *cobra.Command {
 partition key (Redis) with the partition, the position of its failing record
 (offset or entry id), the last error, the attempts, when it was parked, and
 its status (parked, retrying, unrecoverable), oldest first. An operator's
-request not taken up yet is shown with it.`,
+request not taken up yet is shown with it.
+
+A --subscription that never parked an entry, is no consumer group with a
+lease, generation or registry entry and saved no Kafka checkpoint (a typo)
+exits 4; a ledger key of the wrong Redis type exits 9.`,
 		Example: `  protctl parked ls
   protctl parked ls --subscription app.OrderProjector -o json
   protctl parked ls -w`,
@@ -59,6 +63,11 @@ func runParkedList(ctx context.Context, opts *parkedListOptions) error {
 	ps, err := ins.Parked(ctx, opts.Subscription)
 	if err != nil {
 		return dataErr(err)
+	}
+	if len(ps) == 0 && opts.Subscription != "" {
+		if err := requireSubscription(ctx, ins, opts.Subscription); err != nil {
+			return err
+		}
 	}
 	items := make([]parkedItem, len(ps))
 	for i, p := range ps {

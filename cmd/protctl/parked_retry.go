@@ -87,7 +87,7 @@ func runParkedRequest(ctx context.Context, opts *parkedRequestOptions) error {
 		opts.Mutation.ApplyOptions.Interval = time.Second / time.Duration(opts.RPS)
 	}
 	return runMutation(ctx, opts.Mutation, func(ctx context.Context, r *repair.Repairer) (*repair.Plan, error) {
-		return r.PlanParked(ctx, repair.ParkedRequest{
+		p, err := r.PlanParked(ctx, repair.ParkedRequest{
 			Action:       opts.Action,
 			Subscription: opts.Subscription,
 			Aggregate:    opts.Aggregate,
@@ -97,5 +97,10 @@ func runParkedRequest(ctx context.Context, opts *parkedRequestOptions) error {
 			Reason:       opts.Reason,
 			By:           opts.By,
 		})
+		if err == nil && len(p.Items) == 0 && opts.All && opts.Subscription != "" {
+			// Nothing to plan: a subscription with nothing parked, or a typo.
+			err = requireSubscription(ctx, r.Inspector(), opts.Subscription)
+		}
+		return p, err
 	})
 }

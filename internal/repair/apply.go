@@ -13,6 +13,9 @@ func (r *Repairer) apply(ctx context.Context, p *Plan, opts ApplyOptions) (Outco
 	if want := r.broker.Layout().String(); p.Layout != want {
 		return "", fmt.Errorf("%w: the plan is for the %s layout, the broker uses %s", ErrInvalidPlan, p.Layout, want)
 	}
+	if err := r.checkRecord(ctx, p); err != nil {
+		return "", err
+	}
 	a := Applied{Plan: p, StartedAt: r.cfg.now(), CommandLine: opts.CommandLine}
 	a.Outcome, a.Err = r.applyItems(ctx, p, opts, &a.Attempted)
 	a.FinishedAt = r.cfg.now()
