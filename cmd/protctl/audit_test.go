@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/user"
 	"regexp"
@@ -189,19 +190,15 @@ func TestAuditRecordsAConflictButNotWhatTriedNothing(t *testing.T) {
 }
 
 // TestAuditFailedAppendKeepsTheResult: when the entry cannot be written
-// (the key holds another type; an ACL user without XADD), the repair's
-// output and exit code are what they would be, and stderr says the apply
-// was not recorded and why: a line in table mode, a JSON warning object
-// in JSON mode.
+// though the apply went through (an ACL user without XADD: only the
+// append finds out), the repair's output and exit code are what they
+// would be, and stderr says the apply was not recorded and why: a line in
+// table mode, a JSON warning object in JSON mode. (An audit key of the
+// wrong type is found before the apply, which is then refused:
+// TestAuditLogOfTheWrongTypeStopsEveryMutator.)
 func TestAuditFailedAppendKeepsTheResult(t *testing.T) {
 	releaseArgs := func(e *opsEnv) []string {
 		return []string{"partitions", "release", e.s.Orders, e.s.Halted, "--group", e.s.Projector, "--force", "--yes"}
-	}
-	wrongType := func(e *opsEnv) *cli {
-		if err := e.c.Set(context.Background(), audit.Key, "not a stream", 0).Err(); err != nil {
-			e.t.Fatal(err)
-		}
-		return e.cli(false)
 	}
 	noXAdd := func(e *opsEnv) *cli {
 		if err := e.c.Do(context.Background(), "ACL", "SETUSER", "noaudit", "on", ">pw-noaudit", "~*", "&*", "+@all", "-xadd").Err(); err != nil {
@@ -216,7 +213,6 @@ func TestAuditFailedAppendKeepsTheResult(t *testing.T) {
 		setup func(e *opsEnv) *cli
 		why   string
 	}{
-		{"wrong type", wrongType, "WRONGTYPE"},
 		{"no XADD permission", noXAdd, "NOPERM"},
 	} {
 		t.Run(c.name+", table", func(t *testing.T) {
@@ -258,13 +254,67 @@ func TestAuditFailedAppendKeepsTheResult(t *testing.T) {
 		e := newOpsEnv(t)
 		plan := savePlan(t, e, "partitions", "release", e.s.Orders, e.s.Halted, "--group", e.s.Projector, "--force")
 		testenvLease(e, "worker-2", 6)
-		r := wrongType(e).run("apply", "-f", plan, "--yes", "-o", "json")
+		r := noXAdd(e).run("apply", "-f", plan, "--yes", "-o", "json")
 		r.wantCode(t, clierr.ExitConflict)
 		lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
 		if len(lines) != 2 || !strings.Contains(lines[0], `"AUDIT_NOT_RECORDED"`) || !strings.Contains(lines[1], `"CONFLICT"`) {
 			t.Fatalf("stderr %q", r.stderr)
 		}
 	})
+}
+
+// TestAuditLogOfTheWrongTypeStopsEveryMutator: every mutator appends to
+// the audit log; when its key holds another type than a stream, each
+// apply is refused before it changes anything, with the wrong-type error
+// (exit 9) naming the key, the type it holds and "stream", rather than
+// repairing and then warning that the repair went unrecorded. A dry run
+// records nothing and still works; audit ls reports the same error.
+func TestAuditLogOfTheWrongTypeStopsEveryMutator(t *testing.T) {
+	e := newOpsEnv(t)
+	e.park()
+	s := e.s
+	ctx := context.Background()
+	plan := savePlan(t, e, "partitions", "release", s.Orders, s.Halted, "--group", s.Projector, "--force")
+	if err := e.c.Set(ctx, audit.Key, "not a stream", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.c.XGroupCreateConsumer(ctx, broker.ProteanLayout.Stream(s.Orders, s.Healthy), s.Projector, "node-a:1") // stale: prune-consumers has one
+	want := fmt.Sprintf("%q holds a string, want a stream", audit.Key)
+	for _, args := range [][]string{
+		{"partitions", "reap", s.Orders, s.Cold},
+		{"partitions", "reap", s.Orders, "--all-cold"},
+		{"partitions", "release", s.Orders, s.Halted, "--group", s.Projector, "--force"},
+		{"partitions", "skip-head", s.Orders, s.Halted, "--group", s.Projector, "--reason", "poison"},
+		{"partitions", "prune-consumers", s.Orders},
+		{"streams", "trim", broker.ProteanLayout.Stream(s.Payments, s.Pay1), "--maxlen", "1"},
+		{"parked", "retry", s.Projector, s.Halted},
+		{"parked", "skip", s.Projector, s.Halted, "--reason", "poison"},
+		{"parked", "retry", "--all"},
+		{"apply", "-f", plan},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			before := e.digest()
+			e.run(append(args, "--dry-run")...).wantCode(t, 0)
+			for _, format := range []string{"table", "json"} {
+				r := e.run(append(args, "--yes", "-o", format)...)
+				r.wantCode(t, clierr.ExitWrongType)
+				if !strings.Contains(strings.ReplaceAll(r.stderr, `\"`, `"`), want) || !strings.Contains(r.stderr, "nothing was changed") {
+					t.Errorf("-o %s: stderr %q lacks %s and that nothing was changed", format, r.stderr, want)
+				}
+			}
+			if e.digest() != before {
+				t.Fatal("the mutator changed Redis though its apply could not be recorded")
+			}
+			if typ := e.c.Type(ctx, audit.Key).Val(); typ != "string" {
+				t.Fatalf("the audit key holds a %s now", typ)
+			}
+		})
+	}
+	r := e.run("audit", "ls")
+	r.wantCode(t, clierr.ExitWrongType)
+	if !strings.Contains(r.stderr, want) {
+		t.Fatalf("audit ls: %q lacks %s", r.stderr, want)
+	}
 }
 
 // TestAuditNeverRecordsThePassword: a Redis password given in --redis is
@@ -290,12 +340,14 @@ func TestAuditNeverRecordsThePassword(t *testing.T) {
 	for _, o := range []string{"table", "wide", "json", "jsonl", "yaml"} {
 		run(0, "audit", "ls", "-o", o)
 	}
-	// And when the append fails.
+	// And when the audit log cannot take it (an apply with nothing to
+	// try, which is not recorded; one with something is refused).
 	if err := e.c.Rename(context.Background(), audit.Key, "audit-kept").Err(); err != nil {
 		t.Fatal(err)
 	}
 	e.c.Set(context.Background(), audit.Key, "x", 0)
 	run(0, "partitions", "release", e.s.Orders, e.s.Lagging, "--group", e.s.Projector, "--force", "--yes", "-o", "json")
+	run(clierr.ExitWrongType, "streams", "trim", broker.ProteanLayout.Stream(e.s.Payments, e.s.Pay1), "--maxlen", "1", "--yes", "-o", "json")
 
 	entries, err := e.c.XRange(context.Background(), "audit-kept", "-", "+").Result()
 	if err != nil || len(entries) != 2 {
@@ -406,8 +458,8 @@ func scrubOrigin(doc string) string {
 }
 
 // TestTUIActionIsAudited: an action applied in the dashboard is recorded
-// like the CLI's; when the append fails, the dashboard shows the results
-// and the failure as a warning.
+// like the CLI's; when the audit log's key holds another type, the apply
+// is refused before it changes anything, and the dashboard says why.
 func TestTUIActionIsAudited(t *testing.T) {
 	for _, broken := range []bool{false, true} {
 		name := "recorded"
@@ -426,11 +478,14 @@ func TestTUIActionIsAudited(t *testing.T) {
 			d.keys("L")
 			d.wantView("Apply 1 change?")
 			d.keys("y")
-			d.wantView("Result: 1 applied")
 			if broken {
-				d.wantView("warning: not recorded in the audit log", "WRONGTYPE")
+				d.wantView(fmt.Sprintf("%q holds a string, want a stream", audit.Key))
+				if e.lease(e.s.Projector, e.s.Halted) == "" {
+					t.Fatal("the lease was released though the apply could not be recorded")
+				}
 				return
 			}
+			d.wantView("Result: 1 applied")
 			got := e.auditEntries()
 			if len(got) != 1 || strings.Join(got[0].Actions, ",") != "release" || got[0].Items[0].result() != "applied" {
 				t.Fatalf("entries %+v", got)

@@ -64,7 +64,8 @@ flag is given; without any, check runs --max-parked 0 --no-expired-leases.
 
 Partitions are read from the categories given with --category, else from the
 context's and those a paced SCAN finds. The result lists each check with its
-limit, the value found and up to 20 offenders.`,
+limit, the value found and up to 20 offenders. An unknown --category or
+--service exits 4; a key of the wrong Redis type read by a check exits 9.`,
 		Example: `  protctl check
   protctl check --max-parked 0 --max-lag 1000 --max-lag-age 5m --no-expired-leases
   protctl check --no-paused --service shop -o json
@@ -387,6 +388,11 @@ func checkPaused(ctx context.Context, ins *inspect.Inspector, services []string)
 		ns, err := ins.Nodes(ctx, s)
 		if err != nil {
 			return checkResult{}, dataErr(err)
+		}
+		if len(ns) == 0 {
+			if err := requireService(ctx, ins, s); err != nil {
+				return checkResult{}, err
+			}
 		}
 		nodes += len(ns)
 		for _, node := range ns {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/protctl/protctl/internal/clierr"
 	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
 type checkDoc struct {
@@ -45,7 +46,7 @@ func TestCheckThresholds(t *testing.T) {
 		{"expired leases: with entries waiting", nil, append([]string{"--no-expired-leases"}, orders...), 8, s.Lagging},
 		{"expired leases: caught up", (*opsEnv).catchUpLagging, append([]string{"--no-expired-leases"}, orders...), 0, ""},
 		{"paused: a node reports one", (*opsEnv).heartbeat, []string{"--no-paused", "--service", "shop"}, 8, "node-b"},
-		{"paused: no node of that service", nil, []string{"--no-paused", "--service", "other"}, 0, ""},
+		{"paused: no live node of that service", (*opsEnv).otherService, []string{"--no-paused", "--service", "other"}, 0, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -75,6 +76,15 @@ func TestCheckThresholds(t *testing.T) {
 }
 
 func (e *opsEnv) parkOnly() { e.park() }
+
+// otherService leaves service "other" a Kafka lease group's generation
+// counter and no live node: a service known to Redis with nothing running.
+func (e *opsEnv) otherService() {
+	e.t.Helper()
+	if err := e.c.Set(context.Background(), redisstore.TopicLeaseGroup("other", "orders").GenerationKey(0), "1", 0).Err(); err != nil {
+		e.t.Fatal(err)
+	}
+}
 
 // unackCold delivers o-cold's day-old entries to a new group that does not
 // ack them.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/protctl/protctl/internal/config"
 	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/internal/redisconn"
+	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 )
 
@@ -109,6 +111,35 @@ func (f *Factory) operatorError(err error, kind clierr.Kind) error {
 		return err
 	}
 	return operatorText{err: err, text: text}
+}
+
+// completeWrongType names the type held by the key of a
+// *broker.WrongTypeError in err's chain that does not say it (a script's
+// PROTCTL_WRONGTYPE or the server's WRONGTYPE reply names only what was
+// wanted): one TYPE on the command's own Redis client, before it is
+// closed, so that every wrong-type message names the key, the type it
+// holds and the type expected. Nothing is done when the command dialled
+// no Redis or the TYPE fails.
+func (f *Factory) completeWrongType(ctx context.Context, err error) {
+	var wte *broker.WrongTypeError
+	if !errors.As(err, &wte) || wte.Got != "" || wte.Key == "" {
+		return
+	}
+	f.redisMu.Lock()
+	c := f.redisClient
+	f.redisMu.Unlock()
+	if c == nil {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	if d := f.Timeout(); d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	if t, terr := c.Type(ctx, wte.Key).Result(); terr == nil && t != "none" {
+		wte.Got = t
+	}
 }
 
 // operatorText is an error with the operator's wording; it unwraps to the

@@ -79,7 +79,12 @@ With --category the leases are enumerated from the category's index and its
 groups (free leases included), and the streams tell released from expired.
 Without it, a paced SCAN of the keyspace finds every lease and generation key
 (progress on stderr); free leases have no key and are not listed, the
-category is unknown, and a lease not held reads unheld.`,
+category is unknown, and a lease not held reads unheld.
+
+An unknown --category exits 4, and so does a --group with no trace in
+Redis (never leased, and not created on a lane or registered, with
+--category; no lease or generation key and no group registry, without). A
+lease or generation key of the wrong Redis type exits 9 naming it.`,
 		Example: `  protctl leases ls --category shop::order
   protctl leases ls --group app.OrderProjector
   protctl leases ls --category shop::order --state expired -o json
@@ -129,6 +134,11 @@ func runLeasesList(ctx context.Context, opts *leasesListOptions) error {
 	if err != nil {
 		return dataErr(err)
 	}
+	if opts.Group != "" {
+		if err := requireGroupOfLeases(ctx, ins, opts.Group, opts.Categories, leases); err != nil {
+			return err
+		}
+	}
 	if opts.State != "" {
 		leases = slices.DeleteFunc(leases, func(l inspect.Lease) bool { return string(l.State) != opts.State })
 	}
@@ -153,4 +163,27 @@ func runLeasesList(ctx context.Context, opts *leasesListOptions) error {
 			output.Col("LEASE-KEY", func(l inspect.Lease) string { return l.LeaseKey }, output.WideOnly()),
 		},
 	})
+}
+
+// requireGroupOfLeases fails with NOT_FOUND when the --group filter names
+// a group with no trace: none of leases (its rows) was ever leased, and,
+// with --category, it is neither created on a lane nor registered for the
+// categories (a row is listed for every partition, free, even for a
+// typo); without, no lease or generation key and no group registry has it.
+func requireGroupOfLeases(ctx context.Context, ins *inspect.Inspector, group string, cats []string, leases []inspect.Lease) error {
+	if slices.ContainsFunc(leases, func(l inspect.Lease) bool { return l.Token != nil || l.Counter != nil }) {
+		return nil
+	}
+	if len(cats) == 0 {
+		return requireLeaseGroup(ctx, ins, group)
+	}
+	var parts []inspect.Partition
+	for _, c := range cats {
+		ps, err := ins.Partitions(ctx, c, inspect.PartitionOptions{Group: group})
+		if err != nil {
+			return dataErr(err)
+		}
+		parts = append(parts, ps...)
+	}
+	return requireGroup(parts, group, cats)
 }

@@ -40,6 +40,7 @@ func execute(ctx context.Context, f *Factory, root *cobra.Command, args []string
 	root.SetArgs(args)
 	f.args = args
 	cmd, err := root.ExecuteContextC(ctx)
+	f.completeWrongType(ctx, err)
 	f.close()
 	if errors.Is(err, context.Canceled) && errors.Is(context.Cause(ctx), clierr.ErrInterrupted) {
 		err = clierr.Interrupted.Wrap(err)

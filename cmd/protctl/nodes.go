@@ -45,7 +45,8 @@ Redis (protctl:{S}:node:*): join state, the partitions each holds with their
 generations, paused and throttled partitions, parked count and when it was
 last seen. A node whose heartbeat expired is not listed. Without --service it
 lists the services found in Redis (their nodes' status records and Kafka
-lease groups), to pick one from.`,
+lease groups), to pick one from. A --service with none of those (a typo)
+exits 4; a status record or membership set of the wrong Redis type exits 9.`,
 		Example: `  protctl nodes ls --service shop
   protctl nodes ls --service shop -o json
   protctl nodes ls --service shop -w
@@ -130,6 +131,11 @@ func runNodesList(ctx context.Context, opts *nodesListOptions) error {
 	nodes, err := ins.Nodes(ctx, opts.Service)
 	if err != nil {
 		return dataErr(err)
+	}
+	if len(nodes) == 0 {
+		if err := requireService(ctx, ins, opts.Service); err != nil {
+			return err
+		}
 	}
 	items := make([]nodeItem, len(nodes))
 	for i, n := range nodes {

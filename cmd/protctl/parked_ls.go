@@ -38,7 +38,9 @@ request not taken up yet is shown with it.
 The filters (--error, --error-class, --older-than, --newer-than, --key,
 --position) are those of parked retry and skip: list with them first to see
 what a bulk retry or skip would take. Ages are measured on the Redis
-server's clock.`,
+server's clock. A --subscription that never parked an entry, is no consumer group with a
+lease, generation or registry entry and saved no Kafka checkpoint (a typo)
+exits 4; a ledger key of the wrong Redis type exits 9.`,
 		Example: `  protctl parked ls
   protctl parked ls --subscription app.OrderProjector -o json
   protctl parked ls --subscription ledger-sync --error-class 'http POST http://billing' --older-than 10m
@@ -80,6 +82,11 @@ func runParkedList(ctx context.Context, opts *parkedListOptions) error {
 		return dataErr(filterErr(err))
 	}
 	ps := sel.Entries
+	if len(ps) == 0 && opts.Subscription != "" {
+		if err := requireSubscription(ctx, ins, opts.Subscription); err != nil {
+			return err
+		}
+	}
 	items := make([]parkedItem, len(ps))
 	for i, p := range ps {
 		items[i] = parkedItemOf(p)

@@ -122,6 +122,10 @@ func runParkedRequest(ctx context.Context, opts *parkedRequestOptions) error {
 			Reason:       opts.Reason,
 			By:           opts.By,
 		})
+		if err == nil && len(p.Items) == 0 && opts.All && opts.Subscription != "" {
+			// Nothing to plan: a subscription with nothing parked, or a typo.
+			err = requireSubscription(ctx, r.Inspector(), opts.Subscription)
+		}
 		return p, filterErr(err)
 	})
 }

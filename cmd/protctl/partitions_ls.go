@@ -61,7 +61,13 @@ the group's lease; "-" means no lease is held.
 --sort-by orders by key (the default), lag (most behind first), age (the
 newest entry's age, oldest first) or ttl (the lease closest to expiry
 first). --limit keeps the first N after sorting. -w/--watch lists again
-every --watch-interval until interrupted (Ctrl-C ends it with exit 0).`,
+every --watch-interval until interrupted (Ctrl-C ends it with exit 0).
+
+An unknown CATEGORY exits 4, and so does a filter naming what Redis has no
+trace of: a --group neither created on a lane nor registered, an --owner
+that holds no listed lease and is no live node of any service. A lease,
+generation or lane key of the wrong Redis type is listed with an error and
+exits 9.`,
 		Example: `  protctl partitions ls
   protctl partitions ls shop::order --group app.OrderProjector --lagging
   protctl partitions ls shop::order --owner worker-1 --sort-by ttl
@@ -126,6 +132,13 @@ func listPartitionsOnce(ctx context.Context, opts *partitionsListOptions, ins *i
 		// With another filter, the partitions that would show the group
 		// created may be the ones dropped.
 		if err := requireGroup(parts, opts.Group, cats); err != nil {
+			return err
+		}
+	}
+	if !opts.Lagging && opts.Owner != "" && len(parts) == 0 {
+		// With --lagging too, the owner's partitions may be the ones
+		// dropped for not lagging.
+		if err := requireOwner(ctx, ins, opts.Owner, cats); err != nil {
 			return err
 		}
 	}
@@ -226,6 +239,9 @@ func streamPartitions(ctx context.Context, opts *partitionsListOptions, ins *ins
 	}
 	if opts.Group != "" && n > 0 && !groupSeen && !limited && !opts.Lagging && opts.Owner == "" {
 		return requireGroup(nil, opts.Group, cats)
+	}
+	if opts.Owner != "" && n == 0 && !opts.Lagging {
+		return requireOwner(ctx, ins, opts.Owner, cats)
 	}
 	return nil
 }

@@ -37,7 +37,8 @@ script that checks again, right before XGROUP DELCONSUMER, that it holds
 no pending entries (DELCONSUMER would destroy them) and is not the live
 lease's consumer: one that gained pending entries or became the lease's
 consumer since the plan is kept and reported as a conflict (exit 5); one
-already gone is skipped.`,
+already gone is skipped. An unknown CATEGORY or KEY, or a --group that reads
+no partition of the category, exits 4.`,
 		Example: `  protctl partitions prune-consumers shop::order --dry-run
   protctl partitions prune-consumers shop::order o-1 --group app.OrderProjector --yes
   protctl partitions prune-consumers shop::order --dry-run -o json > prune.json`,

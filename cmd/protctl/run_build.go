@@ -407,9 +407,10 @@ var (
 // Redis 7+), in one pipeline; Kafka, head minus checkpoint of each held
 // partition. A subscription whose lag cannot be read is left out, never
 // reported as 0 (docs/node-config.md): one whose Redis reads fail, a
-// topic's subscriptions before they joined (nothing held says nothing
-// about the topic) or when the watermarks or checkpoints cannot be read,
-// and every one while the node's heartbeats fail (Redis unreachable).
+// topic's subscriptions when not running (before they joined, nothing held
+// says nothing about the topic; unavailable, their brokers do not answer)
+// or when the watermarks or checkpoints cannot be read, and every one
+// while the node's heartbeats fail (Redis unreachable).
 func (n *runningNode) lag(ctx context.Context) (map[string]int64, error) {
 	out := map[string]int64{}
 	if err := n.node.StoreErr(); err != nil {
@@ -442,7 +443,10 @@ func (n *runningNode) lag(ctx context.Context) (map[string]int64, error) {
 				}
 			}
 		case *runtime.TopicSubscriptions:
-			if st := sub.JoinState(); st != runtime.JoinJoined {
+			// Only a running topic (joined, its brokers answering) has a
+			// lag: holding nothing before the join says nothing about the
+			// topic, and in an outage the watermarks read are stale.
+			if st := sub.Status().State; st != runtime.StateRunning {
 				keep(fmt.Errorf("topic %s: %s", sub.Topic(), st))
 				continue
 			}

@@ -447,7 +447,7 @@ func runSentinelFailover(t *testing.T, wait bool) failoverResult {
 	pc := s.FailoverClient(t) // the publisher's own client
 	pub := startHAPublisher(t, pc, keys, 100*time.Millisecond, pubOpts...)
 
-	haEventually(t, 4*time.Minute, "300 events handled before the kill", func() bool { return survey(rec.read()).handledCount() >= 300 })
+	eventuallyTrue(t, 4*time.Minute, "300 events handled before the kill", func() bool { return survey(rec.read()).handledCount() >= 300 })
 	old, err := s.Master(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -462,7 +462,7 @@ func runSentinelFailover(t *testing.T, wait bool) failoverResult {
 
 	// Processing again: an event acknowledged after the kill is handled.
 	var firstAck, firstHandled time.Time
-	haEventually(t, 4*time.Minute, "an event published after the kill handled", func() bool {
+	eventuallyTrue(t, 4*time.Minute, "an event published after the kill handled", func() bool {
 		var after map[string]bool
 		firstAck, after = pub.ackedAfter(killed)
 		firstHandled = firstBeginOf(rec.read(), after)
@@ -472,7 +472,7 @@ func runSentinelFailover(t *testing.T, wait bool) failoverResult {
 	pub.mu.Lock()
 	startRounds := pub.rounds
 	pub.mu.Unlock()
-	haEventually(t, 4*time.Minute, "10 more rounds published", func() bool {
+	eventuallyTrue(t, 4*time.Minute, "10 more rounds published", func() bool {
 		pub.mu.Lock()
 		defer pub.mu.Unlock()
 		return pub.rounds >= startRounds+10
@@ -513,7 +513,7 @@ func runSentinelFailover(t *testing.T, wait bool) failoverResult {
 			}
 		}
 	}
-	haEventually(t, 5*time.Minute, "every event the promoted primary holds handled", func() bool {
+	eventuallyTrue(t, 5*time.Minute, "every event the promoted primary holds handled", func() bool {
 		sv := survey(rec.read())
 		for e := range want {
 			k, seq, _ := strings.Cut(e, "/")
@@ -644,13 +644,13 @@ func runPartition(t *testing.T, fault func(*testenv.Proxy)) {
 		}
 		return n
 	}
-	haEventually(t, 4*time.Minute, "both nodes handling", func() bool {
+	eventuallyTrue(t, 4*time.Minute, "both nodes handling", func() bool {
 		all := rec.read()
 		return byNode(all, cut, time.Time{}) >= 50 && byNode(all, other, time.Time{}) >= 50
 	})
 	hold.Store(true)
 	// A call of node-1 that holds is under way when the fault lands.
-	haEventually(t, time.Minute, "a call of node-1 holding", func() bool {
+	eventuallyTrue(t, time.Minute, "a call of node-1 holding", func() bool {
 		open := map[string]int{}
 		for _, e := range rec.read() {
 			if e.node == cut && e.kind == 'B' {
@@ -671,21 +671,21 @@ func runPartition(t *testing.T, fault func(*testenv.Proxy)) {
 	// The other node takes node-1's partitions: it handles keys node-1
 	// was handling, after the fault.
 	var moved int
-	haEventually(t, 4*time.Minute, "node-2 handling node-1's keys", func() bool {
+	eventuallyTrue(t, 4*time.Minute, "node-2 handling node-1's keys", func() bool {
 		moved = takenOverAfter(rec.read(), cut, other, faulted)
 		return moved >= 3
 	})
 	healed := rec.mark("heal")
 	hold.Store(false)
 	proxy.Heal()
-	haEventually(t, 4*time.Minute, "node-1 handling again after the heal", func() bool {
+	eventuallyTrue(t, 4*time.Minute, "node-1 handling again after the heal", func() bool {
 		return byNode(rec.read(), cut, healed) >= 20
 	})
 	rounds, err := pub.halt()
 	if err != nil {
 		t.Fatal(err)
 	}
-	haEventually(t, 5*time.Minute, "every event handled", func() bool {
+	eventuallyTrue(t, 5*time.Minute, "every event handled", func() bool {
 		sv := survey(rec.read())
 		for _, k := range keys {
 			for s := 1; s <= rounds; s++ {
@@ -736,9 +736,9 @@ func takenOverAfter(all []haCall, from, to string, t time.Time) int {
 	return len(moved)
 }
 
-// haEventually is testenv.Eventually for conditions whose state the
+// eventuallyTrue is testenv.Eventually for conditions whose state the
 // failure message does not need (the handler log is dumped on failure).
-func haEventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+func eventuallyTrue(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	testenv.Eventually(t, d, what, func() (bool, string) { return cond(), "" })
 }

@@ -77,7 +77,9 @@ checkpoint (the next offset it reads) and lag (head - checkpoint).
 Without TOPIC the topics are those with lease-group keys in Redis, found by a
 paced SCAN (progress on stderr); a topic found there that Kafka no longer has
 is listed with an error. Subscriptions are found by the same scan unless
---subscription names them. A TOPIC Kafka does not know exits 4; an
+--subscription names them. A TOPIC Kafka does not know exits 4, and so does
+a --service Redis has no trace of (no lease, generation or checkpoint on the
+partitions read, no node) or a --subscription with no checkpoint on them; an
 unreachable Kafka or Redis exits 3. Without --service it lists the services
 found in Redis (their nodes' status records and Kafka lease groups).`,
 		Example: `  protctl topics ls --service shop
@@ -118,8 +120,9 @@ func newTopicsShowCmd(f *Factory) *cobra.Command {
 		Long: `Show the lease group of one Kafka topic of a service: the lease group name,
 the subscriptions, and per partition the lease (owner, generation, TTL left,
 state), Kafka's earliest offset and head, and each subscription's checkpoint
-and lag. A topic Kafka does not know exits 4; an unreachable Kafka or Redis
-exits 3.`,
+and lag. A topic Kafka does not know exits 4, as do a --service and a
+--subscription of which the topic shows no trace; an unreachable Kafka or
+Redis exits 3.`,
 		Example: `  protctl topics show orders --service shop
   protctl topics show orders --service shop --subscription ledger-sync -o json`,
 		Args: cobra.ExactArgs(1),
@@ -153,7 +156,53 @@ func readTopics(ctx context.Context, opts *topicsOptions) ([]inspect.Topic, erro
 		}},
 	})
 	prog.Done()
-	return topics, loginHint(topicsErr(err), opts.Settings)
+	if err != nil {
+		return nil, loginHint(topicsErr(err), opts.Settings)
+	}
+	if err := requireTopicNames(ctx, ins, opts, topics); err != nil {
+		return nil, err
+	}
+	return topics, nil
+}
+
+// requireTopicNames fails with NOT_FOUND when what was read shows no
+// trace of --service (no lease, generation or checkpoint on any partition
+// read, and no other record of the service) or of a --subscription (no
+// checkpoint on any partition read): a typo would otherwise list every
+// partition as free and the subscription's checkpoints as missing.
+func requireTopicNames(ctx context.Context, ins *inspect.Inspector, opts *topicsOptions, topics []inspect.Topic) error {
+	traced := false
+	saved := map[string]bool{}
+	for _, t := range topics {
+		for _, p := range t.Partitions {
+			traced = traced || p.Generation != nil || p.Owner != nil
+			for _, s := range p.Subscriptions {
+				if s.Checkpoint != nil {
+					traced, saved[s.Name] = true, true
+				}
+			}
+		}
+	}
+	if !traced {
+		if err := requireService(ctx, ins, opts.Service); err != nil {
+			return err
+		}
+	}
+	for _, s := range opts.Subscriptions {
+		if !saved[s] {
+			where := "any topic"
+			if len(topics) > 0 {
+				names := make([]string, 0, len(topics))
+				for _, t := range topics {
+					names = append(names, t.Topic)
+				}
+				where = "any partition of " + strings.Join(names, ", ")
+			}
+			return clierr.NotFound.Errorf("subscription %q saved no checkpoint on %s of service %q (check the spelling; without --subscription the subscriptions with checkpoints are listed)",
+				s, where, opts.Service)
+		}
+	}
+	return nil
 }
 
 // loginHint adds to an unreachable-Kafka error with SASL configured what

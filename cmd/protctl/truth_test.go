@@ -5,11 +5,17 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/protctl/protctl/internal/audit"
 	"github.com/protctl/protctl/internal/clierr"
+	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
 // TestUnknownNamesAreNotFound walks every command that takes a category,
@@ -21,7 +27,13 @@ import (
 func TestUnknownNamesAreNotFound(t *testing.T) {
 	e := newOpsEnv(t)
 	s := e.s
-	const cat, group, sub = "nosuch::cat", "nosuch.Group", "nosuch.Sub"
+	e.park()
+	e.heartbeat()
+	// Service shop's Kafka topic orders: its lease group and the
+	// checkpoints of subscription ledger, for the topics commands.
+	k := testenv.StartKafka(t, 1, "orders")
+	seedTopicLeaseGroup(t, e.c)
+	const cat, group, sub, svc, node = "nosuch::cat", "nosuch.Group", "nosuch.Sub", "nosuch-svc", "nosuch-node"
 	cases := []struct {
 		name    string
 		args    []string
@@ -47,12 +59,37 @@ func TestUnknownNamesAreNotFound(t *testing.T) {
 		{"parked show", []string{"parked", "show", sub, s.Halted}, sub},
 		{"parked retry", []string{"parked", "retry", sub, s.Halted, "--yes"}, sub},
 		{"parked skip", []string{"parked", "skip", sub, s.Halted, "--reason", "x", "--yes"}, sub},
+		// The filters of every list and show.
+		{"partitions ls --owner", []string{"partitions", "ls", s.Orders, "--owner", node}, node},
+		{"partitions prune-consumers: category", []string{"partitions", "prune-consumers", cat, "--yes"}, cat},
+		{"partitions prune-consumers: key", []string{"partitions", "prune-consumers", s.Orders, "o-nosuch", "--yes"}, "o-nosuch"},
+		{"partitions prune-consumers --group", []string{"partitions", "prune-consumers", s.Orders, "--group", group, "--dry-run"}, group},
+		{"leases ls --group", []string{"leases", "ls", "--group", group}, group},
+		{"leases ls --category --group", []string{"leases", "ls", "--category", s.Orders, "--group", group}, group},
+		{"parked ls --subscription", []string{"parked", "ls", "--subscription", sub}, sub},
+		{"parked retry --all --subscription", []string{"parked", "retry", "--all", "--subscription", sub, "--yes"}, sub},
+		{"parked skip --all --subscription", []string{"parked", "skip", "--all", "--subscription", sub, "--reason", "x", "--yes"}, sub},
+		{"nodes ls --service", []string{"nodes", "ls", "--service", svc}, svc},
+		{"check --service", []string{"check", "--no-paused", "--service", svc}, svc},
+		{"topics ls --service", []string{"topics", "ls", "--service", svc}, svc},
+		{"topics show --service", []string{"topics", "show", "orders", "--service", svc}, svc},
+		{"topics ls --subscription", []string{"topics", "ls", "--service", "shop", "--subscription", sub}, sub},
+		{"topics show --subscription", []string{"topics", "show", "orders", "--service", "shop", "--subscription", sub}, sub},
+		{"tui --category", []string{"tui", "--category", cat}, cat},
+		{"tui --service", []string{"tui", "--service", svc}, svc},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			before := e.digest()
 			for _, format := range []string{"table", "json"} {
-				r := e.run(append(c.args, "-o", format)...)
+				// The dashboard runs only on a terminal; were it to start
+				// on an unknown name, q quits it (exit 0, a failure here).
+				cl := e.cli(c.args[0] == "tui")
+				if c.args[0] == "tui" {
+					cl.configure = func(s *output.IOStreams) { typeWhenShown(s, "q", "protctl") }
+				}
+				cl.env["PROTCTL_KAFKA"] = strings.Join(k.Brokers, ",")
+				r := cl.run(append(c.args, "-o", format)...)
 				r.wantCode(t, clierr.ExitNotFound)
 				if !strings.Contains(r.stderr, c.unknown) {
 					t.Errorf("-o %s: the error does not name %q:\n%s", format, c.unknown, r.stderr)
@@ -65,6 +102,53 @@ func TestUnknownNamesAreNotFound(t *testing.T) {
 				t.Fatal("a command on an unknown name changed Redis")
 			}
 		})
+	}
+
+	// A name Redis records, with nothing to show now, is no typo: the
+	// filters above still list nothing and exit 0. Service billing has
+	// only a Kafka lease group's generation counter (no live node);
+	// node-idle is a live node of shop holding no lease; subscription
+	// ledger only saved Kafka checkpoints.
+	ctx := context.Background()
+	if err := e.c.Set(ctx, redisstore.TopicLeaseGroup("billing", "payments").GenerationKey(0), "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := redisstore.New(e.c).Heartbeat(ctx, runtime.NodeStatus{Service: "shop", Node: "node-idle", JoinState: runtime.JoinJoined}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"nodes", "ls", "--service", "billing", "-o", "json"},
+		{"check", "--no-paused", "--service", "billing"},
+		{"topics", "ls", "--service", "billing"},
+		{"parked", "ls", "--subscription", "ledger"},
+		{"parked", "retry", "--all", "--subscription", "ledger", "--yes"},
+		{"partitions", "ls", s.Orders, "--owner", "node-idle"},
+		{"leases", "ls", "--group", s.Projector, "--state", "free"},
+		{"leases", "ls", "--category", s.Payments, "--group", s.Ledger},
+		{"partitions", "prune-consumers", s.Payments, "--group", s.Audit, "--dry-run"},
+	} {
+		cl := e.cli(false)
+		cl.env["PROTCTL_KAFKA"] = strings.Join(k.Brokers, ",")
+		cl.run(args...).wantCode(t, 0)
+	}
+}
+
+// seedTopicLeaseGroup writes service shop's lease group of Kafka topic
+// orders to c: partition 0 leased by node-a (generation 2) with
+// subscription ledger's checkpoint at 1.
+func seedTopicLeaseGroup(t *testing.T, c redis.UniversalClient) {
+	t.Helper()
+	ctx := context.Background()
+	g := redisstore.TopicLeaseGroup("shop", "orders")
+	f := broker.Fence{LeaseKey: g.LeaseKey(0), Token: "node-a:2"}
+	if err := c.Set(ctx, f.LeaseKey, f.Token, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, g.GenerationKey(0), "2", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := redisstore.New(c).Save(ctx, f, g.String(), "ledger", 0, 1); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -80,6 +164,21 @@ func TestWrongTypeIsADataErrorEverywhere(t *testing.T) {
 	e := newOpsEnv(t)
 	s := e.s
 	l := broker.ProteanLayout
+	parked := e.park()
+	e.heartbeat()
+	k := testenv.StartKafka(t, 1, "orders")
+	seedTopicLeaseGroup(t, e.c)
+	tg := redisstore.TopicLeaseGroup("shop", "orders")
+	record := redisstore.RecordKey(l.LeaseKey(s.Projector, s.Halted), parked.Subscription, parked.Aggregate)
+	parkedReads := [][]string{
+		{"parked", "ls"},
+		{"parked", "ls", "--subscription", s.Projector},
+		{"parked", "show", s.Projector, s.Halted},
+		{"parked", "retry", s.Projector, s.Halted, "--yes"},
+		{"parked", "retry", "--all", "--yes"},
+		{"parked", "skip", s.Projector, s.Halted, "--reason", "x", "--yes"},
+		{"check", "--max-parked", "0"},
+	}
 	env := `{"data":{"amount":5},"metadata":{"headers":{"id":"e-1","type":"OrderPlaced"}}}`
 	main := l.Stream(s.Orders, s.Healthy)
 	places := []struct {
@@ -128,6 +227,11 @@ func TestWrongTypeIsADataErrorEverywhere(t *testing.T) {
 		{"lease", l.LeaseKey(s.Projector, s.Halted), "hash", "string", [][]string{
 			{"leases", "ls"},
 			{"leases", "ls", "--category", s.Orders},
+			{"partitions", "ls", s.Orders},
+			{"partitions", "ls", s.Orders, "-o", "json"},
+			{"partitions", "ls", s.Orders, "--sort-by", "ttl"},
+			{"check", "--category", s.Orders},
+			{"partitions", "reap", s.Orders, s.Halted, "--force", "--yes"},
 			{"partitions", "show", s.Orders, s.Halted},
 			{"partitions", "release", s.Orders, s.Halted, "--group", s.Projector, "--force", "--yes"},
 			{"partitions", "skip-head", s.Orders, s.Halted, "--group", s.Projector, "--yes"},
@@ -135,12 +239,54 @@ func TestWrongTypeIsADataErrorEverywhere(t *testing.T) {
 		{"generation counter", l.GenerationKey(s.Projector, s.Lagging), "hash", "string", [][]string{
 			{"leases", "ls"},
 			{"leases", "ls", "--category", s.Orders},
+			{"partitions", "ls", s.Orders},
+			{"partitions", "ls", s.Orders, "-o", "json"},
+			{"check", "--category", s.Orders},
 			{"partitions", "show", s.Orders, s.Lagging},
 			{"partitions", "release", s.Orders, s.Lagging, "--group", s.Projector, "--force", "--yes"},
 		}},
 		{"dead-letter stream", l.DLQStream(s.Orders, s.Halted), "string", "stream", [][]string{
 			{"partitions", "show", s.Orders, s.Halted},
 			{"partitions", "skip-head", s.Orders, s.Halted, "--group", s.Projector, "--yes"},
+		}},
+		{"Kafka lease", tg.LeaseKey(0), "hash", "string", [][]string{
+			{"topics", "ls", "--service", "shop"},
+			{"topics", "show", "orders", "--service", "shop"},
+		}},
+		{"Kafka generation counter", tg.GenerationKey(0), "hash", "string", [][]string{
+			{"topics", "ls", "--service", "shop"},
+			{"topics", "show", "orders", "--service", "shop", "-o", "json"},
+		}},
+		{"Kafka checkpoints", tg.CheckpointsKey("ledger"), "string", "hash", [][]string{
+			{"topics", "ls", "--service", "shop"},
+			{"topics", "show", "orders", "--service", "shop", "--subscription", "ledger"},
+		}},
+		{"node status record", redisstore.NodeKey("shop", "node-a"), "hash", "string", [][]string{
+			{"nodes", "ls", "--service", "shop"},
+			{"check", "--no-paused", "--service", "shop"},
+		}},
+		{"membership", redisstore.MembersKey("shop"), "string", "zset", [][]string{
+			{"nodes", "ls", "--service", "shop"},
+			{"nodes", "ls", "--service", "shop", "-o", "json"},
+			{"check", "--no-paused", "--service", "shop"},
+		}},
+		{"ledger index", redisstore.ParkedEntriesKey(s.Projector), "string", "hash", parkedReads},
+		{"ledger index before 0007", redisstore.ParkedIndexKey(s.Projector), "string", "hash", parkedReads},
+		{"ledger subscriptions", redisstore.ParkedSubscriptionsKey, "string", "set", [][]string{
+			{"parked", "ls"},
+			{"parked", "retry", "--all", "--yes"},
+			{"check", "--max-parked", "0"},
+		}},
+		{"parked record", record, "hash", "string", parkedReads},
+		{"audit log", audit.Key, "string", "stream", [][]string{
+			{"audit", "ls"},
+			{"audit", "ls", "-o", "json"},
+			// Every mutator appends to it: each refuses before it changes
+			// anything (TestAuditLogOfTheWrongTypeStopsEveryMutator).
+			{"partitions", "release", s.Orders, s.Halted, "--group", s.Projector, "--force", "--yes"},
+			{"partitions", "reap", s.Orders, s.Cold, "--yes"},
+			{"streams", "trim", main, "--maxlen", "1", "--yes"},
+			{"parked", "retry", s.Projector, s.Halted, "--yes"},
 		}},
 	}
 	for _, p := range places {
@@ -150,7 +296,9 @@ func TestWrongTypeIsADataErrorEverywhere(t *testing.T) {
 			want := fmt.Sprintf("%q holds a %s, want a %s", p.key, p.got, p.want)
 			for _, args := range p.cmds {
 				before := e.digest()
-				r := e.run(args...)
+				cl := e.cli(false)
+				cl.env["PROTCTL_KAFKA"] = strings.Join(k.Brokers, ",")
+				r := cl.run(args...)
 				// -o json escapes the quotes of the message.
 				if r.code != clierr.ExitWrongType || !strings.Contains(strings.ReplaceAll(r.stderr, `\"`, `"`), want) {
 					t.Errorf("%s: exit %d, want %d with %s\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.code, clierr.ExitWrongType, want, r.stdout, r.stderr)

@@ -60,8 +60,9 @@ and applies only on y (in a protected context: on typing its name); each
 item's result is shown after. With --read-only or a read-only context the
 actions are disabled.
 
-It needs a terminal: without one it exits 2. To watch from a script, use
-protctl partitions ls -w.`,
+It needs a terminal: without one it exits 2. A --category or --service that
+Redis has no trace of exits 4 before the dashboard starts. To watch from a
+script, use protctl partitions ls -w.`,
 		Example: `  protctl tui
   protctl dashboard --context prod --read-only
   protctl tui --category shop::order --service shop --refresh 5s --view parked`,
@@ -105,11 +106,42 @@ func runTUI(ctx context.Context, opts *tuiOptions) error {
 	if !opts.IO.IsStdinTTY() || !opts.IO.IsStdoutTTY() {
 		return clierr.Usage.Errorf("%s", errNoTerminal)
 	}
+	if err := requireDashboardNames(ctx, opts); err != nil {
+		return err
+	}
 	dash, err := dashboardOptions(ctx, opts)
 	if err != nil {
 		return err
 	}
 	return opts.Run(ctx, dash, opts.IO.In, opts.IO.Out)
+}
+
+// requireDashboardNames fails with NOT_FOUND, before the dashboard takes
+// the terminal, for a --category or --service nothing in Redis records:
+// the dashboard would otherwise show empty views for a typo.
+func requireDashboardNames(ctx context.Context, opts *tuiOptions) error {
+	if len(opts.Categories) == 0 && len(opts.Services) == 0 {
+		return nil
+	}
+	ins, err := opts.Inspector()
+	if err != nil {
+		return err
+	}
+	if _, err := requireCategories(ctx, ins, opts.Categories); err != nil {
+		return err
+	}
+	for _, s := range opts.Services {
+		nodes, err := ins.Nodes(ctx, s)
+		if err != nil {
+			return dataErr(err)
+		}
+		if len(nodes) == 0 {
+			if err := requireService(ctx, ins, s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // dashboardOptions builds the dashboard on the same data layer the CLI's

@@ -333,7 +333,8 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 
 // StatusJSON is the /v1/status document: the node's status record (what
 // `protctl nodes ls` reads from Redis) plus readiness and the
-// subscriptions' detail. Times are RFC 3339 UTC.
+// subscriptions' detail, each under its configured name (the `name:` of
+// the node config). Times are RFC 3339 UTC.
 type StatusJSON struct {
 	APIVersion    string                  `json:"apiVersion"`
 	Kind          string                  `json:"kind"`
@@ -376,7 +377,14 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	if doc.Counters == nil {
 		doc.Counters = map[string]int64{}
 	}
-	for _, ss := range snap.Subscriptions {
+	// The subscriptions as configured (a Kafka topic's one by one, never
+	// under the node's internal "topic:<topic>"), as every metric is
+	// labelled.
+	subs := snap.Members
+	if subs == nil {
+		subs = snap.Subscriptions
+	}
+	for _, ss := range subs {
 		sj := SubscriptionJSON{
 			Name: ss.Name, Source: ss.Source, State: ss.State, Held: len(ss.Held),
 			Paused: nonNil(ss.Paused), Throttled: nonNil(ss.Throttled), Parked: ss.Parked, Counters: ss.Counters,

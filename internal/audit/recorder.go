@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/protctl/protctl/internal/repair"
+	"github.com/protctl/protctl/pkg/broker"
 )
 
 // DefaultMaxLen is the stream's approximate cap (XADD MAXLEN ~): at a few
@@ -85,6 +86,23 @@ func (r *Recorder) RecordApply(ctx context.Context, a repair.Applied) error {
 	_, err := r.Append(ctx, newEntry(r.origin, a, r.cfg.maxItems))
 	return err
 }
+
+// CheckRecord fails with a *broker.WrongTypeError when the stream's key
+// holds another Redis type, so that repair.Apply refuses a plan it could
+// not record before changing anything (repair.RecordChecker). A missing
+// key is fine: XADD creates it. It only reads (TYPE).
+func (r *Recorder) CheckRecord(ctx context.Context) error {
+	t, err := r.client.Type(ctx, r.cfg.key).Result()
+	if err != nil {
+		return fmt.Errorf("audit: checking %s: %w", r.cfg.key, err)
+	}
+	if t != "none" && t != "stream" {
+		return &broker.WrongTypeError{Op: "record the apply in the audit log", Key: r.cfg.key, Want: "stream", Got: t}
+	}
+	return nil
+}
+
+var _ repair.RecordChecker = (*Recorder)(nil)
 
 // Append adds e to the stream and returns its id. e.ID and e.Invalid are
 // not stored.

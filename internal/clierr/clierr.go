@@ -71,7 +71,7 @@ var kinds = []KindInfo{
 	{Internal, ExitInternal, "internal error"},
 	{Usage, ExitUsage, "usage, flag or config error (including `tui` without a TTY)"},
 	{Unavailable, ExitUnavailable, "backend unreachable, auth failed, timeout"},
-	{NotFound, ExitNotFound, "not found (category, stream, partition key, group, subscription, aggregate)"},
+	{NotFound, ExitNotFound, "not found (category, stream, partition key, group, subscription, service, node, aggregate), in an argument or a list filter"},
 	{Conflict, ExitConflict, "conflict: state changed since the plan; that item was not applied"},
 	{Refused, ExitRefused, "refused by a guard: read-only, live owner without `--force`, unsafe, no `--yes` without a TTY, declined"},
 	{Partial, ExitPartial, "partial: some items applied, some not (per-item results in the output)"},

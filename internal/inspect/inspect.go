@@ -301,7 +301,11 @@ func (in *Inspector) Nodes(ctx context.Context, service string) ([]runtime.NodeS
 	if in.cfg.members == nil {
 		return nil, errNoMembers
 	}
-	return in.cfg.members.Members(ctx, service)
+	nodes, err := in.cfg.members.Members(ctx, service)
+	if err != nil {
+		return nil, err
+	}
+	return nodes, in.statusRecordTypes(ctx, service, nodes)
 }
 
 // ReadEntry reads one entry of stream and decodes it (Missing when the

@@ -307,6 +307,9 @@ type leaseRead struct {
 	lease, gen any // string, or nil when missing
 	pttl       int64
 	pttlOK     bool
+	// err is a *broker.WrongTypeError when the lease or generation key
+	// holds another type than a string (MGET reads it as nil: missing).
+	err error
 }
 
 // readChunk reads keys' partitions in two pipelined round trips (three
@@ -342,8 +345,11 @@ func (in *Inspector) readChunk(ctx context.Context, w *walk, keys []string) ([]P
 // where each partition's pairs start in them.
 type chunkLeases struct {
 	mget []*redis.SliceCmd
-	at   []int // per partition: index into mget, or -1; pairs start at off
-	off  []int
+	// exists counts the keys of the same MGET that exist: more than MGET
+	// read means some hold another type than a string.
+	exists []*redis.IntCmd
+	at     []int // per partition: index into mget, or -1; pairs start at off
+	off    []int
 }
 
 // queue asks for the lease and generation of (names[i], keys[i]) for
@@ -354,6 +360,7 @@ func (in *Inspector) queueLeases(ctx context.Context, p redis.Pipeliner, keys []
 	flush := func() {
 		if len(mk) > 0 {
 			cl.mget = append(cl.mget, p.MGet(ctx, mk...))
+			cl.exists = append(cl.exists, p.Exists(ctx, mk...))
 			mk = nil
 		}
 	}
@@ -376,8 +383,12 @@ func (in *Inspector) queueLeases(ctx context.Context, p redis.Pipeliner, keys []
 
 // read fills lr[i][j] (lease and generation of names[i][j]) from the
 // replies; a failed MGET is returned as the error of the first key it
-// read.
-func (cl chunkLeases) read(op string, in *Inspector, keys []string, names [][]string, lr [][]leaseRead) error {
+// read. A lease or generation key of another type than a string, which
+// MGET reads as missing, is found by comparing the MGET with the EXISTS
+// of the same keys; only then is each key read as missing TYPEd (one
+// pipeline), and lr[i][j].err names it, its type and "string".
+func (cl chunkLeases) read(ctx context.Context, op string, in *Inspector, keys []string, names [][]string, lr [][]leaseRead) error {
+	var suspect []int // partitions whose MGET counts fewer keys than EXISTS
 	for i := range keys {
 		if cl.at[i] < 0 {
 			continue
@@ -389,6 +400,45 @@ func (cl chunkLeases) read(op string, in *Inspector, keys []string, names [][]st
 		for j := range names[i] {
 			o := cl.off[i] + 2*j
 			lr[i][j] = leaseRead{lease: stringOrNil(vals[o]), gen: stringOrNil(vals[o+1])}
+		}
+		read := int64(0)
+		for _, v := range vals {
+			if v != nil {
+				read++
+			}
+		}
+		if n, err := cl.exists[cl.at[i]].Result(); err == nil && n > read {
+			suspect = append(suspect, i)
+		}
+	}
+	if len(suspect) == 0 {
+		return nil
+	}
+	type check struct {
+		i, j int
+		key  string
+		typ  *redis.StatusCmd
+	}
+	var checks []check
+	p := in.client.Pipeline()
+	for _, i := range suspect {
+		for j, g := range names[i] {
+			if lr[i][j].lease == nil {
+				k := in.layout.LeaseKey(g, keys[i])
+				checks = append(checks, check{i, j, k, p.Type(ctx, k)})
+			}
+			if lr[i][j].gen == nil {
+				k := in.layout.GenerationKey(g, keys[i])
+				checks = append(checks, check{i, j, k, p.Type(ctx, k)})
+			}
+		}
+	}
+	if _, err := p.Exec(ctx); pipeErr(op, err) != nil {
+		return pipeErr(op, err)
+	}
+	for _, c := range checks {
+		if t := c.typ.Val(); t != "" && t != "none" && t != "string" && lr[c.i][c.j].err == nil {
+			lr[c.i][c.j].err = &broker.WrongTypeError{Op: op, Key: c.key, Want: "string", Got: t}
 		}
 	}
 	return nil
@@ -433,7 +483,7 @@ func (in *Inspector) readLanes(ctx context.Context, w *walk, keys []string) ([]P
 	for i := range keys {
 		known1[i] = make([]leaseRead, len(known))
 	}
-	if err := leases1.read(op, in, keys, knownNames, known1); err != nil {
+	if err := leases1.read(ctx, op, in, keys, knownNames, known1); err != nil {
 		return nil, nil, err
 	}
 
@@ -481,7 +531,7 @@ func (in *Inspector) readLanes(ctx context.Context, w *walk, keys []string) ([]P
 	if _, err := p.Exec(ctx); pipeErr(op, err) != nil {
 		return nil, nil, pipeErr(op, err)
 	}
-	if err := leases2.read(op, in, keys, extraNames, extra); err != nil {
+	if err := leases2.read(ctx, op, in, keys, extraNames, extra); err != nil {
 		return nil, nil, err
 	}
 
@@ -583,7 +633,7 @@ func (in *Inspector) readLateLeases(ctx context.Context, op string, keys []strin
 	for n := range late {
 		got[n] = make([]leaseRead, len(subNames[n]))
 	}
-	if err := cl.read(op, in, sub, subNames, got); err != nil {
+	if err := cl.read(ctx, op, in, sub, subNames, got); err != nil {
 		return err
 	}
 	for n, i := range late {
@@ -640,6 +690,12 @@ func (in *Inspector) assemble(w *walk, key string, lanes [2]laneRead, names []st
 		Groups:   make([]Group, 0, len(names)),
 	}
 	var newest int64 = -1
+	for _, r := range lr {
+		// A lane's own error (read below) says more; it wins.
+		if r.err != nil && p.Error == "" && lanes[0].err == nil && lanes[1].err == nil {
+			p.Error, p.err = r.err.Error(), r.err
+		}
+	}
 	for li, l := range lanes {
 		if l.err != nil && p.Error == "" {
 			p.Error, p.err = l.err.Error(), l.err

@@ -16,6 +16,9 @@ func (r *Repairer) apply(ctx context.Context, p *Plan, opts ApplyOptions) (Outco
 	if opts.Max < 0 || opts.Interval < 0 {
 		return "", fmt.Errorf("%w: negative Max or Interval", ErrInvalidPlan)
 	}
+	if err := r.checkRecord(ctx, p); err != nil {
+		return "", err
+	}
 	a := Applied{Plan: p, StartedAt: r.cfg.now(), CommandLine: opts.CommandLine}
 	a.Outcome, a.Err = r.applyItems(ctx, p, opts, &a.Attempted)
 	a.FinishedAt = r.cfg.now()

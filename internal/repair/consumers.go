@@ -2,9 +2,9 @@ package repair
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
-
 	"time"
 
 	"github.com/protctl/protctl/internal/inspect"
@@ -47,6 +47,21 @@ func (r *Repairer) PlanPruneConsumers(ctx context.Context, req PruneConsumersReq
 			return nil, err
 		}
 	}
+	// A category, key or group nothing records is a typo, not a plan
+	// with nothing to prune.
+	cat, err := r.requireCategory(ctx, req.Category)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.Keys) > 0 {
+		parts, err := r.inspect.PartitionsByKey(ctx, req.Category, req.Keys, inspect.PartitionOptions{})
+		if err == nil {
+			err = r.requirePartitions(ctx, req.Category, parts)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 	rep, err := r.inspect.Fsck(ctx, req.Category, req.Scan)
 	if err != nil {
 		return nil, err
@@ -70,7 +85,33 @@ func (r *Repairer) PlanPruneConsumers(ctx context.Context, req PruneConsumersReq
 			Reason:       fmt.Sprintf("no pending entries, idle %s, and %s: deleted if it still has none and is not the live lease's", idle, lease),
 		})
 	}
+	if req.Group != "" && len(plan.Items) == 0 && !slices.Contains(cat.Groups, req.Group) {
+		if err := r.requireCategoryGroup(ctx, req.Category, req.Group); err != nil {
+			return nil, err
+		}
+	}
 	return plan, nil
+}
+
+// requireCategoryGroup fails with an error wrapping inspect.ErrNotFound
+// unless group is created on a lane of a partition of category, or
+// registered for it. It walks the category's partitions, stopping at the
+// first that has the group.
+func (r *Repairer) requireCategoryGroup(ctx context.Context, category, group string) error {
+	errSeen := errors.New("seen")
+	err := r.inspect.EachPartition(ctx, category, inspect.PartitionOptions{Group: group}, func(p inspect.Partition) error {
+		if g, ok := p.Group(group); ok && (g.Created || g.Registered) {
+			return errSeen
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errSeen):
+		return nil
+	case err != nil:
+		return err
+	}
+	return fmt.Errorf("%w: group %q reads no partition of %q: not created on any lane, not registered", inspect.ErrNotFound, group, category)
 }
 
 // applyPruneConsumer deletes the consumer in the broker's script, which

@@ -31,8 +31,15 @@ func TestPruneConsumersPlanAndApply(t *testing.T) {
 	if err != nil || len(p.Items) != 2 {
 		t.Fatalf("plan of %s = %+v, %v; want node-a:1 and node-a:2", s.Healthy, p, err)
 	}
-	if p, _ := e.r.PlanPruneConsumers(ctx, repair.PruneConsumersRequest{Category: s.Orders, Group: "other", Scan: scan}); len(p.Items) != 0 {
-		t.Fatalf("plan of another group = %+v, want none", p.Items)
+	// A group, key or category nothing records is a typo, not an empty plan.
+	for _, req := range []repair.PruneConsumersRequest{
+		{Category: s.Orders, Group: "other", Scan: scan},
+		{Category: s.Orders, Keys: []string{"o-nosuch"}, Scan: scan},
+		{Category: "nosuch::cat", Scan: scan},
+	} {
+		if p, err := e.r.PlanPruneConsumers(ctx, req); !errors.Is(err, inspect.ErrNotFound) {
+			t.Fatalf("plan of %+v = %+v, %v; want inspect.ErrNotFound", req, p, err)
+		}
 	}
 
 	p, err = e.r.PlanPruneConsumers(ctx, repair.PruneConsumersRequest{Category: s.Orders, Scan: scan})

@@ -28,18 +28,9 @@ func (r *Repairer) planReap(ctx context.Context, req ReapRequest) (*Plan, error)
 	if !req.AllCold && len(req.Keys) == 0 {
 		return nil, &broker.InvalidArgumentError{Op: op, Arg: "keys", Value: "[]", Reason: "name keys or ask for all cold partitions"}
 	}
-	cat, err := r.inspect.CategoryInfo(ctx, req.Category)
+	cat, err := r.requireCategory(ctx, req.Category)
 	if err != nil {
 		return nil, err
-	}
-	if cat.Partitions == 0 {
-		known, err := r.inspect.CategoryKnown(ctx, req.Category)
-		if err != nil {
-			return nil, err
-		}
-		if !known {
-			return nil, fmt.Errorf("%w: category %q not found: no index %s, no group registry, no key %s:*", inspect.ErrNotFound, req.Category, l.IndexKey(req.Category), req.Category)
-		}
 	}
 	now, err := r.inspect.ServerTime(ctx)
 	if err != nil {
@@ -85,6 +76,25 @@ func (r *Repairer) planReap(ctx context.Context, req ReapRequest) (*Plan, error)
 	return plan, nil
 }
 
+// requireCategory reads category's summary, failing with an error
+// wrapping inspect.ErrNotFound when nothing in Redis names it (no index,
+// no group registry, no key C:*): a typo is not a plan with nothing to do.
+func (r *Repairer) requireCategory(ctx context.Context, category string) (inspect.Category, error) {
+	cat, err := r.inspect.CategoryInfo(ctx, category)
+	if err != nil || cat.Partitions > 0 {
+		return cat, err
+	}
+	known, err := r.inspect.CategoryKnown(ctx, category)
+	if err != nil {
+		return cat, err
+	}
+	if !known {
+		l := r.broker.Layout()
+		return cat, fmt.Errorf("%w: category %q not found: no index %s, no group registry, no key %s:*", inspect.ErrNotFound, category, l.IndexKey(category), category)
+	}
+	return cat, nil
+}
+
 // requirePartitions fails with an error wrapping inspect.ErrNotFound for
 // the first of parts that is neither in category's index nor has a lane:
 // a key that was never there (a typo) is not a reap that applies.
@@ -101,7 +111,7 @@ func (r *Repairer) requirePartitions(ctx context.Context, category string, parts
 	index := r.broker.Layout().IndexKey(category)
 	in, err := r.client.SMIsMember(ctx, index, bare...).Result()
 	if err != nil {
-		return fmt.Errorf("repair: plan reap: read %s: %w", index, err)
+		return fmt.Errorf("repair: read %s: %w", index, err)
 	}
 	for i, ok := range in {
 		if !ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -21,6 +22,36 @@ import (
 // half way is still recorded. It must not modify the plan.
 type Recorder interface {
 	RecordApply(ctx context.Context, a Applied) error
+}
+
+// RecordChecker is a Recorder that can tell, before Apply changes
+// anything, that RecordApply would certainly fail: a store of the wrong
+// kind where the record goes (an audit stream key holding another Redis
+// type). Apply calls CheckRecord before its first item when some item is
+// to be tried, and on an error refuses the whole plan, changing nothing,
+// so that no repair is made that cannot be recorded. A failure that only
+// RecordApply meets (Redis gone half way) is still a *RecordError.
+// CheckRecord must not write.
+type RecordChecker interface {
+	Recorder
+	CheckRecord(ctx context.Context) error
+}
+
+// ErrCannotRecord is wrapped by Apply's error when a RecordChecker said
+// the apply could not be recorded; nothing was changed.
+var ErrCannotRecord = errors.New("repair: the apply cannot be recorded, nothing was changed")
+
+// checkRecord asks a RecordChecker, when the Recorder is one, whether the
+// apply of p could be recorded: only when some item is to be tried.
+func (r *Repairer) checkRecord(ctx context.Context, p *Plan) error {
+	rc, ok := r.cfg.recorder.(RecordChecker)
+	if !ok || !slices.ContainsFunc(p.Items, func(it Item) bool { return it.Allowed }) {
+		return nil
+	}
+	if err := rc.CheckRecord(ctx); err != nil {
+		return fmt.Errorf("%w: %w", ErrCannotRecord, err)
+	}
+	return nil
 }
 
 // Applied is what a Recorder is told about one Apply.

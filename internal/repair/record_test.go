@@ -116,6 +116,55 @@ func TestRecorderFailureDoesNotHideTheResult(t *testing.T) {
 	}
 }
 
+// checkingRecorder is a repair.RecordChecker whose CheckRecord fails
+// with err, counting the applies it is told of.
+type checkingRecorder struct {
+	err      error
+	recorded int
+}
+
+func (c *checkingRecorder) RecordApply(context.Context, repair.Applied) error {
+	c.recorded++
+	return nil
+}
+
+func (c *checkingRecorder) CheckRecord(context.Context) error { return c.err }
+
+// TestRecordCheckerStopsAnApplyBeforeItChangesAnything: a Recorder that
+// can tell beforehand that it cannot record (repair.RecordChecker) stops
+// Apply before its first item: an error wrapping ErrCannotRecord and its
+// own, no item tried, the lease still held, nothing recorded. A plan
+// with nothing to try is not checked.
+func TestRecordCheckerStopsAnApplyBeforeItChangesAnything(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	boom := errors.New("the audit key holds a string")
+	rec := &checkingRecorder{err: boom}
+	r := withRecorder(e, rec)
+	p, err := r.PlanRelease(ctx, repair.ReleaseRequest{Category: e.s.Orders, Group: e.s.Projector, Key: e.s.Halted, Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := r.Apply(ctx, p, repair.ApplyOptions{})
+	if !errors.Is(err, repair.ErrCannotRecord) || !errors.Is(err, boom) || o != "" {
+		t.Fatalf("outcome %q, error %v; want one wrapping ErrCannotRecord and %v", o, err, boom)
+	}
+	if p.Items[0].Result != repair.ResultNone || rec.recorded != 0 {
+		t.Fatalf("item %+v, %d recorded", p.Items[0], rec.recorded)
+	}
+	if v, _ := e.c.Exists(ctx, e.l.LeaseKey(e.s.Projector, e.s.Halted)).Result(); v != 1 {
+		t.Fatal("the lease was released though the apply could not be recorded")
+	}
+
+	refused, err := r.PlanRelease(ctx, repair.ReleaseRequest{Category: e.s.Orders, Group: e.s.Projector, Key: e.s.Halted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := r.Apply(ctx, refused, repair.ApplyOptions{}); err != nil || o != repair.OutcomeRefused {
+		t.Fatalf("a plan with nothing to try: outcome %s, %v", o, err)
+	}
+}
+
 // TestRecorderSeesAnApplyCancelledHalfWay: an apply interrupted after its
 // first item is still recorded (the Recorder's context is detached from
 // the cancellation), with the error that stopped it.

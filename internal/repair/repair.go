@@ -232,7 +232,9 @@ type ApplyOptions struct {
 // recorded) only when it could not go on: a transport failure, a
 // cancelled context, or a plan of another layout. With WithRecorder, an
 // Apply that tried something is recorded, and a failure to record is
-// returned as a *RecordError (see Recorder).
+// returned as a *RecordError (see Recorder); a RecordChecker that says the
+// apply cannot be recorded stops it before its first item, with an error
+// wrapping ErrCannotRecord and nothing changed.
 func (r *Repairer) Apply(ctx context.Context, p *Plan, opts ApplyOptions) (Outcome, error) {
 	return r.apply(ctx, p, opts)
 }

@@ -66,9 +66,15 @@ const (
 	// StateJoining: started, taking its share of partitions for the first
 	// time, no attempt has failed yet (Kafka topic subscriptions).
 	StateJoining SubscriptionState = "joining"
-	// StateUnavailable: started, but what it needs cannot be reached (the
-	// latest join attempt failed: Kafka or Redis down, the topic missing);
-	// it keeps retrying.
+	// StateUnavailable: started, but what it needs cannot be reached, so
+	// it handles nothing now: a Kafka topic subscription whose latest join
+	// attempt failed (Kafka or Redis down, the topic missing), or one that
+	// joined and whose brokers stopped answering since (the source's
+	// latest connection attempt or read failed for every broker:
+	// kafkasource.Source.Reachable). It keeps retrying and is running
+	// again on its own once they answer. internal/admin also reports every
+	// subscription unavailable while the node's heartbeats to Redis fail
+	// (Node.StoreErr). Its lag is unknown, not 0.
 	StateUnavailable SubscriptionState = "unavailable"
 	StateRunning     SubscriptionState = "running"
 	StateStopping    SubscriptionState = "stopping"

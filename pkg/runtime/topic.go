@@ -505,15 +505,30 @@ func (t *TopicSubscriptions) Status() SubscriptionStatus {
 }
 
 // stateLocked is the reported state: running only once joined, since
-// before that nothing is handled (t.mu held).
+// before that nothing is handled, and while the brokers answer (t.mu
+// held).
 func (t *TopicSubscriptions) stateLocked() SubscriptionState {
-	if t.state != StateRunning || t.join != JoinJoining {
+	if t.state != StateRunning {
 		return t.state
 	}
-	if t.lastJoinErr != nil {
+	if t.join == JoinJoining {
+		if t.lastJoinErr != nil {
+			return StateUnavailable
+		}
+		return StateJoining
+	}
+	if r, ok := t.cfg.Source.(reachability); ok && r.Reachable() != nil {
 		return StateUnavailable
 	}
-	return StateJoining
+	return StateRunning
+}
+
+// reachability is a TopicSource that can tell, without I/O, whether its
+// brokers answer (*kafkasource.Source.Reachable): after the join, an
+// outage shows only in the reader's traffic (Poll keeps waiting), and a
+// subscription that cannot fetch is not running.
+type reachability interface {
+	Reachable() error
 }
 
 // Members is the status of each subscription of the topic under its own

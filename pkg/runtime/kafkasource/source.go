@@ -515,26 +515,95 @@ func (s *Source) endpoint() string {
 	return b.String()
 }
 
+// Reachable reports whether the brokers answer, from the traffic the
+// Source and its Readers already have (it does no I/O): nil while the
+// latest connection attempt or response read of at least one broker
+// succeeded, or before any was made; otherwise an error wrapping
+// ErrUnreachable that names the brokers and the last error. A Reader with
+// partitions assigned fetches every WithFetchMaxWait, so during an outage
+// it turns within a failed fetch and reconnection (a broker that stops
+// answering without closing its connections: the request timeout), and
+// back at the first answer once the brokers are back. It is safe for
+// concurrent use.
+func (s *Source) Reachable() error {
+	addr, last, ok := s.conns.reachable()
+	if ok {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: last attempt (%s): %v", ErrUnreachable, s.endpoint(), addr, last)
+}
+
 // connWatch remembers whether the latest connection attempt failed, from
 // kgo's connect hook (called once per attempt, after the TLS and SASL
-// handshakes).
+// handshakes), and per broker whether its latest attempt or response read
+// failed (Reachable).
 type connWatch struct {
 	mu        sync.Mutex
 	err       error
 	addr      string
 	completed int // successful attempts so far
+	// latest is, per broker address, the error of its latest connection
+	// attempt or response read (nil: it answered).
+	latest map[string]error
+	// lastAddr is the address of the latest failure noted in latest.
+	lastAddr string
 }
 
-var _ kgo.HookBrokerConnect = (*connWatch)(nil)
+var (
+	_ kgo.HookBrokerConnect = (*connWatch)(nil)
+	_ kgo.HookBrokerRead    = (*connWatch)(nil)
+)
 
 func (w *connWatch) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	addr := net.JoinHostPort(meta.Host, strconv.Itoa(int(meta.Port)))
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.err = err
-	w.addr = net.JoinHostPort(meta.Host, strconv.Itoa(int(meta.Port)))
+	w.addr = addr
 	if err == nil {
 		w.completed++
 	}
+	w.noteLocked(addr, err)
+}
+
+// OnBrokerRead notes whether a response could be read: a connection that
+// breaks after it was made (the broker went away) fails its reads before
+// any new connection attempt is made. A read ended by the client (its
+// context, or the client closing) says nothing about the broker.
+func (w *connWatch) OnBrokerRead(meta kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
+	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, kgo.ErrClientClosed)) {
+		return
+	}
+	addr := net.JoinHostPort(meta.Host, strconv.Itoa(int(meta.Port)))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.noteLocked(addr, err)
+}
+
+func (w *connWatch) noteLocked(addr string, err error) {
+	if w.latest == nil {
+		w.latest = map[string]error{}
+	}
+	w.latest[addr] = err
+	if err != nil {
+		w.lastAddr = addr
+	}
+}
+
+// reachable reports whether some broker's latest attempt or read
+// succeeded (ok also before any), else the latest failure.
+func (w *connWatch) reachable() (addr string, last error, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.latest) == 0 {
+		return "", nil, true
+	}
+	for _, err := range w.latest {
+		if err == nil {
+			return "", nil, true
+		}
+	}
+	return w.lastAddr, w.latest[w.lastAddr], false
 }
 
 func (w *connWatch) state() (addr string, last error, completed int) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/protctl/protctl/internal/testenv"
@@ -466,4 +467,56 @@ func TestNewRefusesNonPositiveFetchMaxPartitionBytes(t *testing.T) {
 			t.Errorf("WithFetchMaxPartitionBytes(%d): New = %v, want ErrInvalidArgument naming the option", n, err)
 		}
 	}
+}
+
+// TestReachableFollowsTheBrokers: Reachable says nothing is wrong before
+// any traffic and while a Reader fetches; once every connection to the
+// broker is closed and new ones fail, the Reader's own traffic turns it
+// into an error wrapping ErrUnreachable that names the broker, and the
+// first answer once the broker is back turns it back, with no call made
+// by the test meanwhile.
+func TestReachableFollowsTheBrokers(t *testing.T) {
+	gate := testenv.NewGate()
+	k := testenv.StartKafkaWith(t, []kfake.Opt{kfake.ListenFn(gate.Listen)}, 1, "orders")
+	s := newSource(t, k.Brokers)
+	if err := s.Reachable(); err != nil {
+		t.Fatalf("before any traffic: %v", err)
+	}
+	r := newReader(t, s, "orders")
+	r.Assign(map[int32]int64{0: kafkasource.FromEarliest})
+	ctx := testCtx(t)
+	go func() {
+		for ctx.Err() == nil {
+			if _, err := r.Poll(ctx); errors.Is(err, kafkasource.ErrClosed) {
+				return
+			}
+		}
+	}()
+	waitUntil := func(what string, cond func(error) bool) error {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			err := s.Reachable()
+			if cond(err) {
+				return err
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s; Reachable = %v", what, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if _, err := s.Partitions(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil("reachable while fetching", func(err error) bool { return err == nil })
+
+	gate.Cut()
+	err := waitUntil("unreachable", func(err error) bool { return err != nil })
+	if !errors.Is(err, kafkasource.ErrUnreachable) || !strings.Contains(err.Error(), k.Brokers[0]) {
+		t.Fatalf("Reachable = %v, want ErrUnreachable naming %s", err, k.Brokers[0])
+	}
+
+	gate.Restore()
+	waitUntil("reachable again", func(err error) bool { return err == nil })
 }
