@@ -50,6 +50,9 @@ type Entry struct {
 	Summary string `json:"summary"`
 	// PlanCreatedAt is when the plan was made (a saved plan may be old).
 	PlanCreatedAt time.Time `json:"planCreatedAt"`
+	// PlanID is the plan's id (parked retry and skip plans): the applies
+	// of one plan (an interrupted run and its resumption) share it.
+	PlanID string `json:"planId,omitempty"`
 	// Items are the plan's items with their preconditions, parameters,
 	// verdicts and results; at most the Recorder's MaxItems, the rest
 	// counted in ItemsOmitted (Summary counts them all).
@@ -90,6 +93,7 @@ func newEntry(o Origin, a repair.Applied, maxItems int) Entry {
 		ExitCode:      a.Outcome.ExitCode(),
 		Summary:       p.Summary(),
 		PlanCreatedAt: p.CreatedAt.UTC(),
+		PlanID:        p.ID,
 		Items:         p.Items,
 	}
 	if a.Err != nil {
