@@ -40,7 +40,9 @@ type Entry struct {
 	// Actions are the plan's distinct actions, in the order of the items.
 	Actions []string `json:"actions"`
 	// Outcome is the apply's outcome (applied, conflict, refused, partial)
-	// or "error" when it stopped on Error before the last item.
+	// or "error" when it stopped on Error before the last item, or
+	// "started" for the entry recorded before the first item of a
+	// resumable plan's apply (OutcomeStarted).
 	Outcome string `json:"outcome"`
 	// ExitCode is what the CLI exits with for this outcome.
 	ExitCode int `json:"exitCode"`
@@ -75,6 +77,11 @@ type Origin struct {
 
 // OutcomeError is Entry.Outcome for an apply that stopped on an error.
 const OutcomeError = "error"
+
+// OutcomeStarted is Entry.Outcome of the entry recorded when an apply of
+// a resumable plan starts (Recorder.RecordStart); its ExitCode is 0 and
+// means nothing, its items have no results.
+const OutcomeStarted = "started"
 
 // newEntry builds the entry of a; maxItems <= 0 keeps every item.
 func newEntry(o Origin, a repair.Applied, maxItems int) Entry {
