@@ -107,4 +107,3 @@ func retryClassRunbook() runbookDef {
 		},
 	}
 }
-
