@@ -128,7 +128,10 @@ command line. -o wide adds the entry id, the exit code and the version;
 target, precondition, params, allowed, reason, result, detail).
 
 An outcome of "error" is an apply that stopped half way (interrupted, or
-Redis failed); its items say which were applied.
+Redis failed); its items say which were applied. A bulk apply of a parked
+retry or skip plan (more than one item) is also recorded when it starts
+(outcome "started"), so that one killed before its end leaves a trace; the entries of one plan, and of
+the apply that resumes it, share its planId (-o json).
 
 Exits 0 (an empty log included), 3 when Redis is unreachable.`,
 		Example: `  protctl audit ls
@@ -259,7 +262,7 @@ func auditOutcomeTone(o string) output.Tone {
 		return output.ToneGood
 	case string(repair.OutcomePartial):
 		return output.ToneWarn
-	case "":
+	case "", audit.OutcomeStarted:
 		return output.ToneNone
 	}
 	return output.ToneBad

@@ -250,17 +250,23 @@ func TestBulkRetryOfAThousandResumesAfterSIGKILL(t *testing.T) {
 		t.Fatalf("%d new entries in the ledger, %d parked during the runs", newOnes, len(arrived))
 	}
 
-	// The audit log: the killed run left no entry (SIGKILL), the resumed
-	// run's entry accounts for every planned aggregate once: applied by
-	// it, or done by the killed run; no aggregate is applied twice over
-	// the whole log.
+	// The audit log: the killed run left its "started" entry (written
+	// before its first item) and no end; the resumed run its "started"
+	// and its end, which accounts for every planned aggregate once:
+	// applied by it, or done by the killed run. No aggregate is applied
+	// twice over the whole log.
 	entries, err := audit.List(ctx, c, audit.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	var outcomes []string
 	appliedTimes := map[string]int{}
 	seen := map[string]int{}
 	for _, e := range entries {
+		if e.PlanID != plan.ID {
+			t.Fatalf("audit entry %s names plan %q, want %q", e.ID, e.PlanID, plan.ID)
+		}
+		outcomes = append(outcomes, e.Outcome)
 		for _, it := range e.Items {
 			switch it.Result {
 			case repair.ResultApplied:
@@ -271,8 +277,9 @@ func TestBulkRetryOfAThousandResumesAfterSIGKILL(t *testing.T) {
 			}
 		}
 	}
-	if len(entries) != 1 || entries[0].ItemsOmitted != 0 || len(entries[0].Items) != planned {
-		t.Fatalf("%d audit entries, want the resumed run's one with its %d items", len(entries), planned)
+	// Newest first.
+	if strings.Join(outcomes, ",") != "applied,started,started" || len(entries[0].Items) != planned || entries[0].ItemsOmitted != 0 {
+		t.Fatalf("audit outcomes %v, want the resumed run's end and two starts, with %d items", outcomes, planned)
 	}
 	for agg := range inPlan {
 		_, requestedBefore := before[agg]

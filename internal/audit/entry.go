@@ -40,7 +40,9 @@ type Entry struct {
 	// Actions are the plan's distinct actions, in the order of the items.
 	Actions []string `json:"actions"`
 	// Outcome is the apply's outcome (applied, conflict, refused, partial)
-	// or "error" when it stopped on Error before the last item.
+	// or "error" when it stopped on Error before the last item, or
+	// "started" for the entry recorded before the first item of a
+	// resumable plan's apply (OutcomeStarted).
 	Outcome string `json:"outcome"`
 	// ExitCode is what the CLI exits with for this outcome.
 	ExitCode int `json:"exitCode"`
@@ -50,6 +52,9 @@ type Entry struct {
 	Summary string `json:"summary"`
 	// PlanCreatedAt is when the plan was made (a saved plan may be old).
 	PlanCreatedAt time.Time `json:"planCreatedAt"`
+	// PlanID is the plan's id (parked retry and skip plans): the applies
+	// of one plan (an interrupted run and its resumption) share it.
+	PlanID string `json:"planId,omitempty"`
 	// Items are the plan's items with their preconditions, parameters,
 	// verdicts and results; at most the Recorder's MaxItems, the rest
 	// counted in ItemsOmitted (Summary counts them all).
@@ -73,6 +78,11 @@ type Origin struct {
 // OutcomeError is Entry.Outcome for an apply that stopped on an error.
 const OutcomeError = "error"
 
+// OutcomeStarted is Entry.Outcome of the entry recorded when an apply of
+// a resumable plan starts (Recorder.RecordStart); its ExitCode is 0 and
+// means nothing, its items have no results.
+const OutcomeStarted = "started"
+
 // newEntry builds the entry of a; maxItems <= 0 keeps every item.
 func newEntry(o Origin, a repair.Applied, maxItems int) Entry {
 	p := a.Plan
@@ -90,6 +100,7 @@ func newEntry(o Origin, a repair.Applied, maxItems int) Entry {
 		ExitCode:      a.Outcome.ExitCode(),
 		Summary:       p.Summary(),
 		PlanCreatedAt: p.CreatedAt.UTC(),
+		PlanID:        p.ID,
 		Items:         p.Items,
 	}
 	if a.Err != nil {

@@ -104,6 +104,30 @@ func (r *Recorder) CheckRecord(ctx context.Context) error {
 
 var _ repair.RecordChecker = (*Recorder)(nil)
 
+// RecordStart appends the entry of a bulk apply of a resumable plan that
+// is about to try its items (repair.StartRecorder): outcome "started"
+// (OutcomeStarted), the plan's items without results, time = startedAt.
+// The apply's own entry follows when it ends; one that is killed leaves
+// only this one, and the entry of the apply that resumes it has the
+// same planId.
+func (r *Recorder) RecordStart(ctx context.Context, a repair.Applied) error {
+	e := newEntry(r.origin, a, r.cfg.maxItems)
+	e.Time, e.Outcome, e.ExitCode = a.StartedAt.UTC(), OutcomeStarted, 0
+	e.Summary = startSummary(a.Plan)
+	_, err := r.Append(ctx, e)
+	return err
+}
+
+func startSummary(p *repair.Plan) string {
+	n := 0
+	for _, it := range p.Items {
+		if it.Allowed && it.Result != repair.ResultSkipped {
+			n++
+		}
+	}
+	return fmt.Sprintf("%d to apply", n)
+}
+
 // Append adds e to the stream and returns its id. e.ID and e.Invalid are
 // not stored.
 func (r *Recorder) Append(ctx context.Context, e Entry) (string, error) {

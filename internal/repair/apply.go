@@ -20,9 +20,10 @@ func (r *Repairer) apply(ctx context.Context, p *Plan, opts ApplyOptions) (Outco
 		return "", err
 	}
 	a := Applied{Plan: p, StartedAt: r.cfg.now(), CommandLine: opts.CommandLine}
+	startErr := r.recordStart(ctx, a)
 	a.Outcome, a.Err = r.applyItems(ctx, p, opts, &a.Attempted)
 	a.FinishedAt = r.cfg.now()
-	return a.Outcome, r.record(ctx, a)
+	return a.Outcome, r.record(ctx, a, startErr)
 }
 
 // applyItems is Apply's loop; attempted counts the items it tried.

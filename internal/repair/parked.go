@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
 )
@@ -99,7 +100,7 @@ func (r *Repairer) planParked(ctx context.Context, req ParkedRequest) (*Plan, er
 	if req.Max > 0 && len(entries) > req.Max {
 		entries = entries[:req.Max]
 	}
-	plan.Selection = &Selection{Count: len(entries), Matched: len(sel.Entries), Max: req.Max, Filter: spec.String(), At: sel.Now.UTC()}
+	plan.Selection = &Selection{Count: len(entries), Matched: len(sel.Entries), Max: req.Max, Filter: spec.String(), At: output.Timestamp(sel.Now)}
 	for _, p := range entries {
 		plan.Items = append(plan.Items, parkedItem(req, p))
 	}
@@ -133,11 +134,7 @@ func parkedItem(req ParkedRequest, p runtime.Parked) Item {
 	pin := runtime.PinOf(p)
 	st := &ParkedState{
 		Status: string(p.Status), Position: p.Position, Attempts: p.Attempts, Generation: p.Generation,
-		Request: string(pin.Request), Error: p.Error,
-	}
-	if !p.ParkedAt.IsZero() {
-		at := p.ParkedAt.UTC()
-		st.ParkedAt = &at
+		Request: string(pin.Request), Error: p.Error, ParkedAt: output.TimestampOrNull(p.ParkedAt),
 	}
 	it := Item{
 		Action:       req.Action,

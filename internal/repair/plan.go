@@ -212,9 +212,10 @@ type ParkedState struct {
 	Generation int64  `json:"generation"`
 	// Request is the action of the request the entry held ("retry",
 	// "skip"); "" for none.
-	Request  string     `json:"request,omitempty"`
-	ParkedAt *time.Time `json:"parkedAt,omitempty"`
-	Error    string     `json:"error,omitempty"`
+	Request string `json:"request,omitempty"`
+	// ParkedAt is in the CLI's timestamp format (output.Timestamp).
+	ParkedAt *string `json:"parkedAt,omitempty"`
+	Error    string  `json:"error,omitempty"`
 }
 
 // Params are the action's arguments, beyond its target.
@@ -292,8 +293,9 @@ type Selection struct {
 	Max int `json:"max,omitempty"`
 	// Filter is the filter as the CLI's flags; "" for every entry.
 	Filter string `json:"filter"`
-	// At is the server's time the ages were measured at.
-	At time.Time `json:"at"`
+	// At is the server's time the ages were measured at, in the CLI's
+	// timestamp format (output.Timestamp).
+	At string `json:"at"`
 }
 
 // Predicted is the outcome Apply would have if nothing moved: what a dry

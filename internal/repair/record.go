@@ -72,6 +72,22 @@ type Applied struct {
 	CommandLine string
 }
 
+// StartRecorder is an optional capability of a Recorder (found by type
+// assertion): RecordStart is called once before the first item of an
+// Apply of a resumable plan (one with an ID: parked retry and skip) that
+// has more than one item to try (a bulk apply, which may run long, paced;
+// a single item is done or not, and its resumption says which), with the
+// plan as it stands (results not yet set),
+// so that an apply killed before it could record its end (SIGKILL, a
+// machine lost) still leaves a trace; the entry of the apply that
+// resumes it names the same plan ID, and its items read done for what
+// the killed one changed. Its ctx is as RecordApply's. A failure does
+// not stop the apply: it is returned with RecordApply's, in the
+// *RecordError.
+type StartRecorder interface {
+	RecordStart(ctx context.Context, a Applied) error
+}
+
 // RecordTimeout bounds a Recorder's call.
 const RecordTimeout = 5 * time.Second
 
@@ -114,15 +130,38 @@ func (e *RecordError) Unwrap() []error {
 	return errs
 }
 
-// record tells the Recorder of an apply that tried something, and turns
-// its failure into a *RecordError around applyErr.
-func (r *Repairer) record(ctx context.Context, a Applied) error {
-	if r.cfg.recorder == nil || a.Attempted == 0 {
-		return a.Err
+// recordStart tells a StartRecorder that an apply of a resumable plan
+// is about to try its items; it returns the recorder's error.
+func (r *Repairer) recordStart(ctx context.Context, a Applied) error {
+	sr, ok := r.cfg.recorder.(StartRecorder)
+	if !ok || a.Plan.ID == "" {
+		return nil
+	}
+	tries := 0
+	for _, it := range a.Plan.Items {
+		if it.Allowed && it.Result != ResultSkipped {
+			tries++
+		}
+	}
+	if tries < 2 {
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RecordTimeout)
 	defer cancel()
-	if err := r.cfg.recorder.RecordApply(ctx, a); err != nil {
+	return sr.RecordStart(ctx, a)
+}
+
+// record tells the Recorder of an apply that tried something, and turns
+// its failure, or startErr (recordStart's), into a *RecordError around
+// applyErr.
+func (r *Repairer) record(ctx context.Context, a Applied, startErr error) error {
+	var err error
+	if r.cfg.recorder != nil && a.Attempted > 0 {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RecordTimeout)
+		defer cancel()
+		err = r.cfg.recorder.RecordApply(ctx, a)
+	}
+	if err = errors.Join(startErr, err); err != nil {
 		return &RecordError{Err: err, ApplyErr: a.Err}
 	}
 	return a.Err

@@ -3,6 +3,7 @@ package repair_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -190,5 +191,82 @@ func TestRecorderSeesAnApplyCancelledHalfWay(t *testing.T) {
 	}
 	if len(got) != 1 || got[0].Attempted != 1 || !errors.Is(got[0].Err, context.Canceled) || recCtxErr != nil {
 		t.Fatalf("recorded %+v (ctx err %v)", got, recCtxErr)
+	}
+}
+
+// startRecorder records RecordStart and RecordApply calls in order.
+type startRecorder struct {
+	calls []string
+	// requestsAtStart counts the ledger requests present at RecordStart.
+	requestsAtStart int
+	count           func() int
+}
+
+func (s *startRecorder) RecordApply(_ context.Context, a repair.Applied) error {
+	s.calls = append(s.calls, "apply:"+string(a.Outcome))
+	return nil
+}
+
+func (s *startRecorder) RecordStart(_ context.Context, a repair.Applied) error {
+	s.calls = append(s.calls, "start")
+	s.requestsAtStart = s.count()
+	for _, it := range a.Plan.Items {
+		if it.Result != repair.ResultNone && it.Result != repair.ResultSkipped {
+			return errors.New("an item has a result of this apply at the start")
+		}
+	}
+	return nil
+}
+
+// TestStartRecorderSeesBulkParkedAppliesFirst: a StartRecorder is told of
+// a bulk apply of a parked plan before its first item changes anything,
+// and not of a single-entry one, nor of a plan without an id.
+func TestStartRecorderSeesBulkParkedAppliesFirst(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	for _, k := range []string{"b-0", "b-1", "b-2"} {
+		parkKey(t, e, k, "boom", time.Hour, 3)
+	}
+	rec := &startRecorder{count: func() int {
+		n := 0
+		for _, k := range []string{"b-0", "b-1", "b-2"} {
+			if requestOf(t, e, k) != nil {
+				n++
+			}
+		}
+		return n
+	}}
+	r := withRecorder(e, rec)
+
+	p, err := r.PlanParked(ctx, repair.ParkedRequest{Action: repair.ActionRetry, Subscription: bulkSub, Aggregate: "b-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Apply(ctx, p, repair.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err = r.PlanParked(ctx, repair.ParkedRequest{Action: repair.ActionRetry, All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Apply(ctx, p, repair.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err = r.PlanRelease(ctx, repair.ReleaseRequest{Category: e.s.Orders, Group: e.s.Projector, Key: e.s.Halted, Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Items = append(p.Items, p.Items[0]) // two items, but no plan id
+	if _, err := r.Apply(ctx, p, repair.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := "apply:applied start apply:applied apply:partial"
+	if got := strings.Join(rec.calls, " "); got != want {
+		t.Fatalf("calls %q, want %q", got, want)
+	}
+	// The bulk plan's start came when only the single retry (b-0) was
+	// recorded.
+	if rec.requestsAtStart != 1 {
+		t.Fatalf("%d requests recorded at the start, want 1", rec.requestsAtStart)
 	}
 }

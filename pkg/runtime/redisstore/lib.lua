@@ -56,3 +56,24 @@ local function load_record(i)
   return p
 end
 
+
+-- set_request records an operator's request in the decoded entry p (the
+-- caller SETs it back): a retry sets the status to retrying, and raises
+-- PROTCTL_UNRECOVERABLE for an unrecoverable entry; a skip keeps the
+-- status. Empty reason, by and token are left out. Returns the request's
+-- time (the server's).
+local function set_request(p, action, reason, by, token)
+  if action == 'retry' then
+    if p.status == 'unrecoverable' then
+      error({err = 'PROTCTL_UNRECOVERABLE'})
+    end
+    p.status = 'retrying'
+  end
+  local at = iso_now()
+  local r = {action = action, requestedAt = at}
+  if reason ~= '' then r.reason = reason end
+  if by ~= '' then r.by = by end
+  if token ~= '' then r.token = token end
+  p.request = r
+  return at
+end

@@ -27,17 +27,7 @@ if tostring(p.position or '') ~= ARGV[6]
   or req ~= ARGV[10] then
   return {'changed', redis.call('GET', KEYS[1])}
 end
-if ARGV[1] == 'retry' then
-  if p.status == 'unrecoverable' then
-    error({err = 'PROTCTL_UNRECOVERABLE'})
-  end
-  p.status = 'retrying'
-end
-local at = iso_now()
-local r = {action = ARGV[1], requestedAt = at, token = ARGV[4]}
-if ARGV[2] ~= '' then r.reason = ARGV[2] end
-if ARGV[3] ~= '' then r.by = ARGV[3] end
-p.request = r
+local at = set_request(p, ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 redis.call('SET', KEYS[1], cjson.encode(p))
 local m = {action = ARGV[1], at = at}
 if ARGV[3] ~= '' then m.by = ARGV[3] end
