@@ -503,21 +503,7 @@ func TestRunNodeMetricsWhenKafkaIsUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "node.yaml")
-	writeFile(t, path, fmt.Sprintf(`service: shop
-node: node-1
-redis: {url: "%s"}
-kafka: {brokers: ["127.0.0.1:%d"]}
-admin: {listen: "127.0.0.1:0"}
-lease: {ttl: 2s, renewEvery: 400ms}
-drain: {timeout: 5s}
-subscriptions:
-  - name: projector
-    redis: {categories: [shop::order]}
-    handler: {log: {}}
-  - name: ledger-sync
-    kafka: {topic: orders}
-    handler: {log: {}}
-`, srv.URL(), closed))
+	writeFile(t, path, redisAndKafkaNodeYAML(srv.URL(), fmt.Sprintf("127.0.0.1:%d", closed)))
 	base, stop := startRunNode(t, path)
 
 	var metrics string
@@ -548,6 +534,27 @@ subscriptions:
 	if err := stop(); err != nil {
 		t.Errorf("drain: %v", err)
 	}
+}
+
+// redisAndKafkaNodeYAML is a node config of service shop with two
+// subscriptions logging what they get: projector reads Redis category
+// shop::order, ledger-sync Kafka topic orders from broker.
+func redisAndKafkaNodeYAML(redisURL, broker string) string {
+	return fmt.Sprintf(`service: shop
+node: node-1
+redis: {url: "%s"}
+kafka: {brokers: ["%s"]}
+admin: {listen: "127.0.0.1:0"}
+lease: {ttl: 2s, renewEvery: 400ms}
+drain: {timeout: 5s}
+subscriptions:
+  - name: projector
+    redis: {categories: [shop::order]}
+    handler: {log: {}}
+  - name: ledger-sync
+    kafka: {topic: orders}
+    handler: {log: {}}
+`, redisURL, broker)
 }
 
 // The same on the Redis side: once Redis dies under a running node, its

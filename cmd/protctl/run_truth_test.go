@@ -4,7 +4,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -37,21 +36,7 @@ func TestRunNodeKafkaOutageIsUnavailable(t *testing.T) {
 		&kgo.Record{Topic: "orders", Partition: 1, Key: []byte("o-2"), Value: []byte(`{"n":2}`)},
 	)
 	path := filepath.Join(t.TempDir(), "node.yaml")
-	writeFile(t, path, fmt.Sprintf(`service: shop
-node: node-1
-redis: {url: "%s"}
-kafka: {brokers: ["%s"]}
-admin: {listen: "127.0.0.1:0"}
-lease: {ttl: 2s, renewEvery: 400ms}
-drain: {timeout: 5s}
-subscriptions:
-  - name: projector
-    redis: {categories: [shop::order]}
-    handler: {log: {}}
-  - name: ledger-sync
-    kafka: {topic: orders}
-    handler: {log: {}}
-`, srv.URL(), k.Brokers[0]))
+	writeFile(t, path, redisAndKafkaNodeYAML(srv.URL(), k.Brokers[0]))
 	base, stop := startRunNode(t, path)
 	configured := []string{"ledger-sync", "projector"}
 

@@ -101,14 +101,5 @@ func (in *Inspector) categoryKnown(ctx context.Context, category string) (bool, 
 	if n > 0 {
 		return true, nil
 	}
-	err = in.scanKeys(ctx, escapeGlob(category+":")+"*", "", ScanOptions{Count: 5000}, func(string) bool {
-		return true
-	}, errFound)
-	switch {
-	case errors.Is(err, errFound):
-		return true, nil
-	case err != nil:
-		return false, err
-	}
-	return false, nil
+	return in.scanFound(ctx, escapeGlob(category+":")+"*", nil)
 }

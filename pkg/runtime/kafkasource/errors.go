@@ -32,7 +32,8 @@ var (
 	// ErrUnreachable wraps the failure of any call that could not reach a
 	// broker: every recent connection attempt failed (refused, timed out,
 	// TLS or SASL handshake failed). The message names the brokers and the
-	// last connection error.
+	// last connection error. Source.Reachable returns it, without I/O,
+	// while every broker's latest connection attempt or read failed.
 	ErrUnreachable = errors.New("kafkasource: brokers unreachable")
 
 	// ErrNoAggregate is returned by AggregateFrom.Aggregate when a record

@@ -235,8 +235,9 @@ func (r *Reader) Paused() []int32 {
 // callers poll in a loop.
 //
 // Poll does not report a broker outage: it keeps waiting (and franz-go
-// keeps reconnecting). Watch the cluster's health with the Source's calls,
-// which fail with ErrUnreachable.
+// keeps reconnecting). Watch the cluster's health with Source.Reachable,
+// which the Reader's own failing fetches and reconnections turn, or with
+// the Source's calls, which fail with ErrUnreachable.
 func (r *Reader) Poll(ctx context.Context) ([]Batch, error) {
 	if r.closed.Load() {
 		return nil, ErrClosed
