@@ -18,6 +18,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
 const bulkKafkaTopic = "payments"
@@ -51,9 +52,9 @@ func TestBulkRetryOnAKafkaSubscription(t *testing.T) {
 		}
 		return nil
 	})
-	ts, err := runtime.NewTopicSubscriptions(runtime.TopicConfig{
+	ts, err := topic.New(topic.Config{
 		Topic: bulkKafkaTopic,
-		Subscriptions: []runtime.TopicSubscription{{Name: "ledger-sync", Handler: handler,
+		Subscriptions: []topic.Subscription{{Name: "ledger-sync", Handler: handler,
 			Retry: runtime.RetryPolicy{Attempts: 1, Backoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}}},
 		Source: src, Leases: redisbroker.New(c), LeaseGroup: redisstore.TopicLeaseGroup("shop", bulkKafkaTopic),
 		Checkpoints: store, Ledger: store,

@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/pkg/runtime/clock"
+	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
 )
 
 // Subscription is one named consumer a Node runs: a Redis partitioned
-// subscription (NewPartitioned) or, later, a Kafka topic subscription.
-// Implementations must be safe for concurrent use.
+// subscription (pkg/runtime/partitioned) or the subscriptions of a Kafka
+// topic (pkg/runtime/topic). Implementations must be safe for concurrent
+// use.
 type Subscription interface {
 	// Name is the subscription's name, unique within a node (for Redis,
 	// the consumer group).
@@ -150,7 +152,7 @@ func (c *NodeConfig) validate() error {
 		c.NodeID = host + "-" + strconv.Itoa(os.Getpid())
 	}
 	if c.JitterSeed == 0 {
-		c.JitterSeed = randomSeed()
+		c.JitterSeed = backoff.RandomSeed()
 	}
 	if c.HeartbeatEvery < 0 || c.MemberTTL < 0 {
 		return errors.New("runtime: node config: durations must not be negative")
