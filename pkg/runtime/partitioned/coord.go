@@ -1,7 +1,6 @@
 package partitioned
 
 import (
-	"context"
 	"slices"
 	"time"
 
@@ -596,61 +595,6 @@ func (c *coordinator) watchIdle(pt *part, now time.Time) {
 	pt.sweepAt = now.Add(p.cfg.SweepEvery)
 }
 
-// ledgerList applies a full read of the parked entries. A key a worker
-// parked or resolved after the read began keeps what the worker knew: the
-// read is older.
-func (c *coordinator) ledgerList(entries []runtime.Parked, started int64) {
-	parked := make(map[string]*runtime.Parked, len(entries))
-	for i := range entries {
-		e := &entries[i]
-		if e.Source != "" && e.Source != runtime.SourceRedis {
-			continue
-		}
-		parked[e.Aggregate] = e
-	}
-	for key, e := range parked {
-		if pt := c.parts[key]; pt != nil && pt.ledgerSeen >= started {
-			continue
-		}
-		pt := c.parts[key]
-		if pt == nil {
-			pt = c.part(key)
-			pt.parked = e
-			c.reassign([]string{key})
-		}
-		pt.parked = e
-		if !pt.mine {
-			continue
-		}
-		switch pt.state {
-		case pWatched, pContested, pBackoff:
-			if e.Request != nil {
-				pt.checkLedger = true
-				c.activate(pt, false)
-				continue
-			}
-			c.setState(pt, pParked)
-		case pParked:
-			if e.Request != nil {
-				pt.checkLedger = true
-				c.activate(pt, false)
-			}
-		}
-	}
-	// Parked here but no longer in the ledger: resolved by someone else
-	// (or the entry was deleted): process the partition again.
-	for key, pt := range c.parts {
-		if _, ok := parked[key]; ok || pt.parked == nil || pt.ledgerSeen >= started {
-			continue
-		}
-		pt.parked = nil
-		if pt.mine && pt.state == pParked {
-			pt.checkLedger = true
-			c.activate(pt, false)
-		}
-	}
-}
-
 // tick retries contested and failed partitions, sweeps idle partitions
 // the broker cannot wait on, and starts reaps.
 func (c *coordinator) tick() {
@@ -683,35 +627,5 @@ func (c *coordinator) tick() {
 		}
 		p.wg.Add(1)
 		go p.reapKeys(p.bgCtx, reap)
-	}
-}
-
-// reapKeys retires the given idle partitions, one at a time, and reports
-// each verdict. A partition is reaped in every category or reported kept.
-func (p *Subscription) reapKeys(ctx context.Context, keys []string) {
-	defer p.wg.Done()
-	for i, key := range keys {
-		all := true
-		for _, cat := range p.cfg.Categories {
-			res, err := p.cfg.Broker.ReapPartition(ctx, cat, key, p.cfg.ReapAfter, p.cfg.BackfillSuffix)
-			if err != nil {
-				if ctx.Err() == nil {
-					observe.Error(p.obs, runtime.ErrorEvent{Subscription: p.cfg.Name, Op: "reap", Err: err})
-				}
-				all = false
-				break
-			}
-			if !res.Reaped {
-				all = false
-				p.log.Debug("partition kept", "subscription", p.cfg.Name, "category", cat, "key", key, "reason", res.Reason)
-				break
-			}
-		}
-		if all {
-			p.log.Info("partition reaped", "subscription", p.cfg.Name, "key", key)
-		}
-		if !p.send(evReaped{key: key, reaped: all, last: i == len(keys)-1}) {
-			return
-		}
 	}
 }
