@@ -372,12 +372,27 @@ func replicaOp(op string) string {
 
 // timedRedisBroker times lease renewals for the
 // protctl_lease_renew_duration_seconds histogram. It embeds the broker,
-// so every optional capability the runtime finds by type assertion
-// (EntryWaiter, PartitionWatcher, AckReader, StreamTailer) stays visible.
+// so every optional capability the runtime finds by type assertion stays
+// visible.
 type timedRedisBroker struct {
 	*redisbroker.Broker
 	m *admin.Metrics
 }
+
+// The wrapper keeps every optional capability of the Redis adapter (the
+// runtime warns at start about any it lacks).
+var (
+	_ broker.EntryWaiter      = timedRedisBroker{}
+	_ broker.StreamTailer     = timedRedisBroker{}
+	_ broker.PartitionWatcher = timedRedisBroker{}
+	_ broker.AckReader        = timedRedisBroker{}
+	_ broker.BatchReader      = timedRedisBroker{}
+	_ broker.BatchAcquirer    = timedRedisBroker{}
+	_ broker.BatchRenewer     = timedRedisBroker{}
+	_ broker.PartitionCounter = timedRedisBroker{}
+	_ broker.AppendWatcher    = timedRedisBroker{}
+	_ broker.ReaderPinner     = timedRedisBroker{}
+)
 
 func (b timedRedisBroker) RenewPartitionLease(ctx context.Context, f broker.Fence, ttl time.Duration) (bool, error) {
 	start := time.Now()

@@ -235,6 +235,7 @@ func (p *Subscription) Start(ctx context.Context, host runtime.Host) error {
 			go p.appendLoop(p.bgCtx, cat)
 		}
 	}
+	warnMissingCapabilities(p.log, p.cfg.Name, p.cfg.Broker)
 	p.log.Info("subscription started", "subscription", p.cfg.Name, "categories", p.cfg.Categories,
 		"entryWaiter", p.waiter != nil, "partitionWatcher", p.pwatch != nil, "batchRenewer", p.batchRenewer != nil)
 	return nil

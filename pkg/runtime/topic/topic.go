@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/clock"
 	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
@@ -253,6 +254,10 @@ func (t *Consumer) Start(ctx context.Context, host runtime.Host) error {
 	for _, s := range t.subs {
 		t.wg.Add(1)
 		go t.ledgerLoop(t.bgCtx, s)
+	}
+	if _, ok := t.cfg.Leases.(broker.BatchRenewer); !ok {
+		t.log.Warn("broker lacks optional capabilities", "subscription", t.name, "missing", "broker.BatchRenewer",
+			"costs", "broker.BatchRenewer: one round trip per held lease every RenewEvery instead of one for all")
 	}
 	t.log.Info("topic subscriptions started", "subscriptions", t.subNames())
 	return nil
