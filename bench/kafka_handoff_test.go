@@ -84,9 +84,8 @@ func BenchmarkTopicHandoff(b *testing.B) {
 					}
 					return nil
 				})}},
-			Source:      src,
+			Source:      topic.Kafka(src),
 			Leases:      leases,
-			LeaseGroup:  redisstore.TopicLeaseGroup("bench", hTopic),
 			Checkpoints: store,
 			Ledger:      store,
 			StartFrom:   kafkasource.FromEarliest,

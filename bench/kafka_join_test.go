@@ -111,9 +111,8 @@ func jRuntime(b *testing.B, c redis.UniversalClient, leases *jSlowLeases, cps ru
 		Topic: jTopic,
 		Subscriptions: []topic.Subscription{{Name: "bench.sync",
 			Handler: runtime.HandlerFunc(func(context.Context, runtime.Message) error { return nil })}},
-		Source:      src,
+		Source:      topic.Kafka(src),
 		Leases:      leases,
-		LeaseGroup:  lg,
 		Checkpoints: cps,
 		Ledger:      store,
 	})

@@ -17,7 +17,6 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
-	"github.com/protctl/protctl/pkg/runtime/redisstore"
 	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
@@ -150,9 +149,8 @@ func kRuntime(tb testing.TB, k *testenv.Kafka, n int) (took, first time.Duration
 				}
 				return nil
 			})}},
-		Source:      src,
+		Source:      topic.Kafka(src),
 		Leases:      b,
-		LeaseGroup:  redisstore.TopicLeaseGroup("bench", kTopic),
 		Checkpoints: store,
 		Ledger:      store,
 	})

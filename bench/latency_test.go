@@ -31,7 +31,6 @@ import (
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
 	"github.com/protctl/protctl/pkg/runtime/partitioned"
-	"github.com/protctl/protctl/pkg/runtime/redisstore"
 	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
@@ -712,9 +711,8 @@ func latKafkaRun(b *testing.B, rate, events int, drain time.Duration) (rt, raw l
 				rtRec.record(m.Data)
 				return nil
 			})}},
-		Source:      src,
+		Source:      topic.Kafka(src),
 		Leases:      mb,
-		LeaseGroup:  redisstore.TopicLeaseGroup("bench", kTopic),
 		Checkpoints: store,
 		Ledger:      store,
 	})

@@ -56,7 +56,7 @@ func TestBulkRetryOnAKafkaSubscription(t *testing.T) {
 		Topic: bulkKafkaTopic,
 		Subscriptions: []topic.Subscription{{Name: "ledger-sync", Handler: handler,
 			Retry: runtime.RetryPolicy{Attempts: 1, Backoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}}},
-		Source: src, Leases: redisbroker.New(c), LeaseGroup: redisstore.TopicLeaseGroup("shop", bulkKafkaTopic),
+		Source: topic.Kafka(src), Leases: redisbroker.New(c),
 		Checkpoints: store, Ledger: store,
 		LeaseTTL: 2 * time.Second, RenewEvery: 300 * time.Millisecond, RefreshEvery: 200 * time.Millisecond,
 		CheckpointEvery: 100 * time.Millisecond, LedgerPollEvery: 100 * time.Millisecond, OpTimeout: time.Second,

@@ -160,9 +160,8 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 			}
 			tc = &topic.Config{
 				Topic:         sc.Kafka.Topic,
-				Source:        n.kafka,
+				Source:        topic.Kafka(n.kafka),
 				Leases:        timedRedisBroker{redisbroker.New(n.redis, brokerOpts...), n.metrics},
-				LeaseGroup:    redisstore.TopicLeaseGroup(cfg.Service, sc.Kafka.Topic),
 				Checkpoints:   store,
 				Ledger:        store,
 				Aggregate:     agg,
@@ -482,7 +481,7 @@ func (n *runningNode) lag(ctx context.Context) (map[string]int64, error) {
 				}
 			}
 			for _, ts := range c.Subscriptions {
-				next, err := store.LoadAll(ctx, c.LeaseGroup.String(), ts.Name)
+				next, err := store.LoadAll(ctx, redisstore.TopicLeaseGroup(n.cfg.Service, sub.Topic()).String(), ts.Name)
 				if err != nil {
 					keep(err)
 					continue

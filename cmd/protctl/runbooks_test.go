@@ -939,7 +939,7 @@ func kafkaRunbook(t *testing.T) *rbEnv {
 			rig.mu.Unlock()
 			return nil
 		})}},
-		Source: src, Leases: redisbroker.New(c), LeaseGroup: redisstore.TopicLeaseGroup("shop", kafkaRunbookTopic),
+		Source: topic.Kafka(src), Leases: redisbroker.New(c),
 		Checkpoints: store, Ledger: store,
 		LeaseTTL: 2 * time.Second, RenewEvery: 300 * time.Millisecond, RefreshEvery: 200 * time.Millisecond,
 		CheckpointEvery: 100 * time.Millisecond, LedgerPollEvery: 200 * time.Millisecond, OpTimeout: time.Second,

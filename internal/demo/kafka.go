@@ -11,7 +11,6 @@ import (
 
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
-	"github.com/protctl/protctl/pkg/runtime/redisstore"
 	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
@@ -60,9 +59,8 @@ func (k *kafkaSide) subscriptions(d *Demo, node string) (*topic.Consumer, error)
 			Handler: d.handler(d.topic, node),
 			Retry:   runtime.RetryPolicy{Attempts: 3, Backoff: 50 * time.Millisecond},
 		}},
-		Source:          k.src,
+		Source:          topic.Kafka(k.src),
 		Leases:          d.brk,
-		LeaseGroup:      redisstore.TopicLeaseGroup(Service, Topic),
 		Checkpoints:     d.checkpoint,
 		Ledger:          d.ledger,
 		LeaseTTL:        d.cfg.LeaseTTL,

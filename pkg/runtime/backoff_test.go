@@ -20,13 +20,14 @@ func waits(b *backoff.Backoff, n int) []time.Duration {
 	return out
 }
 
-func seededNode(t *testing.T, id string, seed uint64) *Node {
+// seededNode returns the host a node with seed gives its subscriptions.
+func seededNode(t *testing.T, id string, seed uint64) nodeHost {
 	t.Helper()
 	n, err := NewNode(NodeConfig{Service: "svc", NodeID: id, Membership: noMembership{}, JitterSeed: seed})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return nodeHost{n}
 }
 
 // Two nodes with different seeds draw different waits for the same

@@ -10,7 +10,6 @@ import (
 	"github.com/protctl/protctl/pkg/broker/memorybroker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/clock"
-	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 )
 
 // TestTopicBackpressureThresholds: a partition throttles when its window
@@ -32,9 +31,8 @@ func TestTopicBackpressureThresholds(t *testing.T) {
 			ts, err := New(Config{
 				Topic:         "t",
 				Subscriptions: []Subscription{{Name: "s", Handler: runtime.HandlerFunc(func(context.Context, runtime.Message) error { return nil })}},
-				Source:        (*kafkasource.Source)(nil),
+				Source:        Kafka(nil),
 				Leases:        memorybroker.New(),
-				LeaseGroup:    benchLeaseGroup{},
 				Checkpoints:   noCheckpoints{},
 				Ledger:        nil2Ledger(),
 				MaxInFlight:   1000,

@@ -26,7 +26,7 @@ func (tp *topicPart) saveCheckpoints(ctx context.Context) error {
 		if next <= saved {
 			continue
 		}
-		err := t.cfg.Checkpoints.Save(ctx, tp.lease.fence, t.cfg.LeaseGroup.String(), sp.sr.cfg.Name, tp.p, next)
+		err := t.cfg.Checkpoints.Save(ctx, tp.lease.fence, t.group, sp.sr.cfg.Name, tp.p, next)
 		if err != nil {
 			if errors.Is(err, broker.ErrLeaseLost) {
 				t.loseLease(tp.lease, lease.ErrLost)

@@ -7,45 +7,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/clock"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 )
-
-// Source is what topic subscriptions need from Kafka.
-// *kafkasource.Source implements it; see that package for the contract of
-// each method (no consumer group, nothing committed, ErrTopicNotFound,
-// ErrOffsetNotRetained).
-type Source interface {
-	// Partitions lists the topic's partitions (refresh picks up new ones).
-	Partitions(ctx context.Context, topic string) ([]int32, error)
-	// Watermarks returns the earliest retained offset and the head of the
-	// given partitions.
-	Watermarks(ctx context.Context, topic string, partitions ...int32) (map[int32]kafkasource.Watermarks, error)
-	// NewReader returns the shared tail reader of one (node, topic).
-	NewReader(topic string) (*kafkasource.Reader, error)
-	// Scan reads [from, to) of one partition with plain fetches: the
-	// catch-up reader of a subscription far behind, and a retry's re-scan.
-	Scan(ctx context.Context, topic string, partition int32, from, to int64, fn func(*kgo.Record) error) (int64, error)
-}
-
-var _ Source = (*kafkasource.Source)(nil)
-
-// LeaseGroup names the keys of a topic's partition leases.
-// redisstore.TopicLeaseGroup(service, topic) implements it; the runtime
-// cannot import redisstore (which imports the runtime), so it takes the
-// names through this interface.
-type LeaseGroup interface {
-	// String is the leaseGroup argument of Checkpoints ("service|topic:T").
-	String() string
-	// LeaseKey and GenerationKey are the broker.LeaseManager keys of
-	// partition p.
-	LeaseKey(p int32) string
-	GenerationKey(p int32) string
-}
 
 // Subscription is one subscription of a topic: a name (its
 // checkpoints and ledger entries are kept under it) and a handler.
@@ -85,12 +51,11 @@ type Config struct {
 	// primitives: redisbroker or memorybroker). Required. When it also
 	// implements BatchRenewer, one call renews every lease.
 	Leases broker.LeaseManager
-	// LeaseGroup names the lease keys: redisstore.TopicLeaseGroup(service,
-	// Topic). Required; its String must be "<service>|topic:<Topic>" for the
-	// node's service.
-	LeaseGroup LeaseGroup
 	// Checkpoints stores each (subscription, partition)'s next offset,
-	// fenced by the partition's lease. Required.
+	// fenced by the partition's lease, and names the leases' keys
+	// (runtime.Checkpoints.LeaseKeys): the partitions are leased in the
+	// lease group "<service>|topic:<Topic>" of the node's service, derived
+	// at Start. Required.
 	Checkpoints runtime.Checkpoints
 	// Ledger records parked aggregates, fenced by the partition's lease.
 	// Required.
@@ -225,8 +190,6 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%s: Source is required", op)
 	case c.Leases == nil:
 		return fmt.Errorf("%s: Leases is required", op)
-	case c.LeaseGroup == nil:
-		return fmt.Errorf("%s: LeaseGroup is required", op)
 	case c.Checkpoints == nil:
 		return fmt.Errorf("%s: Checkpoints is required", op)
 	case c.Ledger == nil:

@@ -481,8 +481,8 @@ func (c *topicCoord) acquireOne(ctx context.Context, s *slot) (*topicPart, bool,
 	start := t.clk.Now()
 	octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
 	defer cancel()
-	lg := t.cfg.LeaseGroup
-	lease, ok, err := t.cfg.Leases.AcquirePartitionLease(octx, lg.LeaseKey(p), lg.GenerationKey(p), t.node, t.cfg.LeaseTTL)
+	leaseKey, genKey := t.cfg.Checkpoints.LeaseKeys(t.group, p)
+	lease, ok, err := t.cfg.Leases.AcquirePartitionLease(octx, leaseKey, genKey, t.node, t.cfg.LeaseTTL)
 	if err != nil {
 		return nil, false, fmt.Errorf("acquire lease of partition %d: %w", p, err)
 	}
@@ -513,7 +513,7 @@ func (c *topicCoord) acquireOne(ctx context.Context, s *slot) (*topicPart, bool,
 		sr.dedupFor(p, l.gen)
 	}
 	for i, sr := range t.subs {
-		next, ok, err := t.cfg.Checkpoints.Load(octx, lg.String(), sr.cfg.Name, p)
+		next, ok, err := t.cfg.Checkpoints.Load(octx, t.group, sr.cfg.Name, p)
 		if err != nil {
 			return fail(fmt.Errorf("load checkpoint of %q partition %d: %w", sr.cfg.Name, p, err))
 		}

@@ -12,7 +12,6 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
-	"github.com/protctl/protctl/pkg/runtime/redisstore"
 	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
@@ -59,9 +58,8 @@ func ExampleNew() {
 				return nil
 			}),
 		}},
-		Source:      src,
+		Source:      topic.Kafka(src),
 		Leases:      leases,
-		LeaseGroup:  redisstore.TopicLeaseGroup("shop", "orders"),
 		Checkpoints: store,
 		Ledger:      store,
 	})

@@ -196,9 +196,8 @@ func (e *topicEnv) config(subs ...topic.Subscription) topic.Config {
 	return topic.Config{
 		Topic:              topicName,
 		Subscriptions:      subs,
-		Source:             e.src,
+		Source:             topic.Kafka(e.src),
 		Leases:             e.leases,
-		LeaseGroup:         e.leaseGroup(),
 		Checkpoints:        e.store,
 		Ledger:             e.store,
 		LeaseTTL:           2 * time.Second,

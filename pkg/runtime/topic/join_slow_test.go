@@ -10,6 +10,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
 // slowLeases delays every call to the real lease manager by d, and keeps
@@ -96,7 +97,7 @@ func TestTopicSlowJoinOf1000PartitionsKeepsEveryLease(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer src.Close()
-			cfg.Source = src
+			cfg.Source = topic.Kafka(src)
 			if tc.ghost {
 				e.cluster.add("ghost")
 			}

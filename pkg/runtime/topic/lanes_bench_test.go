@@ -16,14 +16,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker/memorybroker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/clock"
-	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 )
-
-type benchLeaseGroup struct{}
-
-func (benchLeaseGroup) String() string               { return "bench|topic:t" }
-func (benchLeaseGroup) LeaseKey(p int32) string      { return "lease:" + strconv.Itoa(int(p)) }
-func (benchLeaseGroup) GenerationKey(p int32) string { return "gen:" + strconv.Itoa(int(p)) }
 
 // BenchmarkTopicLanes measures what the runtime adds per record on top of
 // reading it: delivery into the window and lanes, dedup, the handler
@@ -56,9 +49,8 @@ func BenchmarkTopicLanes(b *testing.B) {
 			t, err := New(Config{
 				Topic:         "t",
 				Subscriptions: []Subscription{{Name: "s", Handler: h}},
-				Source:        (*kafkasource.Source)(nil),
+				Source:        Kafka(nil),
 				Leases:        memorybroker.New(),
-				LeaseGroup:    benchLeaseGroup{},
 				Checkpoints:   noCheckpoints{},
 				Ledger:        nil2Ledger(),
 			})

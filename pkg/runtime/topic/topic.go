@@ -102,13 +102,14 @@ type Consumer struct {
 	idPathKey               []byte // `"<first key of the id path>"`
 
 	// Set by Start.
+	group  string // the lease group "<service>|topic:<topic>"
 	host   runtime.Host
 	clk    clock.Clock
 	log    *slog.Logger
 	obs    *runtime.Observer
 	node   string
 	jit    *backoff.Jitter // the waits' random source, seeded per node
-	reader *kafkasource.Reader
+	reader Reader
 
 	mu           sync.Mutex
 	state        runtime.SubscriptionState
@@ -215,9 +216,9 @@ func (t *Consumer) Start(ctx context.Context, host runtime.Host) error {
 	if t.state != runtime.StateNew {
 		return errors.New("runtime: topic subscriptions already started")
 	}
-	if want := host.Service() + "|topic:" + t.cfg.Topic; t.cfg.LeaseGroup.String() != want {
-		return fmt.Errorf("runtime: topic %q: lease group %q is not the service's %q", t.cfg.Topic, t.cfg.LeaseGroup.String(), want)
-	}
+	// The lease group is the service's: (service, "topic:<topic>"), so
+	// two services reading one topic never share (or fight over) leases.
+	t.group = host.Service() + "|topic:" + t.cfg.Topic
 	reader, err := t.cfg.Source.NewReader(t.cfg.Topic)
 	if err != nil {
 		return fmt.Errorf("runtime: topic %q: new reader: %w", t.cfg.Topic, err)
