@@ -183,3 +183,98 @@ func replayedOnce(seqs []int, from, n int) error {
 	}
 	return nil
 }
+
+// TestTopicSeekUnowned: checkpoints set while nobody holds the
+// partitions (redisstore.SetUnownedCheckpoint, the path of topics seek on
+// a free partition): the next owner rewinds partition 0 (its records
+// from the target handled exactly once more, in order) and skips
+// partition 1's records below its target, exactly those.
+func TestTopicSeekUnowned(t *testing.T) {
+	e := newTopicEnv(t, onRedis, 2)
+	rec := newTopicRecorder(t)
+	aggs := aggNames(6)
+	offsets := map[string]map[int]int64{}
+	note := func(rs []*kgo.Record) {
+		for _, r := range rs {
+			a := string(r.Key)
+			if offsets[a] == nil {
+				offsets[a] = map[int]int64{}
+			}
+			s, _ := strconv.Atoi(string(r.Headers[1].Value))
+			offsets[a][s] = r.Offset
+		}
+	}
+	note(e.produce(aggs, 1, 20))
+	n := e.start("n1", e.config(tsub(topicSub, rec.handler("n1"))), nil)
+	waitFor(t, 20*time.Second, "1..20 handled", func() bool { return rec.complete(topicSub, aggs, 20) })
+	e.stop(n)
+	note(e.produce(aggs, 21, 40))
+
+	store := e.store.(*redisstore.Store)
+	lg := e.leaseGroup()
+	var p0, p1 []string
+	for _, a := range aggs {
+		if e.aggPartition(a) == 0 {
+			p0 = append(p0, a)
+		} else {
+			p1 = append(p1, a)
+		}
+	}
+	back, fwd := offsets[p0[0]][11], offsets[p1[0]][31]
+	for p, to := range map[int32]int64{0: back, 1: fwd} {
+		cur, ok := e.checkpoint(topicSub, p)
+		if !ok {
+			t.Fatalf("no checkpoint of partition %d", p)
+		}
+		stale := cur + 1
+		if out, err := store.SetUnownedCheckpoint(context.Background(), lg, topicSub, p, &stale, to); err != nil || out.Set || !out.Moved {
+			t.Fatalf("partition %d set against a checkpoint not seen: %+v, %v", p, out, err)
+		}
+		out, err := store.SetUnownedCheckpoint(context.Background(), lg, topicSub, p, &cur, to)
+		if err != nil || !out.Set {
+			t.Fatalf("partition %d: %+v, %v", p, out, err)
+		}
+		if got, _ := e.checkpoint(topicSub, p); got != to {
+			t.Fatalf("partition %d checkpoint %d, want %d", p, got, to)
+		}
+	}
+
+	n = e.start("n1", e.config(tsub(topicSub, rec.handler("n1"))), nil)
+	defer e.stopAll()
+	waitFor(t, 20*time.Second, "1..40 handled", func() bool { return rec.complete(topicSub, aggs, 40) })
+	waitFor(t, 5*time.Second, "checkpoints at the heads", func() bool {
+		h := e.heads()
+		c0, _ := e.checkpoint(topicSub, 0)
+		c1, _ := e.checkpoint(topicSub, 1)
+		return c0 == h[0] && c1 == h[1]
+	})
+	for _, a := range p0 {
+		from := 0
+		for s := 1; s <= 40; s++ {
+			if offsets[a][s] >= back {
+				from = s
+				break
+			}
+		}
+		if err := replayedOnce(rec.handled(topicSub, a), from, 40); err != nil {
+			t.Errorf("aggregate %s of partition 0: %v (handled %v)", a, err, rec.handled(topicSub, a))
+		}
+	}
+	for _, a := range p1 {
+		var want []int
+		for s := 1; s <= 40; s++ {
+			if s <= 20 || offsets[a][s] >= fwd {
+				want = append(want, s)
+			}
+		}
+		if got := rec.handled(topicSub, a); !slices.Equal(got, want) {
+			t.Errorf("aggregate %s of partition 1 handled %v, want %v", a, got, want)
+		}
+	}
+	// A held partition is refused.
+	cur, _ := e.checkpoint(topicSub, 0)
+	out, err := store.SetUnownedCheckpoint(context.Background(), lg, topicSub, 0, &cur, 0)
+	if err != nil || out.Set || out.Lease == "" {
+		t.Fatalf("set on a held partition: %+v, %v", out, err)
+	}
+}
