@@ -125,6 +125,9 @@ func (r *Repairer) PlanTopicSeek(ctx context.Context, req TopicSeekRequest) (*Pl
 		}
 	}
 	wm, err := req.Kafka.Watermarks(ctx, req.Topic, parts...)
+	if errors.Is(err, kafkasource.ErrTopicNotFound) || errors.Is(err, kafkasource.ErrPartitionNotFound) {
+		return nil, fmt.Errorf("%w: %w", inspect.ErrNotFound, err)
+	}
 	if err != nil {
 		return nil, err
 	}
