@@ -22,6 +22,19 @@ local cur = redis.call('HGET', KEYS[3], ARGV[1]) or ''
 if cur ~= ARGV[2] then
   return {'checkpoint', cur}
 end
-local gen = redis.call('INCR', KEYS[2])
+-- SET rather than INCR: the operator's ACL profile has no INCR (it must
+-- not mint generations for itself); a counter never set (never leased)
+-- needs no bump, as no node remembers the partition.
+local gen = redis.call('GET', KEYS[2])
+if gen then
+  local g = decimal(gen)
+  if not g then
+    error({err = 'PROTCTL_WRONGTYPE integer string 2'})
+  end
+  gen = tostring(tonumber(g) + 1)
+  redis.call('SET', KEYS[2], gen)
+else
+  gen = '0'
+end
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
-return {'ok', tostring(gen)}
+return {'ok', gen}
