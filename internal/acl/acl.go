@@ -339,7 +339,8 @@ func channelPatterns(o Options) []string {
 	} else {
 		out = append(out, "&"+o.Layout.WakeChannel("*"))
 	}
-	return append(out, "&protctl:parked:*:requests")
+	// The parked requests, and topic seek requests (decision 0044).
+	return append(out, "&protctl:parked:*:requests", "&protctl:{*}:seeks")
 }
 
 // validName refuses names an ACL rule cannot carry: empty, or with

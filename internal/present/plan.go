@@ -42,6 +42,14 @@ func Seen(it repair.Item) string {
 		if it.Action == repair.ActionDLQReplay && pc.LastEntryID != nil {
 			parts = append(parts, "newest of "+it.Params.ReplayTo+" "+*pc.LastEntryID)
 		}
+	case repair.ActionTopicSeek:
+		if sk := pc.Seek; sk != nil {
+			cp := "none"
+			if sk.Checkpoint != nil {
+				cp = *sk.Checkpoint
+			}
+			parts = append(parts, fmt.Sprintf("checkpoint %s of %s..%s", cp, sk.Earliest, sk.Head))
+		}
 	case repair.ActionPruneConsumer:
 		if pc.ConsumerPending != nil {
 			parts = append(parts, fmt.Sprintf("%d pending", *pc.ConsumerPending))
@@ -57,7 +65,7 @@ func Seen(it repair.Item) string {
 		}
 	}
 	switch it.Action {
-	case repair.ActionRelease, repair.ActionDeadLetter, repair.ActionPruneConsumer:
+	case repair.ActionRelease, repair.ActionDeadLetter, repair.ActionPruneConsumer, repair.ActionTopicSeek:
 		if pc.Lease != nil {
 			parts = append(parts, "lease "+*pc.Lease)
 		} else {

@@ -225,6 +225,9 @@ type ApplyOptions struct {
 	// process (protctl tui) as the one it came through. Default: none,
 	// the process's own invocation is the command.
 	CommandLine string
+	// SeekWait bounds how long a topic-seek of a held partition waits
+	// for its owner to carry it out; 0 means DefaultSeekWait.
+	SeekWait time.Duration
 }
 
 // Apply applies p's allowed items in order, re-checking each one's
