@@ -49,6 +49,7 @@ type config struct {
 	leaseTTL time.Duration
 	now      func() time.Time
 	recorder Recorder
+	seekWait time.Duration
 }
 
 // Option configures New.
@@ -84,6 +85,9 @@ func (c *config) validate() {
 	}
 	if c.now == nil {
 		c.now = time.Now
+	}
+	if c.seekWait <= 0 {
+		c.seekWait = 30 * time.Second
 	}
 }
 

@@ -32,7 +32,8 @@ const (
 )
 
 // SeekLane is one lane of a seek: the group's position the plan saw
-// (From, "" when the group is not created on the lane) and the target.
+// (From: "" when the group is not created on the lane, "*" for any) and
+// the target.
 type SeekLane struct {
 	Stream string `json:"stream"`
 	From   string `json:"from,omitempty"`

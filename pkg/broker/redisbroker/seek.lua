@@ -6,7 +6,7 @@
 --   'free':    ARGV[3] the generation the plan saw ('' for none); for
 --              each of the n lanes ARGV[3+i] the position the plan saw
 --              and ARGV[3+n+i] the target. The lease must be free and
---              the counter and positions unchanged.
+--              the counter and positions unchanged ('*': any position).
 --   'request': ARGV[3] the caller's fence token, ARGV[4] its generation.
 --              The targets are the waiting request's in KEYS[3]; the
 --              lease must hold the token, and the request must have been
@@ -66,7 +66,7 @@ if ARGV[1] == 'free' then
   if g ~= ARGV[3] then return {'leased', 'generation ' .. g} end
   for i = 1, n do
     local now = position(3 + i) or ''
-    if now ~= ARGV[3 + i] then return {'moved', KEYS[3 + i], now} end
+    if ARGV[3 + i] ~= '*' and now ~= ARGV[3 + i] then return {'moved', KEYS[3 + i], now} end
   end
   local out = {'applied'}
   for i = 1, n do
