@@ -441,11 +441,12 @@ func (r *Repairer) planSeekLane(ctx context.Context, op string, req SeekRequest,
 			return ls, "", err
 		}
 	}
-	if less(info.LastGeneratedID, ls.To) && req.Target.Kind == SeekToID {
+	if less(info.LastGeneratedID, ls.To) && req.Target.Kind == SeekToID && name == LaneMain {
 		return ls, fmt.Sprintf("--to %s is after the newest id of %s (%s)", ls.To, stream, info.LastGeneratedID), nil
 	}
 	if less(info.LastGeneratedID, ls.To) {
-		// A time after the newest entry: the group moves to the newest.
+		// A time (or, on the backfill lane, an id) after the newest
+		// entry: the group moves to the newest.
 		ls.To = info.LastGeneratedID
 	}
 	switch {
