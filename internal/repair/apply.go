@@ -79,7 +79,7 @@ func (r *Repairer) applyItems(ctx context.Context, p *Plan, opts ApplyOptions, a
 			case ActionDLQPurge:
 				err = r.applyDLQPurge(ctx, it)
 			case ActionSeek:
-				err = r.applySeek(ctx, p.ID, it)
+				err = r.applySeek(ctx, p.ID, it, opts.SeekWait)
 			}
 			if err != nil {
 				it.Result, it.Detail = ResultNone, "not applied: "+err.Error()

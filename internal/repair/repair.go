@@ -227,6 +227,11 @@ type ApplyOptions struct {
 	// process (protctl tui) as the one it came through. Default: none,
 	// the process's own invocation is the command.
 	CommandLine string
+	// SeekWait bounds how long a seek item of a partition a protctl node
+	// owns waits for the node to carry it out (the CLI's seek --wait);
+	// 0: the Repairer's (WithSeekWait, default 30s). Past it the request
+	// is withdrawn and the item is a conflict.
+	SeekWait time.Duration
 }
 
 // Apply applies p's allowed items in order, re-checking each one's

@@ -171,7 +171,7 @@ type SeekLaneState struct {
 	PendingKept  int64 `json:"pendingKept"`
 }
 
-// SeekWait bounds how long Apply waits for a protctl owner to carry out
+// WithSeekWait bounds how long Apply waits for a protctl owner to carry out
 // a seek request (WithSeekWait). Default 30s.
 func WithSeekWait(d time.Duration) Option { return func(c *config) { c.seekWait = d } }
 
@@ -533,7 +533,7 @@ func shiftTarget(ctx context.Context, c redis.UniversalClient, stream, from stri
 // applySeek carries out a seek item as the plan's owner says: in one step
 // on a free partition, after a fenced release of a foreign lease
 // (--force), or through a request the protctl owner carries out.
-func (r *Repairer) applySeek(ctx context.Context, planID string, it *Item) error {
+func (r *Repairer) applySeek(ctx context.Context, planID string, it *Item, wait time.Duration) error {
 	s, ok := r.broker.(Seeker)
 	if !ok {
 		return fmt.Errorf("repair: the broker cannot seek")
@@ -548,7 +548,7 @@ func (r *Repairer) applySeek(ctx context.Context, planID string, it *Item) error
 	}
 	switch st.Owner {
 	case SeekOwnerProtctl:
-		return r.applySeekRequest(ctx, s, planID, it, lanes)
+		return r.applySeekRequest(ctx, s, planID, it, lanes, wait)
 	case SeekOwnerForeign:
 		f := broker.Fence{LeaseKey: r.broker.Layout().LeaseKey(t.Group, t.Key), Token: *it.Precondition.Lease}
 		released, err := r.broker.ReleasePartitionLease(ctx, f)
@@ -610,7 +610,7 @@ func (r *Repairer) seekDone(ctx context.Context, it *Item, lanes []redisbroker.S
 
 // applySeekRequest records the seek for the protctl owner the plan saw
 // and waits, up to the seek wait, for it to be carried out.
-func (r *Repairer) applySeekRequest(ctx context.Context, s Seeker, planID string, it *Item, lanes []redisbroker.SeekLane) error {
+func (r *Repairer) applySeekRequest(ctx context.Context, s Seeker, planID string, it *Item, lanes []redisbroker.SeekLane, wait time.Duration) error {
 	t := it.Target
 	if it.Precondition.Lease == nil {
 		return fmt.Errorf("%w: seek item of a protctl owner without a planned lease", ErrInvalidPlan)
@@ -647,7 +647,9 @@ func (r *Repairer) applySeekRequest(ctx context.Context, s Seeker, planID string
 		it.Result, it.Detail = ResultConflict, fmt.Sprintf("another seek request (%s) waits for the owner: nothing requested", detail)
 		return nil
 	}
-	wait := r.cfg.seekWait
+	if wait <= 0 {
+		wait = r.cfg.seekWait
+	}
 	deadline := time.Now().Add(wait)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
