@@ -35,7 +35,7 @@ var (
 	// operatorOnlyScripts are the operator's that a node never runs.
 	operatorOnlyScripts = []string{"redisbroker/dlqreplay.lua", "redisbroker/dlqdelete.lua",
 		"redisbroker/seekrequest.lua", "redisbroker/seekcancel.lua"}
-	readOnlyScripts     = []string{"redisadapter/prelude.lua", "redisstore/lib.lua", "redisstore/members.lua"}
+	readOnlyScripts = []string{"redisadapter/prelude.lua", "redisstore/lib.lua", "redisstore/members.lua"}
 )
 
 // scriptDirs are the folders of the Lua scripts, by package.
