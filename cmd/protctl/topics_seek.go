@@ -151,9 +151,9 @@ func runTopicsSeek(ctx context.Context, opts *topicsSeekOptions) error {
 			return err
 		}
 	case opts.shiftSet:
-		req.To = repair.SeekTo{Kind: "shift", Offset: opts.Shift, Spec: "shift " + strconv.FormatInt(opts.Shift, 10)}
+		req.To = repair.TopicSeekTo{Kind: "shift", Offset: opts.Shift, Spec: "shift " + strconv.FormatInt(opts.Shift, 10)}
 	default:
-		to, err := repair.ParseSeekTo("--to", opts.To, opts.Now())
+		to, err := repair.ParseTopicSeekTo("--to", opts.To, opts.Now())
 		if err != nil {
 			return err
 		}

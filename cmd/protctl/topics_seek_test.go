@@ -26,7 +26,7 @@ var seekT0 = time.Date(2026, 1, 2, 14, 0, 0, 0, time.UTC)
 //
 //	p0: 4 records at seekT0 + 0..3 minutes, lease node-a:7 held, checkpoint 1
 //	p1: 2 records at seekT0 + 0..1 minutes, free (generation 3), checkpoint 2
-func seekCLI(t *testing.T) (*cli, redis.UniversalClient) {
+func topicSeekCLI(t *testing.T) (*cli, redis.UniversalClient) {
 	t.Helper()
 	ctx := context.Background()
 	k := testenv.StartKafka(t, 2, "orders")
@@ -97,7 +97,7 @@ func seekPlan(t *testing.T, out string) repair.Plan {
 // checkpoint seen, the new checkpoint, records handled again; nothing
 // changes.
 func TestTopicsSeekPlan(t *testing.T) {
-	cl, c := seekCLI(t)
+	cl, c := topicSeekCLI(t)
 	r := cl.run(seekArgs("--to", "0", "--dry-run", "-o", "json")...)
 	r.wantCode(t, 0)
 	p := seekPlan(t, r.stdout)
@@ -107,11 +107,11 @@ func TestTopicsSeekPlan(t *testing.T) {
 	p0, p1 := p.Items[0], p.Items[1]
 	if p0.Action != repair.ActionTopicSeek || p0.Target.Partition != "0" || p0.Target.Topic != "orders" || p0.Target.Service != "shop" ||
 		p0.Precondition.Lease == nil || *p0.Precondition.Lease != "node-a:7" || p0.Params.SeekTo != "0" ||
-		p0.Precondition.Seek == nil || *p0.Precondition.Seek.Checkpoint != "1" || p0.Precondition.Seek.HandledAgain != 1 ||
-		p0.Precondition.Seek.Head != "4" || !p0.Allowed {
+		p0.Precondition.TopicSeek == nil || *p0.Precondition.TopicSeek.Checkpoint != "1" || p0.Precondition.TopicSeek.HandledAgain != 1 ||
+		p0.Precondition.TopicSeek.Head != "4" || !p0.Allowed {
 		t.Errorf("p0 item %+v", p0)
 	}
-	if p1.Precondition.Lease != nil || *p1.Precondition.Seek.Checkpoint != "2" || p1.Precondition.Seek.HandledAgain != 2 || !p1.Allowed ||
+	if p1.Precondition.Lease != nil || *p1.Precondition.TopicSeek.Checkpoint != "2" || p1.Precondition.TopicSeek.HandledAgain != 2 || !p1.Allowed ||
 		!strings.Contains(p1.Reason, "rewind 2 -> 0: 2 records handled again") {
 		t.Errorf("p1 item %+v", p1)
 	}
@@ -129,7 +129,7 @@ func TestTopicsSeekPlan(t *testing.T) {
 // TestTopicsSeekUnowned: a free partition is set at once, backwards,
 // and its generation bumped; a forward seek says what it skips.
 func TestTopicsSeekUnowned(t *testing.T) {
-	cl, c := seekCLI(t)
+	cl, c := topicSeekCLI(t)
 	r := cl.run(seekArgs("--to", "earliest", "--partition", "1", "--yes", "-o", "json")...)
 	r.wantCode(t, 0)
 	if p := seekPlan(t, r.stdout); p.Items[0].Result != repair.ResultApplied || !strings.Contains(p.Items[0].Detail, "2 -> 0") {
@@ -142,7 +142,7 @@ func TestTopicsSeekUnowned(t *testing.T) {
 	}
 	r = cl.run(seekArgs("--shift", "1", "--partition", "1", "--yes", "-o", "json")...)
 	r.wantCode(t, 0)
-	if it := seekPlan(t, r.stdout).Items[0]; it.Precondition.Seek.Skipped != 1 || it.Result != repair.ResultApplied {
+	if it := seekPlan(t, r.stdout).Items[0]; it.Precondition.TopicSeek.Skipped != 1 || it.Result != repair.ResultApplied {
 		t.Fatalf("item %+v", it)
 	}
 	wantCheckpoints(t, c, "1", "1")
@@ -158,7 +158,7 @@ func TestTopicsSeekUnowned(t *testing.T) {
 // or after its checkpoint moved, is a conflict (exit 5) and changes
 // nothing.
 func TestTopicsSeekStalePlan(t *testing.T) {
-	cl, c := seekCLI(t)
+	cl, c := topicSeekCLI(t)
 	dir := t.TempDir()
 	r := cl.run(seekArgs("--to", "0", "--partition", "1", "--dry-run", "-o", "json")...)
 	r.wantCode(t, 0)
@@ -195,7 +195,7 @@ func TestTopicsSeekStalePlan(t *testing.T) {
 // TestTopicsSeekByTime: --to a time is the first record at or after it;
 // before the first record, the earliest; after the last, the head.
 func TestTopicsSeekByTime(t *testing.T) {
-	cl, _ := seekCLI(t)
+	cl, _ := topicSeekCLI(t)
 	for _, c := range []struct{ at, want string }{
 		{seekT0.Add(90 * time.Second).Format(time.RFC3339), "2"},
 		{seekT0.Add(2 * time.Minute).Format(time.RFC3339), "2"},
@@ -213,7 +213,7 @@ func TestTopicsSeekByTime(t *testing.T) {
 // TestTopicsSeekBadInput: clear errors, documented exit codes, nothing
 // changed.
 func TestTopicsSeekBadInput(t *testing.T) {
-	cl, c := seekCLI(t)
+	cl, c := topicSeekCLI(t)
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -247,7 +247,7 @@ func TestTopicsSeekBadInput(t *testing.T) {
 // moves them, --from-file restores them (the held partition by a request
 // for its owner, which the apply waits for up to --timeout).
 func TestTopicsSeekExportFromFile(t *testing.T) {
-	cl, c := seekCLI(t)
+	cl, c := topicSeekCLI(t)
 	file := filepath.Join(t.TempDir(), "positions.csv")
 	cl.run(seekArgs("--export", file)...).wantCode(t, 0)
 	data, err := os.ReadFile(file)

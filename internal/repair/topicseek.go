@@ -36,9 +36,9 @@ type TopicOffsets interface {
 
 var _ TopicOffsets = (*kafkasource.Source)(nil)
 
-// SeekTo is where a seek goes: an offset, the earliest or latest offset,
+// TopicSeekTo is where a seek goes: an offset, the earliest or latest offset,
 // the first record at or after a time, or a shift of the checkpoint.
-type SeekTo struct {
+type TopicSeekTo struct {
 	Kind   string // "offset", "earliest", "latest", "time", "shift"
 	Offset int64  // offset; shift (negative rewinds)
 	Time   time.Time
@@ -46,35 +46,35 @@ type SeekTo struct {
 	Spec string
 }
 
-// ParseSeekTo reads --to: a non-negative offset, "earliest", "latest",
+// ParseTopicSeekTo reads --to: a non-negative offset, "earliest", "latest",
 // an RFC 3339 time, or a duration ago ("15m": now - 15m). arg names the
 // flag in the error.
-func ParseSeekTo(arg, s string, now time.Time) (SeekTo, error) {
+func ParseTopicSeekTo(arg, s string, now time.Time) (TopicSeekTo, error) {
 	bad := func(reason string) error {
 		return &broker.InvalidArgumentError{Op: "seek", Arg: arg, Value: strconv.Quote(s), Reason: reason}
 	}
 	switch s {
 	case "earliest", "latest":
-		return SeekTo{Kind: s, Spec: s}, nil
+		return TopicSeekTo{Kind: s, Spec: s}, nil
 	case "":
-		return SeekTo{}, bad("want an offset, earliest, latest, an RFC 3339 time or a duration ago")
+		return TopicSeekTo{}, bad("want an offset, earliest, latest, an RFC 3339 time or a duration ago")
 	}
 	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 		if n < 0 {
-			return SeekTo{}, bad("an offset must not be negative (use --shift to move back by a number of records)")
+			return TopicSeekTo{}, bad("an offset must not be negative (use --shift to move back by a number of records)")
 		}
-		return SeekTo{Kind: "offset", Offset: n, Spec: s}, nil
+		return TopicSeekTo{Kind: "offset", Offset: n, Spec: s}, nil
 	}
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return SeekTo{Kind: "time", Time: t, Spec: s}, nil
+		return TopicSeekTo{Kind: "time", Time: t, Spec: s}, nil
 	}
 	if d, err := time.ParseDuration(s); err == nil {
 		if d < 0 {
-			return SeekTo{}, bad("a duration ago must not be negative")
+			return TopicSeekTo{}, bad("a duration ago must not be negative")
 		}
-		return SeekTo{Kind: "time", Time: now.Add(-d), Spec: s}, nil
+		return TopicSeekTo{Kind: "time", Time: now.Add(-d), Spec: s}, nil
 	}
-	return SeekTo{}, bad("want an offset, earliest, latest, an RFC 3339 time (2026-01-02T15:04:05Z) or a duration ago (15m)")
+	return TopicSeekTo{}, bad("want an offset, earliest, latest, an RFC 3339 time (2026-01-02T15:04:05Z) or a duration ago (15m)")
 }
 
 // TopicSeekRequest asks to seek a subscription of a topic on some of its
@@ -87,7 +87,7 @@ type TopicSeekRequest struct {
 	Partitions []int32
 	// To is where to go; Positions (from --from-file) instead gives each
 	// partition's offset.
-	To        SeekTo
+	To        TopicSeekTo
 	Positions map[int32]int64
 	By        string
 	Kafka     TopicOffsets
@@ -170,7 +170,7 @@ func (r *Repairer) PlanTopicSeek(ctx context.Context, req TopicSeekRequest) (*Pl
 	}
 	for i, p := range parts {
 		w := wm[p]
-		pre := Precondition{Seek: &SeekState{Earliest: strconv.FormatInt(w.Earliest, 10), Head: strconv.FormatInt(w.Head, 10)}}
+		pre := Precondition{TopicSeek: &TopicSeekState{Earliest: strconv.FormatInt(w.Earliest, 10), Head: strconv.FormatInt(w.Head, 10)}}
 		if v, err := leases[i].Result(); err == nil {
 			pre.Lease = &v
 		}
@@ -181,7 +181,7 @@ func (r *Repairer) PlanTopicSeek(ctx context.Context, req TopicSeekRequest) (*Pl
 		if v, err := cps[i].Int64(); err == nil {
 			cur = &v
 			s := strconv.FormatInt(v, 10)
-			pre.Seek.Checkpoint = &s
+			pre.TopicSeek.Checkpoint = &s
 		}
 		target, clamped, err := seekTarget(req, p, w, cur, at)
 		if err != nil {
@@ -198,10 +198,10 @@ func (r *Repairer) PlanTopicSeek(ctx context.Context, req TopicSeekRequest) (*Pl
 		case cur == nil:
 			move = fmt.Sprintf("no checkpoint yet; set it to %d", target)
 		case target < *cur:
-			pre.Seek.HandledAgain = *cur - target
+			pre.TopicSeek.HandledAgain = *cur - target
 			move = fmt.Sprintf("rewind %d -> %d: %d %s handled again", *cur, target, *cur-target, plural(*cur-target))
 		case target > *cur:
-			pre.Seek.Skipped = target - *cur
+			pre.TopicSeek.Skipped = target - *cur
 			move = fmt.Sprintf("forward %d -> %d: %d %s skipped", *cur, target, target-*cur, plural(target-*cur))
 		}
 		if clamped != "" {
@@ -298,10 +298,10 @@ func (r *Repairer) applyTopicSeek(ctx context.Context, planID string, it *Item, 
 	}
 	store := redisstore.New(r.client)
 	var seen *int64
-	if it.Precondition.Seek != nil && it.Precondition.Seek.Checkpoint != nil {
-		v, err := strconv.ParseInt(*it.Precondition.Seek.Checkpoint, 10, 64)
+	if it.Precondition.TopicSeek != nil && it.Precondition.TopicSeek.Checkpoint != nil {
+		v, err := strconv.ParseInt(*it.Precondition.TopicSeek.Checkpoint, 10, 64)
 		if err != nil {
-			return fmt.Errorf("%w: precondition.seek.checkpoint %q", ErrInvalidPlan, *it.Precondition.Seek.Checkpoint)
+			return fmt.Errorf("%w: precondition.topicSeek.checkpoint %q", ErrInvalidPlan, *it.Precondition.TopicSeek.Checkpoint)
 		}
 		seen = &v
 	}

@@ -121,7 +121,7 @@ func TestTopicSeekPlanAppliedByTheRunningOwner(t *testing.T) {
 	})
 
 	r := repair.New(c, redisbroker.New(c))
-	to, err := repair.ParseSeekTo("--to", "earliest", time.Now())
+	to, err := repair.ParseTopicSeekTo("--to", "earliest", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestTopicSeekPlanAppliedByTheRunningOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	it := p.Items[0]
-	if !it.Allowed || it.Precondition.Lease == nil || !strings.HasPrefix(*it.Precondition.Lease, "n1:") || it.Precondition.Seek.HandledAgain != 2*n {
+	if !it.Allowed || it.Precondition.Lease == nil || !strings.HasPrefix(*it.Precondition.Lease, "n1:") || it.Precondition.TopicSeek.HandledAgain != 2*n {
 		t.Fatalf("item %+v", it)
 	}
 	out, err := r.Apply(ctx, p, repair.ApplyOptions{SeekWait: 20 * time.Second})
