@@ -391,6 +391,7 @@ var (
 	_ broker.PartitionCounter = timedRedisBroker{}
 	_ broker.AppendWatcher    = timedRedisBroker{}
 	_ broker.ReaderPinner     = timedRedisBroker{}
+	_ broker.PartitionSeeker  = timedRedisBroker{}
 )
 
 func (b timedRedisBroker) RenewPartitionLease(ctx context.Context, f broker.Fence, ttl time.Duration) (bool, error) {

@@ -77,3 +77,23 @@ type AppendWatcher interface {
 type ReaderPinner interface {
 	PinnedReader() (reader AckReader, close func(ctx context.Context) error)
 }
+
+// PartitionSeeker is an optional capability of Config.Broker
+// (found by type assertion; redisBroker has it): operators' seek
+// requests (`protctl partitions seek` on a partition a node owns), which
+// the owner carries out between two batches under its own fence, so that
+// the node keeps running and never handles a key twice at once
+// (docs/decisions/0043-partition-seek.md).
+type PartitionSeeker interface {
+	// SeekRequests lists group's partition keys that may have a seek
+	// request waiting. It is re-read every RenewEvery: signals are hints.
+	SeekRequests(ctx context.Context, group string) ([]string, error)
+	// WatchSeekRequests sends the key of every request signalled after it
+	// returns, until ctx ends; then it closes the channel.
+	WatchSeekRequests(ctx context.Context, group string) (<-chan string, error)
+	// ApplyPartitionSeek carries out the request waiting for group on
+	// key, if any, in one step fenced by f (generation gen) over the
+	// lanes streams: moved reports that the group's positions changed.
+	// ErrLeaseLost when f no longer holds.
+	ApplyPartitionSeek(ctx context.Context, f Fence, gen int64, group, key string, streams []string) (moved bool, err error)
+}

@@ -30,7 +30,8 @@ type Broker struct {
 // The contract and every optional capability the adapter implements
 // (pkg/broker: broker.go, batch.go, optional.go), checked at compile
 // time. It lacks PartitionCounter, AppendWatcher (its publishes signal
-// through PartitionWatcher) and ReaderPinner (no connections to pin).
+// through PartitionWatcher), ReaderPinner (no connections to pin) and
+// PartitionSeeker (operators' seeks are Redis only).
 var (
 	_ broker.PartitionedBroker = (*Broker)(nil)
 	_ broker.PartitionWatcher  = (*Broker)(nil)

@@ -44,6 +44,7 @@ var (
 	_ broker.PartitionCounter  = (*Broker)(nil)
 	_ broker.AppendWatcher     = (*Broker)(nil)
 	_ broker.ReaderPinner      = (*Broker)(nil)
+	_ broker.PartitionSeeker   = (*Broker)(nil)
 )
 
 type config struct {

@@ -31,6 +31,7 @@ func capabilities(b broker.PartitionedBroker) []capability {
 	_, counter := b.(broker.PartitionCounter)
 	_, appends := b.(broker.AppendWatcher)
 	_, pinner := b.(broker.ReaderPinner)
+	_, seeker := b.(broker.PartitionSeeker)
 	return []capability{
 		{"broker.EntryWaiter", is(waiter), "idle partitions are read again every SweepEvery instead of waited on (needs StreamTailer too)"},
 		{"broker.StreamTailer", is(tailer), "idle partitions are read again every SweepEvery instead of waited on (needs EntryWaiter too)"},
@@ -42,6 +43,7 @@ func capabilities(b broker.PartitionedBroker) []capability {
 		{"broker.PartitionCounter", is(counter), "keys other publishers add are found at the next DiscoverEvery scan"},
 		{"broker.AppendWatcher", is(appends), "appends are not announced: new keys come from the index poll or scan"},
 		{"broker.ReaderPinner", is(pinner), "each read takes a connection from the client's pool"},
+		{"broker.PartitionSeeker", is(seeker), "operators' seek requests for partitions this node holds are not carried out"},
 	}
 }
 

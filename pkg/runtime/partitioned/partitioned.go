@@ -36,7 +36,7 @@ type Subscription struct {
 	ackReader    broker.AckReader
 	pinner       broker.ReaderPinner
 	// readers are the free pinned readers (pinner set), one per worker
-	// slot at most (partitioned_reader.go).
+	// slot at most (reader.go).
 	readers chan *slotReader
 	// counter and appends find keys other publishers add (nil: the
 	// discovery scan every DiscoverEvery does).
@@ -72,7 +72,7 @@ type Subscription struct {
 
 	events chan event
 	sem    chan struct{} // the worker limit
-	// live is the live path (partitioned_live.go), nil when the broker
+	// live is the live path (live.go), nil when the broker
 	// cannot batch; ahead bounds the partitions on it.
 	live  *liveIO
 	ahead chan struct{}
@@ -94,6 +94,11 @@ type Subscription struct {
 	watch    *watchLanes
 	paused   pausedSet
 	c        partCounters
+
+	// seeker and seeks carry out operators' seek requests
+	// (seek.go); seeker is nil when the broker cannot.
+	seeker broker.PartitionSeeker
+	seeks  seekMarks
 
 	// renewGate, when set (tests only, see export_test.go), is called by
 	// the renewer before every renewal round; blocking in it stalls
@@ -150,6 +155,7 @@ func New(cfg Config) (*Subscription, error) {
 	if br, ok := cfg.Broker.(broker.BatchRenewer); ok {
 		p.batchRenewer = br
 	}
+	p.seeker, _ = cfg.Broker.(broker.PartitionSeeker)
 	p.counter, _ = cfg.Broker.(broker.PartitionCounter)
 	p.appends, _ = cfg.Broker.(broker.AppendWatcher)
 	if p.live = newLiveIO(cfg.Broker); p.live != nil {
@@ -202,6 +208,10 @@ func (p *Subscription) Start(ctx context.Context, host runtime.Host) error {
 	go p.registerLoop(p.bgCtx)
 	p.wg.Add(1)
 	go p.renewLoop(p.bgCtx)
+	if p.seeker != nil {
+		p.wg.Add(1)
+		go p.seekLoop(p.bgCtx)
+	}
 	p.wg.Add(1)
 	go p.trustLoop(p.bgCtx)
 	p.wg.Add(1)

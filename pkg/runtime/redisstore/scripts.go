@@ -40,6 +40,12 @@ var (
 	unindexLua string
 	//go:embed index.lua
 	indexLua string
+	//go:embed seekset.lua
+	seekSetLua string
+	//go:embed seekrequest.lua
+	seekRequestLua string
+	//go:embed seekcomplete.lua
+	seekCompleteLua string
 )
 
 var (
@@ -55,6 +61,10 @@ var (
 	requestToken     = newScript(requestTokenLua)
 	unindexScript    = newScript(unindexLua)
 	indexScript      = newScript(indexLua)
+
+	seekSetScript      = newScript(seekSetLua)
+	seekRequestScript  = newScript(seekRequestLua)
+	seekCompleteScript = newScript(seekCompleteLua)
 )
 
 // newScript composes the prelude, lib.lua and body into one script.

@@ -55,7 +55,7 @@ func (sp *subPart) catchUp() {
 			tp.kickFetch()
 			return
 		}
-		from, to := sp.next, tp.tailPos
+		from, to, gen := sp.next, tp.tailPos, sp.seekGen
 		tp.mu.Unlock()
 
 		if err := t.cfg.CatchUp.acquire(tp.ctx); err != nil {
@@ -65,7 +65,7 @@ func (sp *subPart) catchUp() {
 			in := t.recInfoOf(r, tp.pstr)
 			tp.mu.Lock()
 			defer tp.mu.Unlock()
-			if tp.closed || sp.sr.failed.Load() {
+			if tp.closed || sp.sr.failed.Load() || sp.seekGen != gen {
 				return errCatchUpEnded
 			}
 			if sp.win.inflight() >= t.cfg.MaxInFlight {

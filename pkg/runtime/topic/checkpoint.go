@@ -18,6 +18,8 @@ func (tp *topicPart) saveCheckpoints(ctx context.Context) error {
 	if tp.lease.lost.Load() {
 		return lease.ErrLost
 	}
+	tp.saveMu.Lock()
+	defer tp.saveMu.Unlock()
 	var firstErr error
 	for _, sp := range tp.subs {
 		tp.mu.Lock()

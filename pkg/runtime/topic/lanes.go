@@ -48,6 +48,11 @@ type subPart struct {
 	pausedFlag atomic.Bool
 	parked     map[string]*parkState
 	parks      []time.Time // recent parks, for the burst rule
+	// seeking stops workers taking lanes while a seek is carried out;
+	// seekGen counts seeks, so that a catch-up scan begun before one
+	// stops (seek.go).
+	seeking bool
+	seekGen uint64
 }
 
 // parkState is an aggregate parked on this partition.
@@ -152,7 +157,7 @@ func (sp *subPart) activateLocked(ln *aggLane) {
 // runnableLocked says whether workers may take lanes: not once a
 // handoff began.
 func (sp *subPart) runnableLocked() bool {
-	return !sp.paused && sp.tp.ctx.Err() == nil && !sp.sr.failed.Load() && !sp.tp.handingOff.Load()
+	return !sp.paused && !sp.seeking && sp.tp.ctx.Err() == nil && !sp.sr.failed.Load() && !sp.tp.handingOff.Load()
 }
 
 // kickLocked starts workers for lanes that wait, up to Lanes.

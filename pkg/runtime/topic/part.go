@@ -73,6 +73,9 @@ type topicPart struct {
 
 	fetchMu      sync.Mutex
 	fetchApplied bool // what the reader was last told
+	// saveMu serializes checkpoint saves with seeks (seek.go): a save
+	// read before a seek must not land after it.
+	saveMu sync.Mutex
 
 	wg sync.WaitGroup // workers, catch-ups, actions, fetchLoop
 }
