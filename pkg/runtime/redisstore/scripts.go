@@ -40,6 +40,8 @@ var (
 	unindexLua string
 	//go:embed index.lua
 	indexLua string
+	//go:embed placementcas.lua
+	placementCASLua string
 )
 
 var (
@@ -55,6 +57,7 @@ var (
 	requestToken     = newScript(requestTokenLua)
 	unindexScript    = newScript(unindexLua)
 	indexScript      = newScript(indexLua)
+	placementCAS     = newScript(placementCASLua)
 )
 
 // newScript composes the prelude, lib.lua and body into one script.
