@@ -189,7 +189,7 @@ func TestEveryScriptsKeysShareASlot(t *testing.T) {
 	scripts := map[string]string{}
 	for name, sc := range map[string]*redis.Script{
 		"placementcas": placementCAS,
-		"heartbeat": heartbeatScript, "members": membersScript, "leave": leaveScript,
+		"heartbeat":    heartbeatScript, "members": membersScript, "leave": leaveScript,
 		"checkpoint": checkpointScript, "park": parkScript, "setstatus": setStatusScript,
 		"resolve": resolveScript, "request": requestScript, "unindex": unindexScript,
 		"index": indexScript, "requestpinned": requestPinned, "requesttoken": requestToken,
