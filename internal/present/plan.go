@@ -42,6 +42,18 @@ func Seen(it repair.Item) string {
 		if it.Action == repair.ActionDLQReplay && pc.LastEntryID != nil {
 			parts = append(parts, "newest of "+it.Params.ReplayTo+" "+*pc.LastEntryID)
 		}
+	case repair.ActionCordon, repair.ActionDrain, repair.ActionUncordon:
+		if pl := pc.Placement; pl != nil {
+			parts = append(parts, "mode "+pl.Mode)
+		}
+	case repair.ActionPin, repair.ActionUnpin:
+		if pl := pc.Placement; pl != nil {
+			if pl.Record == nil {
+				parts = append(parts, "not pinned")
+			} else {
+				parts = append(parts, "pinned to "+pl.Node)
+			}
+		}
 	case repair.ActionPruneConsumer:
 		if pc.ConsumerPending != nil {
 			parts = append(parts, fmt.Sprintf("%d pending", *pc.ConsumerPending))

@@ -78,6 +78,10 @@ func (r *Repairer) applyItems(ctx context.Context, p *Plan, opts ApplyOptions, a
 				err = r.applyDLQReplay(ctx, it)
 			case ActionDLQPurge:
 				err = r.applyDLQPurge(ctx, it)
+			case ActionCordon, ActionDrain, ActionUncordon:
+				err = r.applyNodeMode(ctx, it)
+			case ActionPin, ActionUnpin:
+				err = r.applyPin(ctx, it)
 			}
 			if err != nil {
 				it.Result, it.Detail = ResultNone, "not applied: "+err.Error()

@@ -46,12 +46,23 @@ const (
 	// ActionDLQPurge deletes a dead letter, fenced on the entry the plan
 	// saw.
 	ActionDLQPurge Action = "dlq-purge"
+	// ActionCordon, ActionDrain and ActionUncordon set or clear a node's
+	// operator mode, fenced on the mode record the plan saw
+	// (placement.go).
+	ActionCordon   Action = "cordon"
+	ActionDrain    Action = "drain"
+	ActionUncordon Action = "uncordon"
+	// ActionPin and ActionUnpin set or remove a partition's pin, fenced
+	// on the pin the plan saw (placement.go).
+	ActionPin   Action = "pin"
+	ActionUnpin Action = "unpin"
 )
 
 var actions = map[Action]bool{
 	ActionReap: true, ActionRelease: true, ActionTrim: true,
 	ActionDeadLetter: true, ActionRetry: true, ActionSkip: true,
 	ActionPruneConsumer: true, ActionDLQReplay: true, ActionDLQPurge: true,
+	ActionCordon: true, ActionDrain: true, ActionUncordon: true, ActionPin: true, ActionUnpin: true,
 }
 
 // Result is what Apply did with an item. The zero value (not applied
@@ -112,6 +123,9 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 //	prune-consumer  category, key, group, stream (the lane), consumer
 //	dlq-replay, dlq-purge  category, stream (the dead-letter stream), id,
 //	                key (the partition whose C:K:dlq it is; none for C:dlq)
+//	cordon, drain, uncordon  service, node
+//	pin, unpin   service, scope, partition (and node: the pin's); category
+//	             and key for a Redis partition, for the record
 type Target struct {
 	Category     string `json:"category,omitempty"`
 	Key          string `json:"key,omitempty"`
@@ -124,12 +138,20 @@ type Target struct {
 	// Partition is a Kafka entry's partition: an aggregate can be parked
 	// on several. Empty for Redis entries (Key names the partition).
 	Partition string `json:"partition,omitempty"`
+	// Service, Node and Scope name a node mode or a pin (runtime.Pin).
+	Service string `json:"service,omitempty"`
+	Node    string `json:"node,omitempty"`
+	Scope   string `json:"scope,omitempty"`
 }
 
 // String names the target for tables: "shop::order/o-1", "group g on
 // o-1", a stream, "entry 1-2 of shop::order:o-1 for g", "sub/agg".
 func (t Target) String() string {
 	switch {
+	case t.Scope != "":
+		return "pin of " + t.Scope + "/" + t.Partition
+	case t.Node != "":
+		return "node " + t.Node + " of " + t.Service
 	case t.Subscription != "":
 		return t.Subscription + "/" + t.Aggregate
 	case t.Consumer != "":
@@ -181,6 +203,20 @@ type Precondition struct {
 	ConsumerPending *int64 `json:"consumerPending,omitempty"`
 	// DeadLetter is the dlq-replay or dlq-purge target as seen.
 	DeadLetter *DeadLetterState `json:"deadLetter,omitempty"`
+	// Placement is the node mode or pin record the plan saw (cordon,
+	// drain, uncordon, pin, unpin); Apply changes it only while it still
+	// holds exactly that.
+	Placement *PlacementState `json:"placement,omitempty"`
+}
+
+// PlacementState is a node mode or pin as a plan saw it.
+type PlacementState struct {
+	// Record is the stored record (JSON, as stored); null when none.
+	Record *string `json:"record"`
+	// Mode is the node's stored mode ("active" when none); for pins, the
+	// node the stored pin names ("" when none).
+	Mode string `json:"mode,omitempty"`
+	Node string `json:"node,omitempty"`
 }
 
 // DeadLetterState is a dead letter as a plan saw it. Apply acts on it only
@@ -506,6 +542,19 @@ func (p *Plan) Validate() error {
 			}
 			if it.Allowed && it.Action == ActionDLQReplay && it.Params.ReplayTo == "" {
 				errs = append(errs, bad("item %d (dlq-replay): params.replayTo is required", i))
+			}
+		case ActionCordon, ActionDrain, ActionUncordon:
+			errs = append(errs, need("service", t.Service), need("node", t.Node))
+			if it.Allowed && it.Precondition.Placement == nil {
+				errs = append(errs, bad("item %d (%s): precondition.placement is required", i, it.Action))
+			}
+		case ActionPin, ActionUnpin:
+			errs = append(errs, need("service", t.Service), need("scope", t.Scope), need("partition", t.Partition))
+			if it.Action == ActionPin {
+				errs = append(errs, need("node", t.Node))
+			}
+			if it.Allowed && it.Precondition.Placement == nil {
+				errs = append(errs, bad("item %d (%s): precondition.placement is required", i, it.Action))
 			}
 		case ActionRetry, ActionSkip:
 			errs = append(errs, need("subscription", t.Subscription), need("aggregate", t.Aggregate))
