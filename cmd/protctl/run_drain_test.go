@@ -62,6 +62,9 @@ func (r *drainRecord) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 func (r *drainRecord) snapshot() (string, []time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if len(r.lines) == 0 {
+		return "", nil
+	}
 	return strings.Join(r.lines, "\n") + "\n", slices.Clone(r.began)
 }
 
