@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
@@ -29,10 +30,10 @@ import (
 // naming the node by its X-Node header) with the time it began, so that
 // the tests can check ownership intervals per key and measure handoffs.
 type drainRecord struct {
-	mu     sync.Mutex
-	lines  []string
-	began  []time.Time // per line
-	events []handlerEvent
+	keyHeader string // the header naming the unit of ordering
+	mu        sync.Mutex
+	lines     []string
+	began     []time.Time // per line
 }
 
 func (r *drainRecord) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -49,7 +50,7 @@ func (r *drainRecord) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.lines = append(r.lines, fmt.Sprintf("%s %s %s %d %s %s", kind, req.Header.Get("X-Node"),
-			req.Header.Get("X-Protctl-Partition"), env.Data.Seq, req.Header.Get("X-Protctl-Position"), req.Header.Get("X-Protctl-Generation")))
+			req.Header.Get(r.keyHeader), env.Data.Seq, req.Header.Get("X-Protctl-Position"), req.Header.Get("X-Protctl-Generation")))
 		r.began = append(r.began, time.Now())
 	}
 	line("B")
@@ -138,6 +139,21 @@ func nodeStatus(store *redisstore.Store, node string) (runtime.NodeStatus, bool)
 	return runtime.NodeStatus{}, false
 }
 
+// drainBackend is what differs between the engines in the drain
+// acceptance test.
+type drainBackend struct {
+	// subscription is the subscription's source lines of the node config
+	// (and any top-level lines, e.g. kafka:).
+	top, source string
+	// publish starts continuous load over keys; stop returns each key's
+	// last seq.
+	publish func(keys []string) (stop func() int)
+	// keyHeader names the header that carries the unit of ordering.
+	keyHeader string
+	// leases counts the leases node holds.
+	leases func(node string) int
+}
+
 // Acceptance (issue 23, drain, Redis): three `run node` processes under
 // continuous load; `nodes drain node-1` moves every partition it holds to
 // the others at batch boundaries, no key is ever inside two nodes'
@@ -145,12 +161,86 @@ func nodeStatus(store *redisstore.Store, node string) (runtime.NodeStatus, bool)
 // nothing afterwards, also after its restart, until `nodes uncordon`,
 // after which it gets work again.
 func TestRunNodeDrainRedis(t *testing.T) {
-	bin := buildProtctl(t)
 	srv := testenv.StartRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
+	runDrain(t, srv, drainBackend{
+		source:    fmt.Sprintf(`redis: {categories: ["%s"]}`, procCategory),
+		publish:   func(keys []string) func() int { return continuousPublisher(t, c, keys, 50*time.Millisecond) },
+		keyHeader: "X-Protctl-Partition",
+		leases:    func(node string) int { return len(heldLeases(t, c, node)) },
+	})
+}
+
+// The same on a Kafka topic subscription (kfake): the topic's partitions
+// move off node-1 with their checkpoints saved; per aggregate, order
+// holds and no aggregate is in two nodes' handlers at once.
+func TestRunNodeDrainKafka(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	const topic = "orders"
+	k := testenv.StartKafka(t, 12, topic)
+	cl := k.Client(t)
 	store := redisstore.New(c)
-	rec := &drainRecord{}
+	runDrain(t, srv, drainBackend{
+		top:    fmt.Sprintf(`kafka: {brokers: ["%s"]}`, k.Brokers[0]),
+		source: fmt.Sprintf(`kafka: {topic: %s}`, topic),
+		publish: func(keys []string) func() int {
+			var quit atomic.Bool
+			done := make(chan struct{})
+			rounds := 0
+			go func() {
+				defer close(done)
+				for seq := 1; !quit.Load(); seq++ {
+					var recs []*kgo.Record
+					for i, key := range keys {
+						v := fmt.Sprintf(`{"data":{"key":"%s","seq":%d},"metadata":{"headers":{"id":"%s-%d"}}}`, key, seq, key, seq)
+						recs = append(recs, &kgo.Record{Topic: topic, Partition: int32(i % 12), Key: []byte(key), Value: []byte(v)})
+					}
+					if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+						t.Errorf("produce: %v", err)
+						return
+					}
+					rounds = seq
+					time.Sleep(50 * time.Millisecond)
+				}
+			}()
+			return func() int { quit.Store(true); <-done; return rounds }
+		},
+		keyHeader: "X-Protctl-Aggregate",
+		leases: func(node string) int {
+			st, _ := nodeStatus(store, node)
+			return len(st.Held)
+		},
+	})
+}
+
+// drainNodeYAML is the config of node id of the drain and move tests.
+func drainNodeYAML(srv *testenv.Redis, be drainBackend, handlerURL, id string) string {
+	return fmt.Sprintf(`service: %s
+node: %s
+redis: {url: "%s"}
+%s
+admin: {listen: "127.0.0.1:0"}
+lease: {ttl: %s, renewEvery: %s}
+drain: {timeout: 10s}
+subscriptions:
+  - name: %s
+    %s
+    retry: {attempts: 5, backoff: 20ms}
+    maxInFlight: 20
+    handler:
+      http: {url: "%s/events", timeout: 5s, headers: {X-Node: %s}}
+`, procService, id, srv.URL(), be.top, procTTL, procRenew, procGroup, be.source, handlerURL, id)
+}
+
+func runDrain(t *testing.T, srv *testenv.Redis, be drainBackend) {
+	bin := buildProtctl(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	store := redisstore.New(c)
+	rec := &drainRecord{keyHeader: be.keyHeader}
 	hs := httptest.NewServer(rec)
 	defer hs.Close()
 	dir := t.TempDir()
@@ -160,8 +250,7 @@ func TestRunNodeDrainRedis(t *testing.T) {
 	start := func(id string) *nodeProc {
 		if configs[id] == "" {
 			configs[id] = filepath.Join(dir, id+".yaml")
-			handler := fmt.Sprintf("      http:\n        url: \"%s/events\"\n        timeout: 5s\n        headers: {X-Node: %s}\n", hs.URL, id)
-			writeFile(t, configs[id], nodeYAML(srv.URL(), id, handler, 10*time.Second))
+			writeFile(t, configs[id], drainNodeYAML(srv, be, hs.URL, id))
 		}
 		return startNodeProc(t, bin, id, configs[id])
 	}
@@ -170,17 +259,13 @@ func TestRunNodeDrainRedis(t *testing.T) {
 		procs[id] = start(id)
 	}
 	waitMembers(t, store, 3)
-	stop := continuousPublisher(t, c, keys, 50*time.Millisecond)
+	stop := be.publish(keys)
 	testenv.Eventually(t, 2*time.Minute, "node-1 handling", func() (bool, string) {
 		text, _ := rec.snapshot()
 		n := endsBy(t, text, "node-1", 0)
 		return n >= 100, fmt.Sprintf("node-1 handled %d", n)
 	})
 	held, _ := nodeStatus(store, "node-1")
-	heldBefore := map[string]bool{}
-	for _, h := range held.Held {
-		heldBefore[h.Partition] = true
-	}
 
 	cli := newCLI(t)
 	drainAt := time.Now()
@@ -189,12 +274,12 @@ func TestRunNodeDrainRedis(t *testing.T) {
 	var drained int
 	testenv.Eventually(t, time.Minute, "node-1 drained", func() (bool, string) {
 		st, ok := nodeStatus(store, "node-1")
-		leases := heldLeases(t, c, "node-1")
+		leases := be.leases("node-1")
 		drained = rec.len()
-		return ok && st.Mode == runtime.ModeDraining && len(st.Held) == 0 && len(leases) == 0,
-			fmt.Sprintf("live %v mode %q held %d leases %d", ok, st.Mode, len(st.Held), len(leases))
+		return ok && st.Mode == runtime.ModeDraining && len(st.Held) == 0 && leases == 0,
+			fmt.Sprintf("live %v mode %q held %d leases %d", ok, st.Mode, len(st.Held), leases)
 	})
-	t.Logf("node-1 drained %s after the drain command (it held %d partitions)", time.Since(drainAt).Round(time.Millisecond), len(heldBefore))
+	t.Logf("node-1 drained %s after the drain command (it held %d partitions)", time.Since(drainAt).Round(time.Millisecond), len(held.Held))
 	r = cli.run("nodes", "ls", "--service", procService, "-o", "json", "--redis", srv.URL())
 	r.wantCode(t, 0)
 	if !strings.Contains(r.stdout, `"mode": "drained"`) {
@@ -254,7 +339,7 @@ func TestRunNodeDrainRedis(t *testing.T) {
 	checkHandling(t, events, keys, rounds)
 	gaps := handoffGaps(events, times, "node-1", drainAt)
 	if len(gaps) == 0 {
-		t.Fatalf("no partition of node-1 was handed off (it held %d)", len(heldBefore))
+		t.Fatalf("no key of node-1 was handed off (it held %d partitions)", len(held.Held))
 	}
 	worst := slices.Max(gaps)
 	t.Logf("%d keys handed off; handoff gap (node-1's last call on a key to the next node's first) median %s, max %s; renewal period %s",
