@@ -159,10 +159,12 @@ var (
 	// publish); delconsumer.lua (XINFO CONSUMERS, XGROUP DELCONSUMER:
 	// partitions prune-consumers); dlqreplay.lua (XADD, XDEL, HSET and
 	// PEXPIRE of the replayed marker, SADD, PUBLISH: dlq replay) and
-	// dlqdelete.lua (XDEL: dlq purge); the audit entry (XADD ... MAXLEN);
-	// WAIT after a publish with --wait-replicas.
+	// dlqdelete.lua (XDEL: dlq purge); placementcas.lua (HGET, HSET,
+	// HDEL, PUBLISH: nodes cordon/drain/uncordon, partitions move);
+	// the audit entry (XADD ... MAXLEN); WAIT after a publish with
+	// --wait-replicas.
 	operatorCommands = []string{
-		"+del", "+srem", "+sadd", "+set", "+hset", "+pexpire",
+		"+del", "+srem", "+sadd", "+set", "+hset", "+hdel", "+pexpire",
 		"+xadd", "+xack", "+xdel", "+xtrim", "+xgroup|delconsumer",
 		"+publish", "+wait",
 	}
@@ -339,7 +341,9 @@ func channelPatterns(o Options) []string {
 	} else {
 		out = append(out, "&"+o.Layout.WakeChannel("*"))
 	}
-	return append(out, "&protctl:parked:*:requests")
+	// The parked requests and, per service, the operator placement's
+	// change signal (redisstore.PlacementChannel).
+	return append(out, "&protctl:parked:*:requests", "&protctl:{*}:placement")
 }
 
 // validName refuses names an ACL rule cannot carry: empty, or with
