@@ -128,3 +128,58 @@ func TestRunNodeMovePartition(t *testing.T) {
 	// Moving to a node that is not live is refused.
 	cli.run(move("--to", target, "--yes")...).wantCode(t, clierr.ExitRefused)
 }
+
+// The same for a Kafka topic partition: `topics move orders/3 --to NODE`
+// moves the partition (all subscriptions of the topic) to NODE; --unpin
+// gives it back to HRW.
+func TestRunNodeMoveTopicPartition(t *testing.T) {
+	bin := buildProtctl(t)
+	srv := testenv.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	store := redisstore.New(c)
+	k := testenv.StartKafka(t, 6, "orders")
+	rec := &drainRecord{keyHeader: "X-Protctl-Aggregate"}
+	hs := httptest.NewServer(rec)
+	defer hs.Close()
+	dir := t.TempDir()
+	be := drainBackend{top: fmt.Sprintf(`kafka: {brokers: ["%s"]}`, k.Brokers[0]), source: `kafka: {topic: orders}`}
+	ids := []string{"node-1", "node-2", "node-3"}
+	for _, id := range ids {
+		cfg := filepath.Join(dir, id+".yaml")
+		writeFile(t, cfg, drainNodeYAML(srv, be, hs.URL, id))
+		startNodeProc(t, bin, id, cfg)
+	}
+	waitMembers(t, store, 3)
+	holder := func(p string) string {
+		members, _ := store.Members(context.Background(), procService)
+		for _, m := range members {
+			for _, h := range m.Held {
+				if h.Topic == "orders" && h.Partition == p {
+					return m.Node
+				}
+			}
+		}
+		return ""
+	}
+	home := hrw.Owner("orders/3", ids)
+	testenv.Eventually(t, time.Minute, "the HRW owner holds orders/3", func() (bool, string) {
+		return holder("3") == home, "holder " + holder("3")
+	})
+	target := ids[0]
+	if target == home {
+		target = ids[1]
+	}
+	cli := newCLI(t)
+	movedAt := time.Now()
+	cli.run("topics", "move", "orders/3", "--service", procService, "--to", target, "--yes", "--redis", srv.URL()).wantCode(t, 0)
+	testenv.Eventually(t, time.Minute, target+" holds orders/3", func() (bool, string) {
+		return holder("3") == target, "holder " + holder("3")
+	})
+	t.Logf("%s held orders/3 %s after the move (renewal period %s, heartbeat included)", target, time.Since(movedAt).Round(time.Millisecond), procRenew)
+	cli.run("topics", "move", "orders/x", "--service", procService, "--to", target, "--redis", srv.URL()).wantCode(t, clierr.ExitUsage)
+	cli.run("topics", "move", "orders/3", "--service", procService, "--unpin", "--yes", "--redis", srv.URL()).wantCode(t, 0)
+	testenv.Eventually(t, time.Minute, "orders/3 back on its HRW owner", func() (bool, string) {
+		return holder("3") == home, "holder " + holder("3")
+	})
+}
