@@ -78,6 +78,8 @@ func (r *Repairer) applyItems(ctx context.Context, p *Plan, opts ApplyOptions, a
 				err = r.applyDLQReplay(ctx, it)
 			case ActionDLQPurge:
 				err = r.applyDLQPurge(ctx, it)
+			case ActionPause, ActionResume:
+				err = r.applyPause(ctx, it)
 			}
 			if err != nil {
 				it.Result, it.Detail = ResultNone, "not applied: "+err.Error()

@@ -124,12 +124,17 @@ type Target struct {
 	// Partition is a Kafka entry's partition: an aggregate can be parked
 	// on several. Empty for Redis entries (Key names the partition).
 	Partition string `json:"partition,omitempty"`
+	// Selector is a pause or resume's selection (runtime.PauseSelector:
+	// "key:<K>", "glob:<P>", "all") of Subscription.
+	Selector string `json:"selector,omitempty"`
 }
 
 // String names the target for tables: "shop::order/o-1", "group g on
 // o-1", a stream, "entry 1-2 of shop::order:o-1 for g", "sub/agg".
 func (t Target) String() string {
 	switch {
+	case t.Selector != "":
+		return t.Subscription + " " + t.Selector
 	case t.Subscription != "":
 		return t.Subscription + "/" + t.Aggregate
 	case t.Consumer != "":
@@ -181,6 +186,9 @@ type Precondition struct {
 	ConsumerPending *int64 `json:"consumerPending,omitempty"`
 	// DeadLetter is the dlq-replay or dlq-purge target as seen.
 	DeadLetter *DeadLetterState `json:"deadLetter,omitempty"`
+	// Pause is the pause or resume target's entry as stored (JSON), ""
+	// for none: the apply changes it only while it still is.
+	Pause *string `json:"pause,omitempty"`
 }
 
 // DeadLetterState is a dead letter as a plan saw it. Apply acts on it only
@@ -495,6 +503,11 @@ func (p *Plan) Validate() error {
 				if it.Precondition.Pending == nil {
 					errs = append(errs, bad("item %d (dead-letter): precondition.pending is required", i))
 				}
+			}
+		case ActionPause, ActionResume:
+			errs = append(errs, need("subscription", t.Subscription), need("selector", t.Selector))
+			if it.Allowed && it.Precondition.Pause == nil {
+				errs = append(errs, bad("item %d (%s): precondition.pause is required", i, it.Action))
 			}
 		case ActionPruneConsumer:
 			errs = append(errs, need("category", t.Category), need("key", t.Key), need("group", t.Group),

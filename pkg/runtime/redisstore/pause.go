@@ -15,6 +15,7 @@ import (
 //
 //	protctl:pauses:{<scope>/<sub>}          HASH selector -> JSON runtime.Pause
 //	protctl:pauses:{<scope>/<sub>}:changed  Pub/Sub channel: the entries changed
+//	protctl:pauses:__subscriptions__        SET "<scope>/<sub>" that have had entries
 //
 // One key per (scope, subscription), in its own slot: every change is one
 // script over it, and a node reads all of a subscription's entries in one
@@ -33,6 +34,12 @@ var _ runtime.Pauses = (*Store)(nil)
 func PausesKey(scope, subscription string) string {
 	return prefix + "pauses:{" + scope + "/" + subscription + "}"
 }
+
+// PausedSubscriptionsKey is the SET of "<scope>/<subscription>" that
+// have had pause entries, so that a listing finds them without a scan.
+// SetPause adds to it before it records the entry (another slot): a
+// member whose HASH is empty pauses nothing.
+const PausedSubscriptionsKey = prefix + "pauses:__subscriptions__"
 
 // PausesChannel is the Pub/Sub channel SetPause and RemovePause publish
 // on after a change.
@@ -122,6 +129,11 @@ func (s *Store) changePause(ctx context.Context, op, scope, subscription string,
 	if _, err := runtime.ParsePauseSelector(string(sel)); err != nil {
 		return "", err
 	}
+	if verb == "set" {
+		if err := s.client.SAdd(ctx, PausedSubscriptionsKey, scope+"/"+subscription).Err(); err != nil {
+			return "", mapErr(call{Op: op, Keys: []string{PausedSubscriptionsKey}}, err)
+		}
+	}
 	keys := []string{PausesKey(scope, subscription)}
 	res, err := pauseScript.Run(ctx, s.client, keys, string(sel), string(seen), verb, by, reason).Slice()
 	if err != nil {
@@ -138,4 +150,30 @@ func (s *Store) changePause(ctx context.Context, op, scope, subscription string,
 	// the nodes' re-read on each renewal tick makes up for.
 	_ = s.client.Publish(ctx, PausesChannel(scope, subscription), string(sel)).Err()
 	return RawPause(entry), nil
+}
+
+// ReadAllPauses returns the entries of every subscription of scope that
+// has any, by subscription: one SMEMBERS and one HGETALL per subscription
+// that has had entries (they are few: pauses are an operator's).
+func (s *Store) ReadAllPauses(ctx context.Context, scope string) (map[string]runtime.PauseSet, error) {
+	const op = "read pauses"
+	members, err := s.client.SMembers(ctx, PausedSubscriptionsKey).Result()
+	if err != nil {
+		return nil, mapErr(call{Op: op, Keys: []string{PausedSubscriptionsKey}}, err)
+	}
+	out := map[string]runtime.PauseSet{}
+	for _, m := range members {
+		if len(m) <= len(scope) || m[:len(scope)+1] != scope+"/" {
+			continue
+		}
+		sub := m[len(scope)+1:]
+		set, err := s.ReadPauses(ctx, scope, sub)
+		if err != nil {
+			return nil, err
+		}
+		if len(set) > 0 {
+			out[sub] = set
+		}
+	}
+	return out, nil
 }
