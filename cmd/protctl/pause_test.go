@@ -199,6 +199,12 @@ func TestPauseSurvivesOwnerSIGKILL(t *testing.T) {
 		t.Errorf("partitions ls table does not say PAUSED:\n%s", r.stdout)
 	}
 
+	r = cl.run("check", "--max-lag", "0", "--category", procCategory, "-o", "json")
+	r.wantCode(t, 8)
+	if !strings.Contains(r.stdout, procCategory+" "+hot+" "+procGroup+" PAUSED: 5") {
+		t.Errorf("check does not name the paused partition PAUSED:\n%s", r.stdout)
+	}
+
 	r = cl.run("resume", procGroup, hot, "--yes")
 	r.wantCode(t, 0)
 	testenv.Eventually(t, 60*time.Second, "the paused key handled after resume", allHandled([]string{hot}, 5))

@@ -237,6 +237,10 @@ func (m *Metrics) Write(w io.Writer, s Snapshot) error {
 	for _, n := range names {
 		e.sample("protctl_partitions_paused", []label{{"subscription", n}}, float64(len(byName[n].Paused)))
 	}
+	e.family("protctl_partitions_operator_paused", "gauge", "Partitions held by an operator's pause (protctl pause), by subscription: their lag keeps growing on purpose.")
+	for _, n := range names {
+		e.sample("protctl_partitions_operator_paused", []label{{"subscription", n}}, float64(len(byName[n].OperatorPaused)))
+	}
 	e.family("protctl_parked", "gauge", "Aggregates (Redis: partition keys) of this node's partitions parked in the failure ledger, by subscription.")
 	for _, n := range names {
 		e.sample("protctl_parked", []label{{"subscription", n}}, float64(byName[n].Parked))
