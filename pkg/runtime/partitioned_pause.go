@@ -214,6 +214,10 @@ func (w *worker) holdWhilePaused() (result, bool) {
 		w.checkLedger = true
 		clear(w.drainedPending)
 	}
+	// The lanes' tails taken with the lease are stale by the resume: the
+	// first round takes them again (tails), so that a lane empty then is
+	// not skipped once it has entries.
+	w.preTails = nil
 	if r, done := w.flushAcks(); done {
 		return r, true
 	}
