@@ -86,6 +86,8 @@ func (r *Repairer) applyItems(ctx context.Context, p *Plan, opts ApplyOptions, a
 				err = r.applyNodeMode(ctx, it)
 			case ActionPin, ActionUnpin:
 				err = r.applyPin(ctx, it)
+			case ActionPause, ActionResume:
+				err = r.applyPause(ctx, it)
 			}
 			if err != nil {
 				it.Result, it.Detail = ResultNone, "not applied: "+err.Error()

@@ -151,6 +151,9 @@ type Target struct {
 	Topic   string `json:"topic,omitempty"`
 	Node    string `json:"node,omitempty"`
 	Scope   string `json:"scope,omitempty"`
+	// Selector is a pause or resume's selection (runtime.PauseSelector:
+	// "key:<K>", "glob:<P>", "all") of Subscription.
+	Selector string `json:"selector,omitempty"`
 }
 
 // String names the target for tables: "shop::order/o-1", "group g on
@@ -163,6 +166,8 @@ func (t Target) String() string {
 		return "node " + t.Node + " of " + t.Service
 	case t.Topic != "":
 		return t.Subscription + " on " + t.Topic + "/" + t.Partition
+	case t.Selector != "":
+		return t.Subscription + " " + t.Selector
 	case t.Subscription != "":
 		return t.Subscription + "/" + t.Aggregate
 	case t.Consumer != "":
@@ -223,6 +228,9 @@ type Precondition struct {
 	// drain, uncordon, pin, unpin); Apply changes it only while it still
 	// holds exactly that.
 	Placement *PlacementState `json:"placement,omitempty"`
+	// Pause is the pause or resume target's entry as stored (JSON), ""
+	// for none: the apply changes it only while it still is.
+	Pause *string `json:"pause,omitempty"`
 }
 
 // TopicSeekState is a topic partition and a subscription's checkpoint on it
@@ -568,6 +576,11 @@ func (p *Plan) Validate() error {
 				if it.Precondition.Pending == nil {
 					errs = append(errs, bad("item %d (dead-letter): precondition.pending is required", i))
 				}
+			}
+		case ActionPause, ActionResume:
+			errs = append(errs, need("subscription", t.Subscription), need("selector", t.Selector))
+			if it.Allowed && it.Precondition.Pause == nil {
+				errs = append(errs, bad("item %d (%s): precondition.pause is required", i, it.Action))
 			}
 		case ActionPruneConsumer:
 			errs = append(errs, need("category", t.Category), need("key", t.Key), need("group", t.Group),

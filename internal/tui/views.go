@@ -195,6 +195,11 @@ func partitionRows(parts []inspect.Partition, base int) []row {
 			if g.Lag != nil {
 				lag = strconv.FormatInt(*g.Lag, 10)
 			}
+			if g.Paused != nil {
+				// An operator's pause (protctl pause): the lag grows on
+				// purpose.
+				lag += " PAUSED"
+			}
 			owner, ttl := "-", "-"
 			ttlKey := int64(unknownHigh)
 			switch {

@@ -90,6 +90,7 @@ type Partitioned struct {
 	assigned assignedSet
 	watch    *watchLanes
 	paused   pausedSet
+	pauses   *pauseState // operators' pauses (partitioned_pause.go)
 	c        partCounters
 
 	// seeker and seeks carry out operators' seek requests
@@ -139,6 +140,7 @@ func NewPartitioned(cfg PartitionedConfig) (*Partitioned, error) {
 		sem:       make(chan struct{}, cfg.Workers),
 
 		rediscover: make(chan struct{}, 1),
+		pauses:     newPauseState(),
 	}
 	p.watch = newWatchLanes(p.isBackfill)
 	w, wok := cfg.Broker.(broker.EntryWaiter)
@@ -215,6 +217,8 @@ func (p *Partitioned) Start(ctx context.Context, host Host) error {
 	go p.discoverLoop(p.bgCtx)
 	p.wg.Add(1)
 	go p.ledgerLoop(p.bgCtx)
+	p.wg.Add(1)
+	go p.pauseLoop(p.bgCtx)
 	if p.live != nil {
 		for range liveFlushers {
 			p.wg.Add(1)
@@ -342,6 +346,7 @@ func (p *Partitioned) Status() SubscriptionStatus {
 	p.mu.Unlock()
 	st.Held = p.leases.held(p.cfg.Name, p.cfg.Categories)
 	st.Paused = p.paused.list()
+	st.OperatorPaused = p.pauses.held()
 	st.Throttled = []string{}
 	st.Parked = int(p.c.parkedNow.Load())
 	st.Counters = p.c.snapshot()

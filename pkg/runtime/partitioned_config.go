@@ -32,6 +32,9 @@ type PartitionedConfig struct {
 	// Ledger is the failure ledger parked partitions are recorded in.
 	// Required.
 	Ledger Ledger
+	// Pauses holds operators' pauses (`protctl pause`); nil: nothing is
+	// ever paused. See partitioned_pause.go.
+	Pauses Pauses
 
 	// BackfillSuffix names the low-priority lane. Default:
 	// broker.DefaultBackfillSuffix.

@@ -1,0 +1,13 @@
+package runtime
+
+// PauseSelectorsSeen returns the selectors of the pause entries p has
+// read, so that a test knows a pause reached the node before it publishes.
+func PauseSelectorsSeen(p *Partitioned) []PauseSelector {
+	p.pauses.mu.Lock()
+	defer p.pauses.mu.Unlock()
+	var out []PauseSelector
+	for _, e := range p.pauses.set {
+		out = append(out, e.Selector)
+	}
+	return out
+}
