@@ -349,8 +349,9 @@ func channelPatterns(o Options) []string {
 	}
 	// The parked requests, partition seek requests (decision 0043),
 	// topic seek requests (decision 0044) and, per service, the operator
-	// placement's change signal (redisstore.PlacementChannel).
-	return append(out, "&protctl:parked:*:requests", "&protctl:seeks:*:requests", "&protctl:{*}:seeks", "&protctl:{*}:placement")
+	// placement's change signal (redisstore.PlacementChannel) and the
+	// pauses' (redisstore.PausesChannel, decision 0045).
+	return append(out, "&protctl:parked:*:requests", "&protctl:seeks:*:requests", "&protctl:{*}:seeks", "&protctl:{*}:placement", "&protctl:pauses:*")
 }
 
 // validName refuses names an ACL rule cannot carry: empty, or with
