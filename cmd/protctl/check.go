@@ -263,6 +263,11 @@ func checkPartitions(ctx context.Context, opts *checkOptions, ins *inspect.Inspe
 	}
 	var out []checkResult
 	name := func(p *inspect.Partition, g *inspect.Group) string {
+		if g.Paused != nil {
+			// Held back by an operator (protctl pause): its lag grows on
+			// purpose, and the offender says so.
+			return p.Category + " " + p.Key + " " + g.Name + " PAUSED"
+		}
 		return p.Category + " " + p.Key + " " + g.Name
 	}
 	if opts.checkLag {

@@ -52,6 +52,7 @@ lease, so nothing after the head is handled) is repaired with protctl alone:
 		newPartitionsFsckCmd(f),
 		newPartitionsPruneConsumersCmd(f),
 		newPartitionsSeekCmd(f),
+		newPartitionsMoveCmd(f),
 	)
 	return cmd
 }

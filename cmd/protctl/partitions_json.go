@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"github.com/protctl/protctl/internal/inspect"
@@ -102,6 +103,20 @@ func appendGroup(o *jsonOut, g *inspect.Group) {
 	}
 	o.bool("registered", g.Registered)
 	o.bool("created", g.Created)
+	if p := g.Paused; p != nil {
+		// As encoding/json writes runtime.Pause (omitempty by, reason).
+		o.key("paused")
+		o.open('{')
+		o.str("selector", string(p.Selector))
+		if p.By != "" {
+			o.str("by", p.By)
+		}
+		o.str("at", p.At.Format(time.RFC3339Nano))
+		if p.Reason != "" {
+			o.str("reason", p.Reason)
+		}
+		o.close('}')
+	}
 	o.close('}')
 }
 

@@ -453,7 +453,13 @@ func partitionTable(pr *output.Printer) output.TableSpec {
 				}
 				return output.ToneNone
 			})),
-			output.Col("LEASE", g(func(g *inspect.Group) string { return string(g.LeaseState) }),
+			output.Col("LEASE", g(func(g *inspect.Group) string {
+				if g.Paused != nil {
+					// An operator's pause (protctl pause) holds it.
+					return string(g.LeaseState) + " PAUSED"
+				}
+				return string(g.LeaseState)
+			}),
 				output.Toned(func(r partitionRow) output.Tone {
 					if r.g == nil {
 						return output.ToneNone

@@ -133,6 +133,7 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 				Handler:        h,
 				Broker:         b,
 				Ledger:         store,
+				Pauses:         store,
 				BackfillSuffix: sc.Redis.BackfillSuffix,
 				LeaseTTL:       ttl,
 				RenewEvery:     renew,

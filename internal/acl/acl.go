@@ -162,10 +162,11 @@ var (
 	// dlqdelete.lua (XDEL: dlq purge); seek.lua (XGROUP SETID, XACK, and
 	// HEXISTS of a request), seekrequest.lua and seekcancel.lua (HSET,
 	// DEL, PEXPIRE), the requests set (SADD, SREM) and PUBLISH (partitions
-	// seek); the audit entry (XADD ... MAXLEN); WAIT after a publish with
-	// --wait-replicas.
+	// seek); placementcas.lua (HGET, HSET, HDEL, PUBLISH: nodes
+	// cordon/drain/uncordon, partitions move); the audit entry (XADD ...
+	// MAXLEN); WAIT after a publish with --wait-replicas.
 	operatorCommands = []string{
-		"+del", "+srem", "+sadd", "+set", "+hset", "+hexists", "+pexpire",
+		"+del", "+srem", "+sadd", "+set", "+hset", "+hdel", "+hexists", "+pexpire",
 		"+xadd", "+xack", "+xdel", "+xtrim", "+xgroup|delconsumer", "+xgroup|setid",
 		"+publish", "+wait",
 	}
@@ -346,9 +347,11 @@ func channelPatterns(o Options) []string {
 	} else {
 		out = append(out, "&"+o.Layout.WakeChannel("*"))
 	}
-	// The parked requests, partition seek requests (decision 0043) and
-	// topic seek requests (decision 0044).
-	return append(out, "&protctl:parked:*:requests", "&protctl:seeks:*:requests", "&protctl:{*}:seeks")
+	// The parked requests, partition seek requests (decision 0043),
+	// topic seek requests (decision 0044) and, per service, the operator
+	// placement's change signal (redisstore.PlacementChannel) and the
+	// pauses' (redisstore.PausesChannel, decision 0045).
+	return append(out, "&protctl:parked:*:requests", "&protctl:seeks:*:requests", "&protctl:{*}:seeks", "&protctl:{*}:placement", "&protctl:pauses:*")
 }
 
 // validName refuses names an ACL rule cannot carry: empty, or with

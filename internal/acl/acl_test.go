@@ -30,7 +30,8 @@ var (
 		"redisbroker/dlqreplay.lua", "redisbroker/dlqdelete.lua",
 		"redisbroker/seek.lua", "redisbroker/seekrequest.lua", "redisbroker/seekcancel.lua",
 		"redisstore/lib.lua", "redisstore/request.lua", "redisstore/requestpinned.lua", "redisstore/requesttoken.lua",
-		"redisstore/members.lua",
+		"redisstore/members.lua", "redisstore/pause.lua", "redisstore/placementcas.lua",
+		"redisstore/seekset.lua", "redisstore/seekrequest.lua",
 	}
 	// operatorOnlyScripts are the operator's that a node never runs.
 	operatorOnlyScripts = []string{"redisbroker/dlqreplay.lua", "redisbroker/dlqdelete.lua",
@@ -166,7 +167,7 @@ func TestOptions(t *testing.T) {
 	if !slices.Equal(p.Keys, wantKeys) {
 		t.Fatalf("keys %v, want %v", p.Keys, wantKeys)
 	}
-	wantChannels := []string{"&shop::order:__wake__", `&a\*b:__wake__`, "&protctl:parked:*:requests", "&protctl:seeks:*:requests", "&protctl:{*}:seeks"}
+	wantChannels := []string{"&shop::order:__wake__", `&a\*b:__wake__`, "&protctl:parked:*:requests", "&protctl:seeks:*:requests", "&protctl:{*}:seeks", "&protctl:{*}:placement", "&protctl:pauses:*"}
 	if !slices.Equal(p.Channels, wantChannels) {
 		t.Fatalf("channels %v, want %v", p.Channels, wantChannels)
 	}

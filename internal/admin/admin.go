@@ -361,33 +361,38 @@ func (p promLogger) Println(v ...any) { p.l.Debug("admin: serving metrics", "err
 // subscriptions' detail, each under its configured name (the `name:` of
 // the node config). Times are RFC 3339 UTC.
 type StatusJSON struct {
-	APIVersion    string                  `json:"apiVersion"`
-	Kind          string                  `json:"kind"`
-	Service       string                  `json:"service"`
-	Node          string                  `json:"node"`
-	AdminAddr     string                  `json:"adminAddr,omitempty"`
-	JoinState     runtime.JoinState       `json:"joinState"`
-	Ready         bool                    `json:"ready"`
-	StartedAt     time.Time               `json:"startedAt"`
-	Held          []runtime.HeldPartition `json:"held"`
-	Paused        []string                `json:"paused"`
-	Throttled     []string                `json:"throttled"`
-	Parked        int                     `json:"parked"`
-	Counters      map[string]int64        `json:"counters"`
-	Subscriptions []SubscriptionJSON      `json:"subscriptions"`
+	APIVersion string                  `json:"apiVersion"`
+	Kind       string                  `json:"kind"`
+	Service    string                  `json:"service"`
+	Node       string                  `json:"node"`
+	AdminAddr  string                  `json:"adminAddr,omitempty"`
+	JoinState  runtime.JoinState       `json:"joinState"`
+	Ready      bool                    `json:"ready"`
+	StartedAt  time.Time               `json:"startedAt"`
+	Held       []runtime.HeldPartition `json:"held"`
+	Paused     []string                `json:"paused"`
+	// OperatorPaused are "subscription/partition" held by an operator's
+	// pause (protctl pause), apart from Paused (backing off on its own).
+	OperatorPaused []string           `json:"operatorPaused,omitempty"`
+	Throttled      []string           `json:"throttled"`
+	Parked         int                `json:"parked"`
+	Counters       map[string]int64   `json:"counters"`
+	Subscriptions  []SubscriptionJSON `json:"subscriptions"`
 }
 
 // SubscriptionJSON is one subscription in StatusJSON.
 type SubscriptionJSON struct {
-	Name      string                    `json:"name"`
-	Source    runtime.SourceKind        `json:"source"`
-	State     runtime.SubscriptionState `json:"state"`
-	Held      int                       `json:"held"`
-	Paused    []string                  `json:"paused"`
-	Throttled []string                  `json:"throttled"`
-	Parked    int                       `json:"parked"`
-	Counters  map[string]int64          `json:"counters"`
-	Error     *string                   `json:"error"`
+	Name   string                    `json:"name"`
+	Source runtime.SourceKind        `json:"source"`
+	State  runtime.SubscriptionState `json:"state"`
+	Held   int                       `json:"held"`
+	Paused []string                  `json:"paused"`
+	// OperatorPaused: see StatusJSON.OperatorPaused.
+	OperatorPaused []string         `json:"operatorPaused,omitempty"`
+	Throttled      []string         `json:"throttled"`
+	Parked         int              `json:"parked"`
+	Counters       map[string]int64 `json:"counters"`
+	Error          *string          `json:"error"`
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
@@ -397,7 +402,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		APIVersion: "protctl.dev/v1", Kind: "NodeStatus",
 		Service: st.Service, Node: st.Node, AdminAddr: st.AdminAddr, JoinState: st.JoinState, Ready: snap.Ready,
 		StartedAt: st.StartedAt.UTC(), Held: nonNil(st.Held), Paused: nonNil(st.Paused), Throttled: nonNil(st.Throttled),
-		Parked: st.Parked, Counters: st.Counters, Subscriptions: []SubscriptionJSON{},
+		OperatorPaused: st.OperatorPaused, Parked: st.Parked, Counters: st.Counters, Subscriptions: []SubscriptionJSON{},
 	}
 	if doc.Counters == nil {
 		doc.Counters = map[string]int64{}
@@ -413,6 +418,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		sj := SubscriptionJSON{
 			Name: ss.Name, Source: ss.Source, State: ss.State, Held: len(ss.Held),
 			Paused: nonNil(ss.Paused), Throttled: nonNil(ss.Throttled), Parked: ss.Parked, Counters: ss.Counters,
+			OperatorPaused: ss.OperatorPaused,
 		}
 		if sj.Counters == nil {
 			sj.Counters = map[string]int64{}

@@ -87,6 +87,7 @@ var protctlFamilies = map[string]struct {
 	"protctl_partitions_held":               {dto.MetricType_GAUGE, []string{"subscription"}, "Partitions whose lease this node holds, by subscription."},
 	"protctl_partitions_assigned":           {dto.MetricType_GAUGE, []string{"subscription"}, "Partitions rendezvous hashing gives this node (held or idle), by subscription."},
 	"protctl_partitions_paused":             {dto.MetricType_GAUGE, []string{"subscription"}, "Partitions paused by a systemic failure, by subscription."},
+	"protctl_partitions_operator_paused":    {dto.MetricType_GAUGE, []string{"subscription"}, "Partitions held by an operator's pause (protctl pause), by subscription: their lag keeps growing on purpose."},
 	"protctl_parked":                        {dto.MetricType_GAUGE, []string{"subscription"}, "Aggregates (Redis: partition keys) of this node's partitions parked in the failure ledger, by subscription."},
 	"protctl_subscription_up":               {dto.MetricType_GAUGE, []string{"state", "subscription"}, "1 while the subscription handles messages (state running), else 0; state is new, joining, unavailable, running, stopping, stopped or failed."},
 	"protctl_lag":                           {dto.MetricType_GAUGE, []string{"subscription"}, "Entries (Redis) or offsets (Kafka) not yet handled on the partitions this node is given, by subscription."},

@@ -222,6 +222,10 @@ func groupVerdict(g GroupDetail, lr [2]laneRead, opts ExplainOptions) Verdict {
 		v.State, v.Reason = StateOrphan, "the index names the partition but it has no stream"
 		return v
 	}
+	if p := g.Paused; p != nil {
+		v.State, v.Reason = StatePaused, pausedText(*p, g.Group)
+		return v
+	}
 	if h := g.HeadPending; h != nil {
 		idle := time.Duration(h.IdleMs) * time.Millisecond
 		holder := holderText(g.Group, h.Consumer)

@@ -24,6 +24,7 @@ type walk struct {
 	group      string // filter
 	registered []string
 	parked     map[parkedKey]bool // nil without a ledger
+	pauses     map[string]runtime.PauseSet
 	now        time.Time
 	laneGroups bool
 
@@ -91,6 +92,9 @@ func (in *Inspector) newWalk(ctx context.Context, op, category, group string, li
 				w.parked[parkedKey{p.Subscription, p.Aggregate}] = true
 			}
 		}
+	}
+	if w.pauses, err = in.Pauses(ctx); err != nil {
+		return nil, err
 	}
 	if w.now, err = in.serverTime(ctx); err != nil {
 		return nil, err
@@ -764,6 +768,7 @@ func (in *Inspector) assemble(w *walk, key string, lanes [2]laneRead, names []st
 			g.Parked = ptr(w.parked[parkedKey{name, key}])
 		}
 		g.LeaseState = LeaseStateOf(&g)
+		g.Paused = pausedOf(w.pauses, name, key)
 		p.Groups = append(p.Groups, g)
 	}
 	return p

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/runtime"
 )
 
 // Category is one category found by Categories: a key C:__partitions__.
@@ -85,6 +86,10 @@ type Group struct {
 	Registered bool `json:"registered"`
 	// Created is true when the group exists on at least one lane.
 	Created bool `json:"created"`
+	// Paused is the operator's pause entry that holds the partition back
+	// for the group (`protctl pause`): who, when, why; absent when none.
+	// The lag keeps counting while it is.
+	Paused *runtime.Pause `json:"paused,omitempty"`
 }
 
 // Partition is one row of `partitions ls`.
@@ -160,6 +165,10 @@ const (
 	// times (a poison message), pending entries held by a consumer whose
 	// lease expired, or a head pending longer than StuckAfter.
 	StateStuck VerdictState = "stuck"
+	// StatePaused: an operator paused the partition for the group
+	// (`protctl pause`): its owner holds it and reads nothing until
+	// resumed; entries wait and the lag keeps counting.
+	StatePaused VerdictState = "paused"
 	// StateLagging: entries wait to be delivered and nothing is pending.
 	StateLagging VerdictState = "lagging"
 	// StateOrphan: the index names the partition but no lane exists.
@@ -320,6 +329,7 @@ func LeaseStateOf(g *Group) LeaseState {
 func VerdictStates() []StateInfo {
 	return []StateInfo{
 		{string(StateStuck), "work is pending and not moving: a head delivered many times (a poison message), pending entries with no lease held, a parked head, or a head pending longer than a minute"},
+		{string(StatePaused), "an operator paused it (protctl pause): its owner holds the lease and reads nothing until protctl resume; the lag keeps counting"},
 		{string(StateLagging), "entries wait to be delivered and nothing is pending"},
 		{string(StateOrphan), "the index names the partition but no lane exists"},
 		{string(StateHealthy), "caught up or working (pending entries young and delivered few times) under a held lease"},

@@ -50,6 +50,18 @@ func Seen(it repair.Item) string {
 			}
 			parts = append(parts, fmt.Sprintf("checkpoint %s of %s..%s", cp, sk.Earliest, sk.Head))
 		}
+	case repair.ActionCordon, repair.ActionDrain, repair.ActionUncordon:
+		if pl := pc.Placement; pl != nil {
+			parts = append(parts, "mode "+pl.Mode)
+		}
+	case repair.ActionPin, repair.ActionUnpin:
+		if pl := pc.Placement; pl != nil {
+			if pl.Record == nil {
+				parts = append(parts, "not pinned")
+			} else {
+				parts = append(parts, "pinned to "+pl.Node)
+			}
+		}
 	case repair.ActionPruneConsumer:
 		if pc.ConsumerPending != nil {
 			parts = append(parts, fmt.Sprintf("%d pending", *pc.ConsumerPending))

@@ -82,6 +82,12 @@ func (r *Repairer) applyItems(ctx context.Context, p *Plan, opts ApplyOptions, a
 				err = r.applyTopicSeek(ctx, p.ID, it, opts.SeekWait)
 			case ActionSeek:
 				err = r.applySeek(ctx, p.ID, it, opts.SeekWait)
+			case ActionCordon, ActionDrain, ActionUncordon:
+				err = r.applyNodeMode(ctx, it)
+			case ActionPin, ActionUnpin:
+				err = r.applyPin(ctx, it)
+			case ActionPause, ActionResume:
+				err = r.applyPause(ctx, it)
 			}
 			if err != nil {
 				it.Result, it.Detail = ResultNone, "not applied: "+err.Error()

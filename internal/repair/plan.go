@@ -50,6 +50,16 @@ const (
 	// settles its pending entries: in one step while the lease stays
 	// free, or carried out by the protctl node that owns it.
 	ActionSeek Action = "seek"
+	// ActionCordon, ActionDrain and ActionUncordon set or clear a node's
+	// operator mode, fenced on the mode record the plan saw
+	// (placement.go).
+	ActionCordon   Action = "cordon"
+	ActionDrain    Action = "drain"
+	ActionUncordon Action = "uncordon"
+	// ActionPin and ActionUnpin set or remove a partition's pin, fenced
+	// on the pin the plan saw (placement.go).
+	ActionPin   Action = "pin"
+	ActionUnpin Action = "unpin"
 )
 
 var actions = map[Action]bool{
@@ -57,6 +67,7 @@ var actions = map[Action]bool{
 	ActionDeadLetter: true, ActionRetry: true, ActionSkip: true,
 	ActionPruneConsumer: true, ActionDLQReplay: true, ActionDLQPurge: true,
 	ActionSeek: true, ActionTopicSeek: true,
+	ActionCordon: true, ActionDrain: true, ActionUncordon: true, ActionPin: true, ActionUnpin: true,
 }
 
 // Result is what Apply did with an item. The zero value (not applied
@@ -118,6 +129,10 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 //	dlq-replay, dlq-purge  category, stream (the dead-letter stream), id,
 //	                key (the partition whose C:K:dlq it is; none for C:dlq)
 //	seek         category, key, group
+//	topic-seek   service, topic, subscription, partition
+//	cordon, drain, uncordon  service, node
+//	pin, unpin   service, scope, partition (and node: the pin's); category
+//	             and key for a Redis partition, for the record
 type Target struct {
 	Category     string `json:"category,omitempty"`
 	Key          string `json:"key,omitempty"`
@@ -130,17 +145,29 @@ type Target struct {
 	// Partition is a Kafka entry's partition: an aggregate can be parked
 	// on several. Empty for Redis entries (Key names the partition).
 	Partition string `json:"partition,omitempty"`
-	// Service and Topic name a topic-seek's lease group.
+	// Service names a topic-seek's lease group (with Topic), a node
+	// mode's (with Node) or a pin's (with Scope; runtime.Pin).
 	Service string `json:"service,omitempty"`
 	Topic   string `json:"topic,omitempty"`
+	Node    string `json:"node,omitempty"`
+	Scope   string `json:"scope,omitempty"`
+	// Selector is a pause or resume's selection (runtime.PauseSelector:
+	// "key:<K>", "glob:<P>", "all") of Subscription.
+	Selector string `json:"selector,omitempty"`
 }
 
 // String names the target for tables: "shop::order/o-1", "group g on
 // o-1", a stream, "entry 1-2 of shop::order:o-1 for g", "sub/agg".
 func (t Target) String() string {
 	switch {
+	case t.Scope != "":
+		return "pin of " + t.Scope + "/" + t.Partition
+	case t.Node != "":
+		return "node " + t.Node + " of " + t.Service
 	case t.Topic != "":
 		return t.Subscription + " on " + t.Topic + "/" + t.Partition
+	case t.Selector != "":
+		return t.Subscription + " " + t.Selector
 	case t.Subscription != "":
 		return t.Subscription + "/" + t.Aggregate
 	case t.Consumer != "":
@@ -197,6 +224,13 @@ type Precondition struct {
 	Seek *SeekState `json:"seek,omitempty"`
 	// TopicSeek is the topic-seek target's partition as seen.
 	TopicSeek *TopicSeekState `json:"topicSeek,omitempty"`
+	// Placement is the node mode or pin record the plan saw (cordon,
+	// drain, uncordon, pin, unpin); Apply changes it only while it still
+	// holds exactly that.
+	Placement *PlacementState `json:"placement,omitempty"`
+	// Pause is the pause or resume target's entry as stored (JSON), ""
+	// for none: the apply changes it only while it still is.
+	Pause *string `json:"pause,omitempty"`
 }
 
 // TopicSeekState is a topic partition and a subscription's checkpoint on it
@@ -211,6 +245,16 @@ type TopicSeekState struct {
 	// and the new one, as of the plan (a running owner moves on).
 	HandledAgain int64 `json:"handledAgain"`
 	Skipped      int64 `json:"skipped"`
+}
+
+// PlacementState is a node mode or pin as a plan saw it.
+type PlacementState struct {
+	// Record is the stored record (JSON, as stored); null when none.
+	Record *string `json:"record"`
+	// Mode is the node's stored mode ("active" when none); for pins, the
+	// node the stored pin names ("" when none).
+	Mode string `json:"mode,omitempty"`
+	Node string `json:"node,omitempty"`
 }
 
 // DeadLetterState is a dead letter as a plan saw it. Apply acts on it only
@@ -533,6 +577,11 @@ func (p *Plan) Validate() error {
 					errs = append(errs, bad("item %d (dead-letter): precondition.pending is required", i))
 				}
 			}
+		case ActionPause, ActionResume:
+			errs = append(errs, need("subscription", t.Subscription), need("selector", t.Selector))
+			if it.Allowed && it.Precondition.Pause == nil {
+				errs = append(errs, bad("item %d (%s): precondition.pause is required", i, it.Action))
+			}
 		case ActionPruneConsumer:
 			errs = append(errs, need("category", t.Category), need("key", t.Key), need("group", t.Group),
 				need("stream", t.Stream), need("consumer", t.Consumer))
@@ -560,6 +609,19 @@ func (p *Plan) Validate() error {
 			}
 			if it.Allowed && it.Precondition.Seek != nil && it.Precondition.Seek.Owner != SeekOwnerNone && it.Precondition.Lease == nil {
 				errs = append(errs, bad("item %d (seek): precondition.lease is required for an owned partition", i))
+			}
+		case ActionCordon, ActionDrain, ActionUncordon:
+			errs = append(errs, need("service", t.Service), need("node", t.Node))
+			if it.Allowed && it.Precondition.Placement == nil {
+				errs = append(errs, bad("item %d (%s): precondition.placement is required", i, it.Action))
+			}
+		case ActionPin, ActionUnpin:
+			errs = append(errs, need("service", t.Service), need("scope", t.Scope), need("partition", t.Partition))
+			if it.Action == ActionPin {
+				errs = append(errs, need("node", t.Node))
+			}
+			if it.Allowed && it.Precondition.Placement == nil {
+				errs = append(errs, bad("item %d (%s): precondition.placement is required", i, it.Action))
 			}
 		case ActionRetry, ActionSkip:
 			errs = append(errs, need("subscription", t.Subscription), need("aggregate", t.Aggregate))

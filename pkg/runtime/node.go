@@ -48,11 +48,15 @@ type SubscriptionStatus struct {
 	// Redis partition that is assigned to the node but idle holds no
 	// lease (see docs/decisions/0004-idle-partitions.md); Counters
 	// "assigned" and "watched" count those.
-	Held      []HeldPartition
-	Paused    []string
-	Throttled []string
-	Parked    int
-	Counters  map[string]int64
+	Held   []HeldPartition
+	Paused []string
+	// OperatorPaused are the partitions held by an operator's pause
+	// (`protctl pause`, pkg/runtime/partitioned/pause.go): not Paused, which is the
+	// runtime backing off from a systemic failure on its own.
+	OperatorPaused []string
+	Throttled      []string
+	Parked         int
+	Counters       map[string]int64
 	// Err is the fatal error that stopped the subscription, if any.
 	Err error
 }
@@ -207,6 +211,7 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	kick   chan struct{}
+	place  nodePlacement // node_placement.go
 }
 
 // NewNode returns a node running subs. Subscription names must be
@@ -253,6 +258,11 @@ func (h nodeHost) NodeID() string       { return h.n.cfg.NodeID }
 func (h nodeHost) Clock() clock.Clock   { return h.n.cfg.Clock }
 func (h nodeHost) Logger() *slog.Logger { return h.n.cfg.Logger }
 func (h nodeHost) Observer() *Observer  { return h.n.cfg.Observer }
+
+// Placement and Mode are the node's (PlacementHost): the engines apply
+// operators' pins and the node's cordon through them.
+func (h nodeHost) Placement() *Placement { return h.n.Placement() }
+func (h nodeHost) Mode() NodeMode        { return h.n.Mode() }
 
 // JitterSeed is the seed of the node's backoff jitter
 // (NodeConfig.JitterSeed; the engines find it by type assertion).
@@ -305,8 +315,9 @@ func (n *Node) Start(ctx context.Context) error {
 			return fmt.Errorf("runtime: start subscription %q: %w", s.Name(), err)
 		}
 	}
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.heartbeatLoop(runCtx)
+	go n.watchPlacement(runCtx)
 	return nil
 }
 
@@ -411,22 +422,27 @@ func (n *Node) Status() NodeStatus {
 	}
 	n.mu.Unlock()
 	st := NodeStatus{
-		Service:   n.cfg.Service,
-		Node:      n.cfg.NodeID,
-		AdminAddr: n.cfg.AdminAddr,
-		JoinState: join,
-		StartedAt: n.startedAt,
-		LastSeen:  n.cfg.Clock.Now(),
-		Held:      []HeldPartition{},
-		Paused:    []string{},
-		Throttled: []string{},
-		Counters:  map[string]int64{},
+		Service:        n.cfg.Service,
+		Node:           n.cfg.NodeID,
+		AdminAddr:      n.cfg.AdminAddr,
+		JoinState:      join,
+		StartedAt:      n.startedAt,
+		LastSeen:       n.cfg.Clock.Now(),
+		Held:           []HeldPartition{},
+		Paused:         []string{},
+		Throttled:      []string{},
+		Counters:       map[string]int64{},
+		Mode:           n.statusMode(),
+		OperatorPaused: []string{},
 	}
 	for _, s := range n.subs {
 		ss := s.Status()
 		st.Held = append(st.Held, ss.Held...)
 		for _, p := range ss.Paused {
 			st.Paused = append(st.Paused, ss.Name+"/"+p)
+		}
+		for _, p := range ss.OperatorPaused {
+			st.OperatorPaused = append(st.OperatorPaused, ss.Name+"/"+p)
 		}
 		for _, p := range ss.Throttled {
 			st.Throttled = append(st.Throttled, ss.Name+"/"+p)
@@ -508,7 +524,11 @@ func (n *Node) heartbeat(ctx context.Context) {
 	}
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
-	n.setMembers(ids)
+	ids, pl, mode, ok := n.readPlacement(hbCtx, members, ids)
+	if !ok {
+		return
+	}
+	n.setMembers(ids, pl, mode)
 }
 
 func (n *Node) hbError(op string, err error) {
@@ -527,14 +547,20 @@ func (n *Node) hbError(op string, err error) {
 	n.cfg.Observer.error(ErrorEvent{Op: op, Err: err})
 }
 
-func (n *Node) setMembers(ids []string) {
+func (n *Node) setMembers(ids []string, pl *Placement, mode NodeMode) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.lastHBErr != nil {
 		n.cfg.Logger.Info("membership available again")
 		n.lastHBErr = nil
 	}
-	if slices.Equal(ids, n.members) && n.members != nil {
+	if mode != n.place.mode && (n.place.mode != "" || mode != ModeActive) {
+		n.cfg.Logger.Info("node mode changed", "mode", mode)
+	}
+	n.place.mode = mode
+	samePlacement := n.place.pl.equal(pl)
+	n.place.pl = pl
+	if slices.Equal(ids, n.members) && n.members != nil && samePlacement {
 		return
 	}
 	n.cfg.Logger.Info("membership changed", "members", ids)

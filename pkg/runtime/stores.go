@@ -210,17 +210,24 @@ const (
 // NodeStatus is the record a node heartbeats, read by `protctl nodes ls`
 // and the dashboard. Membership (who is live) is derived from it.
 type NodeStatus struct {
-	Service   string           `json:"service"`
-	Node      string           `json:"node"`
-	AdminAddr string           `json:"adminAddr,omitempty"`
-	JoinState JoinState        `json:"joinState"`
-	StartedAt time.Time        `json:"startedAt"`
-	LastSeen  time.Time        `json:"lastSeen"`
-	Held      []HeldPartition  `json:"held"`
-	Paused    []string         `json:"paused"`
-	Throttled []string         `json:"throttled"`
-	Parked    int              `json:"parked"`
-	Counters  map[string]int64 `json:"counters,omitempty"` // processed, failed, parked, ...
+	Service   string          `json:"service"`
+	Node      string          `json:"node"`
+	AdminAddr string          `json:"adminAddr,omitempty"`
+	JoinState JoinState       `json:"joinState"`
+	StartedAt time.Time       `json:"startedAt"`
+	LastSeen  time.Time       `json:"lastSeen"`
+	Held      []HeldPartition `json:"held"`
+	Paused    []string        `json:"paused"`
+	// OperatorPaused are "subscription/partition" held by an operator's
+	// pause (`protctl pause`); Paused is the runtime backing off on its
+	// own. docs/decisions/0045-pause.md.
+	OperatorPaused []string         `json:"operatorPaused,omitempty"`
+	Throttled      []string         `json:"throttled"`
+	Parked         int              `json:"parked"`
+	Counters       map[string]int64 `json:"counters,omitempty"` // processed, failed, parked, ...
+	// Mode is the operator mode (cordoned, draining) the node has read
+	// and acts on; "" or active for none (docs/decisions/0046).
+	Mode NodeMode `json:"mode,omitempty"`
 }
 
 // Membership tracks a service's live nodes.

@@ -32,6 +32,9 @@ type Config struct {
 	// Ledger is the failure ledger parked partitions are recorded in.
 	// Required.
 	Ledger runtime.Ledger
+	// Pauses holds operators' pauses (`protctl pause`); nil: nothing is
+	// ever paused. See pause.go.
+	Pauses runtime.Pauses
 
 	// BackfillSuffix names the low-priority lane. Default:
 	// broker.DefaultBackfillSuffix.

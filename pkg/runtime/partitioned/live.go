@@ -160,7 +160,7 @@ func (w *worker) liveAcquire(leaseKey string) (broker.Lease, bool, error) {
 	if p.tailer != nil && p.waiter != nil {
 		req.Tails = w.streams()
 	}
-	if !w.checkLedger {
+	if !w.checkLedger && !w.pausedNow() {
 		req.ReadAtGeneration = w.cleanGen + 1
 		req.Group, req.Count = p.cfg.Name, int64(w.readCount())
 		for _, ln := range w.lanes {

@@ -93,6 +93,7 @@ type Subscription struct {
 	assigned assignedSet
 	watch    *watchLanes
 	paused   pausedSet
+	pauses   *pauseState // operators' pauses (pause.go)
 	c        partCounters
 
 	// seeker and seeks carry out operators' seek requests
@@ -142,6 +143,7 @@ func New(cfg Config) (*Subscription, error) {
 		sem:       make(chan struct{}, cfg.Workers),
 
 		rediscover: make(chan struct{}, 1),
+		pauses:     newPauseState(),
 	}
 	p.watch = newWatchLanes(p.isBackfill)
 	w, wok := cfg.Broker.(broker.EntryWaiter)
@@ -218,6 +220,8 @@ func (p *Subscription) Start(ctx context.Context, host runtime.Host) error {
 	go p.discoverLoop(p.bgCtx)
 	p.wg.Add(1)
 	go p.ledgerLoop(p.bgCtx)
+	p.wg.Add(1)
+	go p.pauseLoop(p.bgCtx)
 	if p.live != nil {
 		for range liveFlushers {
 			p.wg.Add(1)
@@ -346,6 +350,7 @@ func (p *Subscription) Status() runtime.SubscriptionStatus {
 	p.mu.Unlock()
 	st.Held = p.leases.held(p.cfg.Name, p.cfg.Categories)
 	st.Paused = p.paused.list()
+	st.OperatorPaused = p.pauses.held()
 	st.Throttled = []string{}
 	st.Parked = int(p.c.parkedNow.Load())
 	st.Counters = p.c.snapshot()

@@ -145,6 +145,9 @@ func (w *worker) run() (res result) {
 	defer w.cancel(nil)
 	defer w.releaseAhead()
 	defer w.releaseSlot()
+	if r, stop := w.awaitPauses(); stop {
+		return r
+	}
 	if p.live != nil {
 		// The live path: no slot until there is something to handle.
 		if r, stop := w.takeAhead(); stop {
@@ -196,6 +199,9 @@ func (w *worker) process() result {
 	// node released clean, proves that nobody else held the key: nothing
 	// can be pending for earlier generations and nobody can have parked
 	// it (parking is fenced).
+	if r, done := w.holdWhilePaused(); done {
+		return r
+	}
 	fresh := !w.checkLedger && (w.lease.gen == 1 || (w.cleanGen > 0 && w.lease.gen == w.cleanGen+1))
 	if p.tailer != nil && p.waiter != nil {
 		if r, done := w.tails(); done {
@@ -243,6 +249,9 @@ func (w *worker) process() result {
 			return r
 		}
 		if r, done := w.seekIfAsked(); done {
+			return r
+		}
+		if r, done := w.holdWhilePaused(); done {
 			return r
 		}
 		select { // a wake for what the next round reads anyway

@@ -46,6 +46,8 @@ var (
 	seekRequestLua string
 	//go:embed seekcomplete.lua
 	seekCompleteLua string
+	//go:embed placementcas.lua
+	placementCASLua string
 )
 
 var (
@@ -65,6 +67,7 @@ var (
 	seekSetScript      = newScript(seekSetLua)
 	seekRequestScript  = newScript(seekRequestLua)
 	seekCompleteScript = newScript(seekCompleteLua)
+	placementCAS       = newScript(placementCASLua)
 )
 
 // newScript composes the prelude, lib.lua and body into one script.

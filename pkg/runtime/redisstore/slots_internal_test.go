@@ -190,9 +190,15 @@ func TestEveryScriptsKeysShareASlot(t *testing.T) {
 		}
 	}
 
+	must("cordon", s.CASNodeMode(ctx, "shop", "node-a", nil, &runtime.NodeModeRecord{Node: "node-a", Mode: runtime.ModeCordoned}))
+	must("pin", s.CASPin(ctx, "shop", "sync", "o-1", nil, &runtime.Pin{Scope: "sync", Partition: "o-1", Node: "node-a"}))
+	_, err = s.ReadPlacement(ctx, "shop")
+	must("read placement", err)
+
 	scripts := map[string]string{}
 	for name, sc := range map[string]*redis.Script{
-		"heartbeat": heartbeatScript, "members": membersScript, "leave": leaveScript,
+		"placementcas": placementCAS,
+		"heartbeat":    heartbeatScript, "members": membersScript, "leave": leaveScript,
 		"checkpoint": checkpointScript, "park": parkScript, "setstatus": setStatusScript,
 		"resolve": resolveScript, "request": requestScript, "unindex": unindexScript,
 		"index": indexScript, "requestpinned": requestPinned, "requesttoken": requestToken,

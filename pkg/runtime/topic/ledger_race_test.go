@@ -16,6 +16,7 @@ import (
 
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/internal/enginetest"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/topic"
 )
@@ -179,7 +180,7 @@ func TestTopicParkRacingALedgerPollStaysParked(t *testing.T) {
 				ps, err := e.store.ListParked(context.Background(), topicSub)
 				return err == nil && len(ps) == 0
 			})
-			if got := rec.handled(topicSub, "a0000"); !slices.Equal(got, seqRange(1, 8)) {
+			if got := rec.handled(topicSub, "a0000"); !slices.Equal(got, enginetest.SeqRange(1, 8)) {
 				t.Fatalf("a0000 handled %v, want 1..8 once each, in order", got)
 			}
 		})
@@ -225,7 +226,7 @@ func TestTopicLedgerPollInterleavings(t *testing.T) {
 			}
 			waitFor(t, 10*time.Second, "a0000 to 8", func() bool { return rec.complete(topicSub, []string{"a0000"}, 8) })
 			resolved(t, e)
-			if got := rec.handled(topicSub, "a0000"); !slices.Equal(got, seqRange(1, 8)) {
+			if got := rec.handled(topicSub, "a0000"); !slices.Equal(got, enginetest.SeqRange(1, 8)) {
 				t.Fatalf("a0000 handled %v, want 1..8", got)
 			}
 		}},
@@ -253,7 +254,7 @@ func TestTopicLedgerPollInterleavings(t *testing.T) {
 			}
 			waitFor(t, 10*time.Second, "a0000 to 8", func() bool { return rec.complete(topicSub, []string{"a0000"}, 8) })
 			resolved(t, e)
-			if got := rec.handled(topicSub, "a0000"); !slices.Equal(got, seqRange(1, 8)) {
+			if got := rec.handled(topicSub, "a0000"); !slices.Equal(got, enginetest.SeqRange(1, 8)) {
 				t.Fatalf("a0000 handled %v, want 1..8 once each", got)
 			}
 		}},
@@ -317,7 +318,7 @@ func TestTopicLedgerPollInterleavings(t *testing.T) {
 			e.produce(aggNames(2), 6, 8)
 			waitFor(t, 10*time.Second, "both to 8", func() bool { return rec.complete(topicSub, aggNames(2), 8) })
 			resolved(t, e)
-			if got := rec.handled(topicSub, "a0000"); !slices.Equal(got, seqRange(1, 8)) {
+			if got := rec.handled(topicSub, "a0000"); !slices.Equal(got, enginetest.SeqRange(1, 8)) {
 				t.Fatalf("a0000 handled %v, want 1..8", got)
 			}
 		}},
@@ -465,7 +466,7 @@ func TestTopicAggregateParkedOnTwoPartitions(t *testing.T) {
 				return err == nil && len(ps) == 0
 			})
 			for _, p := range []int32{0, 1} {
-				if got := rec.handled(p, "x"); !slices.Equal(got, seqRange(1, 4)) {
+				if got := rec.handled(p, "x"); !slices.Equal(got, enginetest.SeqRange(1, 4)) {
 					t.Fatalf("partition %d: x handled %v, want 1..4 once each", p, got)
 				}
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/internal/enginetest"
 	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
@@ -35,14 +36,6 @@ func offsetOf(recs []*kgo.Record, agg string, seq int) int64 {
 		}
 	}
 	return -1
-}
-
-func seqRange(from, to int) []int {
-	var out []int
-	for i := from; i <= to; i++ {
-		out = append(out, i)
-	}
-	return out
 }
 
 // TestTopicParking: an aggregate whose record fails is parked with that
@@ -97,7 +90,7 @@ func TestTopicParking(t *testing.T) {
 				t.Fatalf("Retry: %v", err)
 			}
 			waitFor(t, 10*time.Second, "the retry to handle a0000's records", func() bool { return rec.complete(topicSub, []string{"a0000"}, 8) })
-			if got := rec.handled(topicSub, "a0000"); !slices.Equal(got, seqRange(1, 8)) {
+			if got := rec.handled(topicSub, "a0000"); !slices.Equal(got, enginetest.SeqRange(1, 8)) {
 				t.Fatalf("a0000 handled %v, want 1..8 in order", got)
 			}
 			waitFor(t, 5*time.Second, "the entry resolved", func() bool {

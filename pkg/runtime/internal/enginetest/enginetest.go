@@ -75,3 +75,12 @@ func WaitClosed(t testing.TB, c <-chan struct{}, what string) {
 		t.Fatalf("timed out waiting for %s", what)
 	}
 }
+
+// SeqRange is [from, to]: the sequence numbers a test expects handled.
+func SeqRange(from, to int) []int {
+	var out []int
+	for i := from; i <= to; i++ {
+		out = append(out, i)
+	}
+	return out
+}

@@ -1,0 +1,179 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/protctl/protctl/pkg/internal/redisadapter"
+	"github.com/protctl/protctl/pkg/runtime"
+)
+
+// Operators' pauses (docs/decisions/0045-pause.md):
+//
+//	protctl:pauses:{<scope>/<sub>}          HASH selector -> JSON runtime.Pause
+//	protctl:pauses:{<scope>/<sub>}:changed  Pub/Sub channel: the entries changed
+//	protctl:pauses:__subscriptions__        SET "<scope>/<sub>" that have had entries
+//
+// One key per (scope, subscription), in its own slot: every change is one
+// script over it, and a node reads all of a subscription's entries in one
+// HGETALL on each lease renewal tick.
+
+//go:embed pause.lua
+var pauseLua string
+
+var pauseScript = newScript(pauseLua)
+
+var _ runtime.Pauses = (*Store)(nil)
+
+// PausesKey is the HASH of subscription's pause entries in scope ("" for
+// a Redis partitioned subscription, the lease group for a Kafka topic
+// subscription).
+func PausesKey(scope, subscription string) string {
+	return prefix + "pauses:{" + scope + "/" + subscription + "}"
+}
+
+// PausedSubscriptionsKey is the SET of "<scope>/<subscription>" that
+// have had pause entries, so that a listing finds them without a scan.
+// SetPause adds to it before it records the entry (another slot): a
+// member whose HASH is empty pauses nothing.
+const PausedSubscriptionsKey = prefix + "pauses:__subscriptions__"
+
+// PausesChannel is the Pub/Sub channel SetPause and RemovePause publish
+// on after a change.
+func PausesChannel(scope, subscription string) string {
+	return PausesKey(scope, subscription) + ":changed"
+}
+
+// ErrPauseChanged is returned by SetPause and RemovePause when the entry
+// is no longer as the caller saw it (a stale plan); nothing was changed.
+var ErrPauseChanged = errors.New("redisstore: pause entry changed since it was read")
+
+// ReadPauses implements runtime.Pauses.
+func (s *Store) ReadPauses(ctx context.Context, scope, subscription string) (runtime.PauseSet, error) {
+	const op = "read pauses"
+	key := PausesKey(scope, subscription)
+	m, err := s.client.HGetAll(ctx, key).Result()
+	if err != nil {
+		return nil, mapErr(call{Op: op, Keys: []string{key}}, err)
+	}
+	ps := make(runtime.PauseSet, 0, len(m))
+	for sel, v := range m {
+		var p runtime.Pause
+		if err := json.Unmarshal([]byte(v), &p); err != nil {
+			// A malformed entry still pauses what it names: holding a
+			// key back by mistake is recoverable (resume), handling it
+			// against the operator's wish is not.
+			p = runtime.Pause{}
+		}
+		p.Selector = runtime.PauseSelector(sel)
+		ps = append(ps, p)
+	}
+	runtime.SortPauses(ps)
+	return ps, nil
+}
+
+// WatchPauses implements runtime.Pauses.
+func (s *Store) WatchPauses(ctx context.Context, scope, subscription string) (<-chan struct{}, error) {
+	const op = "watch pauses"
+	in, err := redisadapter.Watch(ctx, s.client, PausesChannel(scope, subscription), 1)
+	if err != nil {
+		return nil, mapErr(call{Op: op}, err)
+	}
+	out := make(chan struct{}, 1)
+	go func() {
+		defer close(out)
+		for range in {
+			select {
+			case out <- struct{}{}:
+			default: // one pending signal says it all
+			}
+		}
+	}()
+	return out, nil
+}
+
+// RawPause is an entry as stored (its JSON), what a plan records and
+// SetPause and RemovePause compare; "" is no entry.
+type RawPause string
+
+// ReadPause returns the stored form of one entry ("" when there is none).
+func (s *Store) ReadPause(ctx context.Context, scope, subscription string, sel runtime.PauseSelector) (RawPause, error) {
+	key := PausesKey(scope, subscription)
+	v, err := s.client.HGet(ctx, key, string(sel)).Result()
+	if isNil(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", mapErr(call{Op: "read pause", Keys: []string{key}}, err)
+	}
+	return RawPause(v), nil
+}
+
+// SetPause records the entry sel (by and reason for display, the time is
+// the server's) if it is still seen (""; or the entry replaced), then
+// signals the change. It returns the entry written, or ErrPauseChanged.
+func (s *Store) SetPause(ctx context.Context, scope, subscription string, sel runtime.PauseSelector, seen RawPause, by, reason string) (RawPause, error) {
+	return s.changePause(ctx, "set pause", scope, subscription, sel, seen, "set", by, reason)
+}
+
+// RemovePause removes the entry sel if it is still seen, then signals the
+// change. It returns the entry removed, or ErrPauseChanged.
+func (s *Store) RemovePause(ctx context.Context, scope, subscription string, sel runtime.PauseSelector, seen RawPause) (RawPause, error) {
+	return s.changePause(ctx, "remove pause", scope, subscription, sel, seen, "remove", "", "")
+}
+
+func (s *Store) changePause(ctx context.Context, op, scope, subscription string, sel runtime.PauseSelector, seen RawPause, verb, by, reason string) (RawPause, error) {
+	if _, err := runtime.ParsePauseSelector(string(sel)); err != nil {
+		return "", err
+	}
+	if verb == "set" {
+		if err := s.client.SAdd(ctx, PausedSubscriptionsKey, scope+"/"+subscription).Err(); err != nil {
+			return "", mapErr(call{Op: op, Keys: []string{PausedSubscriptionsKey}}, err)
+		}
+	}
+	keys := []string{PausesKey(scope, subscription)}
+	res, err := pauseScript.Run(ctx, s.client, keys, string(sel), string(seen), verb, by, reason).Slice()
+	if err != nil {
+		return "", mapErr(call{Op: op, Keys: keys}, err)
+	}
+	if len(res) != 2 {
+		return "", fmt.Errorf("redisstore: %s: unexpected reply %v", op, res)
+	}
+	entry, _ := res[1].(string)
+	if ok, _ := res[0].(int64); ok != 1 {
+		return RawPause(entry), fmt.Errorf("%w: %s of %q (now %q)", ErrPauseChanged, sel, subscription, entry)
+	}
+	// The change is made: a failed publish loses only the hint, which
+	// the nodes' re-read on each renewal tick makes up for.
+	_ = s.client.Publish(ctx, PausesChannel(scope, subscription), string(sel)).Err()
+	return RawPause(entry), nil
+}
+
+// ReadAllPauses returns the entries of every subscription of scope that
+// has any, by subscription: one SMEMBERS and one HGETALL per subscription
+// that has had entries (they are few: pauses are an operator's).
+func (s *Store) ReadAllPauses(ctx context.Context, scope string) (map[string]runtime.PauseSet, error) {
+	const op = "read pauses"
+	members, err := s.client.SMembers(ctx, PausedSubscriptionsKey).Result()
+	if err != nil {
+		return nil, mapErr(call{Op: op, Keys: []string{PausedSubscriptionsKey}}, err)
+	}
+	out := map[string]runtime.PauseSet{}
+	for _, m := range members {
+		if len(m) <= len(scope) || m[:len(scope)+1] != scope+"/" {
+			continue
+		}
+		sub := m[len(scope)+1:]
+		set, err := s.ReadPauses(ctx, scope, sub)
+		if err != nil {
+			return nil, err
+		}
+		if len(set) > 0 {
+			out[sub] = set
+		}
+	}
+	return out, nil
+}
