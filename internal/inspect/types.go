@@ -85,6 +85,10 @@ type Group struct {
 	Registered bool `json:"registered"`
 	// Created is true when the group exists on at least one lane.
 	Created bool `json:"created"`
+	// Health is the group's status on the partition with the lag in
+	// entries and seconds it was decided on (StatusOf); filled only with
+	// PartitionOptions.Health (and by Partition), absent otherwise.
+	Health *Health `json:"health,omitempty"`
 }
 
 // Partition is one row of `partitions ls`.
