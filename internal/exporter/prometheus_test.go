@@ -171,3 +171,47 @@ scrape_configs:
 		return false, string(b)
 	})
 }
+
+// TestDashboardQueriesUseExportedFamilies: every metric the Grafana
+// dashboard queries is one the exporter serves (a renamed family would
+// leave an empty panel).
+func TestDashboardQueriesUseExportedFamilies(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "grafana", "protctl.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("dashboard is not JSON: %v", err)
+	}
+	c := testenv.StartRedis(t).Client(t)
+	bulkPartitions(t, c, "shop::order", "g", 3, 1)
+	col, url := startExporter(t, exporter.Source{Inspector: inspect.New(c, broker.ProteanLayout)},
+		exporter.Config{Categories: []string{"shop::order"}, Interval: time.Hour})
+	testenv.Eventually(t, 30*time.Second, "first collection", func() (bool, string) {
+		return !col.Snapshot().At.IsZero(), ""
+	})
+	fams := scrape(t, url)
+	name := regexp.MustCompile(`\bprotctl_[a-z_]+`)
+	n := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, m := range name.FindAllString(tg.Expr, -1) {
+				n++
+				if fams[m] == nil {
+					t.Errorf("panel %q queries %s, which the exporter does not serve", p.Title, m)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no protctl_ metric in the dashboard")
+	}
+}
