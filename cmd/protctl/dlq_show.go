@@ -124,7 +124,7 @@ func runDLQShow(ctx context.Context, opts *dlqShowOptions) error {
 			return err
 		}
 		if det.PayloadHidden && !det.Missing {
-			fmt.Fprintln(w, st.Tone(output.ToneMuted, "Payload hidden; --show-payload shows it."))
+			writePayloadHidden(w, st, false)
 		}
 		return nil
 	})

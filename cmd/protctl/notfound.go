@@ -37,8 +37,23 @@ func requireSubscription(ctx context.Context, ins *inspect.Inspector, subscripti
 	if err != nil || known {
 		return err
 	}
-	return clierr.NotFound.Errorf("subscription %q not found: it never parked an entry (not in %s), no consumer group of that name has a lease, generation or group registry entry, and it saved no Kafka checkpoint (check the spelling; `protctl parked ls` lists the subscriptions with entries)",
-		subscription, redisstore.ParkedSubscriptionsKey)
+	return subscriptionNotFound(subscription, nil)
+}
+
+// subscriptionNotFound is the NOT_FOUND of a subscription that left no
+// trace, for parked ls and a bulk retry or skip alike; withEntries, when
+// not nil, are the subscriptions the ledger has entries of.
+func subscriptionNotFound(subscription string, withEntries []string) error {
+	hint := "`protctl parked ls` lists the subscriptions with entries"
+	switch {
+	case withEntries == nil:
+	case len(withEntries) == 0:
+		hint = "the failure ledger has no subscription with entries"
+	default:
+		hint = "the failure ledger has entries of " + strings.Join(withEntries, ", ")
+	}
+	return clierr.NotFound.Errorf("--subscription %q not found: it never parked an entry (not in %s), no consumer group of that name has a lease, generation or group registry entry, and it saved no Kafka checkpoint (check the spelling; %s)",
+		subscription, redisstore.ParkedSubscriptionsKey, hint)
 }
 
 // requireLeaseGroup fails with NOT_FOUND when group has no lease or

@@ -207,3 +207,59 @@ func TestApplyMaxResumesInSlices(t *testing.T) {
 		t.Fatalf("results\n%s\nwant\n%s", strings.Join(results, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestParkedSubscriptionKnownElsewhereAgrees: a --subscription that
+// Redis knows (a consumer group, a Kafka checkpoint) but that never
+// parked an entry selects nothing for parked ls, retry and skip alike:
+// an empty list, an empty plan, exit 0 (decision 0030's rule for list
+// filters). A typo is not found (exit 4) for all three, named. Before,
+// ls listed nothing and exited 0 while retry and skip --all checked the
+// failure ledger alone and exited 4.
+func TestParkedSubscriptionKnownElsewhereAgrees(t *testing.T) {
+	e := newOpsEnv(t)
+	e.park()                    // the ledger knows the projector only
+	seedTopicLeaseGroup(t, e.c) // ledger: a Kafka checkpoint, nothing parked
+	// invoicer: a consumer group that once leased a partition.
+	if err := e.c.Set(context.Background(), broker.ProteanLayout.GenerationKey("invoicer", e.s.Healthy), "3", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"ledger", "invoicer"} {
+		t.Run(sub, func(t *testing.T) {
+			before := e.digest()
+			r := e.run("parked", "ls", "--subscription", sub, "-o", "json")
+			r.wantCode(t, 0)
+			if !strings.Contains(r.stdout, `"items": []`) {
+				t.Errorf("parked ls --subscription %s: %s", sub, r.stdout)
+			}
+			for _, args := range [][]string{
+				{"parked", "retry", "--all", "--subscription", sub, "--yes", "-o", "json"},
+				{"parked", "skip", "--all", "--subscription", sub, "--reason", "x", "--yes", "-o", "json"},
+				{"parked", "retry", "--all", "--subscription", sub, "--dry-run", "-o", "json"},
+			} {
+				r := e.run(args...)
+				r.wantCode(t, 0)
+				if !strings.Contains(r.stdout, `"items": []`) && !strings.Contains(r.stdout, `"count": 0`) {
+					t.Errorf("%v: want an empty plan:\n%s\n%s", args, r.stdout, r.stderr)
+				}
+			}
+			if e.digest() != before {
+				t.Error("an empty selection changed Redis")
+			}
+		})
+	}
+	before := e.digest()
+	for _, args := range [][]string{
+		{"parked", "ls", "--subscription", "ledgr"},
+		{"parked", "retry", "--all", "--subscription", "ledgr", "--yes"},
+		{"parked", "skip", "--all", "--subscription", "ledgr", "--reason", "x", "--yes"},
+	} {
+		r := e.run(args...)
+		r.wantCode(t, clierr.ExitNotFound)
+		if !strings.Contains(r.stderr, `subscription "ledgr" not found`) {
+			t.Errorf("%v: the error does not name the subscription:\n%s", args, r.stderr)
+		}
+	}
+	if e.digest() != before {
+		t.Error("a typo changed Redis")
+	}
+}

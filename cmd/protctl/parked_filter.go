@@ -3,11 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/protctl/protctl/internal/clierr"
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/repair"
 )
@@ -62,11 +60,7 @@ func filterErr(err error) error {
 	case errors.As(err, &fe):
 		return usageError(fmt.Errorf("invalid --%s %s: %s", fe.Field, fe.Value, fe.Reason))
 	case errors.As(err, &us):
-		known := "none has had any"
-		if len(us.Known) > 0 {
-			known = "those with entries: " + strings.Join(us.Known, ", ")
-		}
-		return clierr.NotFound.Errorf("--subscription %q: the failure ledger has never had an entry of this subscription (%s)", us.Subscription, known)
+		return subscriptionNotFound(us.Subscription, append([]string{}, us.Known...)) // listed, none or some
 	}
 	return err
 }

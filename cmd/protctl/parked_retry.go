@@ -59,7 +59,7 @@ func (opts *parkedRequestOptions) addFlags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.BoolVar(&opts.All, "all", false, "every parked entry (of --subscription, if given); the filters narrow it")
 	fl.StringVar(&opts.Partition, "partition", "", "the entry of AGGREGATE on this partition (a Kafka aggregate parked on several); in bulk, only this partition's entries")
-	fl.StringVar(&opts.Subscription, "subscription", "", "in bulk: only this subscription's entries (exit 4 if the ledger has never had one)")
+	fl.StringVar(&opts.Subscription, "subscription", "", "in bulk: only this subscription's entries (exit 4 if Redis has no trace of it: never parked, no consumer group, no Kafka checkpoint)")
 	opts.filter.add(cmd)
 	fl.IntVar(&opts.Max, "max", 0, "in bulk: plan at most N entries, the oldest; 0 for no cap")
 	fl.IntVar(&opts.RPS, "rps", 0, "record at most N requests per second; 0 for no pacing")
@@ -122,10 +122,9 @@ func runParkedRequest(ctx context.Context, opts *parkedRequestOptions) error {
 			Reason:       opts.Reason,
 			By:           opts.By,
 		})
-		if err == nil && len(p.Items) == 0 && opts.All && opts.Subscription != "" {
-			// Nothing to plan: a subscription with nothing parked, or a typo.
-			err = requireSubscription(ctx, r.Inspector(), opts.Subscription)
-		}
+		// A --subscription that selects nothing and left no trace is
+		// PlanParked's *repair.UnknownSubscriptionError (exit 4); a known
+		// one is an empty plan, as parked ls lists it empty.
 		return p, filterErr(err)
 	})
 }

@@ -116,7 +116,7 @@ func runParkedShow(ctx context.Context, opts *parkedShowOptions) error {
 			return err
 		}
 		if d.PayloadHidden && d.Record != nil && !d.Record.Missing {
-			fmt.Fprintln(w, st.Tone(output.ToneMuted, "Payload hidden; --show-payload shows it."))
+			writePayloadHidden(w, st, false)
 		}
 		return nil
 	})

@@ -89,6 +89,17 @@ func runPartitionsShow(ctx context.Context, opts *partitionsShowOptions) error {
 	})
 }
 
+// writePayloadHidden says, below a show command's text, that payloads
+// were left out and how to see them (partitions, parked and dlq show
+// alike); plural for the several entries of a partition.
+func writePayloadHidden(w io.Writer, st output.Styles, plural bool) {
+	hint := "Payload hidden; --show-payload shows it."
+	if plural {
+		hint = "Payloads hidden; --show-payload shows them."
+	}
+	fmt.Fprintln(w, st.Tone(output.ToneMuted, hint))
+}
+
 // hidePayload returns a copy of e without its payload: the envelope's
 // data, or the raw data field of an entry that is not an envelope.
 func hidePayload(e *inspect.Entry) *inspect.Entry {
@@ -116,7 +127,7 @@ func writePartitionDetail(w io.Writer, st output.Styles, ios *output.IOStreams, 
 		return err
 	}
 	if d.PayloadHidden && hasHead(d) {
-		fmt.Fprintln(w, st.Tone(output.ToneMuted, "Payloads hidden; --show-payload shows them."))
+		writePayloadHidden(w, st, true)
 	}
 	for _, h := range present.RepairHints(&d.PartitionDetail) {
 		fmt.Fprintf(w, "%s\n  %s\n", output.Escape(h.What), output.Escape(h.Command))

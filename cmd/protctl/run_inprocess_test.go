@@ -13,12 +13,14 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -93,15 +95,11 @@ func httpGet(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// metricValue finds one sample's value in an exposition.
-func metricValue(text, series string) (float64, bool) {
-	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`)
-	m := re.FindStringSubmatch(text)
-	if m == nil {
-		return 0, false
-	}
-	v, err := strconv.ParseFloat(m[1], 64)
-	return v, err == nil
+// metricValue finds one series' value in a scrape (parsed with
+// expfmt: testenv.ScrapeValue), its labels in any order.
+func metricValue(t *testing.T, text, series string) (float64, bool) {
+	t.Helper()
+	return testenv.ScrapeValue(testenv.ParseScrape(t, text), series)
 }
 
 // The admin endpoint of a running node: ready once joined, metrics with
@@ -131,25 +129,42 @@ func TestRunNodeAdminEndpoint(t *testing.T) {
 	var metrics string
 	testenv.Eventually(t, 30*time.Second, "lag 8 and one partition held", func() (bool, string) {
 		_, metrics = httpGet(t, base+"/metrics")
-		lag, ok1 := metricValue(metrics, `protctl_lag{subscription="projector"}`)
-		held, ok2 := metricValue(metrics, `protctl_partitions_held{subscription="projector"}`)
+		lag, ok1 := metricValue(t, metrics, `protctl_lag{subscription="projector"}`)
+		held, ok2 := metricValue(t, metrics, `protctl_partitions_held{subscription="projector"}`)
 		return ok1 && ok2 && lag == 8 && held == 1, fmt.Sprintf("lag %v (present %v), held %v (present %v)", lag, ok1, held, ok2)
 	})
 	testenv.Eventually(t, 30*time.Second, "a handler call measured", func() (bool, string) {
 		_, metrics = httpGet(t, base+"/metrics")
-		n, ok := metricValue(metrics, `protctl_handler_duration_seconds_count{subscription="projector"}`)
+		n, ok := metricValue(t, metrics, `protctl_handler_duration_seconds_count{subscription="projector"}`)
 		return ok && n >= 1, fmt.Sprintf("handler calls %v (present %v)", n, ok)
 	})
-	for _, want := range []string{
-		"# TYPE protctl_handler_duration_seconds histogram",
-		`protctl_messages_processed_total{subscription="projector"}`,
-		"protctl_lease_renew_duration_seconds_count ",
-		`protctl_node_info{service="shop",node="node-1",join_state="joined"} 1`,
+	fams := testenv.ParseScrape(t, metrics)
+	for name, typ := range map[string]dto.MetricType{
+		"protctl_handler_duration_seconds": dto.MetricType_HISTOGRAM,
 		// The node's exec slots (one key: nothing ever waits).
-		"protctl_exec_slots ", "protctl_exec_queue_depth 0", "# TYPE protctl_exec_queue_wait_seconds histogram",
+		"protctl_exec_queue_wait_seconds": dto.MetricType_HISTOGRAM,
+		// The Go and process collectors.
+		"go_goroutines": dto.MetricType_GAUGE, "process_start_time_seconds": dto.MetricType_GAUGE,
 	} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("metrics lack %q", want)
+		if f := fams[name]; f == nil || f.GetType() != typ {
+			t.Errorf("metrics lack the %s %s", typ, name)
+		}
+	}
+	for _, want := range []string{
+		`protctl_messages_processed_total{subscription="projector"}`,
+		"protctl_lease_renew_duration_seconds_count",
+		"protctl_exec_slots",
+	} {
+		if _, ok := testenv.ScrapeValue(fams, want); !ok {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	for series, want := range map[string]float64{
+		`protctl_node_info{service="shop",node="node-1",join_state="joined"}`: 1,
+		"protctl_exec_queue_depth": 0,
+	} {
+		if v, ok := testenv.ScrapeValue(fams, series); !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", series, v, ok, want)
 		}
 	}
 	code, body := httpGet(t, base+"/v1/status")
@@ -273,39 +288,39 @@ subscriptions:
 		_, metrics = httpGet(t, base+"/metrics")
 		logsThen = logs.String()
 		for series, w := range want {
-			if v, ok := metricValue(metrics, series); !ok || v != w {
+			if v, ok := metricValue(t, metrics, series); !ok || v != w {
 				return false, fmt.Sprintf("%s = %v (present %v), want %v", series, v, ok, w)
 			}
 		}
-		n, _ := metricValue(metrics, processed)
-		a, _ := metricValue(metrics, acquired)
-		_, hasLag := metricValue(metrics, lag)
+		n, _ := metricValue(t, metrics, processed)
+		a, _ := metricValue(t, metrics, acquired)
+		_, hasLag := metricValue(t, metrics, lag)
 		logged := strings.Count(logsThen, "partition acquired")
 		return n >= float64(len(records)) && a == float64(logged) && hasLag,
 			fmt.Sprintf("processed %v of %d, acquired %v (%d logged), lag present %v", n, len(records), a, logged, hasLag)
 	})
 	for series, w := range want {
-		if v, ok := metricValue(metrics, series); !ok || v != w {
+		if v, ok := metricValue(t, metrics, series); !ok || v != w {
 			t.Errorf("%s = %v (present %v), want %v", series, v, ok, w)
 		}
 	}
-	if _, ok := metricValue(metrics, lag); !ok {
+	if _, ok := metricValue(t, metrics, lag); !ok {
 		t.Errorf("no lag for ledger-sync, whose partitions are held:\n%s", metrics)
 	}
-	if strings.Contains(metrics, `subscription="topic:`) {
-		t.Errorf("a metric labelled with the internal topic:<topic> name:\n%s", metrics)
+	if subs := subscriptionLabels(t, metrics); slices.ContainsFunc(subs, func(s string) bool { return strings.HasPrefix(s, "topic:") }) {
+		t.Errorf("a metric labelled with the internal topic:<topic> name (%v):\n%s", subs, metrics)
 	}
 	// Each record once, unless a lease was given up (then at least once,
 	// and at most once per call the handler answered).
 	gaveUp := len(leasesGivenUp(logsThen))
-	if n, ok := metricValue(metrics, processed); !ok || n < float64(len(records)) || n > float64(rec.total()) ||
+	if n, ok := metricValue(t, metrics, processed); !ok || n < float64(len(records)) || n > float64(rec.total()) ||
 		(gaveUp == 0 && n != float64(len(records))) {
 		t.Errorf("%s = %v (present %v), want %d (at most the %d calls answered when %d leases were given up)", processed, n, ok, len(records), rec.total(), gaveUp)
 	}
 	// Each acquisition counted (the node logs each one); one per
 	// partition in a run where nothing went wrong (no warning logged).
 	logged := strings.Count(logsThen, "partition acquired")
-	if a, ok := metricValue(metrics, acquired); !ok || a != float64(logged) || logged < 3 ||
+	if a, ok := metricValue(t, metrics, acquired); !ok || a != float64(logged) || logged < 3 ||
 		(logged != 3 && !strings.Contains(logsThen, "level=WARN")) {
 		t.Errorf("%s = %v (present %v), want the %d acquisitions logged: 3, one per partition, unless a warning says why", acquired, a, ok, logged)
 	}
@@ -428,16 +443,48 @@ func (r *seqRecorder) caughtUp(keys []string, n int) (bool, string) {
 	return true, ""
 }
 
-// upLines is the protctl_subscription_up lines of a /metrics page: the
+// upLines is the protctl_subscription_up series of a /metrics page: the
 // state a wait for a subscription's state reports.
-func upLines(metrics string) string {
+func upLines(t *testing.T, metrics string) string {
+	t.Helper()
 	var up []string
-	for _, l := range strings.Split(metrics, "\n") {
-		if strings.HasPrefix(l, "protctl_subscription_up{") {
-			up = append(up, l)
-		}
+	for _, m := range testenv.ParseScrape(t, metrics)["protctl_subscription_up"].GetMetric() {
+		up = append(up, fmt.Sprintf("%v %v", m.GetLabel(), m.GetGauge().GetValue()))
 	}
 	return strings.Join(up, "; ")
+}
+
+// seriesOf counts the series of family name in a scrape whose
+// subscription label is sub.
+func seriesOf(t *testing.T, metrics, name, sub string) int {
+	t.Helper()
+	n := 0
+	for _, m := range testenv.ParseScrape(t, metrics)[name].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "subscription" && l.GetValue() == sub {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// subscriptionLabels is every value of a subscription label in a
+// scrape, sorted, each once.
+func subscriptionLabels(t *testing.T, metrics string) []string {
+	t.Helper()
+	var subs []string
+	for _, f := range testenv.ParseScrape(t, metrics) {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "subscription" && !slices.Contains(subs, l.GetValue()) {
+					subs = append(subs, l.GetValue())
+				}
+			}
+		}
+	}
+	slices.Sort(subs)
+	return subs
 }
 
 // wantInOrder fails unless every key saw 1..n in order: exactly once when
@@ -509,23 +556,23 @@ func TestRunNodeMetricsWhenKafkaIsUnreachable(t *testing.T) {
 	var metrics string
 	testenv.Eventually(t, 2*time.Minute, "ledger-sync unavailable", func() (bool, string) {
 		_, metrics = httpGet(t, base+"/metrics")
-		v, ok := metricValue(metrics, `protctl_subscription_up{subscription="ledger-sync",state="unavailable"}`)
-		return ok && v == 0, upLines(metrics)
+		v, ok := metricValue(t, metrics, `protctl_subscription_up{subscription="ledger-sync",state="unavailable"}`)
+		return ok && v == 0, upLines(t, metrics)
 	})
-	if _, ok := metricValue(metrics, `protctl_lag{subscription="ledger-sync"}`); ok {
+	if _, ok := metricValue(t, metrics, `protctl_lag{subscription="ledger-sync"}`); ok {
 		t.Errorf("a lag for ledger-sync, whose Kafka cannot be reached:\n%s", metrics)
 	}
-	if strings.Count(metrics, `protctl_subscription_up{subscription="ledger-sync"`) != 1 {
-		t.Errorf("ledger-sync's up is not one sample:\n%s", metrics)
+	if n := seriesOf(t, metrics, "protctl_subscription_up", "ledger-sync"); n != 1 {
+		t.Errorf("ledger-sync's up is %d samples, want one:\n%s", n, metrics)
 	}
-	if v, ok := metricValue(metrics, `protctl_subscription_up{subscription="projector",state="running"}`); !ok || v != 1 {
+	if v, ok := metricValue(t, metrics, `protctl_subscription_up{subscription="projector",state="running"}`); !ok || v != 1 {
 		t.Errorf("projector not running (%v %v):\n%s", v, ok, metrics)
 	}
-	if v, ok := metricValue(metrics, `protctl_lag{subscription="projector"}`); !ok || v != 0 {
+	if v, ok := metricValue(t, metrics, `protctl_lag{subscription="projector"}`); !ok || v != 0 {
 		t.Errorf("projector lag %v (present %v), want 0: Redis answers\n%s", v, ok, metrics)
 	}
-	if strings.Contains(metrics, `subscription="topic:`) {
-		t.Errorf("a metric labelled with the internal topic:<topic> name:\n%s", metrics)
+	if subs := subscriptionLabels(t, metrics); slices.ContainsFunc(subs, func(s string) bool { return strings.HasPrefix(s, "topic:") }) {
+		t.Errorf("a metric labelled with the internal topic:<topic> name (%v):\n%s", subs, metrics)
 	}
 	_, status := httpGet(t, base+"/v1/status")
 	if !strings.Contains(status, `"state": "unavailable"`) {
@@ -574,17 +621,17 @@ func TestRunNodeMetricsWhenRedisIsUnreachable(t *testing.T) {
 	var metrics string
 	testenv.Eventually(t, time.Minute, "projector running with a lag of 0", func() (bool, string) {
 		_, metrics = httpGet(t, base+"/metrics")
-		up, ok1 := metricValue(metrics, `protctl_subscription_up{subscription="`+procGroup+`",state="running"}`)
-		lag, ok2 := metricValue(metrics, `protctl_lag{subscription="`+procGroup+`"}`)
-		return ok1 && ok2 && up == 1 && lag == 0, fmt.Sprintf("lag %v (present %v); %s", lag, ok2, upLines(metrics))
+		up, ok1 := metricValue(t, metrics, `protctl_subscription_up{subscription="`+procGroup+`",state="running"}`)
+		lag, ok2 := metricValue(t, metrics, `protctl_lag{subscription="`+procGroup+`"}`)
+		return ok1 && ok2 && up == 1 && lag == 0, fmt.Sprintf("lag %v (present %v); %s", lag, ok2, upLines(t, metrics))
 	})
 	srv.Kill()
 	testenv.Eventually(t, 2*time.Minute, "projector unavailable once Redis is gone", func() (bool, string) {
 		_, metrics = httpGet(t, base+"/metrics")
-		v, ok := metricValue(metrics, `protctl_subscription_up{subscription="`+procGroup+`",state="unavailable"}`)
-		return ok && v == 0, upLines(metrics)
+		v, ok := metricValue(t, metrics, `protctl_subscription_up{subscription="`+procGroup+`",state="unavailable"}`)
+		return ok && v == 0, upLines(t, metrics)
 	})
-	if strings.Contains(metrics, "protctl_lag{") {
+	if lag := testenv.ParseScrape(t, metrics)["protctl_lag"]; lag != nil {
 		t.Errorf("a lag while Redis cannot be reached:\n%s", metrics)
 	}
 	_ = stop() // the drain cannot release anything in a dead Redis

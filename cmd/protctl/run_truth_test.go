@@ -5,7 +5,6 @@ package main
 import (
 	"encoding/json"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"testing"
 	"time"
@@ -43,14 +42,14 @@ func TestRunNodeKafkaOutageIsUnavailable(t *testing.T) {
 	var metrics string
 	state := func(sub string) (string, bool) {
 		for _, s := range []string{"running", "unavailable", "joining", "failed", "stopping", "stopped", "new"} {
-			if v, ok := metricValue(metrics, `protctl_subscription_up{subscription="`+sub+`",state="`+s+`"}`); ok {
+			if v, ok := metricValue(t, metrics, `protctl_subscription_up{subscription="`+sub+`",state="`+s+`"}`); ok {
 				return s, v == 1
 			}
 		}
 		return "", false
 	}
 	lag := func(sub string) bool {
-		_, ok := metricValue(metrics, `protctl_lag{subscription="`+sub+`"}`)
+		_, ok := metricValue(t, metrics, `protctl_lag{subscription="`+sub+`"}`)
 		return ok
 	}
 	running := func() bool {
@@ -108,13 +107,6 @@ func statusStates(t *testing.T, base string) map[string]string {
 	return out
 }
 
-// subscriptionLabel is every subscription label of an exposition.
-var subscriptionLabel = regexp.MustCompile(`subscription="([^"]*)"`)
-
-// checkConfiguredNames fails unless /v1/status lists exactly the
-// configured subscriptions (by name) and names only them in its held
-// partitions, and every subscription label of metrics is one of them,
-// each of which is labelled.
 func checkConfiguredNames(t *testing.T, base, metrics string, configured []string) {
 	t.Helper()
 	_, body := httpGet(t, base+"/v1/status")
@@ -138,15 +130,14 @@ func checkConfiguredNames(t *testing.T, base, metrics string, configured []strin
 			t.Errorf("/v1/status holds a partition of %q, not a configured name", h.Subscription)
 		}
 	}
-	labelled := map[string]bool{}
-	for _, m := range subscriptionLabel.FindAllStringSubmatch(metrics, -1) {
-		labelled[m[1]] = true
-		if !slices.Contains(configured, m[1]) {
-			t.Errorf("a metric labelled subscription=%q, not a configured name", m[1])
+	labelled := subscriptionLabels(t, metrics)
+	for _, n := range labelled {
+		if !slices.Contains(configured, n) {
+			t.Errorf("a metric labelled subscription=%q, not a configured name", n)
 		}
 	}
 	for _, n := range configured {
-		if !labelled[n] {
+		if !slices.Contains(labelled, n) {
 			t.Errorf("no metric labelled subscription=%q", n)
 		}
 	}

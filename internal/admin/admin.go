@@ -2,7 +2,7 @@
 //
 //	/healthz     200 while the process works (503 once every subscription failed)
 //	/readyz      200 once the node has joined its service, 503 before and while leaving
-//	/metrics     Prometheus text format (Metrics)
+//	/metrics     Prometheus metrics (Metrics, and the Go and process collectors)
 //	/v1/status   the node's status as JSON (apiVersion protctl.dev/v1, kind NodeStatus)
 //
 // It listens on loopback by default. Bound to any other address it refuses
@@ -22,6 +22,10 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/protctl/protctl/pkg/runtime"
 )
@@ -80,6 +84,11 @@ type Server struct {
 	cfg Config
 	ln  net.Listener
 	srv *http.Server
+	// process is this node's registry of the Go runtime's and the
+	// process's collectors: one per server, never the global default
+	// registry, so that two nodes in one process (tests, the demo) do
+	// not share or collide.
+	process *prometheus.Registry
 }
 
 // New validates cfg and returns a server.
@@ -109,7 +118,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg}, nil
+	process := prometheus.NewRegistry()
+	process.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return &Server{cfg: cfg, process: process}, nil
 }
 
 // IsLoopback reports whether host (an IP or a name) only ever means this
@@ -324,12 +335,26 @@ func reportedState(st runtime.SubscriptionState, storeErr error) runtime.Subscri
 	return st
 }
 
+// metrics serves a scrape: the process registry's collectors and the
+// node's metrics over a snapshot taken now, with the request's context
+// bounding the lag read. A metric that cannot be gathered is logged and
+// left out; the rest is served.
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", ContentType)
-	if err := s.cfg.Metrics.Write(w, s.snapshot(r.Context())); err != nil {
-		s.cfg.Logger.Debug("admin: writing metrics failed", "err", err)
+	node := prometheus.NewRegistry()
+	if err := node.Register(s.cfg.Metrics.collector(s.snapshot(r.Context()))); err != nil {
+		s.cfg.Logger.Debug("admin: registering the node's metrics failed", "err", err)
 	}
+	promhttp.HandlerFor(prometheus.Gatherers{s.process, node}, promhttp.HandlerOpts{
+		ErrorLog:      promLogger{s.cfg.Logger},
+		ErrorHandling: promhttp.ContinueOnError,
+	}).ServeHTTP(w, r)
 }
+
+// promLogger logs promhttp's errors (a metric that could not be
+// gathered or written) at debug level, as the endpoint's other errors.
+type promLogger struct{ l *slog.Logger }
+
+func (p promLogger) Println(v ...any) { p.l.Debug("admin: serving metrics", "err", fmt.Sprint(v...)) }
 
 // StatusJSON is the /v1/status document: the node's status record (what
 // `protctl nodes ls` reads from Redis) plus readiness and the

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+
 	"github.com/protctl/protctl/internal/admin"
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker/memorybroker"
@@ -93,37 +95,6 @@ func get(t *testing.T, url, token string) (int, string, http.Header) {
 	return resp.StatusCode, string(body), resp.Header
 }
 
-// The test's exposition parser itself rejects what the format forbids, so
-// that a passing parse means something.
-func TestNodeAdminExpositionParserRejects(t *testing.T) {
-	bad := map[string]string{
-		"no final newline":     "a 1",
-		"bad name":             "1a 1\n",
-		"bad label escape":     "a{x=\"\\t\"} 1\n",
-		"unquoted label":       "a{x=1} 1\n",
-		"bad value":            "a 1x\n",
-		"type after samples":   "a 1\n# TYPE a gauge\n",
-		"unknown type":         "# TYPE a meter\n",
-		"split family":         "a 1\nb 1\na{x=\"1\"} 2\n",
-		"duplicate series":     "a 1\na 2\n",
-		"negative counter":     "# TYPE a_total counter\na_total -1\n",
-		"histogram no +Inf":    "# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 1\nh_count 1\n",
-		"histogram count":      "# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 3\n",
-		"histogram decreasing": "# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n",
-		"reserved label":       "a{__x=\"1\"} 1\n",
-		"empty line":           "a 1\n\nb 1\n",
-	}
-	for name, text := range bad {
-		if _, err := parseExposition(text); err == nil {
-			t.Errorf("%s: accepted %q", name, text)
-		}
-	}
-	good := "# HELP a A \\\\ help\\n.\n# TYPE a gauge\na{x=\"q\\\"\\n\\\\\"} 1.5 1700000000\na{x=\"y\"} +Inf\n# TYPE h histogram\nh_bucket{le=\"0.5\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_sum 3\nh_count 2\n"
-	if _, err := parseExposition(good); err != nil {
-		t.Errorf("rejected valid text: %v", err)
-	}
-}
-
 func TestNodeAdminMetricsParseAndCount(t *testing.T) {
 	m := admin.NewMetrics()
 	obs := m.Observer(nil)
@@ -153,31 +124,26 @@ func TestNodeAdminMetricsParseAndCount(t *testing.T) {
 		Lag: func(context.Context) (map[string]int64, error) { return map[string]int64{"projector": 42}, nil }})
 
 	code, body, hdr := get(t, base+"/metrics", "")
-	if code != 200 || hdr.Get("Content-Type") != admin.ContentType {
-		t.Fatalf("/metrics: %d %s", code, hdr.Get("Content-Type"))
+	if code != 200 || expfmt.ResponseFormat(hdr).FormatType() != expfmt.TypeTextPlain {
+		t.Fatalf("/metrics: %d %s, want the text format", code, hdr.Get("Content-Type"))
 	}
-	fams, err := parseExposition(body)
-	if err != nil {
-		t.Fatalf("the exposition does not parse: %v\n%s", err, body)
-	}
+	fams := testenv.ParseScrape(t, body)
 	value := func(name string, labels map[string]string) float64 {
 		t.Helper()
-		for _, f := range fams {
-			for _, s := range f.samples {
-				if s.name != name {
-					continue
-				}
-				match := true
-				for k, v := range labels {
-					match = match && s.labels[k] == v
-				}
-				if match {
-					return s.value
-				}
+		series := name
+		if len(labels) > 0 {
+			var pairs []string
+			for k, v := range labels {
+				pairs = append(pairs, fmt.Sprintf("%s=%q", k, v))
 			}
+			series += "{" + strings.Join(pairs, ",") + "}"
 		}
-		t.Errorf("no sample %s%v in:\n%s", name, labels, body)
-		return math.NaN()
+		v, ok := testenv.ScrapeValue(fams, series)
+		if !ok {
+			t.Errorf("no sample %s in:\n%s", series, body)
+			return math.NaN()
+		}
+		return v
 	}
 	p := map[string]string{"subscription": "projector"}
 	checks := []struct {
@@ -212,7 +178,7 @@ func TestNodeAdminMetricsParseAndCount(t *testing.T) {
 		"protctl_handler_duration_seconds": "histogram", "protctl_lease_renew_duration_seconds": "histogram",
 		"protctl_messages_processed_total": "counter", "protctl_partitions_held": "gauge", "protctl_lag": "gauge",
 	} {
-		if f := fams[name]; f == nil || f.typ != typ || f.help == "" {
+		if f := fams[name]; f == nil || strings.ToLower(f.GetType().String()) != typ || f.GetHelp() == "" {
 			t.Errorf("family %s: %+v, want type %s with help", name, f, typ)
 		}
 	}
@@ -281,8 +247,11 @@ func TestNodeAdminReadyzRealNode(t *testing.T) {
 		len(st.Subscriptions) != 1 || st.Subscriptions[0].Name != "projector" || st.StartedAt.Location() != time.UTC {
 		t.Errorf("status: %+v", st)
 	}
-	if _, err := parseExposition(mustGet(t, base+"/metrics")); err != nil {
-		t.Errorf("metrics of a real node: %v", err)
+	fams := testenv.ParseScrape(t, mustGet(t, base+"/metrics"))
+	for _, series := range []string{`protctl_subscription_up{subscription="projector",state="running"}`, "go_goroutines", "process_start_time_seconds"} {
+		if _, ok := testenv.ScrapeValue(fams, series); !ok {
+			t.Errorf("metrics of a real node lack %s", series)
+		}
 	}
 }
 
@@ -399,38 +368,40 @@ func TestNodeAdminMetricsLabelsStatesAndUnknownLag(t *testing.T) {
 		}})
 
 	_, body, _ := get(t, base+"/metrics", "")
-	if _, err := parseExposition(body); err != nil {
-		t.Fatalf("the exposition does not parse: %v\n%s", err, body)
-	}
-	for _, want := range []string{
-		`protctl_subscription_up{subscription="projector",state="running"} 1`,
-		`protctl_subscription_up{subscription="ledger-sync",state="unavailable"} 0`,
-		`protctl_subscription_up{subscription="fraud",state="failed"} 0`,
-		`protctl_parked{subscription="ledger-sync"} 2`,
-		`protctl_lag{subscription="projector"} 5`,
-		`protctl_lease_events_total{subscription="ledger-sync",event="acquired"} 1`,
-		`protctl_lease_events_total{subscription="fraud",event="acquired"} 1`,
-		`protctl_messages_processed_total{subscription="ledger-sync"} 1`,
+	fams := testenv.ParseScrape(t, body)
+	for series, want := range map[string]float64{
+		`protctl_subscription_up{subscription="projector",state="running"}`:       1,
+		`protctl_subscription_up{subscription="ledger-sync",state="unavailable"}`: 0,
+		`protctl_subscription_up{subscription="fraud",state="failed"}`:            0,
+		`protctl_parked{subscription="ledger-sync"}`:                              2,
+		`protctl_lag{subscription="projector"}`:                                   5,
+		`protctl_lease_events_total{subscription="ledger-sync",event="acquired"}`: 1,
+		`protctl_lease_events_total{subscription="fraud",event="acquired"}`:       1,
+		`protctl_messages_processed_total{subscription="ledger-sync"}`:            1,
 	} {
-		if !strings.Contains(body, want+"\n") {
-			t.Errorf("metrics lack %s", want)
+		if v, ok := testenv.ScrapeValue(fams, series); !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", series, v, ok, want)
 		}
 	}
-	for _, bad := range []string{`subscription="topic:orders"`, `protctl_lag{subscription="ledger-sync"}`, `protctl_lag{subscription="fraud"}`} {
-		if strings.Contains(body, bad) {
+	for _, bad := range []string{`protctl_lag{subscription="ledger-sync"}`, `protctl_lag{subscription="fraud"}`} {
+		if _, ok := testenv.ScrapeValue(fams, bad); ok {
 			t.Errorf("metrics have %s:\n%s", bad, body)
 		}
+	}
+	if strings.Contains(body, `subscription="topic:orders"`) {
+		t.Errorf("metrics labelled with the internal topic:orders:\n%s", body)
 	}
 
 	node.mu.Lock()
 	node.err = errors.New("dial tcp: connection refused")
 	node.mu.Unlock()
 	_, body, _ = get(t, base+"/metrics", "")
-	if want := `protctl_subscription_up{subscription="projector",state="unavailable"} 0`; !strings.Contains(body, want) {
-		t.Errorf("Redis down: metrics lack %s:\n%s", want, body)
+	fams = testenv.ParseScrape(t, body)
+	if v, ok := testenv.ScrapeValue(fams, `protctl_subscription_up{subscription="projector",state="unavailable"}`); !ok || v != 0 {
+		t.Errorf("Redis down: projector not unavailable 0 (%v %v):\n%s", v, ok, body)
 	}
-	if want := `protctl_subscription_up{subscription="fraud",state="failed"} 0`; !strings.Contains(body, want) {
-		t.Errorf("Redis down: a failed subscription is still failed: metrics lack %s", want)
+	if v, ok := testenv.ScrapeValue(fams, `protctl_subscription_up{subscription="fraud",state="failed"}`); !ok || v != 0 {
+		t.Errorf("Redis down: a failed subscription is still failed, got %v %v", v, ok)
 	}
 	_, status, _ := get(t, base+"/v1/status", "")
 	if strings.Contains(status, `"state": "running"`) || !strings.Contains(status, `"state": "unavailable"`) {

@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bufio"
 	"io"
 	"math"
 	"slices"
@@ -9,6 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/protctl/protctl/pkg/runtime"
 )
@@ -20,8 +22,8 @@ var (
 )
 
 // Metrics counts what the runtime reports through its Observer hooks and
-// the lease renewals timed by the caller (ObserveRenew), and writes them,
-// with gauges read from the node's status, in the Prometheus text format.
+// the lease renewals timed by the caller (ObserveRenew); a scrape reports
+// them, with gauges read from the node's status, through client_golang.
 // Every method is safe for concurrent use; the hooks take no lock on the
 // hot path once a subscription has been seen.
 type Metrics struct {
@@ -36,6 +38,8 @@ type Metrics struct {
 	// replicaWaits counts the WAITs for replica acknowledgements, by op
 	// (string -> *replicaOp).
 	replicaWaits sync.Map
+
+	descs descs
 }
 
 // Replica wait outcomes, the result label of protctl_replica_waits_total.
@@ -73,7 +77,7 @@ type subMetrics struct {
 
 // NewMetrics returns empty metrics.
 func NewMetrics() *Metrics {
-	return &Metrics{renew: newHistogram(RenewBuckets), execWait: newHistogram(HandlerBuckets)}
+	return &Metrics{renew: newHistogram(RenewBuckets), execWait: newHistogram(HandlerBuckets), descs: newDescs()}
 }
 
 // SetExecQueue makes each scrape read the exec slots' state from f (the
@@ -191,18 +195,59 @@ type Snapshot struct {
 	Lag map[string]int64
 }
 
-// Write writes every metric in the text format.
+// Write writes every metric of s (not the Go and process collectors'
+// a Server adds) in the Prometheus text format, as a scrape of the
+// admin endpoint would.
 func (m *Metrics) Write(w io.Writer, s Snapshot) error {
-	bw := bufio.NewWriter(w)
-	e := &expo{w: bw}
-	st := s.Status
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(m.collector(s)); err != nil {
+		return err
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		return err
+	}
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, f := range fams {
+		if err := enc.Encode(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
-	e.family("protctl_node_info", "gauge", "The node's identity; the value is always 1.")
-	e.sample("protctl_node_info", []label{{"service", st.Service}, {"node", st.Node}, {"join_state", string(st.JoinState)}}, 1)
-	e.family("protctl_node_ready", "gauge", "1 when the node has joined its service (the /readyz answer), else 0.")
-	e.sample("protctl_node_ready", nil, b2f(s.Ready))
-	e.family("protctl_node_start_time_seconds", "gauge", "When the node started, in seconds since the Unix epoch.")
-	e.sample("protctl_node_start_time_seconds", nil, unixSeconds(st.StartedAt))
+// collector returns a prometheus.Collector of m's metrics and the gauges
+// of s. It is made for one scrape: the gauges are read from the node
+// (its lag with I/O bounded by the scrape's context) before gathering,
+// which Collect, taking no context, could not do.
+func (m *Metrics) collector(s Snapshot) prometheus.Collector {
+	return &scrape{m: m, s: s}
+}
+
+type scrape struct {
+	m *Metrics
+	s Snapshot
+}
+
+func (c *scrape) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.m.descs.all() {
+		ch <- d
+	}
+}
+
+func (c *scrape) Collect(ch chan<- prometheus.Metric) {
+	m, s, d := c.m, c.s, &c.m.descs
+	st := s.Status
+	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(desc *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), labels...)
+	}
+
+	gauge(d.nodeInfo, 1, st.Service, st.Node, string(st.JoinState))
+	gauge(d.nodeReady, b2f(s.Ready))
+	gauge(d.nodeStart, unixSeconds(st.StartedAt))
 
 	// Gauges from the subscriptions' status (no I/O), labelled with the
 	// configured names, as the counters and the lag are.
@@ -216,40 +261,19 @@ func (m *Metrics) Write(w io.Writer, s Snapshot) error {
 			held[h.Subscription]++
 		}
 	}
-	names := make([]string, 0, len(members))
-	byName := map[string]runtime.SubscriptionStatus{}
+	for n, v := range held {
+		gauge(d.held, float64(v), n)
+	}
 	for _, ss := range members {
-		names = append(names, ss.Name)
-		byName[ss.Name] = ss
-	}
-	heldNames := sortedKeys(held)
-	e.family("protctl_partitions_held", "gauge", "Partitions whose lease this node holds, by subscription.")
-	for _, n := range heldNames {
-		e.sample("protctl_partitions_held", []label{{"subscription", n}}, float64(held[n]))
-	}
-	e.family("protctl_partitions_assigned", "gauge", "Partitions rendezvous hashing gives this node (held or idle), by subscription.")
-	for _, n := range names {
-		if v, ok := byName[n].Counters[runtime.CounterAssigned]; ok {
-			e.sample("protctl_partitions_assigned", []label{{"subscription", n}}, float64(v))
+		if v, ok := ss.Counters[runtime.CounterAssigned]; ok {
+			gauge(d.assigned, float64(v), ss.Name)
 		}
+		gauge(d.paused, float64(len(ss.Paused)), ss.Name)
+		gauge(d.parked, float64(ss.Parked), ss.Name)
+		gauge(d.up, b2f(ss.State == runtime.StateRunning), ss.Name, string(ss.State))
 	}
-	e.family("protctl_partitions_paused", "gauge", "Partitions paused by a systemic failure, by subscription.")
-	for _, n := range names {
-		e.sample("protctl_partitions_paused", []label{{"subscription", n}}, float64(len(byName[n].Paused)))
-	}
-	e.family("protctl_parked", "gauge", "Aggregates (Redis: partition keys) of this node's partitions parked in the failure ledger, by subscription.")
-	for _, n := range names {
-		e.sample("protctl_parked", []label{{"subscription", n}}, float64(byName[n].Parked))
-	}
-	e.family("protctl_subscription_up", "gauge", "1 while the subscription handles messages (state running), else 0; state is new, joining, unavailable, running, stopping, stopped or failed.")
-	for _, n := range names {
-		e.sample("protctl_subscription_up", []label{{"subscription", n}, {"state", string(byName[n].State)}}, b2f(byName[n].State == runtime.StateRunning))
-	}
-	if s.Lag != nil {
-		e.family("protctl_lag", "gauge", "Entries (Redis) or offsets (Kafka) not yet handled on the partitions this node is given, by subscription.")
-		for _, n := range sortedKeys(s.Lag) {
-			e.sample("protctl_lag", []label{{"subscription", n}}, float64(s.Lag[n]))
-		}
+	for n, v := range s.Lag {
+		gauge(d.lag, float64(v), n)
 	}
 
 	// Counters and histograms from the hooks. What was counted under a
@@ -269,88 +293,101 @@ func (m *Metrics) Write(w io.Writer, s Snapshot) error {
 			}
 		}
 	}
-	sort.Strings(subNames)
-	subs := make([]*subMetrics, len(subNames))
-	leases := make([]map[runtime.LeaseEventKind]uint64, len(subNames))
-	for i, n := range subNames {
-		subs[i] = m.sub(n)
-		leases[i] = subs[i].leaseCounts(nil)
-	}
-	for g, ms := range s.Groups {
-		gs, ok := m.subs.Load(g)
-		if !ok {
-			continue
-		}
-		for i, n := range subNames {
-			if slices.Contains(ms, n) {
-				leases[i] = gs.(*subMetrics).leaseCounts(leases[i])
+	for _, n := range subNames {
+		sm := m.sub(n)
+		leases := sm.leaseCounts(nil)
+		for g, ms := range s.Groups {
+			if gs, ok := m.subs.Load(g); ok && slices.Contains(ms, n) {
+				leases = gs.(*subMetrics).leaseCounts(leases)
 			}
 		}
-	}
-	e.family("protctl_messages_processed_total", "counter", "Handler calls that succeeded, by subscription.")
-	for i, n := range subNames {
-		e.sample("protctl_messages_processed_total", []label{{"subscription", n}}, float64(subs[i].processed.Load()))
-	}
-	e.family("protctl_messages_failed_total", "counter", "Handler calls that failed, by subscription and failure class (aggregate, systemic, fatal).")
-	for i, n := range subNames {
-		for c := range subs[i].failed {
-			e.sample("protctl_messages_failed_total", []label{{"subscription", n}, {"class", runtime.FailureClass(c).String()}}, float64(subs[i].failed[c].Load()))
+		counter(d.processed, sm.processed.Load(), n)
+		for c := range sm.failed {
+			counter(d.failed, sm.failed[c].Load(), n, runtime.FailureClass(c).String())
 		}
-	}
-	e.family("protctl_parked_total", "counter", "Aggregates (Redis: partition keys) this node parked after their retries ran out, by subscription.")
-	for i, n := range subNames {
-		e.sample("protctl_parked_total", []label{{"subscription", n}}, float64(subs[i].parked.Load()))
-	}
-	e.family("protctl_resolved_total", "counter", "Parked entries this node resolved after an operator's retry or skip, by subscription.")
-	for i, n := range subNames {
-		e.sample("protctl_resolved_total", []label{{"subscription", n}}, float64(subs[i].resolved.Load()))
-	}
-	e.family("protctl_lease_events_total", "counter", "Lease changes (acquired, released, lost, untrusted, contested), by subscription.")
-	for i, n := range subNames {
-		for _, k := range sortedKeys(leases[i]) {
-			e.sample("protctl_lease_events_total", []label{{"subscription", n}, {"event", string(k)}}, float64(leases[i][k]))
+		counter(d.parkedTotal, sm.parked.Load(), n)
+		counter(d.resolved, sm.resolved.Load(), n)
+		for k, v := range leases {
+			counter(d.leaseEvents, v, n, string(k))
 		}
+		ch <- sm.handler.metric(d.handler, n)
 	}
-	e.family("protctl_handler_duration_seconds", "histogram", "Time spent in the handler per call, by subscription.")
-	for i, n := range subNames {
-		e.histogram("protctl_handler_duration_seconds", []label{{"subscription", n}}, subs[i].handler)
-	}
-	e.family("protctl_lease_renew_duration_seconds", "histogram", "Latency of lease renewal calls (one round trip renews a batch of leases).")
-	e.histogram("protctl_lease_renew_duration_seconds", nil, m.renew)
-	e.family("protctl_lease_renew_failures_total", "counter", "Lease renewal calls that failed (the store could not be reached).")
-	e.sample("protctl_lease_renew_failures_total", nil, float64(m.renewFailures.Load()))
-	var replicaOps []string
-	m.replicaWaits.Range(func(k, _ any) bool {
-		replicaOps = append(replicaOps, k.(string))
+	ch <- m.renew.metric(d.renew)
+	counter(d.renewFailures, m.renewFailures.Load())
+	m.replicaWaits.Range(func(k, v any) bool {
+		op, r := k.(string), v.(*replicaOp)
+		for i, res := range replicaResults {
+			counter(d.replicaWaits, r.results[i].Load(), op, res)
+		}
+		ch <- r.duration.metric(d.replicaWait, op)
 		return true
 	})
-	if len(replicaOps) > 0 {
-		sort.Strings(replicaOps)
-		e.family("protctl_replica_waits_total", "counter", "WAITs for replica acknowledgements after lease writes (lease.waitReplicas), by op (acquire, renew) and result (acked; short: fewer replicas within lease.waitTimeout, the write failed; error: the WAIT failed).")
-		for _, op := range replicaOps {
-			r, _ := m.replicaWaits.Load(op)
-			for i, res := range replicaResults {
-				e.sample("protctl_replica_waits_total", []label{{"op", op}, {"result", res}}, float64(r.(*replicaOp).results[i].Load()))
-			}
-		}
-		e.family("protctl_replica_wait_duration_seconds", "histogram", "Time each WAIT for replica acknowledgements took, by op.")
-		for _, op := range replicaOps {
-			r, _ := m.replicaWaits.Load(op)
-			e.histogram("protctl_replica_wait_duration_seconds", []label{{"op", op}}, r.(*replicaOp).duration)
-		}
-	}
 	if f := m.execQueue.Load(); f != nil {
 		q := (*f)()
-		e.family("protctl_exec_slots", "gauge", "The bound of exec handler commands running at once on this node (handlers.execConcurrency).")
-		e.sample("protctl_exec_slots", nil, float64(q.Slots))
-		e.family("protctl_exec_running", "gauge", "Exec handler commands running now.")
-		e.sample("protctl_exec_running", nil, float64(q.Running))
-		e.family("protctl_exec_queue_depth", "gauge", "Exec handler calls waiting for a slot now.")
-		e.sample("protctl_exec_queue_depth", nil, float64(q.Waiting))
-		e.family("protctl_exec_queue_wait_seconds", "histogram", "Time each exec handler call waited for a slot before its command started (0 when one was free; not part of exec.timeout).")
-		e.histogram("protctl_exec_queue_wait_seconds", nil, m.execWait)
+		gauge(d.execSlots, float64(q.Slots))
+		gauge(d.execRunning, float64(q.Running))
+		gauge(d.execDepth, float64(q.Waiting))
+		ch <- m.execWait.metric(d.execWait)
 	}
-	return bw.Flush()
+}
+
+// descs describes every protctl_* family of a node. Names, help and
+// labels are what dashboards and alerts are written against: change
+// none without a line in CHANGELOG.md (TestNodeAdminMetricFamiliesStable
+// holds them).
+type descs struct {
+	nodeInfo, nodeReady, nodeStart                                 *prometheus.Desc
+	held, assigned, paused, parked, up, lag                        *prometheus.Desc
+	processed, failed, parkedTotal, resolved, leaseEvents, handler *prometheus.Desc
+	renew, renewFailures, replicaWaits, replicaWait                *prometheus.Desc
+	execSlots, execRunning, execDepth, execWait                    *prometheus.Desc
+}
+
+func newDescs() descs {
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, labels, nil)
+	}
+	sub := "subscription"
+	return descs{
+		nodeInfo:  desc("protctl_node_info", "The node's identity; the value is always 1.", "service", "node", "join_state"),
+		nodeReady: desc("protctl_node_ready", "1 when the node has joined its service (the /readyz answer), else 0."),
+		nodeStart: desc("protctl_node_start_time_seconds", "When the node started, in seconds since the Unix epoch."),
+
+		held:     desc("protctl_partitions_held", "Partitions whose lease this node holds, by subscription.", sub),
+		assigned: desc("protctl_partitions_assigned", "Partitions rendezvous hashing gives this node (held or idle), by subscription.", sub),
+		paused:   desc("protctl_partitions_paused", "Partitions paused by a systemic failure, by subscription.", sub),
+		parked:   desc("protctl_parked", "Aggregates (Redis: partition keys) of this node's partitions parked in the failure ledger, by subscription.", sub),
+		up:       desc("protctl_subscription_up", "1 while the subscription handles messages (state running), else 0; state is new, joining, unavailable, running, stopping, stopped or failed.", sub, "state"),
+		lag:      desc("protctl_lag", "Entries (Redis) or offsets (Kafka) not yet handled on the partitions this node is given, by subscription.", sub),
+
+		processed:   desc("protctl_messages_processed_total", "Handler calls that succeeded, by subscription.", sub),
+		failed:      desc("protctl_messages_failed_total", "Handler calls that failed, by subscription and failure class (aggregate, systemic, fatal).", sub, "class"),
+		parkedTotal: desc("protctl_parked_total", "Aggregates (Redis: partition keys) this node parked after their retries ran out, by subscription.", sub),
+		resolved:    desc("protctl_resolved_total", "Parked entries this node resolved after an operator's retry or skip, by subscription.", sub),
+		leaseEvents: desc("protctl_lease_events_total", "Lease changes (acquired, released, lost, untrusted, contested), by subscription.", sub, "event"),
+		handler:     desc("protctl_handler_duration_seconds", "Time spent in the handler per call, by subscription.", sub),
+
+		renew:         desc("protctl_lease_renew_duration_seconds", "Latency of lease renewal calls (one round trip renews a batch of leases)."),
+		renewFailures: desc("protctl_lease_renew_failures_total", "Lease renewal calls that failed (the store could not be reached)."),
+		replicaWaits: desc("protctl_replica_waits_total", "WAITs for replica acknowledgements after lease writes (lease.waitReplicas), by op (acquire, renew) and result (acked; short: fewer replicas within lease.waitTimeout, the write failed; error: the WAIT failed).",
+			"op", "result"),
+		replicaWait: desc("protctl_replica_wait_duration_seconds", "Time each WAIT for replica acknowledgements took, by op.", "op"),
+
+		execSlots:   desc("protctl_exec_slots", "The bound of exec handler commands running at once on this node (handlers.execConcurrency)."),
+		execRunning: desc("protctl_exec_running", "Exec handler commands running now."),
+		execDepth:   desc("protctl_exec_queue_depth", "Exec handler calls waiting for a slot now."),
+		execWait:    desc("protctl_exec_queue_wait_seconds", "Time each exec handler call waited for a slot before its command started (0 when one was free; not part of exec.timeout)."),
+	}
+}
+
+func (d *descs) all() []*prometheus.Desc {
+	return []*prometheus.Desc{
+		d.nodeInfo, d.nodeReady, d.nodeStart,
+		d.held, d.assigned, d.paused, d.parked, d.up, d.lag,
+		d.processed, d.failed, d.parkedTotal, d.resolved, d.leaseEvents, d.handler,
+		d.renew, d.renewFailures, d.replicaWaits, d.replicaWait,
+		d.execSlots, d.execRunning, d.execDepth, d.execWait,
+	}
 }
 
 // leaseCounts adds s's lease event counts to into (a new map when nil).
@@ -380,15 +417,6 @@ func unixSeconds(t time.Time) float64 {
 	return float64(t.UnixNano()) / 1e9
 }
 
-func sortedKeys[K ~string, V any](m map[K]V) []K {
-	keys := make([]K, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
 // histogram is a fixed-bucket histogram updated with atomics.
 type histogram struct {
 	bounds  []float64
@@ -411,10 +439,16 @@ func (h *histogram) observe(v float64) {
 	}
 }
 
-func (h *histogram) snapshot() ([]uint64, float64) {
-	out := make([]uint64, len(h.counts))
-	for i := range h.counts {
-		out[i] = h.counts[i].Load()
+// metric is h now as a constant histogram of desc with labels.
+// client_golang wants cumulative counts by upper bound; the +Inf bucket
+// is the count.
+func (h *histogram) metric(desc *prometheus.Desc, labels ...string) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(h.bounds))
+	var cum uint64
+	for i, b := range h.bounds {
+		cum += h.counts[i].Load()
+		buckets[b] = cum
 	}
-	return out, math.Float64frombits(h.sumBits.Load())
+	cum += h.counts[len(h.bounds)].Load()
+	return prometheus.MustNewConstHistogram(desc, cum, math.Float64frombits(h.sumBits.Load()), buckets, labels...)
 }

@@ -5,8 +5,11 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/protctl/protctl/internal/admin"
 	"github.com/protctl/protctl/internal/handlers"
+	"github.com/protctl/protctl/internal/testenv"
 )
 
 // The exec queue's gauges read the node's real slots at each scrape, and
@@ -31,26 +34,20 @@ func TestNodeAdminExecQueueMetrics(t *testing.T) {
 	if err := m.Write(&b, admin.Snapshot{}); err != nil {
 		t.Fatal(err)
 	}
-	fams, err := parseExposition(b.String())
-	if err != nil {
-		t.Fatalf("%v\n%s", err, b.String())
-	}
+	fams := testenv.ParseScrape(t, b.String())
 	for name, want := range map[string]float64{"protctl_exec_slots": 3, "protctl_exec_running": 0, "protctl_exec_queue_depth": 0} {
 		f := fams[name]
-		if f == nil || f.typ != "gauge" || len(f.samples) != 1 || f.samples[0].value != want {
-			t.Errorf("%s: %+v, want one gauge sample %v", name, f, want)
+		if f == nil || f.GetType() != dto.MetricType_GAUGE || len(f.GetMetric()) != 1 || f.GetMetric()[0].GetGauge().GetValue() != want {
+			t.Errorf("%s: %v, want one gauge sample %v", name, f, want)
 		}
 	}
-	h := fams["protctl_exec_queue_wait_seconds"]
-	if h == nil || h.typ != "histogram" {
-		t.Fatalf("protctl_exec_queue_wait_seconds: %+v", h)
+	if h := fams["protctl_exec_queue_wait_seconds"]; h == nil || h.GetType() != dto.MetricType_HISTOGRAM {
+		t.Fatalf("protctl_exec_queue_wait_seconds: %v", h)
 	}
-	for _, s := range h.samples {
-		if s.name == "protctl_exec_queue_wait_seconds_count" && s.value != 2 {
-			t.Errorf("wait count %v, want 2", s.value)
-		}
-		if s.name == "protctl_exec_queue_wait_seconds_bucket" && s.labels["le"] == "0.25" && s.value != 1 {
-			t.Errorf("waits <= 0.25s: %v, want 1 (the 0)", s.value)
-		}
+	if n, ok := testenv.ScrapeValue(fams, "protctl_exec_queue_wait_seconds_count"); !ok || n != 2 {
+		t.Errorf("wait count %v (present %v), want 2", n, ok)
+	}
+	if n, ok := testenv.ScrapeValue(fams, `protctl_exec_queue_wait_seconds_bucket{le="0.25"}`); !ok || n != 1 {
+		t.Errorf("waits <= 0.25s: %v (present %v), want 1 (the 0)", n, ok)
 	}
 }

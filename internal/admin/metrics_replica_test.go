@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/protctl/protctl/internal/admin"
+	"github.com/protctl/protctl/internal/testenv"
 )
 
 // The replica waits are counted by op and result, and timed; nothing is
@@ -28,17 +31,23 @@ func TestNodeAdminReplicaWaitMetrics(t *testing.T) {
 	if err := m.Write(&b, admin.Snapshot{}); err != nil {
 		t.Fatal(err)
 	}
-	fams, err := parseExposition(b.String())
-	if err != nil {
-		t.Fatalf("%v\n%s", err, b.String())
-	}
+	fams := testenv.ParseScrape(t, b.String())
 	f := fams["protctl_replica_waits_total"]
-	if f == nil || f.typ != "counter" {
-		t.Fatalf("protctl_replica_waits_total: %+v", f)
+	if f == nil || f.GetType() != dto.MetricType_COUNTER {
+		t.Fatalf("protctl_replica_waits_total: %v", f)
 	}
 	got := map[string]float64{}
-	for _, s := range f.samples {
-		got[s.labels["op"]+"/"+s.labels["result"]] = s.value
+	for _, m := range f.GetMetric() {
+		var op, res string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "op":
+				op = l.GetValue()
+			case "result":
+				res = l.GetValue()
+			}
+		}
+		got[op+"/"+res] = m.GetCounter().GetValue()
 	}
 	want := map[string]float64{"acquire/acked": 1, "acquire/short": 1, "acquire/error": 0, "renew/acked": 1, "renew/short": 0, "renew/error": 1}
 	for k, v := range want {
@@ -46,13 +55,12 @@ func TestNodeAdminReplicaWaitMetrics(t *testing.T) {
 			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
 		}
 	}
-	h := fams["protctl_replica_wait_duration_seconds"]
-	if h == nil || h.typ != "histogram" {
-		t.Fatalf("protctl_replica_wait_duration_seconds: %+v", h)
+	if h := fams["protctl_replica_wait_duration_seconds"]; h == nil || h.GetType() != dto.MetricType_HISTOGRAM {
+		t.Fatalf("protctl_replica_wait_duration_seconds: %v", h)
 	}
-	for _, s := range h.samples {
-		if s.name == "protctl_replica_wait_duration_seconds_count" && s.value != 2 {
-			t.Errorf("%s count %v, want 2", s.labels["op"], s.value)
+	for _, op := range []string{"acquire", "renew"} {
+		if n, ok := testenv.ScrapeValue(fams, `protctl_replica_wait_duration_seconds_count{op="`+op+`"}`); !ok || n != 2 {
+			t.Errorf("%s count %v (present %v), want 2", op, n, ok)
 		}
 	}
 }

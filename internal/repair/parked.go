@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -17,8 +16,11 @@ import (
 )
 
 // UnknownSubscriptionError is PlanParked's answer to a filter naming a
-// subscription the failure ledger has never had an entry of (a typo is
-// the likely cause). It unwraps to inspect.ErrNotFound.
+// subscription that selects nothing and has left no trace in Redis (a
+// typo is the likely cause): it never parked an entry, is no consumer
+// group, and saved no Kafka checkpoint (inspect.SubscriptionKnown, the
+// rule `parked ls --subscription` follows too: decision 0030). It
+// unwraps to inspect.ErrNotFound.
 type UnknownSubscriptionError struct {
 	Subscription string
 	// Known are the subscriptions the ledger has had entries of, sorted.
@@ -30,7 +32,7 @@ func (e *UnknownSubscriptionError) Error() string {
 	if len(e.Known) > 0 {
 		known = strings.Join(e.Known, ", ")
 	}
-	return fmt.Sprintf("repair: subscription %q has never had a parked entry (the ledger knows: %s)", e.Subscription, known)
+	return fmt.Sprintf("repair: subscription %q not found: it never parked an entry, is no consumer group and saved no Kafka checkpoint (the ledger knows: %s)", e.Subscription, known)
 }
 
 func (e *UnknownSubscriptionError) Unwrap() error { return inspect.ErrNotFound }
@@ -83,18 +85,17 @@ func (r *Repairer) planParked(ctx context.Context, req ParkedRequest) (*Plan, er
 	if err != nil {
 		return nil, err
 	}
-	if sub := spec.Subscription; sub != "" {
-		known, err := r.inspect.ParkedSubscriptions(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if !slices.Contains(known, sub) {
-			return nil, &UnknownSubscriptionError{Subscription: sub, Known: known}
-		}
-	}
 	sel, err := r.inspect.SelectParked(ctx, f)
 	if err != nil {
 		return nil, err
+	}
+	// Selecting nothing, a subscription is either known with nothing to
+	// retry now (an empty plan) or a typo: told apart as parked ls tells
+	// them, only once the selection came back empty.
+	if sub := spec.Subscription; sub != "" && len(sel.Entries) == 0 {
+		if err := r.requireSubscription(ctx, sub); err != nil {
+			return nil, err
+		}
 	}
 	entries := sel.Entries
 	if req.Max > 0 && len(entries) > req.Max {
@@ -105,6 +106,19 @@ func (r *Repairer) planParked(ctx context.Context, req ParkedRequest) (*Plan, er
 		plan.Items = append(plan.Items, parkedItem(req, p))
 	}
 	return plan, nil
+}
+
+// requireSubscription is an *UnknownSubscriptionError unless sub has left
+// a trace in Redis (inspect.SubscriptionKnown).
+func (r *Repairer) requireSubscription(ctx context.Context, sub string) error {
+	if known, err := r.inspect.SubscriptionKnown(ctx, sub); known || err != nil {
+		return err
+	}
+	ledger, err := r.inspect.ParkedSubscriptions(ctx)
+	if err != nil {
+		return err
+	}
+	return &UnknownSubscriptionError{Subscription: sub, Known: ledger}
 }
 
 // newPlanID returns 16 random bytes in hex: a plan's ID, the token its

@@ -187,8 +187,10 @@ type ParkedRequest struct {
 	// the partition number); "" for the aggregate's only entry.
 	Partition string
 	// All selects every entry Filter matches (the zero Filter: every
-	// entry of every subscription). A Filter.Subscription the ledger has
-	// never had an entry of is an *UnknownSubscriptionError.
+	// entry of every subscription). A Filter.Subscription that selects
+	// nothing and left no trace in Redis (never parked, no consumer
+	// group, no Kafka checkpoint) is an *UnknownSubscriptionError; a
+	// known one that selects nothing is an empty plan.
 	All    bool
 	Filter inspect.ParkedFilterSpec
 	// Max caps the items of an All request (the oldest first); 0 means
