@@ -63,6 +63,7 @@ items for a later run. A plan made for another key layout is refused (exit
 				opts.Mutation.ApplyOptions.Interval = time.Second / time.Duration(opts.RPS)
 			}
 			opts.Mutation.ApplyOptions.Max = opts.Max
+			opts.Mutation.ApplyOptions.SeekWait = f.Timeout()
 			return runApply(cmd.Context(), opts)
 		},
 	}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -20,7 +22,7 @@ func newNodesCmd(f *Factory) *cobra.Command {
 		Short:   "List the live nodes of a service from their status records",
 		Example: `  protctl nodes ls --service shop`,
 	}
-	cmd.AddCommand(newNodesListCmd(f))
+	cmd.AddCommand(newNodesListCmd(f), newNodesCordonCmd(f), newNodesDrainCmd(f), newNodesUncordonCmd(f))
 	return cmd
 }
 
@@ -69,18 +71,51 @@ exits 4; a status record or membership set of the wrong Redis type exits 9.`,
 
 // nodeItem is a node's status record as the CLI prints it.
 type nodeItem struct {
-	Service   string             `json:"service"`
-	Node      string             `json:"node"`
-	AdminAddr *string            `json:"adminAddr"`
-	JoinState string             `json:"joinState"`
-	StartedAt *string            `json:"startedAt"`
-	LastSeen  *string            `json:"lastSeen"`
-	Held      []heldItem         `json:"held"`
-	Paused    []string           `json:"paused"`
-	Throttled []string           `json:"throttled"`
-	Parked    int                `json:"parked"`
-	Counters  map[string]int64   `json:"counters"`
-	node      runtime.NodeStatus // for the table's relative times
+	Service   string           `json:"service"`
+	Node      string           `json:"node"`
+	AdminAddr *string          `json:"adminAddr"`
+	JoinState string           `json:"joinState"`
+	StartedAt *string          `json:"startedAt"`
+	LastSeen  *string          `json:"lastSeen"`
+	Held      []heldItem       `json:"held"`
+	Paused    []string         `json:"paused"`
+	Throttled []string         `json:"throttled"`
+	Parked    int              `json:"parked"`
+	Counters  map[string]int64 `json:"counters"`
+	// Mode is the operator mode: active, cordoned, draining or drained
+	// (draining, noticed by the node, and holding nothing).
+	Mode       string             `json:"mode"`
+	ModeBy     *string            `json:"modeBy"`
+	ModeReason *string            `json:"modeReason"`
+	ModeSince  *string            `json:"modeSince"`
+	Pins       []pinItem          `json:"pins"`
+	node       runtime.NodeStatus // for the table's relative times
+}
+
+// pinItem is a pin to a node (partitions move, topics move).
+type pinItem struct {
+	Scope     string  `json:"scope"`
+	Partition string  `json:"partition"`
+	By        *string `json:"by"`
+	At        *string `json:"at"`
+}
+
+// withPlacement fills the item's mode and pins from the service's
+// placement.
+func (it *nodeItem) withPlacement(st runtime.PlacementState) {
+	it.Mode = inspect.NodeModeOf(st, it.node)
+	if rec, ok := st.Modes[it.Node]; ok {
+		it.ModeBy, it.ModeReason, it.ModeSince = strOrNull(rec.By), strOrNull(rec.Reason), output.TimestampOrNull(rec.At)
+	}
+	it.Pins = []pinItem{}
+	for _, p := range st.Pins {
+		if p.Node == it.Node {
+			it.Pins = append(it.Pins, pinItem{Scope: p.Scope, Partition: p.Partition, By: strOrNull(p.By), At: output.TimestampOrNull(p.At)})
+		}
+	}
+	slices.SortFunc(it.Pins, func(a, b pinItem) int {
+		return cmp.Or(strings.Compare(a.Scope, b.Scope), strings.Compare(a.Partition, b.Partition))
+	})
 }
 
 type heldItem struct {
@@ -105,6 +140,8 @@ func nodeItemOf(n runtime.NodeStatus) nodeItem {
 		Throttled: append([]string{}, n.Throttled...),
 		Parked:    n.Parked,
 		Counters:  n.Counters,
+		Mode:      string(runtime.ModeActive),
+		Pins:      []pinItem{},
 		node:      n,
 	}
 	if it.Counters == nil {
@@ -137,9 +174,14 @@ func runNodesList(ctx context.Context, opts *nodesListOptions) error {
 			return err
 		}
 	}
+	placement, err := ins.Placement(ctx, opts.Service)
+	if err != nil {
+		return dataErr(err)
+	}
 	items := make([]nodeItem, len(nodes))
 	for i, n := range nodes {
 		items[i] = nodeItemOf(n)
+		items[i].withPlacement(placement)
 	}
 	pr := opts.Printer
 	return pr.PrintList("Node", items, output.TableSpec{
@@ -156,7 +198,15 @@ func runNodesList(ctx context.Context, opts *nodesListOptions) error {
 					}
 					return output.ToneWarn
 				})),
+			output.Col("MODE", func(n nodeItem) string { return n.Mode },
+				output.Toned(func(n nodeItem) output.Tone {
+					if n.Mode == string(runtime.ModeActive) {
+						return output.ToneNone
+					}
+					return output.ToneWarn
+				})),
 			output.Col("HELD", func(n nodeItem) string { return fmt.Sprint(len(n.Held)) }),
+			output.Col("PINS", func(n nodeItem) string { return fmt.Sprint(len(n.Pins)) }, output.WideOnly()),
 			output.Col("PAUSED", func(n nodeItem) string { return present.List(n.Paused) },
 				output.Toned(func(n nodeItem) output.Tone {
 					if len(n.Paused) > 0 {

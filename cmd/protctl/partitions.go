@@ -51,6 +51,8 @@ lease, so nothing after the head is handled) is repaired with protctl alone:
 		newPartitionsSkipHeadCmd(f),
 		newPartitionsFsckCmd(f),
 		newPartitionsPruneConsumersCmd(f),
+		newPartitionsSeekCmd(f),
+		newPartitionsMoveCmd(f),
 	)
 	return cmd
 }

@@ -45,6 +45,7 @@ const operationsDoc = "../../docs/operations.md"
 var runbookNames = []string{
 	"stuck-parked", "stuck-protean", "dlq-replay", "retry-class", "node-died", "node-fenced", "redis-restarted",
 	"stream-growth", "reap-cold", "consumers-pile-up", "kafka-partitions", "redis-to-cluster",
+	"replay-deploy",
 }
 
 // rbCommand is one command line of a runbook block.
@@ -279,6 +280,7 @@ func TestRunbooks(t *testing.T) {
 	}
 	defs := runbookDefs()
 	maps.Copy(defs, dlqRunbookDefs())
+	maps.Copy(defs, seekRunbookDefs())
 	if !slices.Equal(doc.order, runbookNames) {
 		t.Errorf("docs/operations.md runbooks %v, want %v", doc.order, runbookNames)
 	}

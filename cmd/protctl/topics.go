@@ -29,7 +29,7 @@ func newTopicsCmd(f *Factory) *cobra.Command {
 		Example: `  protctl topics ls --service shop
   protctl topics show orders --service shop`,
 	}
-	cmd.AddCommand(newTopicsListCmd(f), newTopicsShowCmd(f))
+	cmd.AddCommand(newTopicsListCmd(f), newTopicsShowCmd(f), newTopicsSeekCmd(f), newTopicsMoveCmd(f))
 	return cmd
 }
 

@@ -159,11 +159,15 @@ var (
 	// publish); delconsumer.lua (XINFO CONSUMERS, XGROUP DELCONSUMER:
 	// partitions prune-consumers); dlqreplay.lua (XADD, XDEL, HSET and
 	// PEXPIRE of the replayed marker, SADD, PUBLISH: dlq replay) and
-	// dlqdelete.lua (XDEL: dlq purge); the audit entry (XADD ... MAXLEN);
-	// WAIT after a publish with --wait-replicas.
+	// dlqdelete.lua (XDEL: dlq purge); seek.lua (XGROUP SETID, XACK, and
+	// HEXISTS of a request), seekrequest.lua and seekcancel.lua (HSET,
+	// DEL, PEXPIRE), the requests set (SADD, SREM) and PUBLISH (partitions
+	// seek); placementcas.lua (HGET, HSET, HDEL, PUBLISH: nodes
+	// cordon/drain/uncordon, partitions move); the audit entry (XADD ...
+	// MAXLEN); WAIT after a publish with --wait-replicas.
 	operatorCommands = []string{
-		"+del", "+srem", "+sadd", "+set", "+hset", "+pexpire",
-		"+xadd", "+xack", "+xdel", "+xtrim", "+xgroup|delconsumer",
+		"+del", "+srem", "+sadd", "+set", "+hset", "+hdel", "+hexists", "+pexpire",
+		"+xadd", "+xack", "+xdel", "+xtrim", "+xgroup|delconsumer", "+xgroup|setid",
 		"+publish", "+wait",
 	}
 
@@ -179,15 +183,17 @@ var (
 	// not the token). reclaim.lua and release.lua delete the group's
 	// empty consumers (XINFO CONSUMERS, XGROUP DELCONSUMER). WAIT follows
 	// lease writes with lease.waitReplicas (and publishes with
-	// redisbroker.WithPublishReplicas).
+	// redisbroker.WithPublishReplicas). seek.lua carries out operators'
+	// seek requests (HEXISTS, HSET, XGROUP SETID), followed through
+	// SMEMBERS and a subscription.
 	nodeCommands = []string{
 		"+time", "+type", "+exists",
 		"+get", "+mget", "+set", "+del", "+incr", "+pexpire", "+pttl",
 		"+smembers", "+sismember", "+smismember", "+scard", "+sscan", "+srandmember", "+sadd", "+srem",
-		"+hget", "+hgetall", "+hscan", "+hset", "+hdel",
+		"+hget", "+hgetall", "+hscan", "+hset", "+hdel", "+hexists",
 		"+zadd", "+zrem", "+zrangebyscore", "+zremrangebyscore",
 		"+xadd", "+xack", "+xlen", "+xrange", "+xrevrange", "+xpending",
-		"+xinfo|groups", "+xinfo|stream", "+xinfo|consumers", "+xgroup|create", "+xgroup|delconsumer",
+		"+xinfo|groups", "+xinfo|stream", "+xinfo|consumers", "+xgroup|create", "+xgroup|delconsumer", "+xgroup|setid",
 		"+xreadgroup", "+xautoclaim", "+xread", "+xtrim",
 		"+publish", "+subscribe", "+unsubscribe",
 		"+evalsha", "+eval", "+script|load",
@@ -328,8 +334,10 @@ func covered(patterns []string, p string) bool {
 
 // channelPatterns: the categories' wake-up channels (C:__wake__, published
 // by publish.lua and record.lua, subscribed to by the runtime's watcher)
-// and the ledger's request channels (protctl:parked:<sub>:requests,
-// published by parked retry/skip, subscribed to by the runtime).
+// the ledger's request channels (protctl:parked:<sub>:requests,
+// published by parked retry/skip, subscribed to by the runtime) and the
+// seek request channels (protctl:seeks:<group>:requests, published by
+// partitions seek, subscribed to by the runtime).
 func channelPatterns(o Options) []string {
 	var out []string
 	if len(o.Categories) > 0 {
@@ -339,7 +347,10 @@ func channelPatterns(o Options) []string {
 	} else {
 		out = append(out, "&"+o.Layout.WakeChannel("*"))
 	}
-	return append(out, "&protctl:parked:*:requests")
+	// The parked requests, partition seek requests (decision 0043),
+	// topic seek requests (decision 0044) and, per service, the operator
+	// placement's change signal (redisstore.PlacementChannel).
+	return append(out, "&protctl:parked:*:requests", "&protctl:seeks:*:requests", "&protctl:{*}:seeks", "&protctl:{*}:placement")
 }
 
 // validName refuses names an ACL rule cannot carry: empty, or with

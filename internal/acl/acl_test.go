@@ -28,12 +28,14 @@ var (
 		"redisbroker/release.lua", "redisbroker/trim.lua", "redisbroker/deadletter.lua", "redisbroker/delconsumer.lua",
 		"redisbroker/publish.lua", "redisbroker/append.lua", "redisbroker/record.lua",
 		"redisbroker/dlqreplay.lua", "redisbroker/dlqdelete.lua",
+		"redisbroker/seek.lua", "redisbroker/seekrequest.lua", "redisbroker/seekcancel.lua",
 		"redisstore/lib.lua", "redisstore/request.lua", "redisstore/requestpinned.lua", "redisstore/requesttoken.lua",
 		"redisstore/members.lua",
 	}
 	// operatorOnlyScripts are the operator's that a node never runs.
-	operatorOnlyScripts = []string{"redisbroker/dlqreplay.lua", "redisbroker/dlqdelete.lua"}
-	readOnlyScripts     = []string{"redisadapter/prelude.lua", "redisstore/lib.lua", "redisstore/members.lua"}
+	operatorOnlyScripts = []string{"redisbroker/dlqreplay.lua", "redisbroker/dlqdelete.lua",
+		"redisbroker/seekrequest.lua", "redisbroker/seekcancel.lua"}
+	readOnlyScripts = []string{"redisadapter/prelude.lua", "redisstore/lib.lua", "redisstore/members.lua"}
 )
 
 // scriptDirs are the folders of the Lua scripts, by package.
@@ -164,7 +166,7 @@ func TestOptions(t *testing.T) {
 	if !slices.Equal(p.Keys, wantKeys) {
 		t.Fatalf("keys %v, want %v", p.Keys, wantKeys)
 	}
-	wantChannels := []string{"&shop::order:__wake__", `&a\*b:__wake__`, "&protctl:parked:*:requests"}
+	wantChannels := []string{"&shop::order:__wake__", `&a\*b:__wake__`, "&protctl:parked:*:requests", "&protctl:seeks:*:requests", "&protctl:{*}:seeks", "&protctl:{*}:placement"}
 	if !slices.Equal(p.Channels, wantChannels) {
 		t.Fatalf("channels %v, want %v", p.Channels, wantChannels)
 	}

@@ -42,9 +42,43 @@ func Seen(it repair.Item) string {
 		if it.Action == repair.ActionDLQReplay && pc.LastEntryID != nil {
 			parts = append(parts, "newest of "+it.Params.ReplayTo+" "+*pc.LastEntryID)
 		}
+	case repair.ActionTopicSeek:
+		if sk := pc.TopicSeek; sk != nil {
+			cp := "none"
+			if sk.Checkpoint != nil {
+				cp = *sk.Checkpoint
+			}
+			parts = append(parts, fmt.Sprintf("checkpoint %s of %s..%s", cp, sk.Earliest, sk.Head))
+		}
+	case repair.ActionCordon, repair.ActionDrain, repair.ActionUncordon:
+		if pl := pc.Placement; pl != nil {
+			parts = append(parts, "mode "+pl.Mode)
+		}
+	case repair.ActionPin, repair.ActionUnpin:
+		if pl := pc.Placement; pl != nil {
+			if pl.Record == nil {
+				parts = append(parts, "not pinned")
+			} else {
+				parts = append(parts, "pinned to "+pl.Node)
+			}
+		}
 	case repair.ActionPruneConsumer:
 		if pc.ConsumerPending != nil {
 			parts = append(parts, fmt.Sprintf("%d pending", *pc.ConsumerPending))
+		}
+	case repair.ActionSeek:
+		if st := pc.Seek; st != nil {
+			for _, ln := range st.Lanes {
+				if ln.From != nil {
+					parts = append(parts, fmt.Sprintf("%s %s -> %s", ln.Lane, *ln.From, ln.To))
+				}
+			}
+			switch st.Owner {
+			case repair.SeekOwnerProtctl:
+				parts = append(parts, "protctl node "+derefStr(pc.Lease))
+			case repair.SeekOwnerForeign:
+				parts = append(parts, "foreign lease "+derefStr(pc.Lease))
+			}
 		}
 	case repair.ActionReap:
 		if pc.LastEntryID != nil {
@@ -57,7 +91,10 @@ func Seen(it repair.Item) string {
 		}
 	}
 	switch it.Action {
-	case repair.ActionRelease, repair.ActionDeadLetter, repair.ActionPruneConsumer:
+	case repair.ActionRelease, repair.ActionDeadLetter, repair.ActionPruneConsumer, repair.ActionTopicSeek, repair.ActionSeek:
+		if it.Action == repair.ActionSeek && pc.Lease != nil {
+			break // said with the owner's kind above
+		}
 		if pc.Lease != nil {
 			parts = append(parts, "lease "+*pc.Lease)
 		} else {
@@ -72,6 +109,22 @@ func Seen(it repair.Item) string {
 		return "-"
 	}
 	return strings.Join(parts, "; ")
+}
+
+// Target names an item's target (the TARGET column): Target.String, but
+// "G on C/K" for a seek, whose target has the fields of a release's.
+func Target(it repair.Item) string {
+	if it.Action == repair.ActionSeek {
+		return it.Target.Group + " on " + it.Target.Category + "/" + it.Target.Key
+	}
+	return it.Target.String()
+}
+
+func derefStr(p *string) string {
+	if p == nil {
+		return "-"
+	}
+	return *p
 }
 
 // Reason is why an item is allowed or not, or once applied what Apply
@@ -102,7 +155,7 @@ func Pending(p *repair.Plan) int {
 func PlanColumns(results bool) []output.Column {
 	cols := []output.Column{
 		output.Col("ACTION", func(it repair.Item) string { return string(it.Action) }),
-		output.Col("TARGET", func(it repair.Item) string { return it.Target.String() }),
+		output.Col("TARGET", Target),
 		output.Col("SEEN", Seen),
 		output.Col("ALLOWED", func(it repair.Item) string { return YesNo(it.Allowed) },
 			output.Toned(func(it repair.Item) output.Tone {

@@ -78,6 +78,14 @@ func (r *Repairer) applyItems(ctx context.Context, p *Plan, opts ApplyOptions, a
 				err = r.applyDLQReplay(ctx, it)
 			case ActionDLQPurge:
 				err = r.applyDLQPurge(ctx, it)
+			case ActionTopicSeek:
+				err = r.applyTopicSeek(ctx, p.ID, it, opts.SeekWait)
+			case ActionSeek:
+				err = r.applySeek(ctx, p.ID, it, opts.SeekWait)
+			case ActionCordon, ActionDrain, ActionUncordon:
+				err = r.applyNodeMode(ctx, it)
+			case ActionPin, ActionUnpin:
+				err = r.applyPin(ctx, it)
 			}
 			if err != nil {
 				it.Result, it.Detail = ResultNone, "not applied: "+err.Error()

@@ -46,12 +46,28 @@ const (
 	// ActionDLQPurge deletes a dead letter, fenced on the entry the plan
 	// saw.
 	ActionDLQPurge Action = "dlq-purge"
+	// ActionSeek moves a group's position on a partition's lanes and
+	// settles its pending entries: in one step while the lease stays
+	// free, or carried out by the protctl node that owns it.
+	ActionSeek Action = "seek"
+	// ActionCordon, ActionDrain and ActionUncordon set or clear a node's
+	// operator mode, fenced on the mode record the plan saw
+	// (placement.go).
+	ActionCordon   Action = "cordon"
+	ActionDrain    Action = "drain"
+	ActionUncordon Action = "uncordon"
+	// ActionPin and ActionUnpin set or remove a partition's pin, fenced
+	// on the pin the plan saw (placement.go).
+	ActionPin   Action = "pin"
+	ActionUnpin Action = "unpin"
 )
 
 var actions = map[Action]bool{
 	ActionReap: true, ActionRelease: true, ActionTrim: true,
 	ActionDeadLetter: true, ActionRetry: true, ActionSkip: true,
 	ActionPruneConsumer: true, ActionDLQReplay: true, ActionDLQPurge: true,
+	ActionSeek: true, ActionTopicSeek: true,
+	ActionCordon: true, ActionDrain: true, ActionUncordon: true, ActionPin: true, ActionUnpin: true,
 }
 
 // Result is what Apply did with an item. The zero value (not applied
@@ -112,6 +128,11 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 //	prune-consumer  category, key, group, stream (the lane), consumer
 //	dlq-replay, dlq-purge  category, stream (the dead-letter stream), id,
 //	                key (the partition whose C:K:dlq it is; none for C:dlq)
+//	seek         category, key, group
+//	topic-seek   service, topic, subscription, partition
+//	cordon, drain, uncordon  service, node
+//	pin, unpin   service, scope, partition (and node: the pin's); category
+//	             and key for a Redis partition, for the record
 type Target struct {
 	Category     string `json:"category,omitempty"`
 	Key          string `json:"key,omitempty"`
@@ -124,12 +145,24 @@ type Target struct {
 	// Partition is a Kafka entry's partition: an aggregate can be parked
 	// on several. Empty for Redis entries (Key names the partition).
 	Partition string `json:"partition,omitempty"`
+	// Service names a topic-seek's lease group (with Topic), a node
+	// mode's (with Node) or a pin's (with Scope; runtime.Pin).
+	Service string `json:"service,omitempty"`
+	Topic   string `json:"topic,omitempty"`
+	Node    string `json:"node,omitempty"`
+	Scope   string `json:"scope,omitempty"`
 }
 
 // String names the target for tables: "shop::order/o-1", "group g on
 // o-1", a stream, "entry 1-2 of shop::order:o-1 for g", "sub/agg".
 func (t Target) String() string {
 	switch {
+	case t.Scope != "":
+		return "pin of " + t.Scope + "/" + t.Partition
+	case t.Node != "":
+		return "node " + t.Node + " of " + t.Service
+	case t.Topic != "":
+		return t.Subscription + " on " + t.Topic + "/" + t.Partition
 	case t.Subscription != "":
 		return t.Subscription + "/" + t.Aggregate
 	case t.Consumer != "":
@@ -181,6 +214,39 @@ type Precondition struct {
 	ConsumerPending *int64 `json:"consumerPending,omitempty"`
 	// DeadLetter is the dlq-replay or dlq-purge target as seen.
 	DeadLetter *DeadLetterState `json:"deadLetter,omitempty"`
+	// Seek is the seek target's owner and lanes (and, once applied, when
+	// and under which generation it was done).
+	Seek *SeekState `json:"seek,omitempty"`
+	// TopicSeek is the topic-seek target's partition as seen.
+	TopicSeek *TopicSeekState `json:"topicSeek,omitempty"`
+	// Placement is the node mode or pin record the plan saw (cordon,
+	// drain, uncordon, pin, unpin); Apply changes it only while it still
+	// holds exactly that.
+	Placement *PlacementState `json:"placement,omitempty"`
+}
+
+// TopicSeekState is a topic partition and a subscription's checkpoint on it
+// as a seek plan saw them. Offsets are decimal strings.
+type TopicSeekState struct {
+	// Checkpoint is the subscription's checkpoint; null when none was
+	// saved. A free partition is set only while it is still this.
+	Checkpoint *string `json:"checkpoint"`
+	Earliest   string  `json:"earliest"`
+	Head       string  `json:"head"`
+	// HandledAgain and Skipped count the records between the checkpoint
+	// and the new one, as of the plan (a running owner moves on).
+	HandledAgain int64 `json:"handledAgain"`
+	Skipped      int64 `json:"skipped"`
+}
+
+// PlacementState is a node mode or pin as a plan saw it.
+type PlacementState struct {
+	// Record is the stored record (JSON, as stored); null when none.
+	Record *string `json:"record"`
+	// Mode is the node's stored mode ("active" when none); for pins, the
+	// node the stored pin names ("" when none).
+	Mode string `json:"mode,omitempty"`
+	Node string `json:"node,omitempty"`
 }
 
 // DeadLetterState is a dead letter as a plan saw it. Apply acts on it only
@@ -242,6 +308,13 @@ type Params struct {
 	// ReplayKey is the partition ReplayTo belongs to, recorded in the
 	// category's index as a publish does; "" for a category's stream.
 	ReplayKey string `json:"replayKey,omitempty"`
+	// SeekTo is a seek's target as asked (--to, or "shift N"); for a
+	// topic-seek, the new checkpoint (decimal), with SeekSpec what the
+	// operator asked for (--to, --shift or --from-file).
+	SeekTo   string `json:"seekTo,omitempty"`
+	SeekSpec string `json:"seekSpec,omitempty"`
+	// Lane is a seek's lane selection: main, backfill or all.
+	Lane string `json:"lane,omitempty"`
 }
 
 // Item is one planned change. Allowed and Reason are the plan's verdict;
@@ -506,6 +579,36 @@ func (p *Plan) Validate() error {
 			}
 			if it.Allowed && it.Action == ActionDLQReplay && it.Params.ReplayTo == "" {
 				errs = append(errs, bad("item %d (dlq-replay): params.replayTo is required", i))
+			}
+		case ActionTopicSeek:
+			errs = append(errs, need("service", t.Service), need("topic", t.Topic), need("subscription", t.Subscription),
+				need("partition", t.Partition))
+			if it.Allowed && it.Params.SeekTo == "" {
+				errs = append(errs, bad("item %d (topic-seek): params.seekTo is required", i))
+			}
+			if it.Allowed && it.Precondition.TopicSeek == nil {
+				errs = append(errs, bad("item %d (topic-seek): precondition.topicSeek is required", i))
+			}
+		case ActionSeek:
+			errs = append(errs, need("category", t.Category), need("key", t.Key), need("group", t.Group))
+			if it.Allowed && it.Precondition.Seek == nil {
+				errs = append(errs, bad("item %d (seek): precondition.seek is required", i))
+			}
+			if it.Allowed && it.Precondition.Seek != nil && it.Precondition.Seek.Owner != SeekOwnerNone && it.Precondition.Lease == nil {
+				errs = append(errs, bad("item %d (seek): precondition.lease is required for an owned partition", i))
+			}
+		case ActionCordon, ActionDrain, ActionUncordon:
+			errs = append(errs, need("service", t.Service), need("node", t.Node))
+			if it.Allowed && it.Precondition.Placement == nil {
+				errs = append(errs, bad("item %d (%s): precondition.placement is required", i, it.Action))
+			}
+		case ActionPin, ActionUnpin:
+			errs = append(errs, need("service", t.Service), need("scope", t.Scope), need("partition", t.Partition))
+			if it.Action == ActionPin {
+				errs = append(errs, need("node", t.Node))
+			}
+			if it.Allowed && it.Precondition.Placement == nil {
+				errs = append(errs, bad("item %d (%s): precondition.placement is required", i, it.Action))
 			}
 		case ActionRetry, ActionSkip:
 			errs = append(errs, need("subscription", t.Subscription), need("aggregate", t.Aggregate))

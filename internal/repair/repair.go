@@ -49,6 +49,7 @@ type config struct {
 	leaseTTL time.Duration
 	now      func() time.Time
 	recorder Recorder
+	seekWait time.Duration
 }
 
 // Option configures New.
@@ -84,6 +85,9 @@ func (c *config) validate() {
 	}
 	if c.now == nil {
 		c.now = time.Now
+	}
+	if c.seekWait <= 0 {
+		c.seekWait = 30 * time.Second
 	}
 }
 
@@ -225,6 +229,12 @@ type ApplyOptions struct {
 	// process (protctl tui) as the one it came through. Default: none,
 	// the process's own invocation is the command.
 	CommandLine string
+	// SeekWait bounds how long a seek or topic-seek item of a partition
+	// a protctl node owns waits for the node to carry it out (the CLI's
+	// seek --wait, topics seek --timeout); 0: the Repairer's
+	// (WithSeekWait, default 30s) for a seek, DefaultSeekWait for a
+	// topic-seek.
+	SeekWait time.Duration
 }
 
 // Apply applies p's allowed items in order, re-checking each one's

@@ -133,6 +133,9 @@ type ActionRequest struct {
 	Reason    string
 	// By names the operator in the failure ledger (retry, skip).
 	By string
+	// SeekTo is a seek's --to (an id, a time, DURATION-ago, earliest,
+	// latest).
+	SeekTo string
 }
 
 // CommandLine is the protctl command that builds the same plan, shown in
@@ -162,6 +165,8 @@ func (r ActionRequest) CommandLine(context string) string {
 			verb = "purge"
 		}
 		args = []string{"dlq", verb, q(r.Category), "--key", q(keyGlob(r.Key))}
+	case repair.ActionSeek:
+		args = []string{"partitions", "seek", q(r.Category), q(r.Key), "--group", q(r.Group), "--to", q(r.SeekTo)}
 	case repair.ActionRetry:
 		args = []string{"parked", "retry", q(r.Subscription), q(r.Aggregate)}
 		if r.Partition != "" {
@@ -204,6 +209,8 @@ func (r ActionRequest) Validate() error {
 			return fmt.Errorf("tui: trim needs a positive maxlen")
 		}
 		return need("a stream", r.Stream)
+	case repair.ActionSeek:
+		return errors.Join(need("a category", r.Category), need("a key", r.Key), need("a group", r.Group), need("a target", r.SeekTo))
 	case repair.ActionRetry:
 		return errors.Join(need("a subscription", r.Subscription), need("an aggregate", r.Aggregate))
 	case repair.ActionSkip:

@@ -61,6 +61,8 @@ func actionTitle(r ActionRequest) string {
 		return "Replay the dead letters of " + r.Category + "/" + r.Key
 	case repair.ActionDLQPurge:
 		return "Purge the dead letters of " + r.Category + "/" + r.Key
+	case repair.ActionSeek:
+		return "Seek " + r.Group + " on " + r.Category + "/" + r.Key + " to " + r.SeekTo
 	case repair.ActionRetry:
 		return "Retry parked " + r.Subscription + "/" + r.Aggregate
 	case repair.ActionSkip:

@@ -125,7 +125,7 @@ func hintLine(km KeyMap, st *Styles, view viewKind, readOnly bool, width int) st
 // 80-column terminal).
 func viewActions(km KeyMap, view viewKind) []key.Binding {
 	if view == viewPartitions {
-		return append(hintedActions(km, view), km.ReplayDLQ, km.PurgeDLQ)
+		return append(hintedActions(km, view), km.ReplayDLQ, km.PurgeDLQ, km.Seek)
 	}
 	return hintedActions(km, view)
 }

@@ -22,6 +22,8 @@ type KeyMap struct {
 	// Actions (capital letters): each opens a plan.
 	Reap, Release, Trim, SkipHead, Retry, Skip key.Binding
 	ReplayDLQ, PurgeDLQ                        key.Binding
+	// Seek moves the row's group (partitions seek).
+	Seek key.Binding
 	// In the confirm dialog.
 	Confirm, Cancel key.Binding
 }
@@ -60,6 +62,7 @@ func DefaultKeyMap() KeyMap {
 
 		ReplayDLQ: b("replay", "E"),
 		PurgeDLQ:  b("purge", "X"),
+		Seek:      b("seek", "W"),
 
 		Confirm: b("apply", "y"),
 		Cancel:  b("cancel", "n", "esc"),
@@ -108,6 +111,7 @@ var help = map[string]string{
 	"skip":        "skip the parked entry (parked skip)",
 	"replay":      "replay its dead letters (dlq replay)",
 	"purge":       "purge its dead letters (dlq purge)",
+	"seek":        "move the group to an id or a time (partitions seek)",
 }
 
 // describe is b's description on the help page.
@@ -129,7 +133,7 @@ func (k KeyMap) sections() []helpSection {
 	return []helpSection{
 		{title: "Navigate", bindings: []key.Binding{k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom}},
 		{title: "View", bindings: []key.Binding{k.Command, k.Filter, k.Detail, k.Back, k.SortNext, k.SortReverse, k.Refresh, k.Pause, k.Help, k.Quit}},
-		{title: "Act (capital letters)", bindings: []key.Binding{k.Reap, k.Release, k.Trim, k.SkipHead, k.ReplayDLQ, k.PurgeDLQ, k.Retry, k.Skip}, actions: true},
+		{title: "Act (capital letters)", bindings: []key.Binding{k.Reap, k.Release, k.Trim, k.SkipHead, k.ReplayDLQ, k.PurgeDLQ, k.Seek, k.Retry, k.Skip}, actions: true},
 	}
 }
 

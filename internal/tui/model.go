@@ -621,7 +621,7 @@ func (m *Model) reloadDetail() tea.Cmd {
 
 func (m *Model) isAction(msg tea.KeyMsg) bool {
 	k := m.keys
-	return key.Matches(msg, k.Reap, k.Release, k.Trim, k.SkipHead, k.ReplayDLQ, k.PurgeDLQ, k.Retry, k.Skip)
+	return key.Matches(msg, k.Reap, k.Release, k.Trim, k.SkipHead, k.ReplayDLQ, k.PurgeDLQ, k.Seek, k.Retry, k.Skip)
 }
 
 // action turns an action key into a request on the selected row (or the
@@ -630,7 +630,7 @@ func (m *Model) isAction(msg tea.KeyMsg) bool {
 func (m *Model) action(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 	k := m.keys
 	var b key.Binding
-	for _, c := range []key.Binding{k.Reap, k.Release, k.Trim, k.SkipHead, k.ReplayDLQ, k.PurgeDLQ, k.Retry, k.Skip} {
+	for _, c := range []key.Binding{k.Reap, k.Release, k.Trim, k.SkipHead, k.ReplayDLQ, k.PurgeDLQ, k.Seek, k.Retry, k.Skip} {
 		if key.Matches(msg, c) {
 			b = c
 		}
@@ -694,6 +694,22 @@ func (m *Model) action(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 		case key.Matches(msg, k.PurgeDLQ):
 			base.Action = repair.ActionDLQPurge
 			return m, m.openConfirm(base)
+		case key.Matches(msg, k.Seek):
+			if !needGroup() {
+				return m, nil
+			}
+			m.ask(&prompt{
+				label:    "seek " + r.group + " on " + pt.Key + " to (an id, an RFC 3339 time, 15m-ago, earliest, latest): ",
+				required: true,
+				submit: func(a string) tea.Cmd {
+					if _, err := repair.ParseSeekTo(a, time.Now()); err != nil {
+						m.setStatus(true, "seek: %v; nothing was planned", err)
+						return nil
+					}
+					base.Action, base.Group, base.SeekTo = repair.ActionSeek, r.group, a
+					return m.openConfirm(base)
+				},
+			})
 		case key.Matches(msg, k.SkipHead):
 			if !needGroup() {
 				return m, nil

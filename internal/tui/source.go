@@ -3,6 +3,7 @@ package tui
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/repair"
@@ -166,6 +167,12 @@ func (b *RedisBackend) Plan(ctx context.Context, req ActionRequest) (*repair.Pla
 		return b.rep.PlanDeadLetter(ctx, repair.DeadLetterRequest{Category: req.Category, Key: req.Key, Group: req.Group, Reason: req.Reason})
 	case repair.ActionDLQReplay, repair.ActionDLQPurge:
 		return b.rep.PlanDLQ(ctx, repair.DLQRequest{Action: req.Action, Query: inspect.DeadLetterQuery{Category: req.Category, Key: keyGlob(req.Key)}})
+	case repair.ActionSeek:
+		to, err := repair.ParseSeekTo(req.SeekTo, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		return b.rep.PlanSeek(ctx, repair.SeekRequest{Category: req.Category, Keys: []string{req.Key}, Group: req.Group, Target: to, By: req.By})
 	case repair.ActionRetry, repair.ActionSkip:
 		return b.rep.PlanParked(ctx, repair.ParkedRequest{
 			Action: req.Action, Subscription: req.Subscription, Aggregate: req.Aggregate,

@@ -338,14 +338,16 @@ func nodeRows(nodes []runtime.NodeStatus, now time.Time) []row {
 			d := now.Sub(n.LastSeen)
 			seen, seenKey = relTime(d), d.Milliseconds()
 		}
-		r := newRow(i, esc(n.Service), esc(n.Node), esc(string(n.JoinState)), strconv.Itoa(len(n.Held)),
+		r := newRow(i, esc(n.Service), esc(n.Node), esc(nodeStateText(n)), strconv.Itoa(len(n.Held)),
 			listText(n.Paused), listText(n.Throttled), strconv.Itoa(n.Parked), seen, esc(n.AdminAddr))
 		r.nums = []int64{int64(len(n.Held)), int64(n.Parked), seenKey}
 		r.toneCol = 2
-		switch n.JoinState {
-		case runtime.JoinJoined:
+		switch {
+		case n.Mode != "" && n.Mode != runtime.ModeActive:
+			r.tone = toneWarn
+		case n.JoinState == runtime.JoinJoined:
 			r.tone = toneGood
-		case runtime.JoinFailed:
+		case n.JoinState == runtime.JoinFailed:
 			r.tone = toneBad
 		default:
 			r.tone = toneWarn
@@ -353,6 +355,19 @@ func nodeRows(nodes []runtime.NodeStatus, now time.Time) []row {
 		rows = append(rows, r)
 	}
 	return rows
+}
+
+// nodeStateText is the node's join state and, when an operator cordoned
+// or drained it, the mode it acts on: "joined, draining", and "joined,
+// drained" once a draining node holds nothing (docs/decisions/0046).
+func nodeStateText(n *runtime.NodeStatus) string {
+	switch {
+	case n.Mode == "" || n.Mode == runtime.ModeActive:
+		return string(n.JoinState)
+	case n.Mode == runtime.ModeDraining && len(n.Held) == 0:
+		return string(n.JoinState) + ", drained"
+	}
+	return string(n.JoinState) + ", " + string(n.Mode)
 }
 
 // relTime is "5s ago" for a positive d, "now" within a second.

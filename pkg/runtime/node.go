@@ -203,6 +203,7 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	kick   chan struct{}
+	place  nodePlacement // node_placement.go
 }
 
 // NewNode returns a node running subs. Subscription names must be
@@ -299,8 +300,9 @@ func (n *Node) Start(ctx context.Context) error {
 			return fmt.Errorf("runtime: start subscription %q: %w", s.Name(), err)
 		}
 	}
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.heartbeatLoop(runCtx)
+	go n.watchPlacement(runCtx)
 	return nil
 }
 
@@ -415,6 +417,7 @@ func (n *Node) Status() NodeStatus {
 		Paused:    []string{},
 		Throttled: []string{},
 		Counters:  map[string]int64{},
+		Mode:      n.statusMode(),
 	}
 	for _, s := range n.subs {
 		ss := s.Status()
@@ -502,7 +505,11 @@ func (n *Node) heartbeat(ctx context.Context) {
 	}
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
-	n.setMembers(ids)
+	ids, pl, mode, ok := n.readPlacement(hbCtx, members, ids)
+	if !ok {
+		return
+	}
+	n.setMembers(ids, pl, mode)
 }
 
 func (n *Node) hbError(op string, err error) {
@@ -521,14 +528,20 @@ func (n *Node) hbError(op string, err error) {
 	n.cfg.Observer.error(ErrorEvent{Op: op, Err: err})
 }
 
-func (n *Node) setMembers(ids []string) {
+func (n *Node) setMembers(ids []string, pl *Placement, mode NodeMode) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.lastHBErr != nil {
 		n.cfg.Logger.Info("membership available again")
 		n.lastHBErr = nil
 	}
-	if slices.Equal(ids, n.members) && n.members != nil {
+	if mode != n.place.mode && (n.place.mode != "" || mode != ModeActive) {
+		n.cfg.Logger.Info("node mode changed", "mode", mode)
+	}
+	n.place.mode = mode
+	samePlacement := n.place.pl.equal(pl)
+	n.place.pl = pl
+	if slices.Equal(ids, n.members) && n.members != nil && samePlacement {
 		return
 	}
 	n.cfg.Logger.Info("membership changed", "members", ids)

@@ -92,6 +92,11 @@ type Partitioned struct {
 	paused   pausedSet
 	c        partCounters
 
+	// seeker and seeks carry out operators' seek requests
+	// (partitioned_seek.go); seeker is nil when the broker cannot.
+	seeker PartitionSeeker
+	seeks  seekMarks
+
 	// renewGate, when set (tests only, see export_test.go), is called by
 	// the renewer before every renewal round; blocking in it stalls
 	// renewals.
@@ -147,6 +152,7 @@ func NewPartitioned(cfg PartitionedConfig) (*Partitioned, error) {
 	if br, ok := cfg.Broker.(BatchRenewer); ok {
 		p.batchRenewer = br
 	}
+	p.seeker, _ = cfg.Broker.(PartitionSeeker)
 	p.counter, _ = cfg.Broker.(PartitionCounter)
 	p.appends, _ = cfg.Broker.(AppendWatcher)
 	if p.live = newLiveIO(cfg.Broker); p.live != nil {
@@ -199,6 +205,10 @@ func (p *Partitioned) Start(ctx context.Context, host Host) error {
 	go p.registerLoop(p.bgCtx)
 	p.wg.Add(1)
 	go p.renewLoop(p.bgCtx)
+	if p.seeker != nil {
+		p.wg.Add(1)
+		go p.seekLoop(p.bgCtx)
+	}
 	p.wg.Add(1)
 	go p.trustLoop(p.bgCtx)
 	p.wg.Add(1)

@@ -206,13 +206,15 @@ func (c *coordinator) reassign(only []string) {
 		}
 		owners = hrw.Assign(keys, c.members, p.cfg.MaxPartitions)
 	}
+	pl := placementOf(p.host) // partitioned_drain.go
+	c.placed(pl, owners)
 	gained, lost := 0, 0
 	decide := func(pt *part) {
 		var mine bool
 		if capped {
 			mine = owners[pt.key] == p.node
 		} else {
-			mine = hrw.Owner(pt.key, c.members) == p.node
+			mine = pl.Owner(p.cfg.Name, pt.key, pt.key, c.members) == p.node
 		}
 		if mine != pt.mine {
 			if mine {

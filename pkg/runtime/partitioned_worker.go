@@ -240,6 +240,9 @@ func (w *worker) process() result {
 		if r, stop := w.interrupted(); stop {
 			return r
 		}
+		if r, done := w.seekIfAsked(); done {
+			return r
+		}
 		select { // a wake for what the next round reads anyway
 		case <-w.wake:
 			clear(w.empty)

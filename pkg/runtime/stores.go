@@ -221,6 +221,9 @@ type NodeStatus struct {
 	Throttled []string         `json:"throttled"`
 	Parked    int              `json:"parked"`
 	Counters  map[string]int64 `json:"counters,omitempty"` // processed, failed, parked, ...
+	// Mode is the operator mode (cordoned, draining) the node has read
+	// and acts on; "" or active for none (docs/decisions/0046).
+	Mode NodeMode `json:"mode,omitempty"`
 }
 
 // Membership tracks a service's live nodes.

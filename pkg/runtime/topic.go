@@ -270,6 +270,8 @@ func (t *TopicSubscriptions) Start(ctx context.Context, host Host) error {
 	go t.renewLoop(t.bgCtx)
 	go t.checkpointLoop(t.bgCtx)
 	go t.refreshLoop(t.bgCtx)
+	t.wg.Add(1)
+	go t.seekLoop(t.bgCtx)
 	for _, s := range t.subs {
 		t.wg.Add(1)
 		go t.ledgerLoop(t.bgCtx, s)

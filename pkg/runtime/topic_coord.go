@@ -304,13 +304,15 @@ func (c *topicCoord) decide() (gained, lost int) {
 		}
 		owners = hrw.Assign(keys, c.members, t.cfg.MaxPartitions)
 	}
+	pl := placementOf(t.host) // topic_drain.go
+	c.placed(pl, owners)
 	assigned := 0
 	for p, s := range c.slots {
 		var mine bool
 		if owners != nil {
 			mine = owners[c.hrwKey(p)] == t.node
 		} else {
-			mine = hrw.Owner(c.hrwKey(p), c.members) == t.node
+			mine = pl.Owner(TopicScope(t.cfg.Topic), topicPartitionName(p), c.hrwKey(p), c.members) == t.node
 		}
 		if mine {
 			assigned++

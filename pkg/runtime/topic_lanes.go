@@ -56,6 +56,11 @@ type subPart struct {
 	pausedFlag atomic.Bool
 	parked     map[string]*parkState
 	parks      []time.Time // recent parks, for the burst rule
+	// seeking stops workers taking lanes while a seek is carried out;
+	// seekGen counts seeks, so that a catch-up scan begun before one
+	// stops (topic_seek.go).
+	seeking bool
+	seekGen uint64
 }
 
 // parkState is an aggregate parked on this partition.
@@ -623,7 +628,7 @@ func (sp *subPart) activateLocked(ln *aggLane) {
 // runnableLocked says whether workers may take lanes: not once a
 // handoff began.
 func (sp *subPart) runnableLocked() bool {
-	return !sp.paused && sp.tp.ctx.Err() == nil && !sp.sr.failed.Load() && !sp.tp.handingOff.Load()
+	return !sp.paused && !sp.seeking && sp.tp.ctx.Err() == nil && !sp.sr.failed.Load() && !sp.tp.handingOff.Load()
 }
 
 // kickLocked starts workers for lanes that wait, up to Lanes.
@@ -1359,7 +1364,7 @@ func (sp *subPart) catchUp() {
 			tp.kickFetch()
 			return
 		}
-		from, to := sp.next, tp.tailPos
+		from, to, gen := sp.next, tp.tailPos, sp.seekGen
 		tp.mu.Unlock()
 
 		if err := t.cfg.CatchUp.acquire(tp.ctx); err != nil {
@@ -1369,7 +1374,7 @@ func (sp *subPart) catchUp() {
 			in := t.recInfoOf(r, tp.pstr)
 			tp.mu.Lock()
 			defer tp.mu.Unlock()
-			if tp.closed || sp.sr.failed.Load() {
+			if tp.closed || sp.sr.failed.Load() || sp.seekGen != gen {
 				return errCatchUpEnded
 			}
 			if sp.win.inflight() >= t.cfg.MaxInFlight {

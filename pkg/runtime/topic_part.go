@@ -71,6 +71,9 @@ type topicPart struct {
 
 	fetchMu      sync.Mutex
 	fetchApplied bool // what the reader was last told
+	// saveMu serializes checkpoint saves with seeks (topic_seek.go): a
+	// save read before a seek must not land after it.
+	saveMu sync.Mutex
 
 	wg sync.WaitGroup // workers, catch-ups, actions, fetchLoop
 }
@@ -690,6 +693,8 @@ func (tp *topicPart) saveCheckpoints(ctx context.Context) error {
 	if tp.lease.lost.Load() {
 		return errLeaseLost
 	}
+	tp.saveMu.Lock()
+	defer tp.saveMu.Unlock()
 	var firstErr error
 	for _, sp := range tp.subs {
 		tp.mu.Lock()

@@ -64,6 +64,12 @@ var (
 	dlqReplayLua string
 	//go:embed dlqdelete.lua
 	dlqDeleteLua string
+	//go:embed seek.lua
+	seekLua string
+	//go:embed seekrequest.lua
+	seekRequestLua string
+	//go:embed seekcancel.lua
+	seekCancelLua string
 )
 
 var (
@@ -85,6 +91,9 @@ var (
 	recordScript      = newScript(recordLua)
 	dlqReplayScript   = newScript(dlqReplayLua)
 	dlqDeleteScript   = newScript(dlqDeleteLua)
+	seekScript        = newScript(seekLua)
+	seekRequestScript = newScript(seekRequestLua)
+	seekCancelScript  = newScript(seekCancelLua)
 )
 
 // newScript composes the prelude, lib.lua and parts into one script.

@@ -40,6 +40,14 @@ var (
 	unindexLua string
 	//go:embed index.lua
 	indexLua string
+	//go:embed seekset.lua
+	seekSetLua string
+	//go:embed seekrequest.lua
+	seekRequestLua string
+	//go:embed seekcomplete.lua
+	seekCompleteLua string
+	//go:embed placementcas.lua
+	placementCASLua string
 )
 
 var (
@@ -55,6 +63,11 @@ var (
 	requestToken     = newScript(requestTokenLua)
 	unindexScript    = newScript(unindexLua)
 	indexScript      = newScript(indexLua)
+
+	seekSetScript      = newScript(seekSetLua)
+	seekRequestScript  = newScript(seekRequestLua)
+	seekCompleteScript = newScript(seekCompleteLua)
+	placementCAS       = newScript(placementCASLua)
 )
 
 // newScript composes the prelude, lib.lua and body into one script.

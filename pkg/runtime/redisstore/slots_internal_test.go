@@ -161,6 +161,15 @@ func TestEveryScriptsKeysShareASlot(t *testing.T) {
 	must("members", err)
 	must("leave", s.Leave(ctx, "shop", "node-b"))
 	must("save", s.Save(ctx, kafka, TopicLeaseGroup("shop", "orders").String(), "sync", 3, 10))
+	// Seeks (decision 0044): a free partition, a request, the owner's answer.
+	lg := TopicLeaseGroup("shop", "orders")
+	ten := int64(10)
+	_, err = s.SetUnownedCheckpoint(ctx, lg, "sync", 4, &ten, 2)
+	must("set unowned", err)
+	_, err = s.RequestSeek(ctx, lg, "sync", 3, runtime.SeekRequest{ID: "s1", Next: 2, Lease: kafka.Token})
+	must("request seek", err)
+	_, err = s.CompleteSeek(ctx, kafka, lg.String(), "sync", 3, runtime.SeekResult{ID: "s1", Status: runtime.SeekDone, Next: 2, Lease: kafka.Token})
+	must("complete seek", err)
 	for i, f := range []broker.Fence{kafka, redisKey} {
 		token := "plan-" + strconv.Itoa(i)
 		p := runtime.Parked{Subscription: "sync", Aggregate: "o-1"}
@@ -181,12 +190,19 @@ func TestEveryScriptsKeysShareASlot(t *testing.T) {
 		}
 	}
 
+	must("cordon", s.CASNodeMode(ctx, "shop", "node-a", nil, &runtime.NodeModeRecord{Node: "node-a", Mode: runtime.ModeCordoned}))
+	must("pin", s.CASPin(ctx, "shop", "sync", "o-1", nil, &runtime.Pin{Scope: "sync", Partition: "o-1", Node: "node-a"}))
+	_, err = s.ReadPlacement(ctx, "shop")
+	must("read placement", err)
+
 	scripts := map[string]string{}
 	for name, sc := range map[string]*redis.Script{
-		"heartbeat": heartbeatScript, "members": membersScript, "leave": leaveScript,
+		"placementcas": placementCAS,
+		"heartbeat":    heartbeatScript, "members": membersScript, "leave": leaveScript,
 		"checkpoint": checkpointScript, "park": parkScript, "setstatus": setStatusScript,
 		"resolve": resolveScript, "request": requestScript, "unindex": unindexScript,
 		"index": indexScript, "requestpinned": requestPinned, "requesttoken": requestToken,
+		"seekset": seekSetScript, "seekrequest": seekRequestScript, "seekcomplete": seekCompleteScript,
 	} {
 		scripts[sc.Hash()] = name
 	}

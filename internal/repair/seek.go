@@ -1,0 +1,696 @@
+package repair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/internal/output"
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/broker/redisbroker"
+)
+
+// Seeker is what a seek needs of the broker beyond Broker
+// (redisbroker.Broker implements it): the fenced seek of a free
+// partition, and the requests a protctl owner carries out.
+type Seeker interface {
+	SeekFree(ctx context.Context, group, key string, generation *int64, lanes []redisbroker.SeekLane) (redisbroker.SeekOutcome, error)
+	RequestSeek(ctx context.Context, group, key string, req redisbroker.SeekRequest) (status, detail string, err error)
+	SeekRequestStatus(ctx context.Context, group, key string) (redisbroker.SeekRequestState, bool, error)
+	CancelSeekRequest(ctx context.Context, group, key, id string) (string, error)
+	ForgetSeekRequest(ctx context.Context, group, key string) error
+}
+
+// SeekKind is how a seek's target is given.
+type SeekKind string
+
+// Seek targets.
+const (
+	SeekToID       SeekKind = "id"       // a stream id
+	SeekToTime     SeekKind = "time"     // a time: entries from it on are handled again
+	SeekToEarliest SeekKind = "earliest" // before the first entry
+	SeekToLatest   SeekKind = "latest"   // the newest entry the plan sees
+	SeekShift      SeekKind = "shift"    // N entries forward (N > 0) or back (N < 0)
+)
+
+// SeekTarget is where a seek moves a group. Parse the CLI's --to with
+// ParseSeekTo.
+type SeekTarget struct {
+	Kind  SeekKind
+	ID    string    // SeekToID
+	Time  time.Time // SeekToTime
+	Shift int64     // SeekShift
+}
+
+// String is the target as the CLI takes it: "1700000000000-0",
+// "2026-12-02T14:05:00Z", "earliest", "latest", "shift -10".
+func (t SeekTarget) String() string {
+	switch t.Kind {
+	case SeekToID:
+		return t.ID
+	case SeekToTime:
+		return t.Time.UTC().Format(time.RFC3339Nano)
+	case SeekShift:
+		return "shift " + strconv.FormatInt(t.Shift, 10)
+	}
+	return string(t.Kind)
+}
+
+// ErrBadSeekTarget is returned (wrapped, naming the value) by
+// ParseSeekTo for a --to that is none of the forms.
+var ErrBadSeekTarget = errors.New("repair: bad seek target")
+
+// ParseSeekTo parses --to: a stream id (ms or ms-seq), an RFC 3339 time,
+// a duration ago ("15m-ago", "2h30m-ago"), "earliest" or "latest". now
+// is the reference for durations and the bound a time may not pass.
+func ParseSeekTo(s string, now time.Time) (SeekTarget, error) {
+	switch s {
+	case "earliest":
+		return SeekTarget{Kind: SeekToEarliest}, nil
+	case "latest":
+		return SeekTarget{Kind: SeekToLatest}, nil
+	}
+	if d, ok := strings.CutSuffix(s, "-ago"); ok {
+		dur, err := time.ParseDuration(d)
+		if err != nil || dur <= 0 {
+			return SeekTarget{}, fmt.Errorf("%w: %q: a duration ago is a positive Go duration and -ago, e.g. 15m-ago", ErrBadSeekTarget, s)
+		}
+		return SeekTarget{Kind: SeekToTime, Time: now.Add(-dur)}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		if t.After(now) {
+			return SeekTarget{}, fmt.Errorf("%w: %q is in the future (now is %s)", ErrBadSeekTarget, s, now.UTC().Format(time.RFC3339))
+		}
+		return SeekTarget{Kind: SeekToTime, Time: t}, nil
+	}
+	if id, err := broker.ParseStreamID(s); err == nil {
+		return SeekTarget{Kind: SeekToID, ID: id.String()}, nil
+	}
+	return SeekTarget{}, fmt.Errorf("%w: %q: want a stream id (1700000000000-0), an RFC 3339 time (2026-12-02T14:05:00Z), a duration ago (15m-ago), earliest or latest", ErrBadSeekTarget, s)
+}
+
+// Seek owners: who held the partition's lease when the plan saw it
+// (SeekState.Owner).
+const (
+	SeekOwnerNone    = "none"
+	SeekOwnerProtctl = "protctl"
+	SeekOwnerForeign = "foreign"
+)
+
+// Lane selections of a seek.
+const (
+	LaneMain     = "main"
+	LaneBackfill = "backfill"
+	LaneAll      = "all"
+)
+
+// SeekRequest asks to move a group on a category's partitions.
+type SeekRequest struct {
+	Category string
+	// Keys are the partitions; with neither Keys nor Match, every key of
+	// the category's index.
+	Keys []string
+	// Match is a glob (path.Match) over the index's keys.
+	Match  string
+	Group  string
+	Target SeekTarget
+	// Lane is LaneMain, LaneBackfill or LaneAll (default).
+	Lane string
+	// Force allows seeking a partition a foreign worker (not a protctl
+	// node) holds: apply releases its lease, fenced, first.
+	Force bool
+	By    string
+}
+
+// SeekState is a seek item's state: who held the lease, the lanes as the
+// plan saw them, and (after apply) when and by which generation the seek
+// was done.
+type SeekState struct {
+	// Owner is SeekOwnerNone, SeekOwnerProtctl (a live protctl node: it
+	// carries the seek out itself) or SeekOwnerForeign.
+	Owner string `json:"owner"`
+	// OwnerID is the lease's owner part; "" when free.
+	OwnerID string          `json:"ownerId,omitempty"`
+	Lanes   []SeekLaneState `json:"lanes"`
+	// DoneAt is when the seek was done (the owner's, or Redis' clock), in
+	// the CLI's timestamp format; null until applied.
+	DoneAt *string `json:"doneAt"`
+	// DoneGeneration is the generation the seek was done under: the
+	// owner's, or the one the plan saw for a free partition.
+	DoneGeneration *int64 `json:"doneGeneration"`
+}
+
+// SeekLaneState is one lane of a seek.
+type SeekLaneState struct {
+	Lane   string `json:"lane"` // main or backfill
+	Stream string `json:"stream"`
+	// From is the group's position (last-delivered-id); null when the
+	// group is not created on the lane, which is then left alone.
+	From *string `json:"from"`
+	To   string  `json:"to"`
+	// Rehandle counts the entries delivered before that will be handled
+	// again (a rewind); Skip those not delivered yet that will not be
+	// (a forward seek).
+	Rehandle int64 `json:"rehandle"`
+	Skip     int64 `json:"skip"`
+	// Pending counts the group's pending entries; PendingAcked those the
+	// seek acks (after the target, to be delivered again once, in order,
+	// or before a forward target: skipped), PendingKept those it leaves
+	// pending (at or before a rewind's target: handled first).
+	Pending      int64 `json:"pending"`
+	PendingAcked int64 `json:"pendingAcked"`
+	PendingKept  int64 `json:"pendingKept"`
+}
+
+// WithSeekWait bounds how long Apply waits for a protctl owner to carry out
+// a seek request (WithSeekWait). Default 30s.
+func WithSeekWait(d time.Duration) Option { return func(c *config) { c.seekWait = d } }
+
+// PlanSeek plans a seek per partition (see SeekRequest, SeekState).
+func (r *Repairer) PlanSeek(ctx context.Context, req SeekRequest) (*Plan, error) {
+	const op = "plan seek"
+	l := r.broker.Layout()
+	if err := l.ValidateName(op, "category", req.Category); err != nil {
+		return nil, err
+	}
+	if err := l.ValidateName(op, "group", req.Group); err != nil {
+		return nil, err
+	}
+	switch req.Lane {
+	case "":
+		req.Lane = LaneAll
+	case LaneMain, LaneBackfill, LaneAll:
+	default:
+		return nil, &broker.InvalidArgumentError{Op: op, Arg: "lane", Value: strconv.Quote(req.Lane), Reason: "want main, backfill or all"}
+	}
+	if req.Match != "" {
+		if _, err := path.Match(req.Match, ""); err != nil {
+			return nil, &broker.InvalidArgumentError{Op: op, Arg: "match", Value: strconv.Quote(req.Match), Reason: "not a glob pattern"}
+		}
+	}
+	keys, err := r.seekKeys(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	plan := r.newPlan()
+	if plan.ID, err = newPlanID(); err != nil {
+		return nil, err
+	}
+	owners := map[string]bool{}
+	known := false
+	for _, k := range keys {
+		it, seen, err := r.planSeekItem(ctx, req, k, owners)
+		if err != nil {
+			return nil, err
+		}
+		known = known || seen
+		plan.Items = append(plan.Items, it)
+	}
+	if !known {
+		reg, err := r.client.SIsMember(ctx, l.GroupsKey(req.Category), req.Group).Result()
+		if err != nil {
+			return nil, err
+		}
+		if !reg {
+			return nil, fmt.Errorf("%w: group %q reads none of the %d partitions selected of %q (not on their lanes, never leased, not registered)", inspect.ErrNotFound, req.Group, len(keys), req.Category)
+		}
+	}
+	return plan, nil
+}
+
+// seekKeys lists the partitions a seek names: the keys given (each must
+// exist), or the index's keys matching Match (all without it), sorted.
+func (r *Repairer) seekKeys(ctx context.Context, req SeekRequest) ([]string, error) {
+	l := r.broker.Layout()
+	if len(req.Keys) > 0 {
+		for _, k := range req.Keys {
+			if err := l.ValidateKey(k, r.cfg.backfill); err != nil {
+				return nil, err
+			}
+			in, err := r.client.SIsMember(ctx, l.IndexKey(req.Category), k).Result()
+			if err != nil {
+				return nil, wrongType(ctx, r.client, "plan seek", l.IndexKey(req.Category), "set", err)
+			}
+			n, err := r.client.Exists(ctx, l.Stream(req.Category, k)).Result()
+			if err != nil {
+				return nil, err
+			}
+			if !in && n == 0 {
+				return nil, fmt.Errorf("%w: partition %q of %q (not in the index, no stream)", inspect.ErrNotFound, k, req.Category)
+			}
+		}
+		return req.Keys, nil
+	}
+	all, err := r.client.SMembers(ctx, l.IndexKey(req.Category)).Result()
+	if err != nil {
+		return nil, wrongType(ctx, r.client, "plan seek", l.IndexKey(req.Category), "set", err)
+	}
+	if len(all) == 0 {
+		return nil, fmt.Errorf("%w: category %q has no partitions (its index %s is empty)", inspect.ErrNotFound, req.Category, l.IndexKey(req.Category))
+	}
+	var keys []string
+	for _, k := range all {
+		if ok, _ := path.Match(req.Match, k); req.Match == "" || ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys, nil
+}
+
+// wrongType turns a WRONGTYPE reply about key into a *broker.WrongTypeError.
+func wrongType(ctx context.Context, c redis.UniversalClient, op, key, want string, err error) error {
+	if err == nil || !strings.HasPrefix(err.Error(), "WRONGTYPE") {
+		return err
+	}
+	got, terr := c.Type(ctx, key).Result()
+	if terr != nil {
+		got = "another type"
+	}
+	return &broker.WrongTypeError{Op: op, Key: key, Want: want, Got: got}
+}
+
+// planSeekItem plans the seek of one partition. seen says the group is
+// known on it (a lane's group, a lease or a generation).
+func (r *Repairer) planSeekItem(ctx context.Context, req SeekRequest, key string, owners map[string]bool) (Item, bool, error) {
+	const op = "plan seek"
+	l := r.broker.Layout()
+	it := Item{
+		Action: ActionSeek,
+		Target: Target{Category: req.Category, Key: key, Group: req.Group},
+		Params: Params{Force: req.Force, By: req.By, SeekTo: req.Target.String(), Lane: req.Lane},
+	}
+	lease, err := r.inspect.Lease(ctx, req.Group, key)
+	if err != nil {
+		return it, false, err
+	}
+	it.Precondition.Lease, it.Precondition.Generation = lease.Token, lease.Counter
+	st := &SeekState{Owner: SeekOwnerNone, Lanes: []SeekLaneState{}}
+	it.Precondition.Seek = st
+	seen := lease.Counter != nil || lease.Token != nil
+	if lease.Token != nil && lease.State == inspect.LeaseHeld {
+		owner := ""
+		if lease.Owner != nil {
+			owner = *lease.Owner
+		}
+		st.OwnerID = owner
+		protctl, ok := owners[owner]
+		if !ok {
+			if protctl, err = r.inspect.NodeKnown(ctx, owner); err != nil {
+				return it, false, err
+			}
+			owners[owner] = protctl
+		}
+		st.Owner = SeekOwnerForeign
+		if protctl {
+			st.Owner = SeekOwnerProtctl
+		}
+	}
+	type laneSel struct{ name, stream string }
+	var lanes []laneSel
+	if req.Lane != LaneBackfill {
+		lanes = append(lanes, laneSel{LaneMain, l.Stream(req.Category, key)})
+	}
+	if req.Lane != LaneMain {
+		lanes = append(lanes, laneSel{LaneBackfill, l.LaneStream(req.Category, key, r.cfg.backfill)})
+	}
+	var refusals []string
+	moves := 0
+	for _, ln := range lanes {
+		ls, refusal, err := r.planSeekLane(ctx, op, req, ln.name, ln.stream)
+		if err != nil {
+			return it, false, err
+		}
+		if ls.From != nil {
+			seen = true
+			if *ls.From != ls.To {
+				moves++
+			}
+		}
+		if refusal != "" {
+			refusals = append(refusals, refusal)
+		}
+		st.Lanes = append(st.Lanes, ls)
+	}
+	var rehandle, skip, acked int64
+	for _, ls := range st.Lanes {
+		rehandle, skip, acked = rehandle+ls.Rehandle, skip+ls.Skip, acked+ls.PendingAcked
+	}
+	counts := fmt.Sprintf("%d entries handled again, %d skipped, %d pending acked", rehandle, skip, acked)
+	switch {
+	case len(refusals) > 0:
+		it.Reason = strings.Join(refusals, "; ")
+	case moves == 0 && acked == 0:
+		it.Result = ResultSkipped
+		it.Reason = "the group is already at the target on every lane it reads (or reads none): nothing to do"
+	case st.Owner == SeekOwnerForeign && !req.Force:
+		it.Reason = "the lease " + heldText(*lease.Token, lease.TTLMs) + ", not a protctl node (a Protean worker?): seeking takes the partition from it; use --force"
+	case st.Owner == SeekOwnerForeign:
+		it.Allowed = true
+		it.Reason = fmt.Sprintf("release the foreign lease %s (fenced), then seek while the partition is free: %s", *lease.Token, counts)
+	case st.Owner == SeekOwnerProtctl:
+		it.Allowed = true
+		it.Reason = fmt.Sprintf("the protctl node %s (generation %d) carries the seek out between two batches under its lease: %s (counted now; the node moves on meanwhile)", st.OwnerID, derefInt(lease.Generation), counts)
+	default:
+		it.Allowed = true
+		it.Reason = fmt.Sprintf("no lease is held: seek in one step while it stays free at generation %s: %s", genText(lease.Counter), counts)
+	}
+	return it, seen, nil
+}
+
+func derefInt(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func genText(g *int64) string {
+	if g == nil {
+		return "none (never leased)"
+	}
+	return strconv.FormatInt(*g, 10)
+}
+
+const maxIDSeq = uint64(math.MaxUint64)
+
+// planSeekLane resolves the target on one lane and counts what moving
+// there does. refusal is set when the lane cannot be sought as asked.
+func (r *Repairer) planSeekLane(ctx context.Context, op string, req SeekRequest, name, stream string) (SeekLaneState, string, error) {
+	ls := SeekLaneState{Lane: name, Stream: stream}
+	c := r.client
+	typ, err := c.Type(ctx, stream).Result()
+	if err != nil {
+		return ls, "", err
+	}
+	switch typ {
+	case "none":
+		return ls, "", nil
+	case "stream":
+	default:
+		return ls, "", &broker.WrongTypeError{Op: op, Key: stream, Want: "stream", Got: typ}
+	}
+	groups, err := c.XInfoGroups(ctx, stream).Result()
+	if err != nil {
+		return ls, "", err
+	}
+	var from string
+	found := false
+	for _, g := range groups {
+		if g.Name == req.Group {
+			from, found = g.LastDeliveredID, true
+		}
+	}
+	if !found {
+		return ls, "", nil
+	}
+	ls.From = &from
+	info, err := c.XInfoStream(ctx, stream).Result()
+	if err != nil {
+		return ls, "", err
+	}
+	switch t := req.Target; t.Kind {
+	case SeekToID:
+		ls.To = t.ID
+	case SeekToEarliest:
+		ls.To = "0-0"
+	case SeekToLatest:
+		ls.To = info.LastGeneratedID
+	case SeekToTime:
+		ms := t.Time.UnixMilli()
+		if ms <= 0 {
+			ls.To = "0-0"
+		} else {
+			ls.To = broker.StreamID{Ms: uint64(ms - 1), Seq: maxIDSeq}.String()
+		}
+		if first := info.FirstEntry.ID; first != "" && info.EntriesAdded > info.Length && less(ls.To, first) && less(ls.To, from) {
+			return ls, fmt.Sprintf("%s on %s: %d of its %d entries were trimmed or deleted and the first left is %s, after the time: the replay would not start at %s; use --to earliest to replay what is left",
+				req.Target, stream, info.EntriesAdded-info.Length, info.EntriesAdded, first, req.Target), nil
+		}
+	case SeekShift:
+		if ls.To, err = shiftTarget(ctx, c, stream, from, t.Shift); err != nil {
+			return ls, "", err
+		}
+	}
+	if less(info.LastGeneratedID, ls.To) && req.Target.Kind == SeekToID && name == LaneMain {
+		return ls, fmt.Sprintf("--to %s is after the newest id of %s (%s)", ls.To, stream, info.LastGeneratedID), nil
+	}
+	if less(info.LastGeneratedID, ls.To) {
+		// A time (or, on the backfill lane, an id) after the newest
+		// entry: the group moves to the newest.
+		ls.To = info.LastGeneratedID
+	}
+	switch {
+	case less(ls.To, from):
+		if ls.Rehandle, err = countRange(ctx, c, stream, ls.To, from); err != nil {
+			return ls, "", err
+		}
+	case less(from, ls.To):
+		if ls.Skip, err = countRange(ctx, c, stream, from, ls.To); err != nil {
+			return ls, "", err
+		}
+	}
+	start := "-"
+	for {
+		p, err := c.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: req.Group, Start: start, End: "+", Count: 1000}).Result()
+		if err != nil {
+			return ls, "", err
+		}
+		for _, e := range p {
+			ls.Pending++
+			if less(from, ls.To) || less(ls.To, e.ID) {
+				ls.PendingAcked++
+			} else {
+				ls.PendingKept++
+			}
+		}
+		if len(p) < 1000 {
+			break
+		}
+		start = "(" + p[len(p)-1].ID
+	}
+	return ls, "", nil
+}
+
+// less reports a < b for stream ids.
+func less(a, b string) bool {
+	ia, err1 := broker.ParseStreamID(a)
+	ib, err2 := broker.ParseStreamID(b)
+	return err1 == nil && err2 == nil && ia.Less(ib)
+}
+
+// countRange counts the entries of stream in (after, upTo].
+func countRange(ctx context.Context, c redis.UniversalClient, stream, after, upTo string) (int64, error) {
+	var n int64
+	start := "(" + after
+	for {
+		page, err := c.XRangeN(ctx, stream, start, upTo, 1000).Result()
+		if err != nil {
+			return 0, err
+		}
+		n += int64(len(page))
+		if len(page) < 1000 {
+			return n, nil
+		}
+		start = "(" + page[len(page)-1].ID
+	}
+}
+
+// shiftTarget is the position n entries after (n > 0) or before (n < 0)
+// from: back n, the last n entries up to from are handled again.
+func shiftTarget(ctx context.Context, c redis.UniversalClient, stream, from string, n int64) (string, error) {
+	switch {
+	case n < 0:
+		page, err := c.XRevRangeN(ctx, stream, from, "-", -n+1).Result()
+		if err != nil {
+			return "", err
+		}
+		if int64(len(page)) == -n+1 {
+			return page[len(page)-1].ID, nil
+		}
+		return "0-0", nil
+	case n > 0:
+		page, err := c.XRangeN(ctx, stream, "("+from, "+", n).Result()
+		if err != nil {
+			return "", err
+		}
+		if len(page) > 0 {
+			return page[len(page)-1].ID, nil
+		}
+	}
+	return from, nil
+}
+
+// applySeek carries out a seek item as the plan's owner says: in one step
+// on a free partition, after a fenced release of a foreign lease
+// (--force), or through a request the protctl owner carries out.
+func (r *Repairer) applySeek(ctx context.Context, planID string, it *Item, wait time.Duration) error {
+	s, ok := r.broker.(Seeker)
+	if !ok {
+		return fmt.Errorf("repair: the broker cannot seek")
+	}
+	st := it.Precondition.Seek
+	t := it.Target
+	var lanes []redisbroker.SeekLane
+	for _, ls := range st.Lanes {
+		if ls.From != nil {
+			lanes = append(lanes, redisbroker.SeekLane{Stream: ls.Stream, From: *ls.From, To: ls.To})
+		}
+	}
+	switch st.Owner {
+	case SeekOwnerProtctl:
+		return r.applySeekRequest(ctx, s, planID, it, lanes, wait)
+	case SeekOwnerForeign:
+		f := broker.Fence{LeaseKey: r.broker.Layout().LeaseKey(t.Group, t.Key), Token: *it.Precondition.Lease}
+		released, err := r.broker.ReleasePartitionLease(ctx, f)
+		if err != nil {
+			return err
+		}
+		if !released {
+			it.Result, it.Detail = ResultConflict, r.leaseMoved(ctx, t.Group, t.Key, f.Token)
+			return nil
+		}
+		// The foreign owner read on until the release: its positions
+		// are not the plan's.
+		for i := range lanes {
+			lanes[i].From = "*"
+		}
+	}
+	o, err := s.SeekFree(ctx, t.Group, t.Key, it.Precondition.Generation, lanes)
+	if err != nil {
+		return err
+	}
+	switch o.Status {
+	case redisbroker.SeekApplied:
+	case redisbroker.SeekLeased:
+		it.Result, it.Detail = ResultConflict, "a lease appeared since the plan: "+o.Detail
+		return nil
+	default:
+		it.Result, it.Detail = ResultConflict, "the group's position moved since the plan: "+o.Detail
+		return nil
+	}
+	r.seekDone(ctx, it, o.Lanes, time.Time{}, derefInt(it.Precondition.Generation))
+	// Wake the category's watchers: a node waiting on the partition from
+	// its old position would not see the entries a rewind hands back
+	// until the next append.
+	_ = r.client.Publish(ctx, r.broker.Layout().WakeChannel(t.Category), t.Key).Err()
+	return nil
+}
+
+// seekDone records an applied seek in it.
+func (r *Repairer) seekDone(ctx context.Context, it *Item, lanes []redisbroker.SeekLaneResult, at time.Time, gen int64) {
+	if at.IsZero() {
+		if now, err := r.client.Time(ctx).Result(); err == nil {
+			at = now
+		} else {
+			at = r.cfg.now()
+		}
+	}
+	ts := output.Timestamp(at)
+	it.Precondition.Seek.DoneAt, it.Precondition.Seek.DoneGeneration = &ts, &gen
+	var parts []string
+	for _, l := range lanes {
+		parts = append(parts, fmt.Sprintf("%s %s -> %s (%d pending acked, %d kept)", l.Stream, l.From, l.To, l.Acked, l.Kept))
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "no lane to move")
+	}
+	it.Result = ResultApplied
+	it.Detail = fmt.Sprintf("sought at %s under generation %d: %s", ts, gen, strings.Join(parts, "; "))
+}
+
+// applySeekRequest records the seek for the protctl owner the plan saw
+// and waits, up to the seek wait, for it to be carried out.
+func (r *Repairer) applySeekRequest(ctx context.Context, s Seeker, planID string, it *Item, lanes []redisbroker.SeekLane, wait time.Duration) error {
+	t := it.Target
+	if it.Precondition.Lease == nil {
+		return fmt.Errorf("%w: seek item of a protctl owner without a planned lease", ErrInvalidPlan)
+	}
+	id := planID
+	if id == "" {
+		var err error
+		if id, err = newPlanID(); err != nil {
+			return err
+		}
+	}
+	if prev, ok, err := s.SeekRequestStatus(ctx, t.Group, t.Key); err != nil {
+		return err
+	} else if ok && prev.ID == id && prev.Status != "" {
+		r.seekClosed(ctx, s, it, prev)
+		if it.Result == ResultApplied {
+			it.Result = ResultDone
+		}
+		return nil
+	}
+	for i := range lanes {
+		lanes[i].From = ""
+	}
+	status, detail, err := s.RequestSeek(ctx, t.Group, t.Key, redisbroker.SeekRequest{ID: id, Token: *it.Precondition.Lease, By: it.Params.By, Lanes: lanes})
+	if err != nil {
+		return err
+	}
+	switch status {
+	case "requested", "exists":
+	case redisbroker.SeekLeased:
+		it.Result, it.Detail = ResultConflict, fmt.Sprintf("the lease is now %q, the plan saw %s: nothing requested", detail, *it.Precondition.Lease)
+		return nil
+	default:
+		it.Result, it.Detail = ResultConflict, fmt.Sprintf("another seek request (%s) waits for the owner: nothing requested", detail)
+		return nil
+	}
+	if wait <= 0 {
+		wait = r.cfg.seekWait
+	}
+	deadline := time.Now().Add(wait)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, ok, err := s.SeekRequestStatus(ctx, t.Group, t.Key)
+		if err != nil {
+			return err
+		}
+		if ok && st.ID == id && st.Status != "" {
+			r.seekClosed(ctx, s, it, st)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	got, err := s.CancelSeekRequest(context.WithoutCancel(ctx), t.Group, t.Key, id)
+	if err != nil {
+		return err
+	}
+	if got != "cancelled" {
+		if st, ok, err := s.SeekRequestStatus(ctx, t.Group, t.Key); err == nil && ok && st.ID == id && st.Status != "" {
+			r.seekClosed(ctx, s, it, st)
+			return nil
+		}
+	}
+	it.Result, it.Detail = ResultConflict, fmt.Sprintf("the owner %s did not carry the seek out within %s (it stopped, or lost the partition): the request was withdrawn, nothing changed", it.Precondition.Seek.OwnerID, wait)
+	return nil
+}
+
+// seekClosed records what the owner did with the request and forgets it.
+func (r *Repairer) seekClosed(ctx context.Context, s Seeker, it *Item, st redisbroker.SeekRequestState) {
+	_ = s.ForgetSeekRequest(ctx, it.Target.Group, it.Target.Key)
+	if st.Status != redisbroker.SeekApplied {
+		it.Result, it.Detail = ResultConflict, "the owner refused the request: "+st.Detail
+		return
+	}
+	r.seekDone(ctx, it, st.Lanes, st.DoneAt, st.Generation)
+}

@@ -1,0 +1,211 @@
+package repair_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/internal/clierr"
+	"github.com/protctl/protctl/internal/inspect"
+	"github.com/protctl/protctl/internal/repair"
+	"github.com/protctl/protctl/internal/testenv"
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/broker/redisbroker"
+)
+
+const (
+	seekCat   = "shop::order"
+	seekGroup = "g"
+)
+
+// seekEnv is a partition k1 of seekCat with entries 1-0 .. 10-0 on its
+// main lane, read by seekGroup up to read and acked up to acked (the
+// rest of what was read is pending to an earlier generation's consumer),
+// and no lease.
+func seekEnv(t *testing.T, read, acked int) (context.Context, *redis.Client, *repair.Repairer) {
+	t.Helper()
+	ctx := context.Background()
+	c := testenv.StartRedis(t).Client(t)
+	l := broker.ProteanLayout
+	stream := l.Stream(seekCat, "k1")
+	for i := 1; i <= 10; i++ {
+		if err := c.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: fmt.Sprintf("%d-0", i), Values: []string{"data", fmt.Sprintf(`{"n":%d}`, i)}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.SAdd(ctx, l.IndexKey(seekCat), "k1")
+	c.XGroupCreate(ctx, stream, seekGroup, "0")
+	c.Set(ctx, l.GenerationKey(seekGroup, "k1"), "1", 0)
+	if read > 0 {
+		if err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: seekGroup, Consumer: "node-1:1", Streams: []string{stream, ">"}, Count: int64(read)}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= acked; i++ {
+		c.XAck(ctx, stream, seekGroup, fmt.Sprintf("%d-0", i))
+	}
+	return ctx, c, repair.New(c, redisbroker.New(c))
+}
+
+// deliveries reads what the group is handed from now on: its pending
+// entries first, then the new ones, as a worker does.
+func deliveries(t *testing.T, ctx context.Context, c *redis.Client) []string {
+	t.Helper()
+	stream := broker.ProteanLayout.Stream(seekCat, "k1")
+	var ids []string
+	claimed, _, err := c.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: stream, Group: seekGroup, Consumer: "node-1:2", Start: "0", Count: 100}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range claimed {
+		ids = append(ids, m.ID)
+	}
+	res, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: seekGroup, Consumer: "node-1:2", Streams: []string{stream, ">"}, Count: 100, Block: -1}).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	for _, s := range res {
+		for _, m := range s.Messages {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids
+}
+
+func ids(from, to int) []string {
+	var out []string
+	for i := from; i <= to; i++ {
+		out = append(out, fmt.Sprintf("%d-0", i))
+	}
+	return out
+}
+
+func TestSeekUnownedRewindHandsEntriesBackOnceInOrder(t *testing.T) {
+	// Read 1..10, acked 1..2: 3..10 pending. Rewind to 5-0: 3..5 stay
+	// pending (never finished, handled first), 6..10 are acked and
+	// delivered again by the read from 5-0.
+	ctx, c, r := seekEnv(t, 10, 2)
+	to, _ := repair.ParseSeekTo("5-0", time.Now())
+	p, err := r.PlanSeek(ctx, repair.SeekRequest{Category: seekCat, Group: seekGroup, Target: to})
+	it := one(t, p, err)
+	if !it.Allowed || it.Precondition.Seek.Owner != repair.SeekOwnerNone {
+		t.Fatalf("item not allowed as unowned: %+v", it)
+	}
+	ln := it.Precondition.Seek.Lanes[0]
+	if ln.Rehandle != 5 || ln.Skip != 0 || ln.Pending != 8 || ln.PendingAcked != 5 || ln.PendingKept != 3 || ln.To != "5-0" {
+		t.Fatalf("main lane planned %+v, want 5 handled again, 8 pending (5 acked, 3 kept), to 5-0", ln)
+	}
+	p = roundTrip(t, p)
+	o, err := r.Apply(ctx, p, repair.ApplyOptions{})
+	if err != nil || o != repair.OutcomeApplied {
+		t.Fatalf("apply: %v %v %+v", o, err, p.Items)
+	}
+	if got, want := deliveries(t, ctx, c), ids(3, 10); !slices.Equal(got, want) {
+		t.Fatalf("after the rewind the group is handed %v, want %v (each once, in order)", got, want)
+	}
+	if p.Items[0].Precondition.Seek.DoneAt == nil {
+		t.Fatal("applied item does not say when it was done")
+	}
+}
+
+func TestSeekUnownedForwardSkipsThePlannedEntries(t *testing.T) {
+	ctx, c, r := seekEnv(t, 3, 2) // 3-0 pending
+	to, _ := repair.ParseSeekTo("7-0", time.Now())
+	p, err := r.PlanSeek(ctx, repair.SeekRequest{Category: seekCat, Keys: []string{"k1"}, Group: seekGroup, Target: to})
+	it := one(t, p, err)
+	ln := it.Precondition.Seek.Lanes[0]
+	if ln.Skip != 4 || ln.Rehandle != 0 || ln.PendingAcked != 1 {
+		t.Fatalf("planned %+v, want 4 skipped (4..7) and 1 pending acked (3)", ln)
+	}
+	if o, err := r.Apply(ctx, p, repair.ApplyOptions{}); err != nil || o != repair.OutcomeApplied {
+		t.Fatalf("apply: %v %v %+v", o, err, p.Items)
+	}
+	if got, want := deliveries(t, ctx, c), ids(8, 10); !slices.Equal(got, want) {
+		t.Fatalf("after the forward seek the group is handed %v, want %v", got, want)
+	}
+}
+
+func TestSeekShiftBack(t *testing.T) {
+	ctx, c, r := seekEnv(t, 10, 10)
+	p, err := r.PlanSeek(ctx, repair.SeekRequest{Category: seekCat, Group: seekGroup, Target: repair.SeekTarget{Kind: repair.SeekShift, Shift: -3}})
+	if it := one(t, p, err); it.Precondition.Seek.Lanes[0].To != "7-0" || it.Precondition.Seek.Lanes[0].Rehandle != 3 {
+		t.Fatalf("shift -3 planned %+v, want to 7-0, 3 handled again", it.Precondition.Seek.Lanes[0])
+	}
+	apply(t, env{r: r}, p)
+	if got, want := deliveries(t, ctx, c), ids(8, 10); !slices.Equal(got, want) {
+		t.Fatalf("handed %v, want %v", got, want)
+	}
+}
+
+func TestSeekStalePlanConflictsAndChangesNothing(t *testing.T) {
+	ctx, c, r := seekEnv(t, 10, 10)
+	l := broker.ProteanLayout
+	p, err := r.PlanSeek(ctx, repair.SeekRequest{Category: seekCat, Group: seekGroup, Target: repair.SeekTarget{Kind: repair.SeekToEarliest}})
+	one(t, p, err)
+	// A node takes the partition after the plan.
+	c.Set(ctx, l.GenerationKey(seekGroup, "k1"), "2", 0)
+	c.Set(ctx, l.LeaseKey(seekGroup, "k1"), "node-2:2", time.Minute)
+	o, err := r.Apply(ctx, p, repair.ApplyOptions{})
+	if err != nil || o != repair.OutcomeConflict || o.ExitCode() != clierr.ExitConflict {
+		t.Fatalf("apply of a stale plan: %v %v, want conflict (exit 5): %+v", o, err, p.Items)
+	}
+	if got := deliveries(t, ctx, c); len(got) != 0 {
+		t.Fatalf("a conflicting seek moved the group: it is handed %v", got)
+	}
+}
+
+func TestSeekForeignLeaseNeedsForce(t *testing.T) {
+	ctx, c, r := seekEnv(t, 10, 10)
+	l := broker.ProteanLayout
+	c.Set(ctx, l.GenerationKey(seekGroup, "k1"), "3", 0)
+	c.Set(ctx, l.LeaseKey(seekGroup, "k1"), "protean-worker-7:3", time.Minute)
+	req := repair.SeekRequest{Category: seekCat, Group: seekGroup, Target: repair.SeekTarget{Kind: repair.SeekToEarliest}}
+	p, err := r.PlanSeek(ctx, req)
+	it := one(t, p, err)
+	if it.Allowed || it.Precondition.Seek.Owner != repair.SeekOwnerForeign {
+		t.Fatalf("a foreign lease was not refused: %+v", it)
+	}
+	if o, _ := r.Apply(ctx, p, repair.ApplyOptions{}); o != repair.OutcomeRefused || o.ExitCode() != clierr.ExitRefused {
+		t.Fatalf("apply: %v, want refused (exit 6)", o)
+	}
+	if got := deliveries(t, ctx, c); len(got) != 0 {
+		t.Fatalf("a refused seek moved the group: %v", got)
+	}
+	req.Force = true
+	p, err = r.PlanSeek(ctx, req)
+	if it := one(t, p, err); !it.Allowed {
+		t.Fatalf("--force not allowed: %+v", it)
+	}
+	if o, err := r.Apply(ctx, p, repair.ApplyOptions{}); err != nil || o != repair.OutcomeApplied {
+		t.Fatalf("forced apply: %v %v %+v", o, err, p.Items)
+	}
+	if n := c.Exists(ctx, l.LeaseKey(seekGroup, "k1")).Val(); n != 0 {
+		t.Fatal("the foreign lease is still there")
+	}
+	if got, want := deliveries(t, ctx, c), ids(1, 10); !slices.Equal(got, want) {
+		t.Fatalf("handed %v, want %v", got, want)
+	}
+}
+
+func TestSeekBadInput(t *testing.T) {
+	ctx, c, r := seekEnv(t, 0, 0)
+	if _, err := r.PlanSeek(ctx, repair.SeekRequest{Category: seekCat, Group: "nobody", Target: repair.SeekTarget{Kind: repair.SeekToEarliest}}); !errors.Is(err, inspect.ErrNotFound) {
+		t.Fatalf("unknown group: %v, want inspect.ErrNotFound", err)
+	}
+	for _, bad := range []string{"yesterday", "2030-01-01T00:00:00Z", "-5m-ago", "1-2-3"} {
+		if _, err := repair.ParseSeekTo(bad, time.Now()); !errors.Is(err, repair.ErrBadSeekTarget) {
+			t.Errorf("--to %q: %v, want ErrBadSeekTarget", bad, err)
+		}
+	}
+	c.Set(ctx, broker.ProteanLayout.Stream(seekCat, "k2"), "x", 0)
+	c.SAdd(ctx, broker.ProteanLayout.IndexKey(seekCat), "k2")
+	_, err := r.PlanSeek(ctx, repair.SeekRequest{Category: seekCat, Keys: []string{"k2"}, Group: seekGroup, Target: repair.SeekTarget{Kind: repair.SeekToEarliest}})
+	if code, _ := clierr.Classify(err); code != clierr.ExitWrongType {
+		t.Fatalf("wrong key type: %v (exit %d), want exit 9", err, code)
+	}
+}

@@ -1,0 +1,111 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/redisstore"
+)
+
+// A mode and a pin are set only while the stored value is what the
+// caller saw; a stale expectation changes nothing; every change is
+// announced on the placement channel.
+func TestPlacementCompareAndSet(t *testing.T) {
+	s, c := newStore(t)
+	ctx := context.Background()
+	signals, err := s.WatchPlacement(ctx, svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	if err := s.CASNodeMode(ctx, svc, "node-1", nil, &runtime.NodeModeRecord{Mode: runtime.ModeCordoned, By: "alice", At: at}); err != nil {
+		t.Fatal(err)
+	}
+	<-signals
+	modes, _, err := s.RawPlacement(ctx, svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := modes["node-1"]
+	// Expecting none while one is stored: refused, nothing changed.
+	before := snapshot(t, c)
+	err = s.CASNodeMode(ctx, svc, "node-1", nil, &runtime.NodeModeRecord{Mode: runtime.ModeDraining, At: at})
+	if !errors.Is(err, redisstore.ErrPlacementChanged) {
+		t.Fatalf("CAS over an unexpected record: %v, want ErrPlacementChanged", err)
+	}
+	if diff := cmp.Diff(before, snapshot(t, c)); diff != "" {
+		t.Fatalf("a refused CAS changed keys (-before +after):\n%s", diff)
+	}
+	if err := s.CASNodeMode(ctx, svc, "node-1", &seen, &runtime.NodeModeRecord{Mode: runtime.ModeDraining, At: at}); err != nil {
+		t.Fatal(err)
+	}
+	<-signals
+	// The record seen first is stale now.
+	if err := s.CASNodeMode(ctx, svc, "node-1", &seen, nil); !errors.Is(err, redisstore.ErrPlacementChanged) {
+		t.Fatalf("uncordon on a stale record: %v, want ErrPlacementChanged", err)
+	}
+	if err := s.CASPin(ctx, svc, "projector", "o:1", nil, &runtime.Pin{Node: "node-2", At: at}); err != nil {
+		t.Fatal(err)
+	}
+	<-signals
+	got, err := s.ReadPlacement(ctx, svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := runtime.PlacementState{
+		Modes: map[string]runtime.NodeModeRecord{"node-1": {Node: "node-1", Mode: runtime.ModeDraining, At: at}},
+		Pins:  []runtime.Pin{{Scope: "projector", Partition: "o:1", Node: "node-2", At: at}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("placement (-want +got):\n%s", diff)
+	}
+	_, pins, err := s.RawPlacement(ctx, svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	field := redisstore.PinField("projector", "o:1")
+	if scope, part, ok := redisstore.ParsePinField(field); !ok || scope != "projector" || part != "o:1" {
+		t.Fatalf("ParsePinField(%q) = %q, %q, %v", field, scope, part, ok)
+	}
+	pin := pins[field]
+	if err := s.CASPin(ctx, svc, "projector", "o:1", &pin, nil); err != nil {
+		t.Fatal(err)
+	}
+	modes, pins, err = s.RawPlacement(ctx, svc)
+	if err != nil || len(pins) != 0 || len(modes) != 1 {
+		t.Fatalf("after unpin: modes %v pins %v err %v", modes, pins, err)
+	}
+}
+
+// Bad input names the argument; a key of another type is a wrong-type
+// error; neither changes anything.
+func TestPlacementBadInput(t *testing.T) {
+	s, c := newStore(t)
+	ctx := context.Background()
+	var inv *broker.InvalidArgumentError
+	if err := s.CASNodeMode(ctx, svc, "node-1", nil, &runtime.NodeModeRecord{Mode: "asleep"}); !errors.As(err, &inv) || inv.Arg != "mode" {
+		t.Fatalf("bad mode: %v", err)
+	}
+	if err := s.CASPin(ctx, svc, "", "o-1", nil, &runtime.Pin{Node: "n"}); !errors.As(err, &inv) || inv.Arg != "scope" {
+		t.Fatalf("empty scope: %v", err)
+	}
+	if err := c.Set(ctx, redisstore.ModesKey(svc), "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var wt *broker.WrongTypeError
+	if err := s.CASNodeMode(ctx, svc, "node-1", nil, &runtime.NodeModeRecord{Mode: runtime.ModeCordoned}); !errors.As(err, &wt) {
+		t.Fatalf("modes key of another type: %v, want a WrongTypeError", err)
+	}
+	if _, err := s.ReadPlacement(ctx, svc); !errors.As(err, &wt) {
+		t.Fatalf("read with a modes key of another type: %v, want a WrongTypeError", err)
+	}
+	if v, _ := c.Get(ctx, redisstore.ModesKey(svc)).Result(); v != "x" {
+		t.Fatalf("the key of another type was changed: %q", v)
+	}
+}
