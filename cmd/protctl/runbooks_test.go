@@ -454,7 +454,7 @@ func runbookDefs() map[string]runbookDef {
 			setup: func(t *testing.T) *rbEnv { return standardRunbook(t) },
 			steps: []rbStep{
 				{cmd: "protctl partitions ls shop::order --sort-by lag", check: func(rb *rbEnv, r result) {
-					rb.wantRow(r, "shop::order", "o-halted", "5", "app.OrderProjector", "1", "4", "held", "worker-1", "5", `\d+s`, "no")
+					rb.wantRow(r, "shop::order", "o-halted", "5", "app.OrderProjector", "1", "4", "held", "HALTED", "worker-1", "5", `\d+s`, "no")
 				}},
 				{cmd: "protctl partitions show shop::order o-halted", out: []string{
 					"Verdict:  stuck (group app.OrderProjector): halted on a poison message: head %HEAD% delivered 7 times",
@@ -753,7 +753,7 @@ func runbookDefs() map[string]runbookDef {
 						rb.wantRow(r, "3", "held", "node-a", `\d+`, `\S+`, "1", "ledger-sync", "1", "0")
 					}},
 				{cmd: "protctl nodes ls --service shop", check: func(rb *rbEnv, r result) {
-					rb.wantRow(r, "node-a", "joined", "4")
+					rb.wantRow(r, "node-a", "joined", "active", "4")
 				}},
 				{cmd: "protctl check --no-paused --service shop", code: 0},
 			},
@@ -773,7 +773,7 @@ func runbookDefs() map[string]runbookDef {
 							Partition("o-1").Entries(2).Group(rb.s.Projector).Lease("node-a", 1, 30*time.Second).Read(2).Ack(2)
 					},
 					check: func(rb *rbEnv, r result) {
-						rb.wantRow(r, "shop::order", "o-1", "2", "app.OrderProjector", "0", "0", "held", "node-a", "1")
+						rb.wantRow(r, "shop::order", "o-1", "2", "app.OrderProjector", "0", "0", "held", "OK", "node-a", "1")
 					}},
 				{cmd: "protctl --context cluster partitions show shop::order o-1", check: func(rb *rbEnv, r result) {
 					if !regexp.MustCompile(`(?m)^Stream:\s+shop::order:\{o-1\}$`).MatchString(r.stdout) {
