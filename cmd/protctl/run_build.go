@@ -164,6 +164,7 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 				LeaseGroup:    redisstore.TopicLeaseGroup(cfg.Service, sc.Kafka.Topic),
 				Checkpoints:   store,
 				Ledger:        store,
+				Pauses:        store,
 				Aggregate:     agg,
 				StartFrom:     start,
 				LeaseTTL:      ttl,

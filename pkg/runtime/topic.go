@@ -165,6 +165,9 @@ type SubscriptionRuntime struct {
 	dedupGen map[int32]int64
 
 	c subCounters
+
+	// pause is the subscription's operators' pauses (topic_pause.go).
+	pause topicPause
 }
 
 // NewTopicSubscriptions returns the subscriptions of cfg.Topic for one
@@ -272,6 +275,10 @@ func (t *TopicSubscriptions) Start(ctx context.Context, host Host) error {
 	go t.refreshLoop(t.bgCtx)
 	t.wg.Add(1)
 	go t.seekLoop(t.bgCtx)
+	for _, s := range t.subs {
+		t.wg.Add(1)
+		go t.pauseLoop(t.bgCtx, s)
+	}
 	for _, s := range t.subs {
 		t.wg.Add(1)
 		go t.ledgerLoop(t.bgCtx, s)
@@ -502,6 +509,12 @@ func (t *TopicSubscriptions) Status() SubscriptionStatus {
 		st.Throttled = append(st.Throttled, strconv.Itoa(int(p)))
 	}
 	st.Parked = parked
+	st.OperatorPaused = []string{} // "subscription/aggregate" (topic_pause.go)
+	for _, s := range t.subs {
+		for _, agg := range s.OperatorPaused() {
+			st.OperatorPaused = append(st.OperatorPaused, s.cfg.Name+"/"+agg)
+		}
+	}
 	st.Counters = t.Counters()
 	return st
 }
@@ -558,6 +571,7 @@ func (t *TopicSubscriptions) Members() []SubscriptionStatus {
 		}
 		out[i] = SubscriptionStatus{Name: s.cfg.Name, Source: SourceKafka, State: state,
 			Held: []HeldPartition{}, Paused: []string{}, Throttled: throttled, Counters: counters}
+		out[i].OperatorPaused = s.OperatorPaused() // aggregates (topic_pause.go)
 		if err := s.Err(); err != nil {
 			out[i].State, out[i].Err = StateFailed, err
 		}

@@ -94,6 +94,10 @@ type TopicConfig struct {
 	// Ledger records parked aggregates, fenced by the partition's lease.
 	// Required.
 	Ledger Ledger
+	// Pauses holds operators' pauses (`protctl pause`), per subscription
+	// under the scope LeaseGroup.String(); nil: nothing is ever paused.
+	// See topic_pause.go.
+	Pauses Pauses
 
 	// Aggregate says where a record's aggregate is. Default: the record
 	// key. A record without one is ordered with the other such records of

@@ -101,6 +101,10 @@ type aggLane struct {
 	n          int // items queued
 	active     bool
 	hold       bool
+	// opPaused: an operator's pause holds the aggregate back
+	// (topic_pause.go); its records wait in the lane, not done. Written
+	// under the partition's lock, read by a worker between records.
+	opPaused atomic.Bool
 }
 
 // laneBlockLen is the number of items in one laneBlock.
@@ -598,6 +602,7 @@ func (sp *subPart) laneLocked(agg string) *aggLane {
 	ln := sp.lanes[agg]
 	if ln == nil {
 		ln = &aggLane{agg: agg}
+		ln.opPaused.Store(sp.sr.pause.paused(agg))
 		sp.lanes[agg] = ln
 		sp.blocks.lanes = len(sp.lanes)
 	}
@@ -619,7 +624,7 @@ func (sp *subPart) releaseHoldLocked(ln *aggLane) {
 }
 
 func (sp *subPart) activateLocked(ln *aggLane) {
-	if !ln.active && !ln.hold && ln.len() > 0 {
+	if !ln.active && !ln.hold && !ln.opPaused.Load() && ln.len() > 0 {
 		ln.active = true
 		sp.ready.push(ln)
 	}
@@ -686,7 +691,7 @@ func (sp *subPart) work() {
 			st = sp.parked[ln.agg]
 		}
 		batch = batch[:0]
-		for len(batch) < laneTurn && ln.len() > 0 && !ln.hold {
+		for len(batch) < laneTurn && ln.len() > 0 && !ln.hold && !ln.opPaused.Load() {
 			from := len(batch)
 			k := ln.take(batch[from:laneTurn], &sp.blocks)
 			batch = batch[:from+sp.settleLocked(st, batch[from:from+k])]
@@ -715,8 +720,8 @@ func (sp *subPart) work() {
 		positions := string(posBuf)
 		n, processed := 0, 0
 		for n < len(batch) {
-			if n > 0 && sp.pausedFlag.Load() {
-				break // another lane paused the partition
+			if n > 0 && (sp.pausedFlag.Load() || ln.opPaused.Load()) {
+				break // another lane paused the partition, or an operator the aggregate
 			}
 			if dup[n] {
 				sp.sr.c.duplicates.Add(1)
@@ -755,7 +760,7 @@ func (sp *subPart) work() {
 		clear(batch)
 		sp.busy--
 		switch {
-		case ln.hold:
+		case ln.hold || ln.opPaused.Load():
 			ln.active = false
 		case ln.len() > 0:
 			sp.ready.push(ln)
