@@ -275,3 +275,65 @@ func TestPauseResumeGuards(t *testing.T) {
 		t.Fatalf("a stale resume changed the pauses: %+v", set)
 	}
 }
+
+// A Kafka topic subscription's pauses (--service, --topic): entries in
+// the topic's lease group scope, bad input exits 2 or 4 changing nothing,
+// a stale plan exits 5, resume removes the entry.
+func TestPauseKafkaSubscription(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	store := redisstore.New(c)
+	cl := newCLI(t)
+	cl.env["PROTCTL_REDIS"] = srv.URL()
+	g := redisstore.TopicLeaseGroup("shop", "orders")
+	if err := c.HSet(ctx, g.CheckpointsKey("ledger-sync"), "0", "5").Err(); err != nil {
+		t.Fatal(err)
+	}
+	entries := func() runtime.PauseSet {
+		set, err := store.ReadPauses(ctx, g.String(), "ledger-sync")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return set
+	}
+
+	cl.run("pause", "no-such-sub", "o-1", "--service", "shop", "--topic", "orders", "--yes").wantCode(t, 4)
+	cl.run("pause", "ledger-sync", "o-1", "--service", "shop", "--topic", "payments", "--yes").wantCode(t, 4)
+	cl.run("pause", "ledger-sync", "o-1", "--topic", "orders", "--yes").wantCode(t, 2)
+	cl.run("pause", "ledger-sync", "o-1", "--service", "shop", "--yes").wantCode(t, 2)
+	cl.run("pause", "ledger-sync", "--service", "shop", "--topic", "orders", "--yes").wantCode(t, 2)
+	if set := entries(); len(set) != 0 {
+		t.Fatalf("bad input changed the pauses: %+v", set)
+	}
+
+	r := cl.run("pause", "ledger-sync", "o-1", "--service", "shop", "--topic", "orders", "--reason", "bad o-1", "--yes", "-o", "json")
+	r.wantCode(t, 0)
+	if set := entries(); len(set) != 1 || set[0].Selector != runtime.PauseKey("o-1") || set[0].Reason != "bad o-1" {
+		t.Fatalf("entries after pause: %+v\n%s", set, r.stdout)
+	}
+	if !strings.Contains(r.stdout, `"topic": "orders"`) || !strings.Contains(r.stdout, `"service": "shop"`) {
+		t.Errorf("the plan does not name the topic subscription:\n%s", r.stdout)
+	}
+	if set, err := store.ReadPauses(ctx, "", "ledger-sync"); err != nil || len(set) != 0 {
+		t.Fatalf("the pause landed in the Redis scope: %+v %v", set, err)
+	}
+
+	// A stale plan: the entry changes between the dry run and the apply.
+	r = cl.run("resume", "ledger-sync", "o-1", "--service", "shop", "--topic", "orders", "--dry-run", "-o", "json")
+	r.wantCode(t, 0)
+	plan := filepath.Join(t.TempDir(), "resume.json")
+	if err := os.WriteFile(plan, []byte(r.stdout), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cl.run("resume", "ledger-sync", "o-1", "--service", "shop", "--topic", "orders", "--yes").wantCode(t, 0)
+	if set := entries(); len(set) != 0 {
+		t.Fatalf("entries after resume: %+v", set)
+	}
+	cl.run("pause", "ledger-sync", "o-1", "--service", "shop", "--topic", "orders", "--reason", "again", "--yes").wantCode(t, 0)
+	cl.run("apply", "-f", plan, "--yes").wantCode(t, 5)
+	if set := entries(); len(set) != 1 || set[0].Reason != "again" {
+		t.Fatalf("a stale resume changed the pauses: %+v", set)
+	}
+}

@@ -165,6 +165,7 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 				Leases:        timedRedisBroker{redisbroker.New(n.redis, brokerOpts...), n.metrics},
 				Checkpoints:   store,
 				Ledger:        store,
+				Pauses:        store,
 				Aggregate:     agg,
 				StartFrom:     start,
 				LeaseTTL:      ttl,

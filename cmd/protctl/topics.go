@@ -315,9 +315,55 @@ func topicColumns(withTopic bool) []output.Column {
 			}
 			return present.LagAge(r.sub.Health)
 		}, output.WideOnly()),
+		output.Col("PAUSED", func(r topicRow) string { return topicPausedCell(r.sub) },
+			output.Toned(func(r topicRow) output.Tone {
+				if topicPausedCell(r.sub) != "-" {
+					return output.ToneWarn
+				}
+				return output.ToneNone
+			})),
 		output.Col("EARLIEST", func(r topicRow) string { return r.part.EarliestOffset }, output.WideOnly()),
 		output.Col("TOKEN", func(r topicRow) string { return present.Str(r.part.Token) }, output.WideOnly()),
 	)
+}
+
+// topicPausedCell is a row's PAUSED cell: PAUSED for a whole-subscription
+// pause, "N keys" for aggregates held back (wherever they are: an
+// aggregate's partition is not known), "-" for none.
+func topicPausedCell(s *inspect.TopicSubscription) string {
+	switch {
+	case s == nil:
+		return "-"
+	case s.Paused:
+		return "PAUSED"
+	case s.PausedKeys == 1:
+		return "1 key"
+	case s.PausedKeys > 1:
+		return strconv.Itoa(s.PausedKeys) + " keys"
+	}
+	return "-"
+}
+
+// topicPausesText lists a topic's pause entries for topics show.
+func topicPausesText(t inspect.Topic) string {
+	if len(t.Pauses) == 0 {
+		return "-"
+	}
+	var lines []string
+	for _, p := range t.Pauses {
+		s := "PAUSED " + p.Subscription + " " + string(p.Selector)
+		if p.By != "" {
+			s += " by " + p.By
+		}
+		if !p.At.IsZero() {
+			s += " at " + p.At.UTC().Format("2006-01-02T15:04:05Z")
+		}
+		if p.Reason != "" {
+			s += ": " + p.Reason
+		}
+		lines = append(lines, s)
+	}
+	return strings.Join(lines, "; ")
 }
 
 func runTopicsList(ctx context.Context, opts *topicsOptions) error {
@@ -356,6 +402,7 @@ func runTopicsShow(ctx context.Context, opts *topicsOptions) error {
 			output.Field{Label: "Lease group", Value: t.LeaseGroup},
 			output.Field{Label: "Partitions", Value: strconv.Itoa(len(t.Partitions))},
 			output.Field{Label: "Subscriptions", Value: subs},
+			output.Field{Label: "Paused", Value: topicPausesText(t)},
 		); err != nil {
 			return err
 		}

@@ -155,9 +155,9 @@ func TestTopicsTableWithoutTTY(t *testing.T) {
 		t.Fatalf("want a header and 2 rows:\n%s", r.stdout)
 	}
 	for i, want := range [][]string{
-		{"TOPIC", "PARTITION", "STATE", "OWNER", "GEN", "TTL", "HEAD", "SUBSCRIPTION", "CHECKPOINT", "LAG", "STATUS"},
-		{"orders", "0", "held", "node-a", "7", "", "4", "ledger", "1", "3", "OK"},
-		{"orders", "1", "released", "-", "3", "-", "2", "ledger", "2", "0", "IDLE"},
+		{"TOPIC", "PARTITION", "STATE", "OWNER", "GEN", "TTL", "HEAD", "SUBSCRIPTION", "CHECKPOINT", "LAG", "STATUS", "PAUSED"},
+		{"orders", "0", "held", "node-a", "7", "", "4", "ledger", "1", "3", "OK", "-"},
+		{"orders", "1", "released", "-", "3", "-", "2", "ledger", "2", "0", "IDLE", "-"},
 	} {
 		got := strings.Fields(lines[i])
 		if len(got) != len(want) {
@@ -225,4 +225,43 @@ func TestTopicsUsage(t *testing.T) {
 	cl.run("topics", "ls").wantCode(t, 0)                                  // no --service: lists the services
 	cl.run("topics", "show", "--service", "shop").wantCode(t, 2)           // no TOPIC
 	cl.run("topics", "show", "orders", "--service", "shop").wantCode(t, 2) // no Kafka brokers
+}
+
+// A Kafka subscription's operator pauses show in topics ls/show: the
+// entries in JSON (pauses[], partitions[].subscriptions[].paused for a
+// whole-subscription pause) and PAUSED in the tables.
+func TestTopicsShowPaused(t *testing.T) {
+	cl := topicsCLI(t)
+	cl.run("pause", "ledger", "o-1", "--service", "shop", "--topic", "orders", "--reason", "bad o-1", "--yes").wantCode(t, 0)
+	r := cl.run("topics", "show", "orders", "--service", "shop", "-o", "json")
+	r.wantCode(t, 0)
+	var tp inspect.Topic
+	if err := json.Unmarshal([]byte(r.stdout), &tp); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	if len(tp.Pauses) != 1 || tp.Pauses[0].Subscription != "ledger" || tp.Pauses[0].Selector != "key:o-1" || tp.Pauses[0].Reason != "bad o-1" {
+		t.Fatalf("pauses %+v\n%s", tp.Pauses, r.stdout)
+	}
+	if tp.Partitions[0].Subscriptions[0].Paused {
+		t.Fatalf("a key pause marked the whole subscription paused:\n%s", r.stdout)
+	}
+	r = cl.run("topics", "ls", "--service", "shop")
+	r.wantCode(t, 0)
+	if !strings.Contains(r.stdout, "1 key") {
+		t.Fatalf("ls does not count the paused key:\n%s", r.stdout)
+	}
+
+	cl.run("pause", "ledger", "--all", "--service", "shop", "--topic", "orders", "--yes").wantCode(t, 0)
+	r = cl.run("topics", "ls", "--service", "shop", "-o", "json")
+	r.wantCode(t, 0)
+	if !strings.Contains(strings.ReplaceAll(r.stdout, `": `, `":`), `"paused":true`) {
+		t.Fatalf("JSON lacks paused:true after --all:\n%s", r.stdout)
+	}
+	r = cl.run("topics", "show", "orders", "--service", "shop")
+	r.wantCode(t, 0)
+	for _, want := range []string{"PAUSED ledger all", "PAUSED ledger key:o-1", "bad o-1", "PAUSED"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("show lacks %q:\n%s", want, r.stdout)
+		}
+	}
 }

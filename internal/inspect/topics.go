@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
@@ -40,6 +41,13 @@ type Topic struct {
 	// Subscriptions are the names whose checkpoints are shown, sorted.
 	Subscriptions []string         `json:"subscriptions"`
 	Partitions    []TopicPartition `json:"partitions"`
+	// Pauses are the operators' pause entries of the shown subscriptions
+	// (`protctl pause SUB ... --service S --topic T`), by subscription,
+	// then selector. An aggregate's partition is not known here (it may
+	// come from a header), so the entries are the topic's, not a
+	// partition's; a whole-subscription pause also marks every
+	// partition's TopicSubscription.Paused.
+	Pauses []TopicPause `json:"pauses"`
 	// Error is set for a topic found in Redis that Kafka does not know
 	// (only when topics were discovered by Topics rather than named);
 	// Partitions is empty then.
@@ -81,6 +89,18 @@ type TopicSubscription struct {
 	// Health is the subscription's status on the partition; filled only
 	// with TopicOptions.Health.
 	Health *Health `json:"health,omitempty"`
+	// Paused is true while the whole subscription is paused by an
+	// operator (selector "all"): none of its records is handled.
+	Paused bool `json:"paused"`
+	// PausedKeys counts the subscription's key and glob pause entries
+	// (its aggregates held back wherever they are), for tables.
+	PausedKeys int `json:"-"`
+}
+
+// TopicPause is one operator's pause entry of a topic subscription.
+type TopicPause struct {
+	Subscription string `json:"subscription"`
+	runtime.Pause
 }
 
 // TopicOptions tunes Topics and Topic. The zero value discovers the
@@ -224,7 +244,7 @@ func (in *Inspector) readTopic(ctx context.Context, kafka Offsets, service, topi
 	subs = slices.Clone(subs)
 	slices.Sort(subs)
 	subs = slices.Compact(subs)
-	t := Topic{Service: service, Topic: topic, LeaseGroup: g.String(), Subscriptions: subs, Partitions: []TopicPartition{}}
+	t := Topic{Service: service, Topic: topic, LeaseGroup: g.String(), Subscriptions: subs, Partitions: []TopicPartition{}, Pauses: []TopicPause{}}
 	if t.Subscriptions == nil {
 		t.Subscriptions = []string{}
 	}
@@ -260,6 +280,16 @@ func (in *Inspector) readTopic(ctx context.Context, kafka Offsets, service, topi
 	if len(parts)+len(subs) > 0 {
 		if _, err := pipe.Exec(ctx); pipeErr(op, err) != nil {
 			return t, pipeErr(op, err)
+		}
+	}
+	pauses := make([]runtime.PauseSet, len(subs))
+	store := redisstore.New(in.client)
+	for i, s := range subs {
+		if pauses[i], err = store.ReadPauses(ctx, g.String(), s); err != nil {
+			return t, err
+		}
+		for _, p := range pauses[i] {
+			t.Pauses = append(t.Pauses, TopicPause{Subscription: s, Pause: p})
 		}
 	}
 	checkpoints := make([]map[string]string, len(subs))
@@ -300,7 +330,10 @@ func (in *Inspector) readTopic(ctx context.Context, kafka Offsets, service, topi
 		}
 		field := strconv.FormatInt(int64(p), 10)
 		for j, s := range subs {
-			ts := TopicSubscription{Name: s, Next: -1}
+			ts := TopicSubscription{Name: s, Next: -1, Paused: pauses[j].All(), PausedKeys: len(pauses[j])}
+			if ts.Paused {
+				ts.PausedKeys--
+			}
 			if v, ok := checkpoints[j][field]; ok {
 				ts.Checkpoint = ptr(v)
 				if next, err := strconv.ParseInt(v, 10, 64); err == nil {

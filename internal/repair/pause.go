@@ -34,9 +34,15 @@ func init() {
 }
 
 // PauseRequest asks to pause or resume work of a Redis partitioned
-// subscription (its consumer group).
+// subscription (its consumer group), or, with Service and Topic, of a
+// Kafka topic subscription: its entries are then in the scope of the
+// topic's lease group ("<service>|topic:<topic>") and its keys are
+// aggregates.
 type PauseRequest struct {
 	Subscription string
+	// Service and Topic name a Kafka topic subscription's lease group;
+	// both empty for a Redis partitioned subscription.
+	Service, Topic string
 	// Keys are partition keys, one selector each.
 	Keys []string
 	// Globs are path.Match patterns of keys, held back now and later.
@@ -55,7 +61,8 @@ func (r *Repairer) PlanPause(ctx context.Context, req PauseRequest) (*Plan, erro
 	if req.Resume {
 		op, action = "plan resume", ActionResume
 	}
-	if err := r.broker.Layout().ValidateName(op, "subscription", req.Subscription); err != nil {
+	scope, err := r.pauseScope(ctx, op, req)
+	if err != nil {
 		return nil, err
 	}
 	var sels []runtime.PauseSelector
@@ -78,15 +85,8 @@ func (r *Repairer) PlanPause(ctx context.Context, req PauseRequest) (*Plan, erro
 	if len(sels) == 0 {
 		return nil, &broker.InvalidArgumentError{Op: op, Arg: "selection", Value: "none", Reason: "name partition keys, --match PATTERN or --all"}
 	}
-	known, err := r.inspect.GroupKnown(ctx, req.Subscription)
-	if err != nil {
-		return nil, err
-	}
-	if !known {
-		return nil, fmt.Errorf("%w: subscription %q: no consumer group of that name has leased or registered on any category", inspect.ErrNotFound, req.Subscription)
-	}
 	store := redisstore.New(r.client)
-	set, err := store.ReadPauses(ctx, "", req.Subscription)
+	set, err := store.ReadPauses(ctx, scope, req.Subscription)
 	if err != nil {
 		return nil, err
 	}
@@ -97,14 +97,14 @@ func (r *Repairer) PlanPause(ctx context.Context, req PauseRequest) (*Plan, erro
 			continue
 		}
 		seenSel[s] = true
-		raw, err := store.ReadPause(ctx, "", req.Subscription, s)
+		raw, err := store.ReadPause(ctx, scope, req.Subscription, s)
 		if err != nil {
 			return nil, err
 		}
 		seen := string(raw)
 		it := Item{
 			Action:       action,
-			Target:       Target{Subscription: req.Subscription, Selector: string(s)},
+			Target:       Target{Subscription: req.Subscription, Service: req.Service, Topic: req.Topic, Selector: string(s)},
 			Precondition: Precondition{Pause: &seen},
 		}
 		if !req.Resume {
@@ -114,6 +114,9 @@ func (r *Repairer) PlanPause(ctx context.Context, req PauseRequest) (*Plan, erro
 		case !req.Resume && seen != "":
 			it.Result = ResultSkipped
 			it.Reason = "already paused: " + describePause(seen)
+		case !req.Resume && req.Topic != "":
+			it.Allowed = true
+			it.Reason = fmt.Sprintf("pause %s of %s on topic %s (its records are held, not handled; its lag keeps counting)", s, req.Subscription, req.Topic)
 		case !req.Resume:
 			it.Allowed = true
 			it.Reason = fmt.Sprintf("pause %s of %s (its owner holds it at a batch boundary, its lag keeps counting)", s, req.Subscription)
@@ -127,6 +130,55 @@ func (r *Repairer) PlanPause(ctx context.Context, req PauseRequest) (*Plan, erro
 		plan.Items = append(plan.Items, it)
 	}
 	return plan, nil
+}
+
+// pauseScope validates the request's subscription and returns its scope:
+// "" for a Redis partitioned subscription, the lease group for a Kafka
+// topic subscription. An unknown subscription (no consumer group of the
+// name; no checkpoint of it on the topic) wraps inspect.ErrNotFound.
+func (r *Repairer) pauseScope(ctx context.Context, op string, req PauseRequest) (string, error) {
+	if req.Service == "" && req.Topic == "" {
+		if err := r.broker.Layout().ValidateName(op, "subscription", req.Subscription); err != nil {
+			return "", err
+		}
+		known, err := r.inspect.GroupKnown(ctx, req.Subscription)
+		if err != nil {
+			return "", err
+		}
+		if !known {
+			return "", fmt.Errorf("%w: subscription %q: no consumer group of that name has leased or registered on any category", inspect.ErrNotFound, req.Subscription)
+		}
+		return "", nil
+	}
+	switch {
+	case req.Service == "":
+		return "", &broker.InvalidArgumentError{Op: op, Arg: "--service", Value: `""`, Reason: "required with --topic"}
+	case req.Topic == "":
+		return "", &broker.InvalidArgumentError{Op: op, Arg: "--topic", Value: `""`, Reason: "required with --service"}
+	case req.Subscription == "":
+		return "", &broker.InvalidArgumentError{Op: op, Arg: "subscription", Value: `""`, Reason: "must not be empty"}
+	}
+	g := redisstore.TopicLeaseGroup(req.Service, req.Topic)
+	if err := g.Validate(); err != nil {
+		return "", err
+	}
+	key := g.CheckpointsKey(req.Subscription)
+	n, err := r.client.Exists(ctx, key).Result()
+	if err != nil {
+		return "", fmt.Errorf("repair: %s: read %s: %w", op, key, err)
+	}
+	if n == 0 {
+		return "", fmt.Errorf("%w: subscription %q of topic %q (service %q): it has saved no checkpoint on the topic", inspect.ErrNotFound, req.Subscription, req.Topic, req.Service)
+	}
+	return g.String(), nil
+}
+
+// itemPauseScope is a planned item's scope (see pauseScope).
+func itemPauseScope(it *Item) string {
+	if it.Target.Topic == "" {
+		return ""
+	}
+	return redisstore.TopicLeaseGroup(it.Target.Service, it.Target.Topic).String()
 }
 
 // describePause says who paused, when and why, from a stored entry.
@@ -188,9 +240,9 @@ func (r *Repairer) applyPause(ctx context.Context, it *Item) error {
 	seen := redisstore.RawPause(*it.Precondition.Pause)
 	var now redisstore.RawPause
 	if it.Action == ActionPause {
-		_, err = store.SetPause(ctx, "", it.Target.Subscription, sel, seen, it.Params.By, it.Params.Reason)
+		_, err = store.SetPause(ctx, itemPauseScope(it), it.Target.Subscription, sel, seen, it.Params.By, it.Params.Reason)
 	} else {
-		now, err = store.RemovePause(ctx, "", it.Target.Subscription, sel, seen)
+		now, err = store.RemovePause(ctx, itemPauseScope(it), it.Target.Subscription, sel, seen)
 	}
 	if errors.Is(err, redisstore.ErrPauseChanged) {
 		it.Result, it.Detail = ResultConflict, "the pause entry changed since the plan read it"

@@ -164,6 +164,8 @@ func (t Target) String() string {
 		return "pin of " + t.Scope + "/" + t.Partition
 	case t.Node != "":
 		return "node " + t.Node + " of " + t.Service
+	case t.Selector != "" && t.Topic != "":
+		return t.Subscription + " " + t.Selector + " on " + t.Topic
 	case t.Topic != "":
 		return t.Subscription + " on " + t.Topic + "/" + t.Partition
 	case t.Selector != "":

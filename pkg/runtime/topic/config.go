@@ -60,6 +60,10 @@ type Config struct {
 	// Ledger records parked aggregates, fenced by the partition's lease.
 	// Required.
 	Ledger runtime.Ledger
+	// Pauses holds operators' pauses (`protctl pause`), per subscription
+	// under the scope of the lease group ("<service>|topic:<Topic>"); nil:
+	// nothing is ever paused. See pause.go.
+	Pauses runtime.Pauses
 
 	// Aggregate says where a record's aggregate is. Default: the record
 	// key. A record without one is ordered with the other such records of

@@ -127,6 +127,7 @@ func (sp *subPart) laneLocked(agg string) *aggLane {
 	ln := sp.lanes[agg]
 	if ln == nil {
 		ln = &aggLane{agg: agg}
+		ln.opPaused.Store(sp.sr.pause.paused(agg))
 		sp.lanes[agg] = ln
 		sp.blocks.lanes = len(sp.lanes)
 	}
@@ -148,7 +149,7 @@ func (sp *subPart) releaseHoldLocked(ln *aggLane) {
 }
 
 func (sp *subPart) activateLocked(ln *aggLane) {
-	if !ln.active && !ln.hold && ln.len() > 0 {
+	if !ln.active && !ln.hold && !ln.opPaused.Load() && ln.len() > 0 {
 		ln.active = true
 		sp.ready.push(ln)
 	}

@@ -1,6 +1,8 @@
 package topic
 
 import (
+	"sync/atomic"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -21,6 +23,10 @@ type aggLane struct {
 	n          int // items queued
 	active     bool
 	hold       bool
+	// opPaused: an operator's pause holds the aggregate back (pause.go);
+	// its records wait in the lane, not done. Written under the
+	// partition's lock, read by a worker between records.
+	opPaused atomic.Bool
 }
 
 // laneBlockLen is the number of items in one laneBlock.

@@ -28,6 +28,9 @@ type Runtime struct {
 	dedupGen map[int32]int64
 
 	c subCounters
+
+	// pause is the subscription's operators' pauses (pause.go).
+	pause topicPause
 }
 
 // Name is the subscription's name.

@@ -256,6 +256,10 @@ func (t *Consumer) Start(ctx context.Context, host runtime.Host) error {
 	go t.seekLoop(t.bgCtx)
 	for _, s := range t.subs {
 		t.wg.Add(1)
+		go t.pauseLoop(t.bgCtx, s)
+	}
+	for _, s := range t.subs {
+		t.wg.Add(1)
 		go t.ledgerLoop(t.bgCtx, s)
 	}
 	if _, ok := t.cfg.Leases.(broker.BatchRenewer); !ok {
@@ -488,6 +492,12 @@ func (t *Consumer) Status() runtime.SubscriptionStatus {
 		st.Throttled = append(st.Throttled, strconv.Itoa(int(p)))
 	}
 	st.Parked = parked
+	st.OperatorPaused = []string{} // "subscription/aggregate" (pause.go)
+	for _, s := range t.subs {
+		for _, agg := range s.OperatorPaused() {
+			st.OperatorPaused = append(st.OperatorPaused, s.cfg.Name+"/"+agg)
+		}
+	}
 	st.Counters = t.Counters()
 	return st
 }
@@ -544,6 +554,7 @@ func (t *Consumer) Members() []runtime.SubscriptionStatus {
 		}
 		out[i] = runtime.SubscriptionStatus{Name: s.cfg.Name, Source: runtime.SourceKafka, State: state,
 			Held: []runtime.HeldPartition{}, Paused: []string{}, Throttled: throttled, Counters: counters}
+		out[i].OperatorPaused = s.OperatorPaused() // aggregates (pause.go)
 		if err := s.Err(); err != nil {
 			out[i].State, out[i].Err = runtime.StateFailed, err
 		}

@@ -56,7 +56,7 @@ func (sp *subPart) work() {
 			st = sp.parked[ln.agg]
 		}
 		batch = batch[:0]
-		for len(batch) < laneTurn && ln.len() > 0 && !ln.hold {
+		for len(batch) < laneTurn && ln.len() > 0 && !ln.hold && !ln.opPaused.Load() {
 			from := len(batch)
 			k := ln.take(batch[from:laneTurn], &sp.blocks)
 			batch = batch[:from+sp.settleLocked(st, batch[from:from+k])]
@@ -85,8 +85,8 @@ func (sp *subPart) work() {
 		positions := string(posBuf)
 		n, processed := 0, 0
 		for n < len(batch) {
-			if n > 0 && sp.pausedFlag.Load() {
-				break // another lane paused the partition
+			if n > 0 && (sp.pausedFlag.Load() || ln.opPaused.Load()) {
+				break // another lane paused the partition, or an operator the aggregate
 			}
 			if dup[n] {
 				sp.sr.c.duplicates.Add(1)
@@ -125,7 +125,7 @@ func (sp *subPart) work() {
 		clear(batch)
 		sp.busy--
 		switch {
-		case ln.hold:
+		case ln.hold || ln.opPaused.Load():
 			ln.active = false
 		case ln.len() > 0:
 			sp.ready.push(ln)
