@@ -4,8 +4,6 @@ import (
 	"context"
 	"slices"
 	"time"
-
-	"github.com/protctl/protctl/pkg/runtime/hrw"
 )
 
 // event is something the coordinator reacts to.
@@ -197,24 +195,19 @@ func (c *coordinator) reassign(only []string) {
 		return
 	}
 	capped := p.cfg.MaxPartitions > 0
+	pl := placementOf(p.host) // partitioned_drain.go
 	var owners map[string]string
 	if capped {
 		only = nil
-		keys := make([]string, 0, len(c.parts))
-		for k := range c.parts {
-			keys = append(keys, k)
-		}
-		owners = hrw.Assign(keys, c.members, p.cfg.MaxPartitions)
+		owners = c.placed(pl)
 	}
-	pl := placementOf(p.host) // partitioned_drain.go
-	c.placed(pl, owners)
 	gained, lost := 0, 0
 	decide := func(pt *part) {
 		var mine bool
 		if capped {
 			mine = owners[pt.key] == p.node
 		} else {
-			mine = pl.Owner(p.cfg.Name, pt.key, pt.key, c.members) == p.node
+			mine = pl.Owner(p.cfg.Name, pt.key, pt.key, c.members, p.node, c.holds(pt)) == p.node
 		}
 		if mine != pt.mine {
 			if mine {
@@ -505,6 +498,7 @@ func (c *coordinator) workerDone(w *worker, res result) {
 	// it drained; it stays there only if the key goes on idle here
 	// (leaving it spares the wait loop a restart).
 	pt.state = pForeign
+	c.unkeep(pt) // partitioned_drain.go
 	switch {
 	case c.stopping || !pt.mine:
 		p.watch.forget(pt.key)

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/protctl/protctl/pkg/runtime/hrw"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 )
 
@@ -296,23 +295,18 @@ func (c *topicCoord) sorted() []*slot {
 // were gained and lost.
 func (c *topicCoord) decide() (gained, lost int) {
 	t := c.t
+	pl := placementOf(t.host) // topic_drain.go
 	var owners map[string]string
 	if t.cfg.MaxPartitions > 0 {
-		keys := make([]string, 0, len(c.slots))
-		for p := range c.slots {
-			keys = append(keys, c.hrwKey(p))
-		}
-		owners = hrw.Assign(keys, c.members, t.cfg.MaxPartitions)
+		owners = c.placed(pl)
 	}
-	pl := placementOf(t.host) // topic_drain.go
-	c.placed(pl, owners)
 	assigned := 0
 	for p, s := range c.slots {
 		var mine bool
 		if owners != nil {
 			mine = owners[c.hrwKey(p)] == t.node
 		} else {
-			mine = pl.Owner(TopicScope(t.cfg.Topic), topicPartitionName(p), c.hrwKey(p), c.members) == t.node
+			mine = pl.Owner(TopicScope(t.cfg.Topic), topicPartitionName(p), c.hrwKey(p), c.members, t.node, s.state == slotHeld) == t.node
 		}
 		if mine {
 			assigned++

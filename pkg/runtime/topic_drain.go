@@ -1,10 +1,5 @@
 package runtime
 
-import (
-	"strconv"
-	"strings"
-)
-
 // Operator placement in the Kafka topic engine
 // (docs/decisions/0046-drain-cordon-move.md). As in the partitioned
 // engine, draining needs nothing here: the Node's member list leaves a
@@ -14,19 +9,14 @@ import (
 // (TopicScope), since a topic's partitions are leased once for all its
 // subscriptions.
 
-// placed rewrites a capped assignment (keyed by hrwKey; nil when the
-// subscriptions have no cap) with placement's overrides.
-func (c *topicCoord) placed(pl *Placement, owners map[string]string) {
-	if owners == nil {
-		return
+// placed is the capped assignment (keyed by hrwKey) with placement's
+// overrides counted against the cap (assignPlaced). A cordoned node keeps
+// only the partitions whose lease it holds now (slotHeld).
+func (c *topicCoord) placed(pl *Placement) map[string]string {
+	scope := TopicScope(c.t.cfg.Topic)
+	parts := make([]placedPart, 0, len(c.slots))
+	for p, s := range c.slots {
+		parts = append(parts, placedPart{key: c.hrwKey(p), scope: scope, partition: topicPartitionName(p), holds: s.state == slotHeld})
 	}
-	topic := c.t.cfg.Topic
-	scope := TopicScope(topic)
-	applyOverrides(pl, owners, func(key string) (string, string) {
-		p := strings.TrimPrefix(key, topic+"/")
-		if _, err := strconv.Atoi(p); err != nil {
-			return scope, key
-		}
-		return scope, p
-	})
+	return assignPlaced(pl, parts, c.members, c.t.cfg.MaxPartitions, c.t.node)
 }
