@@ -50,7 +50,7 @@ func (n *Node) statusMode() NodeMode {
 	return ""
 }
 
-var _ PlacementHost = (*Node)(nil)
+var _ PlacementHost = nodeHost{}
 
 // placementReader returns the membership's placement capability, nil
 // when it has none.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -110,9 +109,9 @@ type PlacementHost interface {
 //
 // self and holds make the keep exact on the cordoned node itself: the
 // other nodes know what it holds only from its last status record, but
-// it knows whether it holds the lease now. A partition it kept and has
-// since released (a Redis partition gone idle) is no longer kept by
-// self, so it does not take it back when new entries arrive before its
+// it knows whether it holds the lease now (holds). A partition it kept
+// and has since released (a Redis partition gone idle) is no longer kept
+// by self, so it does not take it back when new entries arrive before its
 // next heartbeat; HRW over members, which leave a cordoned node out,
 // names another node, which takes it once self's next record no longer
 // lists it.
@@ -121,6 +120,16 @@ func (pl *Placement) Owner(scope, partition, hrwKey string, members []string, se
 		return n
 	}
 	return hrw.Owner(hrwKey, members)
+}
+
+// KeptBy is the cordoned node that keeps (scope, partition) according to
+// the status records, "" when none does. An engine re-decides such a
+// partition of its own when it releases the lease (Owner's holds).
+func (pl *Placement) KeptBy(scope, partition string) string {
+	if pl == nil {
+		return ""
+	}
+	return pl.kept[scope][partition]
 }
 
 // override returns the owner Placement imposes on (scope, partition), if
@@ -187,72 +196,70 @@ func buildPlacement(st PlacementState, live []NodeStatus, eligible []string) *Pl
 	return pl
 }
 
-// placementOf returns host's placement, nil when it has none.
-func placementOf(host Host) *Placement {
+// PlacementOf returns host's placement, nil when it has none (the host
+// is not a PlacementHost).
+func PlacementOf(host Host) *Placement {
 	if ph, ok := host.(PlacementHost); ok {
 		return ph.Placement()
 	}
 	return nil
 }
 
-// placedPart is one partition a capped assignment decides: its key in
+// PlacedPart is one partition a capped assignment decides: its key in
 // the assignment (the HRW key), its placement scope and name, and whether
-// this node holds its lease now.
-type placedPart struct {
-	key, scope, partition string
-	holds                 bool
+// this node holds its lease now (see Owner).
+type PlacedPart struct {
+	Key, Scope, Partition string
+	Holds                 bool
 }
 
-// assignPlaced is hrw.Assign under a cap with placement's overrides
-// counted against it: pins first, then the partitions cordoned nodes
-// keep, each given to its node only while that node has room under
-// capPerNode (in key order, so that every node decides the same); the
-// rest, and any override that found no room, go by the capped HRW
-// assignment over members with the room the overrides left. So no node
-// ever holds more than capPerNode partitions of a subscription, pinned or
-// not (docs/decisions/0046-drain-cordon-move.md). The result maps key to
-// node; a key left out has no owner for now.
-func assignPlaced(pl *Placement, parts []placedPart, members []string, capPerNode int, self string) map[string]string {
+// Assign is hrw.Assign under a cap with pl's overrides counted against
+// it: pins first, then the partitions cordoned nodes keep, each given to
+// its node only while that node has room under capPerNode (in key order,
+// so that every node decides the same); the rest, and any override that
+// found no room, go by the capped HRW assignment over members with the
+// room the overrides left. So no node holds more than capPerNode
+// partitions of a subscription, pinned or not
+// (docs/decisions/0046-drain-cordon-move.md). The result maps key to
+// node; a key left out has no owner for now. A nil pl is hrw.Assign.
+func (pl *Placement) Assign(parts []PlacedPart, members []string, capPerNode int, self string) map[string]string {
 	keys := make([]string, 0, len(parts))
 	for _, pt := range parts {
-		keys = append(keys, pt.key)
+		keys = append(keys, pt.Key)
 	}
 	if pl.empty() {
 		return hrw.Assign(keys, members, capPerNode)
 	}
 	parts = slices.Clone(parts)
-	slices.SortFunc(parts, func(a, b placedPart) int { return strings.Compare(a.key, b.key) })
+	slices.SortFunc(parts, func(a, b PlacedPart) int { return strings.Compare(a.Key, b.Key) })
 	owners := make(map[string]string, len(parts))
 	used := map[string]int{}
-	take := func(pt placedPart, n string) {
-		if _, done := owners[pt.key]; done || used[n] >= capPerNode {
+	take := func(pt PlacedPart, n string) {
+		if _, done := owners[pt.Key]; done || used[n] >= capPerNode {
 			return
 		}
-		owners[pt.key] = n
+		owners[pt.Key] = n
 		used[n]++
 	}
 	for _, pt := range parts {
-		if n, ok := pl.pins[pt.scope][pt.partition]; ok {
+		if n, ok := pl.pins[pt.Scope][pt.Partition]; ok {
 			take(pt, n)
 		}
 	}
 	for _, pt := range parts {
-		if _, pinned := pl.pins[pt.scope][pt.partition]; pinned {
+		if _, pinned := pl.pins[pt.Scope][pt.Partition]; pinned {
 			continue
 		}
-		if n, ok := pl.override(pt.scope, pt.partition, self, pt.holds); ok {
+		if n, ok := pl.override(pt.Scope, pt.Partition, self, pt.Holds); ok {
 			take(pt, n)
 		}
 	}
 	rest := make([]string, 0, len(parts)-len(owners))
 	for _, pt := range parts {
-		if _, done := owners[pt.key]; !done {
-			rest = append(rest, pt.key)
+		if _, done := owners[pt.Key]; !done {
+			rest = append(rest, pt.Key)
 		}
 	}
 	maps.Copy(owners, hrw.AssignUsed(rest, members, capPerNode, used))
 	return owners
 }
-
-// topicPartitionName is a Kafka partition's name in pins and held lists.
-func topicPartitionName(p int32) string { return strconv.Itoa(int(p)) }

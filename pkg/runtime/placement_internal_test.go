@@ -53,8 +53,8 @@ func TestPlacementOwner(t *testing.T) {
 	if !pl.equal(buildPlacement(st, live, eligible)) || pl.equal(none) {
 		t.Error("equal does not compare the overrides")
 	}
-	parts := []placedPart{{key: "pinned", scope: "g", partition: "pinned"}, {key: "kept", scope: "g", partition: "kept"}, {key: "free", scope: "g", partition: "free"}}
-	owners := assignPlaced(pl, parts, eligible, 10, "n2")
+	parts := []PlacedPart{{Key: "pinned", Scope: "g", Partition: "pinned"}, {Key: "kept", Scope: "g", Partition: "kept"}, {Key: "free", Scope: "g", Partition: "free"}}
+	owners := pl.Assign(parts, eligible, 10, "n2")
 	if owners["pinned"] != "n3" || owners["kept"] != "n1" || owners["free"] != hrw.Owner("free", eligible) {
 		t.Errorf("capped assignment with overrides: %v", owners)
 	}
@@ -66,8 +66,8 @@ func TestPlacementOwner(t *testing.T) {
 	if got := pl.Owner("g", "kept", "kept", eligible, "n1", false); got == "n1" {
 		t.Errorf("cordoned node that released its kept partition still owns it")
 	}
-	parts[1].holds = false
-	if got := assignPlaced(pl, parts, eligible, 10, "n1")["kept"]; got == "n1" {
+	parts[1].Holds = false
+	if got := pl.Assign(parts, eligible, 10, "n1")["kept"]; got == "n1" {
 		t.Errorf("capped: cordoned node that released its kept partition still owns it")
 	}
 }
@@ -77,12 +77,12 @@ func TestPlacementOwner(t *testing.T) {
 // HRW assignment, and the others' room is unchanged.
 func TestPlacementRespectsCap(t *testing.T) {
 	const capN = 2
-	var parts []placedPart
+	var parts []PlacedPart
 	var pins []Pin
 	var held []HeldPartition
 	for i := range 12 {
 		k := fmt.Sprintf("k%02d", i)
-		parts = append(parts, placedPart{key: k, scope: "g", partition: k})
+		parts = append(parts, PlacedPart{Key: k, Scope: "g", Partition: k})
 		switch {
 		case i < 4:
 			pins = append(pins, Pin{Scope: "g", Partition: k, Node: "n2"})
@@ -94,7 +94,7 @@ func TestPlacementRespectsCap(t *testing.T) {
 	st := PlacementState{Modes: map[string]NodeModeRecord{"n1": {Mode: ModeCordoned}}, Pins: pins}
 	members := []string{"n2", "n3", "n4"}
 	pl := buildPlacement(st, live, members)
-	owners := assignPlaced(pl, parts, members, capN, "n3")
+	owners := pl.Assign(parts, members, capN, "n3")
 	count := map[string]int{}
 	for _, n := range owners {
 		count[n]++
