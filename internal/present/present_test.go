@@ -188,6 +188,7 @@ Delivered up to:  1-0
 Parked:           -
 Head:             1-0 on shop::order:o 1, pending to w-1:5, delivered 7 times, idle 3m; type t.v1
 Verdict:          stuck: halted
+Status:           -
 Pending entries:
 STREAM=shop::order:o 1 ID=1-0 CONSUMER=w-1:5 DELIVERIES=7 IDLE=3m
 
