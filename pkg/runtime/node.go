@@ -524,10 +524,7 @@ func (n *Node) heartbeat(ctx context.Context) {
 	}
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
-	ids, pl, mode, ok := n.readPlacement(hbCtx, members, ids)
-	if !ok {
-		return
-	}
+	ids, pl, mode := n.readPlacement(hbCtx, members, ids)
 	n.setMembers(ids, pl, mode)
 }
 

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"slices"
 )
 
@@ -10,6 +11,14 @@ import (
 type nodePlacement struct {
 	mode NodeMode   // this node's, as last read
 	pl   *Placement // the engines' snapshot
+	// last is the last placement read successfully: what the node goes
+	// on applying while reads fail.
+	last PlacementState
+	// readErr is the last read's error (nil after a success), skipped
+	// the last read's undecodable fields, joined: both are logged at
+	// Warn only when they change, not at every heartbeat.
+	readErr error
+	skipped string
 }
 
 // Placement returns the operator placement the node's subscriptions
@@ -52,18 +61,50 @@ func (n *Node) placementReader() PlacementReader {
 
 // readPlacement filters the member ids heartbeat computed by the stored
 // node modes (a cordoned or draining node takes no HRW share, this node
-// included) and builds the engines' snapshot. ok is false when the read
-// failed: the caller keeps what it had, so that a node never takes a
-// share it was told to give up because one read failed.
-func (n *Node) readPlacement(ctx context.Context, live []NodeStatus, ids []string) (out []string, pl *Placement, mode NodeMode, ok bool) {
+// included) and builds the engines' snapshot.
+//
+// Neither a failed read nor a bad record stops the membership change the
+// heartbeat found (a dead node must still be dropped): a record that does
+// not decode is skipped (and logged), and when the read fails (Redis
+// error, a key of another type) the last placement read successfully
+// stays in force, so that a node never takes a share it was told to give
+// up because a read failed. Before any successful read that is no
+// placement at all.
+func (n *Node) readPlacement(ctx context.Context, live []NodeStatus, ids []string) (out []string, pl *Placement, mode NodeMode) {
 	pr := n.placementReader()
 	if pr == nil {
-		return ids, nil, ModeActive, true
+		return ids, nil, ModeActive
 	}
 	st, err := pr.ReadPlacement(ctx, n.cfg.Service)
+	n.mu.Lock()
 	if err != nil {
-		n.hbError("placement", err)
-		return nil, nil, "", false
+		st = n.place.last
+	} else {
+		n.place.last = st
+	}
+	logErr := err != nil && (n.place.readErr == nil || n.place.readErr.Error() != err.Error())
+	logOK := err == nil && n.place.readErr != nil
+	n.place.readErr = err
+	skipped := ""
+	if j := errors.Join(st.Skipped...); err == nil && j != nil {
+		skipped = j.Error()
+	}
+	logSkipped := err == nil && skipped != n.place.skipped
+	if err == nil {
+		n.place.skipped = skipped
+	}
+	n.mu.Unlock()
+	switch {
+	case logErr:
+		n.cfg.Logger.Warn("placement unreadable, keeping the last placement read", "err", err)
+	case logOK:
+		n.cfg.Logger.Info("placement readable again")
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		n.cfg.Observer.error(ErrorEvent{Op: "placement", Err: err})
+	}
+	if logSkipped && skipped != "" {
+		n.cfg.Logger.Warn("placement records skipped", "count", len(st.Skipped), "err", skipped)
 	}
 	out = slices.DeleteFunc(slices.Clone(ids), func(id string) bool {
 		m := st.Modes[id].Mode
@@ -73,7 +114,7 @@ func (n *Node) readPlacement(ctx context.Context, live []NodeStatus, ids []strin
 	if r, ok := st.Modes[n.cfg.NodeID]; ok {
 		mode = r.Mode
 	}
-	return out, buildPlacement(st, live, out), mode, true
+	return out, buildPlacement(st, live, out), mode
 }
 
 // watchPlacement pokes the heartbeat loop (which re-reads the placement)

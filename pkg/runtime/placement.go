@@ -3,6 +3,8 @@ package runtime
 import (
 	"context"
 	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/protctl/protctl/pkg/runtime/hrw"
@@ -60,6 +62,10 @@ func TopicScope(topic string) string { return "topic:" + topic }
 type PlacementState struct {
 	Modes map[string]NodeModeRecord // node -> record; absent: active
 	Pins  []Pin
+	// Skipped are the stored records that did not decode (bad JSON, a
+	// newer schema), each naming its key and field. They are left out
+	// of Modes and Pins: one bad record must not stop membership changes.
+	Skipped []error
 }
 
 // PlacementReader is the optional capability of a Membership that stores
@@ -100,21 +106,35 @@ type PlacementHost interface {
 // Owner returns the node that should own partition of scope: the pinned
 // node when the pin's node is eligible, else the cordoned node that keeps
 // it, else HRW over members under hrwKey. A nil Placement is plain HRW.
-func (pl *Placement) Owner(scope, partition, hrwKey string, members []string) string {
-	if pl != nil {
-		if n, ok := pl.pins[scope][partition]; ok {
-			return n
-		}
-		if n, ok := pl.kept[scope][partition]; ok {
-			return n
-		}
+//
+// self and holds make the keep exact on the cordoned node itself: the
+// other nodes know what it holds only from its last status record, but
+// it knows whether it holds the lease now (holds). A partition it kept
+// and has since released (a Redis partition gone idle) is no longer kept
+// by self, so it does not take it back when new entries arrive before its
+// next heartbeat; HRW over members, which leave a cordoned node out,
+// names another node, which takes it once self's next record no longer
+// lists it.
+func (pl *Placement) Owner(scope, partition, hrwKey string, members []string, self string, holds bool) string {
+	if n, ok := pl.override(scope, partition, self, holds); ok {
+		return n
 	}
 	return hrw.Owner(hrwKey, members)
 }
 
+// KeptBy is the cordoned node that keeps (scope, partition) according to
+// the status records, "" when none does. An engine re-decides such a
+// partition of its own when it releases the lease (Owner's holds).
+func (pl *Placement) KeptBy(scope, partition string) string {
+	if pl == nil {
+		return ""
+	}
+	return pl.kept[scope][partition]
+}
+
 // override returns the owner Placement imposes on (scope, partition), if
 // any: what Owner returns before falling back to HRW.
-func (pl *Placement) override(scope, partition string) (string, bool) {
+func (pl *Placement) override(scope, partition, self string, holds bool) (string, bool) {
 	if pl == nil {
 		return "", false
 	}
@@ -122,6 +142,9 @@ func (pl *Placement) override(scope, partition string) (string, bool) {
 		return n, true
 	}
 	n, ok := pl.kept[scope][partition]
+	if ok && n == self && !holds {
+		return "", false
+	}
 	return n, ok
 }
 
@@ -182,16 +205,61 @@ func PlacementOf(host Host) *Placement {
 	return nil
 }
 
-// Apply rewrites an hrw.Assign result (key -> node) for the partitions
-// pl overrides; part maps an assignment key back to its (scope,
-// partition). A nil pl changes nothing.
-func (pl *Placement) Apply(owners map[string]string, part func(key string) (scope, partition string)) {
-	if pl.empty() {
-		return
+// PlacedPart is one partition a capped assignment decides: its key in
+// the assignment (the HRW key), its placement scope and name, and whether
+// this node holds its lease now (see Owner).
+type PlacedPart struct {
+	Key, Scope, Partition string
+	Holds                 bool
+}
+
+// Assign is hrw.Assign under a cap with pl's overrides counted against
+// it: pins first, then the partitions cordoned nodes keep, each given to
+// its node only while that node has room under capPerNode (in key order,
+// so that every node decides the same); the rest, and any override that
+// found no room, go by the capped HRW assignment over members with the
+// room the overrides left. So no node holds more than capPerNode
+// partitions of a subscription, pinned or not
+// (docs/decisions/0046-drain-cordon-move.md). The result maps key to
+// node; a key left out has no owner for now. A nil pl is hrw.Assign.
+func (pl *Placement) Assign(parts []PlacedPart, members []string, capPerNode int, self string) map[string]string {
+	keys := make([]string, 0, len(parts))
+	for _, pt := range parts {
+		keys = append(keys, pt.Key)
 	}
-	for k := range owners {
-		if n, ok := pl.override(part(k)); ok {
-			owners[k] = n
+	if pl.empty() {
+		return hrw.Assign(keys, members, capPerNode)
+	}
+	parts = slices.Clone(parts)
+	slices.SortFunc(parts, func(a, b PlacedPart) int { return strings.Compare(a.Key, b.Key) })
+	owners := make(map[string]string, len(parts))
+	used := map[string]int{}
+	take := func(pt PlacedPart, n string) {
+		if _, done := owners[pt.Key]; done || used[n] >= capPerNode {
+			return
+		}
+		owners[pt.Key] = n
+		used[n]++
+	}
+	for _, pt := range parts {
+		if n, ok := pl.pins[pt.Scope][pt.Partition]; ok {
+			take(pt, n)
 		}
 	}
+	for _, pt := range parts {
+		if _, pinned := pl.pins[pt.Scope][pt.Partition]; pinned {
+			continue
+		}
+		if n, ok := pl.override(pt.Scope, pt.Partition, self, pt.Holds); ok {
+			take(pt, n)
+		}
+	}
+	rest := make([]string, 0, len(parts)-len(owners))
+	for _, pt := range parts {
+		if _, done := owners[pt.Key]; !done {
+			rest = append(rest, pt.Key)
+		}
+	}
+	maps.Copy(owners, hrw.AssignUsed(rest, members, capPerNode, used))
+	return owners
 }

@@ -123,6 +123,15 @@ func FairShare(p, n int) int {
 // their order or duplicates. It is empty (not nil) when nodes or
 // partitions are empty. Assign is pure and safe for concurrent use.
 func Assign(partitions, nodes []string, capPerNode int) map[string]string {
+	return AssignUsed(partitions, nodes, capPerNode, nil)
+}
+
+// AssignUsed is Assign where some of each node's room is already taken:
+// node n gets at most capPerNode - used[n] of partitions (none when that
+// is not positive). Operator placement uses it so that the partitions a
+// pin or a cordon gives a node count against that node's cap
+// (docs/decisions/0046-drain-cordon-move.md). used is not changed.
+func AssignUsed(partitions, nodes []string, capPerNode int, used map[string]int) map[string]string {
 	nodes = dedupe(nodes)
 	out := make(map[string]string, len(partitions))
 	if len(nodes) == 0 || len(partitions) == 0 {
@@ -134,7 +143,11 @@ func Assign(partitions, nodes []string, capPerNode int) map[string]string {
 	}
 	weight := func(p, n int) uint64 { return finish(fnvString(states[n], partitions[p])) }
 
-	if capPerNode <= 0 || capPerNode >= len(partitions) {
+	full := false
+	for _, n := range nodes {
+		full = full || used[n] > 0
+	}
+	if capPerNode <= 0 || (capPerNode >= len(partitions) && !full) {
 		for p, name := range partitions {
 			best, bestW := 0, weight(p, 0)
 			for n := 1; n < len(nodes); n++ {
@@ -152,7 +165,11 @@ func Assign(partitions, nodes []string, capPerNode int) map[string]string {
 	// partitions sorted and distinct (the loop above does not: a duplicate
 	// just writes the same answer twice).
 	partitions = dedupe(partitions)
-	a := newAssigner(len(partitions), len(nodes), capPerNode, weight)
+	caps := make([]int, len(nodes))
+	for i, n := range nodes {
+		caps[i] = max(0, capPerNode-used[n])
+	}
+	a := newAssigner(len(partitions), len(nodes), caps, weight)
 	a.run()
 	for p, n := range a.holder {
 		if n >= 0 {
@@ -168,16 +185,17 @@ func Assign(partitions, nodes []string, capPerNode int) map[string]string {
 // unique stable assignment, and equals taking pairs greedily from the
 // highest weight down.
 type assigner struct {
-	np, nn, cap int
-	w           []uint64 // w[p*nn+n]
-	last        []int    // last node p proposed to, -1 before the first
-	holder      []int    // node holding p, -1 if none
-	held        [][]int  // per node: a min-heap of partitions, worst on top
+	np, nn int
+	caps   []int    // per node: how many it may hold
+	w      []uint64 // w[p*nn+n]
+	last   []int    // last node p proposed to, -1 before the first
+	holder []int    // node holding p, -1 if none
+	held   [][]int  // per node: a min-heap of partitions, worst on top
 }
 
-func newAssigner(np, nn, capPerNode int, weight func(p, n int) uint64) *assigner {
+func newAssigner(np, nn int, caps []int, weight func(p, n int) uint64) *assigner {
 	a := &assigner{
-		np: np, nn: nn, cap: capPerNode,
+		np: np, nn: nn, caps: caps,
 		w:      make([]uint64, np*nn),
 		last:   make([]int, np),
 		holder: make([]int, np),
@@ -191,7 +209,7 @@ func newAssigner(np, nn, capPerNode int, weight func(p, n int) uint64) *assigner
 		a.holder[p] = -1
 	}
 	for n := range a.held {
-		a.held[n] = make([]int, 0, capPerNode)
+		a.held[n] = make([]int, 0, min(caps[n], np))
 	}
 	return a
 }
@@ -246,9 +264,12 @@ func (a *assigner) run() {
 			}
 			a.last[p] = n
 			h := a.held[n]
-			if len(h) < a.cap {
+			if len(h) < a.caps[n] {
 				a.push(n, p)
 				break
+			}
+			if len(h) == 0 {
+				continue // no room at all: try the next node
 			}
 			if worst := h[0]; a.partBeats(n, p, worst) {
 				a.holder[worst] = -1

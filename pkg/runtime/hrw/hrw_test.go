@@ -3,6 +3,7 @@ package hrw
 import (
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -494,5 +495,30 @@ func BenchmarkOwner(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		Owner("orders:1234", nodes)
+	}
+}
+
+// AssignUsed leaves a node only the room its used count did not take,
+// gives none to a node already full, and is Assign when nothing is used.
+func TestAssignUsedCountsTakenRoom(t *testing.T) {
+	parts := make([]string, 30)
+	for i := range parts {
+		parts[i] = fmt.Sprintf("p%d", i)
+	}
+	nodes := []string{"a", "b", "c"}
+	if got, want := AssignUsed(parts, nodes, 12, nil), Assign(parts, nodes, 12); !maps.Equal(got, want) {
+		t.Fatalf("AssignUsed with nothing used differs from Assign")
+	}
+	got := AssignUsed(parts, nodes, 12, map[string]int{"a": 12, "b": 5})
+	count := map[string]int{}
+	for _, n := range got {
+		count[n]++
+	}
+	if count["a"] != 0 || count["b"] != 7 || count["c"] != 12 {
+		t.Fatalf("per-node counts %v, want a:0 b:7 c:12", count)
+	}
+	// Without a cap, used does not matter.
+	if got := AssignUsed(parts, nodes, 0, map[string]int{"a": 100}); !maps.Equal(got, Assign(parts, nodes, 0)) {
+		t.Fatalf("uncapped AssignUsed differs from Assign")
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/pkg/runtime"
-	"github.com/protctl/protctl/pkg/runtime/hrw"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
 )
 
@@ -198,24 +197,19 @@ func (c *coordinator) reassign(only []string) {
 		return
 	}
 	capped := p.cfg.MaxPartitions > 0
+	pl := runtime.PlacementOf(p.host) // placement.go
 	var owners map[string]string
 	if capped {
 		only = nil
-		keys := make([]string, 0, len(c.parts))
-		for k := range c.parts {
-			keys = append(keys, k)
-		}
-		owners = hrw.Assign(keys, c.members, p.cfg.MaxPartitions)
+		owners = c.placed(pl)
 	}
-	pl := runtime.PlacementOf(p.host) // placement.go
-	c.placed(pl, owners)
 	gained, lost := 0, 0
 	decide := func(pt *part) {
 		var mine bool
 		if capped {
 			mine = owners[pt.key] == p.node
 		} else {
-			mine = pl.Owner(p.cfg.Name, pt.key, pt.key, c.members) == p.node
+			mine = pl.Owner(p.cfg.Name, pt.key, pt.key, c.members, p.node, c.holds(pt)) == p.node
 		}
 		if mine != pt.mine {
 			if mine {
@@ -506,6 +500,7 @@ func (c *coordinator) workerDone(w *worker, res result) {
 	// it drained; it stays there only if the key goes on idle here
 	// (leaving it spares the wait loop a restart).
 	pt.state = pForeign
+	c.unkeep(pt) // placement.go
 	switch {
 	case c.stopping || !pt.mine:
 		p.watch.forget(pt.key)

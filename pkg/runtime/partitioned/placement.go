@@ -14,12 +14,34 @@ import (
 // in reassign: a pin names a partition's node, and a cordoned node keeps
 // the partitions it holds a lease on.
 
-// placed rewrites a capped assignment (hrw.Assign's result; nil when the
-// subscription has no cap) with placement's overrides.
-func (c *coordinator) placed(pl *runtime.Placement, owners map[string]string) {
-	if owners == nil {
+// placed is the capped assignment (key -> node) with placement's
+// overrides counted against the cap (runtime.Placement.Assign).
+func (c *coordinator) placed(pl *runtime.Placement) map[string]string {
+	name := c.p.cfg.Name
+	parts := make([]runtime.PlacedPart, 0, len(c.parts))
+	for k, pt := range c.parts {
+		parts = append(parts, runtime.PlacedPart{Key: k, Scope: name, Partition: k, Holds: c.holds(pt)})
+	}
+	return pl.Assign(parts, c.members, c.p.cfg.MaxPartitions, c.p.node)
+}
+
+// holds reports whether this node holds pt's lease as far as ownership
+// is concerned: a worker runs for it. A cordoned node keeps only such
+// partitions.
+func (c *coordinator) holds(pt *part) bool { return pt.state == pActive }
+
+// unkeep re-decides pt when its worker has just ended (its lease
+// released) and pt is this node's only because this node is cordoned
+// and kept it: no longer held, it is no longer kept, so that new entries
+// arriving before the next heartbeat do not make a cordoned node take it
+// again. The other nodes still see it kept until this node's next status
+// record, so it waits at most one heartbeat for its new owner.
+func (c *coordinator) unkeep(pt *part) {
+	if c.stopping || !pt.mine {
 		return
 	}
-	name := c.p.cfg.Name
-	pl.Apply(owners, func(key string) (string, string) { return name, key })
+	if runtime.PlacementOf(c.p.host).KeptBy(c.p.cfg.Name, pt.key) != c.p.node {
+		return
+	}
+	c.reassign([]string{pt.key})
 }

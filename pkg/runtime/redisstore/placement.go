@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -70,35 +72,43 @@ func (s *Store) RawPlacement(ctx context.Context, service string) (modes, pins m
 }
 
 // ReadPlacement returns service's node modes and pins, decoded
-// (runtime.PlacementReader). A field that does not decode is an error
-// naming its key and field.
+// (runtime.PlacementReader). A field that does not decode is skipped and
+// listed in the state's Skipped (DecodePlacement); an error is a failed
+// read of either key (Redis down, a key of another type).
 func (s *Store) ReadPlacement(ctx context.Context, service string) (runtime.PlacementState, error) {
 	modes, pins, err := s.RawPlacement(ctx, service)
 	if err != nil {
 		return runtime.PlacementState{}, err
 	}
-	return DecodePlacement(service, modes, pins)
+	return DecodePlacement(service, modes, pins), nil
 }
 
-// DecodePlacement decodes what RawPlacement returned.
-func DecodePlacement(service string, modes, pins map[string]string) (runtime.PlacementState, error) {
+// DecodePlacement decodes what RawPlacement returned. A field that does
+// not decode (bad JSON, a record of a newer schema this binary cannot
+// read) is left out and reported in Skipped, naming its key and field,
+// rather than failing the whole read: one bad record must not stop every
+// node from applying membership changes
+// (docs/decisions/0046-drain-cordon-move.md).
+func DecodePlacement(service string, modes, pins map[string]string) runtime.PlacementState {
 	st := runtime.PlacementState{Modes: make(map[string]runtime.NodeModeRecord, len(modes))}
-	for node, raw := range modes {
+	for _, node := range slices.Sorted(maps.Keys(modes)) {
 		var r runtime.NodeModeRecord
-		if err := json.Unmarshal([]byte(raw), &r); err != nil {
-			return runtime.PlacementState{}, fmt.Errorf("redisstore: read placement: field %q of %q does not hold a JSON node mode: %w", node, ModesKey(service), err)
+		if err := json.Unmarshal([]byte(modes[node]), &r); err != nil {
+			st.Skipped = append(st.Skipped, fmt.Errorf("redisstore: read placement: field %q of %q does not hold a JSON node mode: %w", node, ModesKey(service), err))
+			continue
 		}
 		r.Node = node
 		st.Modes[node] = r
 	}
-	for field, raw := range pins {
+	for _, field := range slices.Sorted(maps.Keys(pins)) {
 		var p runtime.Pin
-		if err := json.Unmarshal([]byte(raw), &p); err != nil {
-			return runtime.PlacementState{}, fmt.Errorf("redisstore: read placement: field %q of %q does not hold a JSON pin: %w", field, PinsKey(service), err)
+		if err := json.Unmarshal([]byte(pins[field]), &p); err != nil {
+			st.Skipped = append(st.Skipped, fmt.Errorf("redisstore: read placement: field %q of %q does not hold a JSON pin: %w", field, PinsKey(service), err))
+			continue
 		}
 		st.Pins = append(st.Pins, p)
 	}
-	return st, nil
+	return st
 }
 
 // WatchPlacement signals changes of service's modes and pins until ctx

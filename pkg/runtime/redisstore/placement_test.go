@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,5 +108,37 @@ func TestPlacementBadInput(t *testing.T) {
 	}
 	if v, _ := c.Get(ctx, redisstore.ModesKey(svc)).Result(); v != "x" {
 		t.Fatalf("the key of another type was changed: %q", v)
+	}
+}
+
+// A record that does not decode is skipped and reported, naming its key
+// and field; the good records beside it are still read. Review finding H4.
+func TestPlacementSkipsUndecodableRecords(t *testing.T) {
+	s, c := newStore(t)
+	ctx := context.Background()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	if err := s.CASNodeMode(ctx, svc, "node-1", nil, &runtime.NodeModeRecord{Mode: runtime.ModeCordoned, At: at}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HSet(ctx, redisstore.ModesKey(svc), "node-2", "{bad").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HSet(ctx, redisstore.PinsKey(svc), redisstore.PinField("g", "k"), `{"at": "yesterday"}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ReadPlacement(ctx, svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Modes) != 1 || got.Modes["node-1"].Mode != runtime.ModeCordoned || len(got.Pins) != 0 {
+		t.Fatalf("placement with bad records: %+v", got)
+	}
+	if len(got.Skipped) != 2 {
+		t.Fatalf("skipped %v, want the bad mode and the bad pin", got.Skipped)
+	}
+	for i, want := range []string{`"node-2"`, redisstore.PinsKey(svc)} {
+		if !strings.Contains(got.Skipped[i].Error(), want) {
+			t.Errorf("skipped[%d] = %v, want it to name %s", i, got.Skipped[i], want)
+		}
 	}
 }

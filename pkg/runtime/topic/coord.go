@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/pkg/runtime"
-	"github.com/protctl/protctl/pkg/runtime/hrw"
 	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
@@ -299,23 +298,18 @@ func (c *topicCoord) sorted() []*slot {
 // were gained and lost.
 func (c *topicCoord) decide() (gained, lost int) {
 	t := c.t
+	pl := runtime.PlacementOf(t.host) // placement.go
 	var owners map[string]string
 	if t.cfg.MaxPartitions > 0 {
-		keys := make([]string, 0, len(c.slots))
-		for p := range c.slots {
-			keys = append(keys, c.hrwKey(p))
-		}
-		owners = hrw.Assign(keys, c.members, t.cfg.MaxPartitions)
+		owners = c.placed(pl)
 	}
-	pl := runtime.PlacementOf(t.host) // placement.go
-	c.placed(pl, owners)
 	assigned := 0
 	for p, s := range c.slots {
 		var mine bool
 		if owners != nil {
 			mine = owners[c.hrwKey(p)] == t.node
 		} else {
-			mine = pl.Owner(runtime.TopicScope(t.cfg.Topic), strconv.Itoa(int(p)), c.hrwKey(p), c.members) == t.node
+			mine = pl.Owner(runtime.TopicScope(t.cfg.Topic), strconv.Itoa(int(p)), c.hrwKey(p), c.members, t.node, s.state == slotHeld) == t.node
 		}
 		if mine {
 			assigned++

@@ -2,7 +2,6 @@ package topic
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/protctl/protctl/pkg/runtime"
 )
@@ -16,19 +15,15 @@ import (
 // (TopicScope), since a topic's partitions are leased once for all its
 // subscriptions.
 
-// placed rewrites a capped assignment (keyed by hrwKey; nil when the
-// subscriptions have no cap) with placement's overrides.
-func (c *topicCoord) placed(pl *runtime.Placement, owners map[string]string) {
-	if owners == nil {
-		return
+// placed is the capped assignment (keyed by hrwKey) with placement's
+// overrides counted against the cap (runtime.Placement.Assign). A
+// cordoned node keeps only the partitions whose lease it holds now
+// (slotHeld).
+func (c *topicCoord) placed(pl *runtime.Placement) map[string]string {
+	scope := runtime.TopicScope(c.t.cfg.Topic)
+	parts := make([]runtime.PlacedPart, 0, len(c.slots))
+	for p, s := range c.slots {
+		parts = append(parts, runtime.PlacedPart{Key: c.hrwKey(p), Scope: scope, Partition: strconv.Itoa(int(p)), Holds: s.state == slotHeld})
 	}
-	topic := c.t.cfg.Topic
-	scope := runtime.TopicScope(topic)
-	pl.Apply(owners, func(key string) (string, string) {
-		p := strings.TrimPrefix(key, topic+"/")
-		if _, err := strconv.Atoi(p); err != nil {
-			return scope, key
-		}
-		return scope, p
-	})
+	return pl.Assign(parts, c.members, c.t.cfg.MaxPartitions, c.t.node)
 }
