@@ -97,7 +97,7 @@ func TestTopicSeekOnline(t *testing.T) {
 		t.Fatalf("partition 0's lease: %v", err)
 	}
 	req := runtime.SeekRequest{ID: "seek-1", Next: target, Lease: token, By: "test", RequestedAtMs: time.Now().UnixMilli()}
-	if now, err := store.RequestSeek(context.Background(), lg, topicSub, 0, req); err != nil || now != "" {
+	if now, err := store.RequestSeek(context.Background(), lg, topicSub, 0, req, time.Minute); err != nil || now != "" {
 		t.Fatalf("request seek: lease now %q, err %v", now, err)
 	}
 	var res *runtime.SeekResult
