@@ -278,3 +278,67 @@ func TestTopicSeekUnowned(t *testing.T) {
 		t.Fatalf("set on a held partition: %+v, %v", out, err)
 	}
 }
+
+// TestTopicSeekPlannedForwardNeverRewinds: a seek planned as a move
+// forward reaches an owner that has handled past its target since the
+// plan. The owner keeps its position (it answers with it) and handles
+// nothing again: asking to skip records must not replay others.
+func TestTopicSeekPlannedForwardNeverRewinds(t *testing.T) {
+	e := newTopicEnv(t, onRedis, 2)
+	rec := newTopicRecorder(t)
+	n := e.start("n1", e.config(tsub(topicSub, rec.handler("n1"))), nil)
+	defer e.stopAll()
+	if err := n.ts.AwaitStarted(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	aggs := aggNames(6)
+	const rounds = 30
+	e.produce(aggs, 1, rounds)
+	waitFor(t, 20*time.Second, "every record handled", func() bool { return rec.complete(topicSub, aggs, rounds) })
+	head := e.heads()[0]
+	if head <= 10 {
+		t.Fatalf("partition 0's head %d, want past 10", head)
+	}
+	waitFor(t, 10*time.Second, "partition 0 checkpointed at its head", func() bool {
+		next, ok := e.checkpoint(topicSub, 0)
+		return ok && next == head
+	})
+
+	// The plan saw the checkpoint at 2 and chose 10: a skip of 8 records.
+	// The owner is at the head now.
+	store := e.store.(*redisstore.Store)
+	lg := e.leaseGroup()
+	token, err := e.raw.Get(context.Background(), lg.LeaseKey(0)).Result()
+	if err != nil {
+		t.Fatalf("partition 0's lease: %v", err)
+	}
+	seen := int64(2)
+	req := runtime.SeekRequest{ID: "fwd-1", Next: 10, From: &seen, Lease: token, By: "test", RequestedAtMs: time.Now().UnixMilli()}
+	if now, err := store.RequestSeek(context.Background(), lg, topicSub, 0, req, time.Minute); err != nil || now != "" {
+		t.Fatalf("request seek: lease now %q, err %v", now, err)
+	}
+	var res *runtime.SeekResult
+	waitFor(t, 20*time.Second, "the owner's answer", func() bool {
+		res, err = store.SeekResult(context.Background(), lg, topicSub, 0)
+		return err == nil && res != nil && res.ID == req.ID
+	})
+	if res.Status != runtime.SeekDone || res.Next != head || res.From != head {
+		t.Fatalf("result %+v, want done, kept at the head %d", res, head)
+	}
+	if next, _ := e.checkpoint(topicSub, 0); next != head {
+		t.Fatalf("checkpoint %d, want the head %d", next, head)
+	}
+	// One more record per aggregate: a replay of 10..head would come
+	// before it in each aggregate's order.
+	e.produce(aggs, rounds+1, rounds+1)
+	waitFor(t, 20*time.Second, "the new records handled", func() bool { return rec.complete(topicSub, aggs, rounds+1) })
+	want := make([]int, 0, rounds+1)
+	for s := 1; s <= rounds+1; s++ {
+		want = append(want, s)
+	}
+	for _, a := range aggs {
+		if got := rec.handled(topicSub, a); !slices.Equal(got, want) {
+			t.Errorf("aggregate %s handled %v, want 1..%d once each", a, got, rounds+1)
+		}
+	}
+}
