@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/memstore"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -279,12 +280,80 @@ func TestTopicSeekUnowned(t *testing.T) {
 	}
 }
 
+// seekStore is the operator's side of a seek, as redisstore and memstore
+// both have it.
+type seekStore interface {
+	RequestSeek(ctx context.Context, g runtime.TopicLeaseGroup, subscription string, partition int32, req runtime.SeekRequest, ttl time.Duration) (string, error)
+	SeekResult(ctx context.Context, g runtime.TopicLeaseGroup, subscription string, partition int32) (*runtime.SeekResult, error)
+}
+
+// redisSeeks adapts redisstore's seek calls (they take its LeaseGroup).
+type redisSeeks struct{ s *redisstore.Store }
+
+func (r redisSeeks) RequestSeek(ctx context.Context, g runtime.TopicLeaseGroup, sub string, p int32, req runtime.SeekRequest, ttl time.Duration) (string, error) {
+	return r.s.RequestSeek(ctx, g.(redisstore.LeaseGroup), sub, p, req, ttl)
+}
+
+func (r redisSeeks) SeekResult(ctx context.Context, g runtime.TopicLeaseGroup, sub string, p int32) (*runtime.SeekResult, error) {
+	return r.s.SeekResult(ctx, g.(redisstore.LeaseGroup), sub, p)
+}
+
+// seeks returns the env's store's seek calls.
+func (e *topicEnv) seeks() seekStore {
+	if s, ok := e.store.(*redisstore.Store); ok {
+		return redisSeeks{s}
+	}
+	return e.store.(*memstore.Store)
+}
+
+// leaseToken is partition p's lease token now.
+func (e *topicEnv) leaseToken(p int32) string {
+	e.t.Helper()
+	key := e.leaseGroup().LeaseKey(p)
+	if e.raw != nil {
+		v, err := e.raw.Get(context.Background(), key).Result()
+		if err != nil {
+			e.t.Fatalf("partition %d's lease: %v", p, err)
+		}
+		return v
+	}
+	v, ok, err := e.mem.Faults().GetString(context.Background(), key)
+	if err != nil || !ok {
+		e.t.Fatalf("partition %d's lease: %v %v", p, ok, err)
+	}
+	return v
+}
+
+// seekAndWait requests req of partition p and waits for the owner's answer.
+func (e *topicEnv) seekAndWait(p int32, req runtime.SeekRequest) *runtime.SeekResult {
+	e.t.Helper()
+	ss := e.seeks()
+	if now, err := ss.RequestSeek(context.Background(), e.leaseGroup(), topicSub, p, req, time.Minute); err != nil || now != "" {
+		e.t.Fatalf("request seek: lease now %q, err %v", now, err)
+	}
+	var res *runtime.SeekResult
+	var err error
+	waitFor(e.t, 20*time.Second, "the owner's answer", func() bool {
+		res, err = ss.SeekResult(context.Background(), e.leaseGroup(), topicSub, p)
+		return err == nil && res != nil && res.ID == req.ID
+	})
+	return res
+}
+
 // TestTopicSeekPlannedForwardNeverRewinds: a seek planned as a move
 // forward reaches an owner that has handled past its target since the
 // plan. The owner keeps its position (it answers with it) and handles
-// nothing again: asking to skip records must not replay others.
+// nothing again: asking to skip records must not replay others. A
+// rewind then replays partition 0 from its start, once. On both stores:
+// the in-memory one answers seeks as the Redis one does.
 func TestTopicSeekPlannedForwardNeverRewinds(t *testing.T) {
-	e := newTopicEnv(t, onRedis, 2)
+	for _, kind := range []storeKind{onRedis, onMemory} {
+		t.Run(string(kind), func(t *testing.T) { testSeekForwardThenBack(t, kind) })
+	}
+}
+
+func testSeekForwardThenBack(t *testing.T, kind storeKind) {
+	e := newTopicEnv(t, kind, 2)
 	rec := newTopicRecorder(t)
 	n := e.start("n1", e.config(tsub(topicSub, rec.handler("n1"))), nil)
 	defer e.stopAll()
@@ -306,22 +375,9 @@ func TestTopicSeekPlannedForwardNeverRewinds(t *testing.T) {
 
 	// The plan saw the checkpoint at 2 and chose 10: a skip of 8 records.
 	// The owner is at the head now.
-	store := e.store.(*redisstore.Store)
-	lg := e.leaseGroup()
-	token, err := e.raw.Get(context.Background(), lg.LeaseKey(0)).Result()
-	if err != nil {
-		t.Fatalf("partition 0's lease: %v", err)
-	}
+	token := e.leaseToken(0)
 	seen := int64(2)
-	req := runtime.SeekRequest{ID: "fwd-1", Next: 10, From: &seen, Lease: token, By: "test", RequestedAtMs: time.Now().UnixMilli()}
-	if now, err := store.RequestSeek(context.Background(), lg, topicSub, 0, req, time.Minute); err != nil || now != "" {
-		t.Fatalf("request seek: lease now %q, err %v", now, err)
-	}
-	var res *runtime.SeekResult
-	waitFor(t, 20*time.Second, "the owner's answer", func() bool {
-		res, err = store.SeekResult(context.Background(), lg, topicSub, 0)
-		return err == nil && res != nil && res.ID == req.ID
-	})
+	res := e.seekAndWait(0, runtime.SeekRequest{ID: "fwd-1", Next: 10, From: &seen, Lease: token, By: "test", RequestedAtMs: time.Now().UnixMilli()})
 	if res.Status != runtime.SeekDone || res.Next != head || res.From != head {
 		t.Fatalf("result %+v, want done, kept at the head %d", res, head)
 	}
@@ -338,7 +394,38 @@ func TestTopicSeekPlannedForwardNeverRewinds(t *testing.T) {
 	}
 	for _, a := range aggs {
 		if got := rec.handled(topicSub, a); !slices.Equal(got, want) {
-			t.Errorf("aggregate %s handled %v, want 1..%d once each", a, got, rounds+1)
+			t.Fatalf("aggregate %s handled %v, want 1..%d once each", a, got, rounds+1)
+		}
+	}
+
+	// A rewind to the start: partition 0 is handled once more, all of it.
+	head = e.heads()[0]
+	waitFor(t, 10*time.Second, "partition 0 checkpointed at its new head", func() bool {
+		next, ok := e.checkpoint(topicSub, 0)
+		return ok && next == head
+	})
+	res = e.seekAndWait(0, runtime.SeekRequest{ID: "back-1", Next: 0, From: &head, Lease: token, By: "test"})
+	if res.Status != runtime.SeekDone || res.Next != 0 || res.From != head {
+		t.Fatalf("result %+v, want done from %d to 0", res, head)
+	}
+	waitFor(t, 20*time.Second, "partition 0 handled again", func() bool {
+		for _, a := range aggs {
+			if e.aggPartition(a) == 0 && len(rec.handled(topicSub, a)) < 2*(rounds+1) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, a := range aggs {
+		got := rec.handled(topicSub, a)
+		if e.aggPartition(a) != 0 {
+			if !slices.Equal(got, want) {
+				t.Errorf("aggregate %s of partition 1 handled %v, want 1..%d once each", a, got, rounds+1)
+			}
+			continue
+		}
+		if err := replayedOnce(got, 1, rounds+1); err != nil {
+			t.Errorf("aggregate %s: %v (handled %v)", a, err, got)
 		}
 	}
 }
