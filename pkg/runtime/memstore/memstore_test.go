@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,18 @@ import (
 	"github.com/protctl/protctl/pkg/runtime/memstore"
 	"github.com/protctl/protctl/pkg/runtime/storetest"
 )
+
+// ordersGroup names topic orders' lease keys of service shop as
+// redisstore.TopicLeaseGroup does (the suite's lease group).
+type ordersGroup struct{}
+
+func (ordersGroup) String() string { return "shop|topic:orders" }
+func (ordersGroup) LeaseKey(p int32) string {
+	return fmt.Sprintf("protctl:{shop|topic:orders}:lease:%d", p)
+}
+func (ordersGroup) GenerationKey(p int32) string {
+	return fmt.Sprintf("protctl:{shop|topic:orders}:generation:%d", p)
+}
 
 var start = time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC)
 
@@ -49,11 +62,29 @@ func TestSuite(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Target {
 		l := &leases{m: make(map[string]string)}
 		c := clock.NewFake(start)
+		st := memstore.New(l, memstore.WithClock(c))
+		g := ordersGroup{}
 		return storetest.Target{
-			Store:     memstore.New(l, memstore.WithClock(c)),
+			Store:     st,
 			SetLease:  func(t *testing.T, key, value string) { l.set(key, value) },
 			DropLease: func(t *testing.T, key string) { l.drop(key) },
 			Advance:   c.Advance,
+			RequestSeek: func(t *testing.T, sub string, p int32, req runtime.SeekRequest) string {
+				t.Helper()
+				now, err := st.RequestSeek(context.Background(), g, sub, p, req, time.Minute)
+				if err != nil {
+					t.Fatalf("request seek: %v", err)
+				}
+				return now
+			},
+			WithdrawSeek: func(t *testing.T, sub string, p int32, id string) bool {
+				t.Helper()
+				ok, err := st.WithdrawSeek(context.Background(), g, sub, p, id)
+				if err != nil {
+					t.Fatalf("withdraw seek: %v", err)
+				}
+				return ok
+			},
 		}
 	})
 }
