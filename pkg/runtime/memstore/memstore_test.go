@@ -3,7 +3,6 @@ package memstore_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -15,18 +14,6 @@ import (
 	"github.com/protctl/protctl/pkg/runtime/memstore"
 	"github.com/protctl/protctl/pkg/runtime/storetest"
 )
-
-// ordersGroup names topic orders' lease keys of service shop as
-// redisstore.TopicLeaseGroup does (the suite's lease group).
-type ordersGroup struct{}
-
-func (ordersGroup) String() string { return "shop|topic:orders" }
-func (ordersGroup) LeaseKey(p int32) string {
-	return fmt.Sprintf("protctl:{shop|topic:orders}:lease:%d", p)
-}
-func (ordersGroup) GenerationKey(p int32) string {
-	return fmt.Sprintf("protctl:{shop|topic:orders}:generation:%d", p)
-}
 
 var start = time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC)
 
@@ -63,7 +50,7 @@ func TestSuite(t *testing.T) {
 		l := &leases{m: make(map[string]string)}
 		c := clock.NewFake(start)
 		st := memstore.New(l, memstore.WithClock(c))
-		g := ordersGroup{}
+		const g = "shop|topic:orders"
 		return storetest.Target{
 			Store:     st,
 			SetLease:  func(t *testing.T, key, value string) { l.set(key, value) },

@@ -44,13 +44,14 @@ func (s *Store) liveSeeks(k seekSub) *seekHash {
 
 // RequestSeek records req for the owner of partition to carry out, only
 // while g's lease of partition is still req.Lease and no answer to req.ID
-// is recorded, and signals the lease group's watchers. It returns ""
+// is recorded, and signals the lease group's watchers. The lease is the
+// one LeaseKeys names. It returns ""
 // when recorded, RequestAnswered when req.ID was answered already, or
 // else the lease found instead ("-" when free). The subscription's
 // requests expire after ttl (a longer TTL already set is kept).
-func (s *Store) RequestSeek(ctx context.Context, g runtime.TopicLeaseGroup, subscription string, partition int32, req runtime.SeekRequest, ttl time.Duration) (string, error) {
+func (s *Store) RequestSeek(ctx context.Context, leaseGroup string, subscription string, partition int32, req runtime.SeekRequest, ttl time.Duration) (string, error) {
 	const op = "request seek"
-	if err := storecontract.Checkpoint(op, g.String(), subscription, partition); err != nil {
+	if err := storecontract.Checkpoint(op, leaseGroup, subscription, partition); err != nil {
 		return "", err
 	}
 	if req.ID == "" {
@@ -64,11 +65,12 @@ func (s *Store) RequestSeek(ctx context.Context, g runtime.TopicLeaseGroup, subs
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := seekSub{g.String(), subscription}
+	k := seekSub{leaseGroup, subscription}
 	if res, ok := s.seekResults[k][partition]; ok && res.ID == req.ID {
 		return RequestAnswered, nil
 	}
-	lease, ok, err := s.leases.GetString(ctx, g.LeaseKey(partition))
+	leaseKey, _ := s.LeaseKeys(leaseGroup, partition)
+	lease, ok, err := s.leases.GetString(ctx, leaseKey)
 	if err != nil {
 		return "", err
 	}
@@ -98,9 +100,9 @@ func (s *Store) RequestSeek(ctx context.Context, g runtime.TopicLeaseGroup, subs
 
 // WithdrawSeek removes the request id of partition if it is still
 // pending; it reports whether it did.
-func (s *Store) WithdrawSeek(ctx context.Context, g runtime.TopicLeaseGroup, subscription string, partition int32, id string) (bool, error) {
+func (s *Store) WithdrawSeek(ctx context.Context, leaseGroup string, subscription string, partition int32, id string) (bool, error) {
 	const op = "withdraw seek"
-	if err := storecontract.Checkpoint(op, g.String(), subscription, partition); err != nil {
+	if err := storecontract.Checkpoint(op, leaseGroup, subscription, partition); err != nil {
 		return false, err
 	}
 	if err := ctxErr(ctx, op); err != nil {
@@ -108,7 +110,7 @@ func (s *Store) WithdrawSeek(ctx context.Context, g runtime.TopicLeaseGroup, sub
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h := s.liveSeeks(seekSub{g.String(), subscription})
+	h := s.liveSeeks(seekSub{leaseGroup, subscription})
 	if h == nil {
 		return false, nil
 	}
@@ -121,13 +123,13 @@ func (s *Store) WithdrawSeek(ctx context.Context, g runtime.TopicLeaseGroup, sub
 
 // SeekResult returns the latest answer to a seek of partition, nil when
 // there is none.
-func (s *Store) SeekResult(ctx context.Context, g runtime.TopicLeaseGroup, subscription string, partition int32) (*runtime.SeekResult, error) {
+func (s *Store) SeekResult(ctx context.Context, leaseGroup string, subscription string, partition int32) (*runtime.SeekResult, error) {
 	if err := ctxErr(ctx, "read seek result"); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	res, ok := s.seekResults[seekSub{g.String(), subscription}][partition]
+	res, ok := s.seekResults[seekSub{leaseGroup, subscription}][partition]
 	if !ok {
 		return nil, nil
 	}
