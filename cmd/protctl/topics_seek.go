@@ -68,8 +68,11 @@ is bumped, so no node's dedup memory drops the replayed records. A held
 partition is set by its owner online: the apply records a request
 (fenced on the lease the plan saw, else exit 5) and the owner carries it
 out at its next batch boundary under its fence, dropping its queued
-records and dedup memory of the partition, and answers; the apply waits
-for the answer up to --timeout (the item stays applied if it comes later).
+records (and, rewinding, its dedup memory of the partition), and answers;
+the apply waits for the answer up to --timeout, then withdraws the request
+and exits 5 (nothing changed). A seek planned forward never moves an
+owner that is already past the target back. A resumed apply -f reports
+items already carried out as done and does not seek them again.
 Parked aggregates stay parked: their replayed records are skipped until
 the entry is retried or skipped (parked retry / skip).
 

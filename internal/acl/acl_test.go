@@ -31,11 +31,11 @@ var (
 		"redisbroker/seek.lua", "redisbroker/seekrequest.lua", "redisbroker/seekcancel.lua",
 		"redisstore/lib.lua", "redisstore/request.lua", "redisstore/requestpinned.lua", "redisstore/requesttoken.lua",
 		"redisstore/members.lua", "redisstore/pause.lua", "redisstore/placementcas.lua",
-		"redisstore/seekset.lua", "redisstore/seekrequest.lua",
+		"redisstore/seekset.lua", "redisstore/seekrequest.lua", "redisstore/seekwithdraw.lua",
 	}
 	// operatorOnlyScripts are the operator's that a node never runs.
 	operatorOnlyScripts = []string{"redisbroker/dlqreplay.lua", "redisbroker/dlqdelete.lua",
-		"redisbroker/seekrequest.lua", "redisbroker/seekcancel.lua"}
+		"redisbroker/seekrequest.lua", "redisbroker/seekcancel.lua", "redisstore/seekwithdraw.lua"}
 	readOnlyScripts = []string{"redisadapter/prelude.lua", "redisstore/lib.lua", "redisstore/members.lua"}
 )
 

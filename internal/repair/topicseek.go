@@ -316,6 +316,10 @@ func (r *Repairer) applyTopicSeek(ctx context.Context, planID string, it *Item, 
 			return err
 		case out.Lease != "":
 			it.Result, it.Detail = ResultConflict, "the lease is now held by "+out.Lease+", the plan saw it free"
+		case out.Moved && out.Checkpoint != nil && *out.Checkpoint == next:
+			// A resumed run: an earlier run of the plan set it (the plan
+			// skips a partition already at its target).
+			it.Result, it.Detail = ResultDone, fmt.Sprintf("the checkpoint is already %d (set by an earlier run of this plan, or moved there since): nothing to do", next)
 		case out.Moved:
 			now := "none"
 			if out.Checkpoint != nil {
@@ -328,21 +332,42 @@ func (r *Repairer) applyTopicSeek(ctx context.Context, planID string, it *Item, 
 		return nil
 	}
 	token := *it.Precondition.Lease
-	req := runtime.SeekRequest{ID: planID + "-" + t.Subscription + "-" + t.Partition, Next: next, Lease: token, By: it.Params.By,
+	req := runtime.SeekRequest{ID: planID + "-" + t.Subscription + "-" + t.Partition, Next: next, From: seen, Lease: token, By: it.Params.By,
 		RequestedAtMs: r.cfg.now().UnixMilli()}
-	now, err := store.RequestSeek(ctx, g, t.Subscription, p, req)
+	// A resumed run of the plan: the owner answered this item's request
+	// already. It is reported, not requested again.
+	if res, err := store.SeekResult(ctx, g, t.Subscription, p); err != nil {
+		return err
+	} else if res != nil && res.ID == req.ID {
+		topicSeekAnswered(it, res, token, true)
+		return nil
+	}
+	if wait <= 0 {
+		wait = DefaultSeekWait
+	}
+	now, err := store.RequestSeek(ctx, g, t.Subscription, p, req, wait+seekRequestSlack)
 	if err != nil {
 		return err
 	}
-	if now != "" {
+	switch now {
+	case "":
+	case redisstore.RequestAnswered:
+		res, err := store.SeekResult(ctx, g, t.Subscription, p)
+		if err != nil {
+			return err
+		}
+		if res != nil && res.ID == req.ID {
+			topicSeekAnswered(it, res, token, true)
+			return nil
+		}
+		it.Result, it.Detail = ResultConflict, "the owner answered this request already, but its answer was replaced since: nothing requested"
+		return nil
+	default:
 		if now == "-" {
 			now = "free"
 		}
 		it.Result, it.Detail = ResultConflict, fmt.Sprintf("the lease is now %s, the plan saw %s", now, token)
 		return nil
-	}
-	if wait <= 0 {
-		wait = DefaultSeekWait
 	}
 	deadline := time.Now().Add(wait)
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -350,29 +375,81 @@ func (r *Repairer) applyTopicSeek(ctx context.Context, planID string, it *Item, 
 	for {
 		res, err := store.SeekResult(ctx, g, t.Subscription, p)
 		if err != nil {
-			return err
+			return r.withdrawTopicSeek(ctx, store, g, it, req, token, err)
 		}
 		if res != nil && res.ID == req.ID {
-			switch res.Status {
-			case runtime.SeekDone:
-				it.Result, it.Detail = ResultApplied, fmt.Sprintf("%s set the checkpoint %d -> %d online at %s", res.Lease, res.From, res.Next,
-					time.UnixMilli(res.AtMs).UTC().Format(time.RFC3339Nano))
-			default:
-				it.Result, it.Detail = ResultConflict, fmt.Sprintf("the lease is now %s, the plan saw %s: nothing changed", res.Lease, token)
-			}
+			topicSeekAnswered(it, res, token, false)
 			return nil
 		}
 		if time.Now().After(deadline) {
-			it.Result = ResultApplied
-			it.Detail = fmt.Sprintf("requested from %s, not carried out within %s: its owner does it at its next check (a new owner answers stale); see topics show",
-				token, wait)
-			return nil
+			return r.withdrawTopicSeek(ctx, store, g, it, req, token,
+				fmt.Errorf("%w: %s did not carry the seek out within %s (it stopped, is stuck in a handler, or lost the partition)", errSeekUnanswered, token, wait))
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return r.withdrawTopicSeek(ctx, store, g, it, req, token, ctx.Err())
 		case <-tick.C:
 		}
+	}
+}
+
+// seekRequestSlack is how long a topic seek request outlives the wait for
+// its answer when its requester goes away without withdrawing it.
+const seekRequestSlack = 30 * time.Second
+
+// errSeekUnanswered marks the wait running out: reported as a conflict.
+var errSeekUnanswered = errors.New("no answer")
+
+// withdrawTopicSeek takes req back after the wait ended (why): if it was
+// still pending, nothing changed; if the owner answered meanwhile, the
+// answer is reported. Only a wait that ran out (errSeekUnanswered) ends
+// in a conflict; any other why is returned once the request is
+// withdrawn. The withdrawal outlives a cancelled ctx: a request left
+// behind would be carried out after the operator was told it was not.
+func (r *Repairer) withdrawTopicSeek(ctx context.Context, store *redisstore.Store, g redisstore.LeaseGroup, it *Item, req runtime.SeekRequest, token string, why error) error {
+	t := it.Target
+	p := mustPartition(t.Partition)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	withdrawn, err := store.WithdrawSeek(wctx, g, t.Subscription, p, req.ID)
+	if err != nil {
+		return fmt.Errorf("withdrawing the seek request after %v: %w", why, err)
+	}
+	if !withdrawn {
+		if res, err := store.SeekResult(wctx, g, t.Subscription, p); err == nil && res != nil && res.ID == req.ID {
+			topicSeekAnswered(it, res, token, false)
+			return nil
+		}
+	}
+	if !errors.Is(why, errSeekUnanswered) {
+		return why
+	}
+	it.Result = ResultConflict
+	it.Detail = strings.TrimPrefix(why.Error(), errSeekUnanswered.Error()+": ") + ": the request was withdrawn, nothing changed"
+	return nil
+}
+
+// mustPartition reads a partition the caller already parsed.
+func mustPartition(s string) int32 {
+	p, _ := strconv.ParseInt(s, 10, 32)
+	return int32(p)
+}
+
+// topicSeekAnswered records the owner's answer res in it; earlier: the
+// answer was to an earlier run of the plan (ResultDone).
+func topicSeekAnswered(it *Item, res *runtime.SeekResult, token string, earlier bool) {
+	if res.Status != runtime.SeekDone {
+		it.Result, it.Detail = ResultConflict, fmt.Sprintf("the lease is now %s, the plan saw %s: nothing changed", res.Lease, token)
+		return
+	}
+	at := time.UnixMilli(res.AtMs).UTC().Format(time.RFC3339Nano)
+	it.Result, it.Detail = ResultApplied, fmt.Sprintf("%s set the checkpoint %d -> %d online at %s", res.Lease, res.From, res.Next, at)
+	if next, err := strconv.ParseInt(it.Params.SeekTo, 10, 64); err == nil && res.Next != next {
+		it.Detail += fmt.Sprintf(" (it was already past the planned %d: a forward seek never moves back)", next)
+	}
+	if earlier {
+		it.Result = ResultDone
+		it.Detail += ", by an earlier run of this plan"
 	}
 }
 

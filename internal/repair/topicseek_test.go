@@ -17,6 +17,7 @@ import (
 
 	"github.com/protctl/protctl/internal/repair"
 	"github.com/protctl/protctl/internal/testenv"
+	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/clock"
@@ -173,5 +174,153 @@ func TestTopicSeekPlanAppliedByTheRunningOwner(t *testing.T) {
 	}
 	if d := ts.Subscription("ledger").Counters()["duplicates"]; d != 0 {
 		t.Errorf("%d records dropped as duplicates", d)
+	}
+}
+
+// TestTopicSeekUnansweredIsWithdrawn: the partition's lease is held but
+// no owner answers (it stopped, or a handler is stuck). The apply waits,
+// withdraws the request and reports a conflict: nothing changed, no
+// request left behind for the owner to carry out later. A resumed apply
+// of the plan requests again and withdraws again.
+func TestTopicSeekUnansweredIsWithdrawn(t *testing.T) {
+	ctx := context.Background()
+	k := testenv.StartKafka(t, 1, "orders")
+	kc := k.Client(t)
+	c := testenv.StartRedis(t).Client(t)
+	src, err := kafkasource.New(k.Brokers, kafkasource.WithFetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(src.Close)
+	var recs []*kgo.Record
+	for i := range 10 {
+		recs = append(recs, &kgo.Record{Topic: "orders", Partition: 0, Key: []byte("a"), Value: []byte(strconv.Itoa(i))})
+	}
+	k.Produce(t, kc, recs...)
+	g := redisstore.TopicLeaseGroup("shop", "orders")
+	if err := c.Set(ctx, g.LeaseKey(0), "gone:4", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HSet(ctx, g.CheckpointsKey("ledger"), "0", 8).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := repair.New(c, redisbroker.New(c))
+	to, _ := repair.ParseTopicSeekTo("--to", "earliest", time.Now())
+	p, err := r.PlanTopicSeek(ctx, repair.TopicSeekRequest{Service: "shop", Topic: "orders", Subscription: "ledger", To: to, Kafka: src, By: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := redisstore.New(c)
+	for run := range 2 {
+		out, err := r.Apply(ctx, p, repair.ApplyOptions{SeekWait: 300 * time.Millisecond})
+		if err != nil || out != repair.OutcomeConflict {
+			t.Fatalf("run %d: apply %v, %v, want a conflict: %+v", run, out, err, p.Items[0])
+		}
+		if it := p.Items[0]; it.Result != repair.ResultConflict || !strings.Contains(it.Detail, "withdrawn, nothing changed") {
+			t.Fatalf("run %d: item %s %q", run, it.Result, it.Detail)
+		}
+		if pend, err := store.PendingSeeks(ctx, g.String(), "ledger"); err != nil || len(pend) != 0 {
+			t.Fatalf("run %d: request left behind: %v %v", run, pend, err)
+		}
+		if v := c.HGet(ctx, g.CheckpointsKey("ledger"), "0").Val(); v != "8" {
+			t.Fatalf("run %d: checkpoint %s, want 8", run, v)
+		}
+	}
+	// The request stands while the apply waits, and expires if the
+	// requester goes away: its hash has a TTL.
+	id := p.ID + "-ledger-0"
+	seen := int64(8)
+	if now, err := store.RequestSeek(ctx, g, "ledger", 0, runtime.SeekRequest{ID: id, Next: 0, From: &seen, Lease: "gone:4"}, time.Minute); err != nil || now != "" {
+		t.Fatalf("request: %q %v", now, err)
+	}
+	if ttl := c.PTTL(ctx, g.SeeksKey("ledger")).Val(); ttl <= 0 {
+		t.Fatalf("requests hash TTL %v, want one", ttl)
+	}
+}
+
+// TestTopicSeekResumedApplyIsDone: a plan applied once and applied again
+// (apply -f resumed after an interruption) reports its items done by the
+// earlier run and seeks nothing a second time: on a held partition the
+// owner's answer with the item's id is found and no request is recorded;
+// on a free partition the checkpoint already at the target is done, not
+// a conflict.
+func TestTopicSeekResumedApplyIsDone(t *testing.T) {
+	ctx := context.Background()
+	k := testenv.StartKafka(t, 2, "orders")
+	kc := k.Client(t)
+	c := testenv.StartRedis(t).Client(t)
+	src, err := kafkasource.New(k.Brokers, kafkasource.WithFetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(src.Close)
+	var recs []*kgo.Record
+	for p := range int32(2) {
+		for i := range 10 {
+			recs = append(recs, &kgo.Record{Topic: "orders", Partition: p, Key: []byte("a"), Value: []byte(strconv.Itoa(i))})
+		}
+	}
+	k.Produce(t, kc, recs...)
+	g := redisstore.TopicLeaseGroup("shop", "orders")
+	const token = "n1:4"
+	if err := c.Set(ctx, g.LeaseKey(0), token, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"0", "1"} {
+		if err := c.HSet(ctx, g.CheckpointsKey("ledger"), p, 8).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := repair.New(c, redisbroker.New(c))
+	to, _ := repair.ParseTopicSeekTo("--to", "2", time.Now())
+	p, err := r.PlanTopicSeek(ctx, repair.TopicSeekRequest{Service: "shop", Topic: "orders", Subscription: "ledger", To: to, Kafka: src, By: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := redisstore.New(c)
+	f := broker.Fence{LeaseKey: g.LeaseKey(0), Token: token}
+	// The owner of partition 0: answers the first request it finds.
+	answered := make(chan runtime.SeekRequest, 1)
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		for octx.Err() == nil {
+			reqs, err := store.PendingSeeks(octx, g.String(), "ledger")
+			if req, ok := reqs[0]; err == nil && ok {
+				ok, err := store.CompleteSeek(octx, f, g.String(), "ledger", 0, runtime.SeekResult{ID: req.ID, Status: runtime.SeekDone, From: 8, Next: req.Next, Lease: token, AtMs: time.Now().UnixMilli()})
+				if err == nil && ok {
+					answered <- req
+					return
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	out, err := r.Apply(ctx, p, repair.ApplyOptions{SeekWait: 20 * time.Second})
+	if err != nil || out != repair.OutcomeApplied {
+		t.Fatalf("apply: %v, %v: %+v", out, err, p.Items)
+	}
+	req := <-answered
+	if req.From == nil || *req.From != 8 || req.Forward() {
+		t.Fatalf("request %+v: want From 8, a rewind", req)
+	}
+	for _, it := range p.Items {
+		if it.Result != repair.ResultApplied {
+			t.Fatalf("first run: %s %s %q", it.Target.Partition, it.Result, it.Detail)
+		}
+	}
+	stop()
+
+	out, err = r.Apply(ctx, p, repair.ApplyOptions{SeekWait: 300 * time.Millisecond})
+	if err != nil || out != repair.OutcomeApplied {
+		t.Fatalf("resumed apply: %v, %v: %+v", out, err, p.Items)
+	}
+	for _, it := range p.Items {
+		if it.Result != repair.ResultDone {
+			t.Errorf("resumed run: partition %s %s %q, want done", it.Target.Partition, it.Result, it.Detail)
+		}
+	}
+	if pend, err := store.PendingSeeks(ctx, g.String(), "ledger"); err != nil || len(pend) != 0 {
+		t.Fatalf("the resumed run requested again: %v %v", pend, err)
 	}
 }

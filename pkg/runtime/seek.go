@@ -14,6 +14,12 @@ type SeekRequest struct {
 	ID string `json:"id"`
 	// Next is the checkpoint to set: the next offset to handle.
 	Next int64 `json:"next"`
+	// From is the checkpoint the plan saw; nil when none was saved. It
+	// gives the seek its direction: a plan that moves forward (Next above
+	// From) only skips, so an owner already at or past Next keeps its
+	// position rather than handling records again (see Forward); any
+	// other seek sets Next exactly.
+	From *int64 `json:"from,omitempty"`
 	// Lease is the fence token (owner:generation) the plan saw; an owner
 	// holding another token answers SeekStale and changes nothing.
 	Lease string `json:"lease"`
@@ -23,6 +29,10 @@ type SeekRequest struct {
 	// since the epoch).
 	RequestedAtMs int64 `json:"requestedAtMs"`
 }
+
+// Forward says whether the plan moved the checkpoint forward: records
+// are skipped, none is to be handled again.
+func (r SeekRequest) Forward() bool { return r.From != nil && r.Next > *r.From }
 
 // Seek result statuses.
 const (
@@ -41,7 +51,8 @@ type SeekResult struct {
 	// (the low watermark of its window) when it applied the seek; -1 when
 	// not applied.
 	From int64 `json:"from"`
-	// Next is the checkpoint set (the request's).
+	// Next is the checkpoint set: the request's, or for a forward seek
+	// the owner's position when it was already past it.
 	Next int64 `json:"next"`
 	// Lease is the owner's fence token.
 	Lease string `json:"lease"`

@@ -49,11 +49,29 @@ func TestSuite(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Target {
 		l := &leases{m: make(map[string]string)}
 		c := clock.NewFake(start)
+		st := memstore.New(l, memstore.WithClock(c))
+		const g = "shop|topic:orders"
 		return storetest.Target{
-			Store:     memstore.New(l, memstore.WithClock(c)),
+			Store:     st,
 			SetLease:  func(t *testing.T, key, value string) { l.set(key, value) },
 			DropLease: func(t *testing.T, key string) { l.drop(key) },
 			Advance:   c.Advance,
+			RequestSeek: func(t *testing.T, sub string, p int32, req runtime.SeekRequest) string {
+				t.Helper()
+				now, err := st.RequestSeek(context.Background(), g, sub, p, req, time.Minute)
+				if err != nil {
+					t.Fatalf("request seek: %v", err)
+				}
+				return now
+			},
+			WithdrawSeek: func(t *testing.T, sub string, p int32, id string) bool {
+				t.Helper()
+				ok, err := st.WithdrawSeek(context.Background(), g, sub, p, id)
+				if err != nil {
+					t.Fatalf("withdraw seek: %v", err)
+				}
+				return ok
+			},
 		}
 	})
 }

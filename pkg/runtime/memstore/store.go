@@ -37,6 +37,11 @@ type Store struct {
 	// requested remembers pinned requests by token: the entry a call
 	// named (as asked) -> the entry it was recorded on (RequestPinned).
 	requested map[pinnedName]pinnedMark
+	// Seeks (seek.go): pending requests, answers, and the lease groups'
+	// watchers.
+	seeks        map[seekSub]*seekHash
+	seekResults  map[seekSub]map[int32]runtime.SeekResult
+	seekWatchers map[string]map[*watcher]struct{}
 }
 
 var (
@@ -123,6 +128,10 @@ func New(leases Leases, opts ...Option) *Store {
 		parked:      make(map[string]map[entryID]entry),
 		watchers:    make(map[string]map[*watcher]struct{}),
 		requested:   make(map[pinnedName]pinnedMark),
+
+		seeks:        make(map[seekSub]*seekHash),
+		seekResults:  make(map[seekSub]map[int32]runtime.SeekResult),
+		seekWatchers: make(map[string]map[*watcher]struct{}),
 	}
 }
 

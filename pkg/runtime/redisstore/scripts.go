@@ -46,6 +46,8 @@ var (
 	seekRequestLua string
 	//go:embed seekcomplete.lua
 	seekCompleteLua string
+	//go:embed seekwithdraw.lua
+	seekWithdrawLua string
 	//go:embed placementcas.lua
 	placementCASLua string
 )
@@ -67,6 +69,7 @@ var (
 	seekSetScript      = newScript(seekSetLua)
 	seekRequestScript  = newScript(seekRequestLua)
 	seekCompleteScript = newScript(seekCompleteLua)
+	seekWithdrawScript = newScript(seekWithdrawLua)
 	placementCAS       = newScript(placementCASLua)
 )
 

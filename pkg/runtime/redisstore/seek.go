@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/internal/redisadapter"
@@ -102,10 +103,20 @@ func (s *Store) SetUnownedCheckpoint(ctx context.Context, g LeaseGroup, subscrip
 	return out, nil
 }
 
+// RequestAnswered is what RequestSeek returns when the owner already
+// answered a request of the same id: it is not recorded again (a lease
+// token is owner:generation, never "=").
+const RequestAnswered = "="
+
 // RequestSeek records req for the owner of partition to carry out, only
-// while its lease is still req.Lease, and announces it. It returns the
-// lease found instead ("" when recorded, "-" when free).
-func (s *Store) RequestSeek(ctx context.Context, g LeaseGroup, subscription string, partition int32, req runtime.SeekRequest) (string, error) {
+// while its lease is still req.Lease and no answer to req.ID is recorded,
+// and announces it. It returns "" when recorded, RequestAnswered when the
+// owner answered req.ID already (read it with SeekResult), or else the
+// lease found instead ("-" when free). The subscription's requests hash
+// expires after ttl (at least; a longer TTL set by another request is
+// kept), so a request whose requester went away without withdrawing it
+// (WithdrawSeek) does not stand for ever.
+func (s *Store) RequestSeek(ctx context.Context, g LeaseGroup, subscription string, partition int32, req runtime.SeekRequest, ttl time.Duration) (string, error) {
 	const op = "request seek"
 	if err := g.Validate(); err != nil {
 		return "", err
@@ -113,12 +124,18 @@ func (s *Store) RequestSeek(ctx context.Context, g LeaseGroup, subscription stri
 	if err := storecontract.Checkpoint(op, g.String(), subscription, partition); err != nil {
 		return "", err
 	}
+	if req.ID == "" {
+		return "", storecontract.Invalid(op, "id", `""`, "must not be empty")
+	}
+	if ttl < time.Millisecond {
+		return "", storecontract.Invalid(op, "ttl", ttl.String(), "must be at least 1ms")
+	}
 	raw, err := json.Marshal(req)
 	if err != nil {
 		return "", err
 	}
-	keys := []string{g.LeaseKey(partition), g.SeeksKey(subscription)}
-	now, err := seekRequestScript.Run(ctx, s.client, keys, req.Lease, partition, string(raw)).Text()
+	keys := []string{g.LeaseKey(partition), g.SeeksKey(subscription), g.SeekResultsKey(subscription)}
+	now, err := seekRequestScript.Run(ctx, s.client, keys, req.Lease, partition, string(raw), req.ID, ttl.Milliseconds()).Text()
 	if err != nil {
 		return "", mapErr(call{Op: op, Keys: keys}, err)
 	}
@@ -128,6 +145,26 @@ func (s *Store) RequestSeek(ctx context.Context, g LeaseGroup, subscription stri
 	// A hint only: owners also poll.
 	_ = s.client.Publish(ctx, g.SeeksChannel(), subscription).Err()
 	return "", nil
+}
+
+// WithdrawSeek removes the request id of partition if it is still
+// pending (the owner has not answered it, no other request replaced it),
+// in one script: the owner's answer (CompleteSeek) then finds nothing and
+// changes nothing. It reports whether it withdrew the request.
+func (s *Store) WithdrawSeek(ctx context.Context, g LeaseGroup, subscription string, partition int32, id string) (bool, error) {
+	const op = "withdraw seek"
+	if err := g.Validate(); err != nil {
+		return false, err
+	}
+	if err := storecontract.Checkpoint(op, g.String(), subscription, partition); err != nil {
+		return false, err
+	}
+	keys := []string{g.SeeksKey(subscription)}
+	n, err := seekWithdrawScript.Run(ctx, s.client, keys, partition, id).Int()
+	if err != nil {
+		return false, mapErr(call{Op: op, Keys: keys}, err)
+	}
+	return n == 1, nil
 }
 
 // SeekResult returns the latest answer to a seek of partition, nil when

@@ -166,8 +166,10 @@ func TestEveryScriptsKeysShareASlot(t *testing.T) {
 	ten := int64(10)
 	_, err = s.SetUnownedCheckpoint(ctx, lg, "sync", 4, &ten, 2)
 	must("set unowned", err)
-	_, err = s.RequestSeek(ctx, lg, "sync", 3, runtime.SeekRequest{ID: "s1", Next: 2, Lease: kafka.Token})
+	_, err = s.RequestSeek(ctx, lg, "sync", 3, runtime.SeekRequest{ID: "s1", Next: 2, Lease: kafka.Token}, time.Minute)
 	must("request seek", err)
+	_, err = s.WithdrawSeek(ctx, lg, "sync", 3, "s0")
+	must("withdraw seek", err)
 	_, err = s.CompleteSeek(ctx, kafka, lg.String(), "sync", 3, runtime.SeekResult{ID: "s1", Status: runtime.SeekDone, Next: 2, Lease: kafka.Token})
 	must("complete seek", err)
 	for i, f := range []broker.Fence{kafka, redisKey} {
@@ -203,6 +205,7 @@ func TestEveryScriptsKeysShareASlot(t *testing.T) {
 		"resolve": resolveScript, "request": requestScript, "unindex": unindexScript,
 		"index": indexScript, "requestpinned": requestPinned, "requesttoken": requestToken,
 		"seekset": seekSetScript, "seekrequest": seekRequestScript, "seekcomplete": seekCompleteScript,
+		"seekwithdraw": seekWithdrawScript,
 	} {
 		scripts[sc.Hash()] = name
 	}

@@ -38,6 +38,22 @@ func TestSuite(t *testing.T) {
 			},
 			// TTLs run on the server's clock, which only real time moves.
 			Advance: time.Sleep,
+			RequestSeek: func(t *testing.T, sub string, p int32, req runtime.SeekRequest) string {
+				t.Helper()
+				now, err := s.RequestSeek(context.Background(), redisstore.TopicLeaseGroup("shop", "orders"), sub, p, req, time.Minute)
+				if err != nil {
+					t.Fatalf("request seek: %v", err)
+				}
+				return now
+			},
+			WithdrawSeek: func(t *testing.T, sub string, p int32, id string) bool {
+				t.Helper()
+				ok, err := s.WithdrawSeek(context.Background(), redisstore.TopicLeaseGroup("shop", "orders"), sub, p, id)
+				if err != nil {
+					t.Fatalf("withdraw seek: %v", err)
+				}
+				return ok
+			},
 		}
 	})
 }

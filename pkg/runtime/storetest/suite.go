@@ -37,6 +37,12 @@ type Target struct {
 	// Advance lets d pass on the clock the store measures TTLs on: a fake
 	// clock's Advance, or a real wait for a server's clock.
 	Advance func(d time.Duration)
+	// RequestSeek and WithdrawSeek are the operator's side of a seek of
+	// partition of subscription in lease group "shop|topic:orders" (the
+	// stores' RequestSeek and WithdrawSeek, TTL one minute): required when
+	// Store is a runtime.CheckpointSeeker.
+	RequestSeek  func(t *testing.T, subscription string, partition int32, req runtime.SeekRequest) string
+	WithdrawSeek func(t *testing.T, subscription string, partition int32, id string) bool
 }
 
 // Factory returns a fresh Target for each case.
@@ -57,7 +63,7 @@ type Suite struct {
 // Cases returns every case, in the order Run runs them.
 func Cases() []Case {
 	var all []Case
-	for _, group := range [][]Case{membershipCases, checkpointCases, ledgerCases, requestCases, pinnedCases, inputCases, raceCases} {
+	for _, group := range [][]Case{membershipCases, checkpointCases, seekCases, ledgerCases, requestCases, pinnedCases, inputCases, raceCases} {
 		all = append(all, group...)
 	}
 	return all

@@ -3,6 +3,7 @@ package topic
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
@@ -26,12 +27,13 @@ import (
 //     (saveMu keeps a periodic save read before the seek from landing
 //     after it);
 //  3. drops the records queued for the subscription (its lanes and
-//     in-flight window) and its dedup memory of the partition, so that
-//     replayed records are handled and not dropped as duplicates, and
-//     reads on from the new position: a running catch-up restarts from
-//     it (seekGen), a rewind below the shared reader's position catches
-//     up on its own reader, a forward seek lets the records below it go
-//     by.
+//     in-flight window) and, moving back, its dedup memory of the
+//     partition, so that replayed records are handled and not dropped as
+//     duplicates, and reads on from the new position: a running catch-up
+//     restarts from it (seekGen), a rewind below the shared reader's
+//     position catches up on its own reader, a forward seek lets the
+//     records below it go by. A seek planned forward never moves the
+//     owner back (see seek).
 //
 // Parked aggregates are left as they are: their ledger entries still
 // cover them, so replayed records of a parked aggregate are skipped like
@@ -47,6 +49,8 @@ func (t *Consumer) seekLoop(ctx context.Context) {
 	}
 	kick := make(chan struct{}, 1)
 	done := make(chan struct{})
+	runs := &seekRuns{busy: make(map[seekRunKey]bool)}
+	defer runs.wg.Wait()
 	defer func() { <-done }()
 	go func() {
 		defer close(done)
@@ -73,7 +77,7 @@ func (t *Consumer) seekLoop(ctx context.Context) {
 		}
 	}()
 	for {
-		t.checkSeeks(ctx, seeker)
+		t.checkSeeks(ctx, seeker, runs)
 		tm := t.clk.NewTimer(t.cfg.RenewEvery)
 		select {
 		case <-ctx.Done():
@@ -86,9 +90,43 @@ func (t *Consumer) seekLoop(ctx context.Context) {
 	}
 }
 
-// checkSeeks reads every subscription's pending requests and carries out
-// those of the partitions this node holds, one after another.
-func (t *Consumer) checkSeeks(ctx context.Context, seeker runtime.CheckpointSeeker) {
+// seekRuns are the seeks under way, one at most per subscription and
+// partition: each runs on its own goroutine, so that a partition whose
+// handler is slow to finish its batch delays no other partition's seek.
+type seekRuns struct {
+	mu   sync.Mutex
+	busy map[seekRunKey]bool
+	wg   sync.WaitGroup
+}
+
+type seekRunKey struct {
+	sub string
+	p   int32
+}
+
+// start runs fn for key unless a seek of key is under way.
+func (r *seekRuns) start(key seekRunKey, fn func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.busy[key] {
+		return
+	}
+	r.busy[key] = true
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer func() {
+			r.mu.Lock()
+			delete(r.busy, key)
+			r.mu.Unlock()
+		}()
+		fn()
+	}()
+}
+
+// checkSeeks reads every subscription's pending requests and starts
+// those of the partitions this node holds that are not under way.
+func (t *Consumer) checkSeeks(ctx context.Context, seeker runtime.CheckpointSeeker, runs *seekRuns) {
 	for _, sr := range t.subs {
 		octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
 		reqs, err := seeker.PendingSeeks(octx, t.group, sr.cfg.Name)
@@ -104,10 +142,12 @@ func (t *Consumer) checkSeeks(ctx context.Context, seeker runtime.CheckpointSeek
 			if tp == nil {
 				continue
 			}
-			if err := tp.seek(ctx, seeker, sr, req); err != nil && ctx.Err() == nil {
-				t.log.Warn("seek failed; it is tried again", "subscription", sr.cfg.Name, "partition", p, "err", err)
-				observe.Error(t.obs, runtime.ErrorEvent{Subscription: t.name, Op: "seek", Err: err})
-			}
+			runs.start(seekRunKey{sub: sr.cfg.Name, p: p}, func() {
+				if err := tp.seek(ctx, seeker, sr, req); err != nil && ctx.Err() == nil {
+					t.log.Warn("seek failed; it is tried again", "subscription", sr.cfg.Name, "partition", p, "err", err)
+					observe.Error(t.obs, runtime.ErrorEvent{Subscription: t.name, Op: "seek", Err: err})
+				}
+			})
 		}
 	}
 }
@@ -116,6 +156,17 @@ var errSeekBusy = errors.New("runtime: seek: a retry of a parked aggregate is un
 
 // seek carries out req on this partition for sr (see the top of the
 // file). A request for another lease is answered runtime.SeekStale.
+//
+// Where to: a request planned as a move forward (req.Forward) only
+// skips records, so it sets max(req.Next, the owner's position): an
+// owner that handled past the target since the plan keeps its position
+// rather than handling those records again. Any other request (a rewind,
+// or a plan that saw no checkpoint) sets req.Next exactly: a rewind is
+// relative to what the plan saw, and records handled since the plan are
+// handled again too. The dedup memory is dropped only when the position
+// moves back (records are to be handled again); moving forward it is
+// kept, so records the owner handled past the new position (out of
+// order, in other lanes) are dropped as duplicates when read again.
 func (tp *topicPart) seek(ctx context.Context, seeker runtime.CheckpointSeeker, sr *Runtime, req runtime.SeekRequest) error {
 	t := tp.t
 	if !tp.lease.trusted(t.clk.Now()) {
@@ -130,24 +181,33 @@ func (tp *topicPart) seek(ctx context.Context, seeker runtime.CheckpointSeeker, 
 		_, err := seeker.CompleteSeek(octx, tp.lease.fence, lg, sr.cfg.Name, tp.p, res)
 		return tp.seekErr(err)
 	}
-	tp.saveMu.Lock()
-	defer tp.saveMu.Unlock()
 	tp.mu.Lock()
-	defer tp.mu.Unlock()
 	sp := tp.subOf(sr)
 	if sp == nil || tp.closed {
+		tp.mu.Unlock()
 		return nil
 	}
 	sp.seeking = true
-	// The batch boundary: workers take no other lane while seeking, and
-	// each says when it leaves (work broadcasts).
-	for sp.workers > 0 && !tp.closed && tp.ctx.Err() == nil {
-		tp.cond.Wait()
-	}
 	resume := func() {
 		sp.seeking = false
 		sp.kickLocked()
 		tp.cond.Broadcast()
+	}
+	// The batch boundary: workers take no other lane while seeking, and
+	// each says when it leaves (work broadcasts). saveMu is not held
+	// meanwhile: a handler slow to return must not stop checkpoint saves.
+	for sp.workers > 0 && !tp.closed && tp.ctx.Err() == nil {
+		tp.cond.Wait()
+	}
+	tp.mu.Unlock()
+	// saveMu, then mu (saveCheckpoints' order): a save that read the
+	// position before the seek lands before it, not over it.
+	tp.saveMu.Lock()
+	defer tp.saveMu.Unlock()
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	for sp.workers > 0 && !tp.closed && tp.ctx.Err() == nil {
+		tp.cond.Wait()
 	}
 	if tp.closed || tp.ctx.Err() != nil {
 		resume()
@@ -157,7 +217,12 @@ func (tp *topicPart) seek(ctx context.Context, seeker runtime.CheckpointSeeker, 
 		resume()
 		return errSeekBusy
 	}
-	res.Status, res.From, res.AtMs = runtime.SeekDone, sp.win.low(sp.next), t.clk.Now().UnixMilli()
+	from := sp.win.low(sp.next)
+	next := req.Next
+	if req.Forward() {
+		next = max(next, from)
+	}
+	res.Status, res.From, res.Next, res.AtMs = runtime.SeekDone, from, next, t.clk.Now().UnixMilli()
 	octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
 	ok, err := seeker.CompleteSeek(octx, tp.lease.fence, lg, sr.cfg.Name, tp.p, res)
 	cancel()
@@ -165,8 +230,12 @@ func (tp *topicPart) seek(ctx context.Context, seeker runtime.CheckpointSeeker, 
 		resume()
 		return tp.seekErr(err)
 	}
-	sp.resetLocked(req.Next)
-	t.log.Info("seek applied", "subscription", sr.cfg.Name, "partition", tp.p, "from", res.From, "to", req.Next, "id", req.ID)
+	if next != from {
+		sp.resetLocked(next, next < from)
+	} else {
+		sp.saved = max(sp.saved, next)
+	}
+	t.log.Info("seek applied", "subscription", sr.cfg.Name, "partition", tp.p, "from", res.From, "to", next, "asked", req.Next, "id", req.ID)
 	resume()
 	return nil
 }
@@ -197,15 +266,18 @@ func (sp *subPart) retryingLocked() bool {
 }
 
 // resetLocked drops what the subscription holds of the partition (queued
-// records, window, dedup memory) and reads on from next. No worker runs.
-func (sp *subPart) resetLocked(next int64) {
+// records, window, and with forget its dedup memory) and reads on from
+// next. No worker runs.
+func (sp *subPart) resetLocked(next int64, forget bool) {
 	tp := sp.tp
 	sp.lanes = make(map[string]*aggLane)
 	sp.blocks.lanes = 0
 	sp.ready = laneQueue{}
 	sp.win = window{}
 	sp.next, sp.saved = next, next
-	sp.dedup.forgetAll()
+	if forget {
+		sp.dedup.forgetAll()
+	}
 	sp.seekGen++
 	if sp.attached && next < tp.tailPos {
 		sp.attached = false

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/memstore"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -97,7 +98,7 @@ func TestTopicSeekOnline(t *testing.T) {
 		t.Fatalf("partition 0's lease: %v", err)
 	}
 	req := runtime.SeekRequest{ID: "seek-1", Next: target, Lease: token, By: "test", RequestedAtMs: time.Now().UnixMilli()}
-	if now, err := store.RequestSeek(context.Background(), lg, topicSub, 0, req); err != nil || now != "" {
+	if now, err := store.RequestSeek(context.Background(), lg, topicSub, 0, req, time.Minute); err != nil || now != "" {
 		t.Fatalf("request seek: lease now %q, err %v", now, err)
 	}
 	var res *runtime.SeekResult
@@ -276,5 +277,159 @@ func TestTopicSeekUnowned(t *testing.T) {
 	out, err := store.SetUnownedCheckpoint(context.Background(), lg, topicSub, 0, &cur, 0)
 	if err != nil || out.Set || out.Lease == "" {
 		t.Fatalf("set on a held partition: %+v, %v", out, err)
+	}
+}
+
+// seekStore is the operator's side of a seek, as redisstore and memstore
+// both have it (lease group as its string).
+type seekStore interface {
+	RequestSeek(ctx context.Context, leaseGroup, subscription string, partition int32, req runtime.SeekRequest, ttl time.Duration) (string, error)
+	SeekResult(ctx context.Context, leaseGroup, subscription string, partition int32) (*runtime.SeekResult, error)
+}
+
+// redisSeeks adapts redisstore's seek calls (they take its LeaseGroup;
+// the env's is the only one).
+type redisSeeks struct {
+	s *redisstore.Store
+	g redisstore.LeaseGroup
+}
+
+func (r redisSeeks) RequestSeek(ctx context.Context, _, sub string, p int32, req runtime.SeekRequest, ttl time.Duration) (string, error) {
+	return r.s.RequestSeek(ctx, r.g, sub, p, req, ttl)
+}
+
+func (r redisSeeks) SeekResult(ctx context.Context, _, sub string, p int32) (*runtime.SeekResult, error) {
+	return r.s.SeekResult(ctx, r.g, sub, p)
+}
+
+// seeks returns the env's store's seek calls.
+func (e *topicEnv) seeks() seekStore {
+	if s, ok := e.store.(*redisstore.Store); ok {
+		return redisSeeks{s, e.leaseGroup()}
+	}
+	return e.store.(*memstore.Store)
+}
+
+// leaseToken is partition p's lease token now.
+func (e *topicEnv) leaseToken(p int32) string {
+	e.t.Helper()
+	key := e.leaseGroup().LeaseKey(p)
+	if e.raw != nil {
+		v, err := e.raw.Get(context.Background(), key).Result()
+		if err != nil {
+			e.t.Fatalf("partition %d's lease: %v", p, err)
+		}
+		return v
+	}
+	v, ok, err := e.mem.Faults().GetString(context.Background(), key)
+	if err != nil || !ok {
+		e.t.Fatalf("partition %d's lease: %v %v", p, ok, err)
+	}
+	return v
+}
+
+// seekAndWait requests req of partition p and waits for the owner's answer.
+func (e *topicEnv) seekAndWait(p int32, req runtime.SeekRequest) *runtime.SeekResult {
+	e.t.Helper()
+	ss := e.seeks()
+	if now, err := ss.RequestSeek(context.Background(), e.leaseGroup().String(), topicSub, p, req, time.Minute); err != nil || now != "" {
+		e.t.Fatalf("request seek: lease now %q, err %v", now, err)
+	}
+	var res *runtime.SeekResult
+	var err error
+	waitFor(e.t, 20*time.Second, "the owner's answer", func() bool {
+		res, err = ss.SeekResult(context.Background(), e.leaseGroup().String(), topicSub, p)
+		return err == nil && res != nil && res.ID == req.ID
+	})
+	return res
+}
+
+// TestTopicSeekPlannedForwardNeverRewinds: a seek planned as a move
+// forward reaches an owner that has handled past its target since the
+// plan. The owner keeps its position (it answers with it) and handles
+// nothing again: asking to skip records must not replay others. A
+// rewind then replays partition 0 from its start, once. On both stores:
+// the in-memory one answers seeks as the Redis one does.
+func TestTopicSeekPlannedForwardNeverRewinds(t *testing.T) {
+	for _, kind := range []storeKind{onRedis, onMemory} {
+		t.Run(string(kind), func(t *testing.T) { testSeekForwardThenBack(t, kind) })
+	}
+}
+
+func testSeekForwardThenBack(t *testing.T, kind storeKind) {
+	e := newTopicEnv(t, kind, 2)
+	rec := newTopicRecorder(t)
+	n := e.start("n1", e.config(tsub(topicSub, rec.handler("n1"))), nil)
+	defer e.stopAll()
+	if err := n.ts.AwaitStarted(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	aggs := aggNames(6)
+	const rounds = 30
+	e.produce(aggs, 1, rounds)
+	waitFor(t, 20*time.Second, "every record handled", func() bool { return rec.complete(topicSub, aggs, rounds) })
+	head := e.heads()[0]
+	if head <= 10 {
+		t.Fatalf("partition 0's head %d, want past 10", head)
+	}
+	waitFor(t, 10*time.Second, "partition 0 checkpointed at its head", func() bool {
+		next, ok := e.checkpoint(topicSub, 0)
+		return ok && next == head
+	})
+
+	// The plan saw the checkpoint at 2 and chose 10: a skip of 8 records.
+	// The owner is at the head now.
+	token := e.leaseToken(0)
+	seen := int64(2)
+	res := e.seekAndWait(0, runtime.SeekRequest{ID: "fwd-1", Next: 10, From: &seen, Lease: token, By: "test", RequestedAtMs: time.Now().UnixMilli()})
+	if res.Status != runtime.SeekDone || res.Next != head || res.From != head {
+		t.Fatalf("result %+v, want done, kept at the head %d", res, head)
+	}
+	if next, _ := e.checkpoint(topicSub, 0); next != head {
+		t.Fatalf("checkpoint %d, want the head %d", next, head)
+	}
+	// One more record per aggregate: a replay of 10..head would come
+	// before it in each aggregate's order.
+	e.produce(aggs, rounds+1, rounds+1)
+	waitFor(t, 20*time.Second, "the new records handled", func() bool { return rec.complete(topicSub, aggs, rounds+1) })
+	want := make([]int, 0, rounds+1)
+	for s := 1; s <= rounds+1; s++ {
+		want = append(want, s)
+	}
+	for _, a := range aggs {
+		if got := rec.handled(topicSub, a); !slices.Equal(got, want) {
+			t.Fatalf("aggregate %s handled %v, want 1..%d once each", a, got, rounds+1)
+		}
+	}
+
+	// A rewind to the start: partition 0 is handled once more, all of it.
+	head = e.heads()[0]
+	waitFor(t, 10*time.Second, "partition 0 checkpointed at its new head", func() bool {
+		next, ok := e.checkpoint(topicSub, 0)
+		return ok && next == head
+	})
+	res = e.seekAndWait(0, runtime.SeekRequest{ID: "back-1", Next: 0, From: &head, Lease: token, By: "test"})
+	if res.Status != runtime.SeekDone || res.Next != 0 || res.From != head {
+		t.Fatalf("result %+v, want done from %d to 0", res, head)
+	}
+	waitFor(t, 20*time.Second, "partition 0 handled again", func() bool {
+		for _, a := range aggs {
+			if e.aggPartition(a) == 0 && len(rec.handled(topicSub, a)) < 2*(rounds+1) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, a := range aggs {
+		got := rec.handled(topicSub, a)
+		if e.aggPartition(a) != 0 {
+			if !slices.Equal(got, want) {
+				t.Errorf("aggregate %s of partition 1 handled %v, want 1..%d once each", a, got, rounds+1)
+			}
+			continue
+		}
+		if err := replayedOnce(got, 1, rounds+1); err != nil {
+			t.Errorf("aggregate %s: %v (handled %v)", a, err, got)
+		}
 	}
 }
