@@ -31,8 +31,16 @@ type checkOptions struct {
 	MaxLagAge       time.Duration
 	NoExpiredLeases bool
 	NoPaused        bool
+	// Status checks (#21): the statuses that fail, the lag in seconds and
+	// the drain ETA limits, and the thresholds the statuses use.
+	FailOnStatus  string
+	MaxLagSeconds time.Duration
+	MaxETA        time.Duration
+	ETASample     time.Duration
+	Thresholds    inspect.Thresholds
 
 	checkParked, checkLag, checkLagAge bool
+	statuses                           []inspect.Status
 
 	watch watchOptions
 }
@@ -47,7 +55,8 @@ func newCheckCmd(f *Factory) *cobra.Command {
 		Short: "Check health against thresholds; exit 8 when one is crossed (for CI and monitoring)",
 		Long: `Check the deployment against thresholds and exit 8 when any is crossed, 0 when
 none is, so a pipeline can gate a deploy on it. Each check runs only when its
-flag is given; without any, check runs --max-parked 0 --no-expired-leases.
+flag is given; without any, check runs --max-parked 0 --no-expired-leases
+--fail-on-status HALTED,ORPHANED,STALLED.
 
   --max-parked N        more than N entries in the failure ledger (every
                         subscription)
@@ -61,23 +70,46 @@ flag is given; without any, check runs --max-parked 0 --no-expired-leases.
                         parked; nobody is on them. Released leases (idle
                         or parked partitions) do not count.
   --no-paused           a live node of a --service reports paused partitions
+  --fail-on-status L    a group's status on a partition is one of the
+                        comma-separated statuses L (OK, IDLE, LAGGING,
+                        STALLED, HALTED, ORPHANED, PAUSED; docs/cli.md
+                        "Partition statuses")
+  --max-lag-seconds D   a group's oldest unhandled entry is older than D
+                        (the status model's lag in seconds)
+  --max-eta D           a backlog would take longer than D to drain, from
+                        two readings --eta-sample apart (a backlog that
+                        does not shrink has no ETA and fails)
 
 Partitions are read from the categories given with --category, else from the
 context's and those a paced SCAN finds. The result lists each check with its
 limit, the value found and up to 20 offenders. An unknown --category or
---service exits 4; a key of the wrong Redis type read by a check exits 9.`,
+--service exits 4, an unknown status word 2; a key of the wrong Redis type
+read by a check exits 9. Exit codes: 0 every check passed, 8 one failed (the
+partitions named in the offenders), 2 bad flags, 3 Redis unreachable.`,
 		Example: `  protctl check
   protctl check --max-parked 0 --max-lag 1000 --max-lag-age 5m --no-expired-leases
   protctl check --no-paused --service shop -o json
-  protctl check -w --watch-interval 30s`,
+  protctl check -w --watch-interval 30s
+  protctl check --fail-on-status HALTED,ORPHANED --max-lag-seconds 10m
+  protctl check --max-eta 15m --eta-sample 30s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fl := cmd.Flags()
 			opts.checkParked = fl.Changed("max-parked")
 			opts.checkLag = fl.Changed("max-lag")
 			opts.checkLagAge = fl.Changed("max-lag-age")
-			if !opts.checkParked && !opts.checkLag && !opts.checkLagAge && !opts.NoExpiredLeases && !opts.NoPaused {
+			statusChecks := fl.Changed("fail-on-status") || fl.Changed("max-lag-seconds") || fl.Changed("max-eta")
+			if !opts.checkParked && !opts.checkLag && !opts.checkLagAge && !opts.NoExpiredLeases && !opts.NoPaused && !statusChecks {
 				opts.checkParked, opts.MaxParked, opts.NoExpiredLeases = true, 0, true
+				opts.FailOnStatus = "HALTED,ORPHANED,STALLED"
+			}
+			st, err := inspect.ParseStatuses(opts.FailOnStatus)
+			if err != nil {
+				return usageError(fmt.Errorf("invalid --fail-on-status: %w", err))
+			}
+			opts.statuses = st
+			if err := validateThresholds(opts.Thresholds); err != nil {
+				return err
 			}
 			switch {
 			case opts.MaxParked < 0:
@@ -86,6 +118,12 @@ limit, the value found and up to 20 offenders. An unknown --category or
 				return usageError(fmt.Errorf("invalid --max-lag %d: want 0 or more", opts.MaxLag))
 			case opts.checkLagAge && opts.MaxLagAge <= 0:
 				return usageError(fmt.Errorf("invalid --max-lag-age %s: want more than 0", opts.MaxLagAge))
+			case fl.Changed("max-lag-seconds") && opts.MaxLagSeconds <= 0:
+				return usageError(fmt.Errorf("invalid --max-lag-seconds %s: want more than 0", opts.MaxLagSeconds))
+			case fl.Changed("max-eta") && opts.MaxETA <= 0:
+				return usageError(fmt.Errorf("invalid --max-eta %s: want more than 0", opts.MaxETA))
+			case opts.ETASample <= 0:
+				return usageError(fmt.Errorf("invalid --eta-sample %s: want more than 0", opts.ETASample))
 			case opts.NoPaused && len(opts.Services) == 0:
 				return usageError(fmt.Errorf("--no-paused needs --service: node status records are per service"))
 			}
@@ -104,6 +142,11 @@ limit, the value found and up to 20 offenders. An unknown --category or
 	fl.DurationVar(&opts.MaxLagAge, "max-lag-age", 0, "fail when a group's oldest unacked entry is older than D")
 	fl.BoolVar(&opts.NoExpiredLeases, "no-expired-leases", false, "fail when entries wait on a partition whose lease expired")
 	fl.BoolVar(&opts.NoPaused, "no-paused", false, "fail when a node of a --service has paused partitions")
+	fl.StringVar(&opts.FailOnStatus, "fail-on-status", "", "fail when a partition's status is one of these (comma-separated)")
+	fl.DurationVar(&opts.MaxLagSeconds, "max-lag-seconds", 0, "fail when a partition's oldest unhandled entry is older than D")
+	fl.DurationVar(&opts.MaxETA, "max-eta", 0, "fail when a backlog would take longer than D to drain")
+	fl.DurationVar(&opts.ETASample, "eta-sample", 10*time.Second, "time between the two readings --max-eta compares")
+	addThresholdFlags(cmd, &opts.Thresholds)
 	fl.StringArrayVar(&opts.Categories, "category", nil, "check these categories (repeatable); default the context's and those found by a scan")
 	fl.StringArrayVar(&opts.Services, "service", nil, "service whose nodes --no-paused checks (repeatable)")
 	addWatchFlags(cmd, &opts.watch)
@@ -152,7 +195,7 @@ func runCheck(ctx context.Context, opts *checkOptions) error {
 		}
 		rep.Checks = append(rep.Checks, res)
 	}
-	if opts.checkLag || opts.checkLagAge || opts.NoExpiredLeases {
+	if opts.checkLag || opts.checkLagAge || opts.NoExpiredLeases || opts.statusChecks() {
 		res, err := checkPartitions(ctx, opts, ins)
 		if err != nil {
 			return err
@@ -250,7 +293,8 @@ func checkPartitions(ctx context.Context, opts *checkOptions, ins *inspect.Inspe
 	} else if _, err := requireCategories(ctx, ins, cats); err != nil {
 		return nil, err
 	}
-	parts, err := readPartitions(ctx, opts.IO, ins, cats, inspect.PartitionOptions{})
+	popts := inspect.PartitionOptions{Health: opts.statusChecks(), Thresholds: opts.Thresholds}
+	parts, err := readPartitions(ctx, opts.IO, ins, cats, popts)
 	if err != nil {
 		return nil, err
 	}
@@ -302,6 +346,13 @@ func checkPartitions(ctx context.Context, opts *checkOptions, ins *inspect.Inspe
 			return nil, err
 		}
 		out = append(out, res)
+	}
+	if opts.statusChecks() {
+		res, err := checkStatuses(ctx, opts, ins, cats, parts)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, res...)
 	}
 	if opts.NoExpiredLeases {
 		var n int64

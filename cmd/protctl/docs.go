@@ -100,6 +100,7 @@ func writeCLIDoc(w *bytes.Buffer, root *cobra.Command) error {
 		// reference cannot drift from the words the commands print.
 		"LeaseStates":   inspect.LeaseStates(),
 		"VerdictStates": inspect.VerdictStates(),
+		"Statuses":      inspect.Statuses(),
 		"Commands":      cmds,
 	})
 }

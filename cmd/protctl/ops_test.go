@@ -186,6 +186,7 @@ var (
 	volatileFields = map[string]bool{
 		"ttlMs": true, "idleMs": true, "createdAt": true, "serverTime": true, "parkedAt": true,
 		"lastAttemptAt": true, "requestedAt": true, "startedAt": true, "lastSeen": true, "time": true,
+		"lagSeconds": true, "headIdleMs": true,
 	}
 	streamIDRe = regexp.MustCompile(`\b\d{13}-\d+\b`)
 	planIDRe   = regexp.MustCompile(`^[0-9a-f]{32}$`) // repair's random plan ids

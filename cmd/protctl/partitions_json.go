@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -117,6 +118,10 @@ func appendGroup(o *jsonOut, g *inspect.Group) {
 		}
 		o.close('}')
 	}
+	if g.Health != nil {
+		o.key("health")
+		appendHealth(o, g.Health)
+	}
 	o.close('}')
 }
 
@@ -228,4 +233,42 @@ func appendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	dst = append(dst, s...)
 	return append(dst, '"')
+}
+
+// appendHealth writes a group's health (inspect.Health, field order).
+func appendHealth(o *jsonOut, h *inspect.Health) {
+	o.open('{')
+	o.str("status", string(h.Status))
+	o.intPtr("lagEntries", h.LagEntries)
+	o.floatPtr("lagSeconds", h.LagSeconds)
+	o.strPtr("oldestUnhandledId", h.OldestUnhandledID)
+	o.int("headDeliveries", h.HeadDeliveries)
+	o.intPtr("headIdleMs", h.HeadIdleMs)
+	o.int("consumers", h.Consumers)
+	o.floatPtr("drainRate", h.DrainRate)
+	o.floatPtr("etaSeconds", h.ETASeconds)
+	o.close('}')
+}
+
+// floatPtr writes a float64 as encoding/json does ('f' format, 'e' with
+// a short exponent below 1e-6 and from 1e21), or null.
+func (o *jsonOut) floatPtr(k string, v *float64) {
+	o.key(k)
+	if v == nil {
+		o.null()
+		return
+	}
+	f := *v
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	o.b = strconv.AppendFloat(o.b, f, format, -1, 64)
+	if format == 'e' {
+		// e-09 -> e-9, as encoding/json writes it.
+		if n := len(o.b); n >= 4 && o.b[n-4] == 'e' && o.b[n-3] == '-' && o.b[n-2] == '0' {
+			o.b[n-2] = o.b[n-1]
+			o.b = o.b[:n-1]
+		}
+	}
 }

@@ -53,6 +53,10 @@ func fillRandom(rnd *rand.Rand, v reflect.Value) {
 		v.SetInt(rnd.Int64N(1<<40) - 1<<20)
 	case reflect.Bool:
 		v.SetBool(rnd.IntN(2) == 1)
+	case reflect.Float64:
+		// Seconds and rates: fractions, tiny and huge magnitudes (the
+		// exponent forms encoding/json switches to).
+		v.SetFloat([]float64{0, 1.5, 123.456, 1e-7, 2.5e21, -0.25}[rnd.IntN(6)])
 	case reflect.Pointer:
 		if rnd.IntN(3) == 0 {
 			return

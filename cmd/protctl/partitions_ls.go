@@ -120,7 +120,7 @@ func listPartitionsOnce(ctx context.Context, opts *partitionsListOptions, ins *i
 	} else if empty, err = requireCategories(ctx, ins, cats); err != nil {
 		return err
 	}
-	po := inspect.PartitionOptions{Group: opts.Group, Filter: partitionFilter(opts.Lagging, opts.Owner)}
+	po := inspect.PartitionOptions{Group: opts.Group, Filter: partitionFilter(opts.Lagging, opts.Owner), Health: true}
 	if f := opts.Printer.Format(); opts.SortBy == "key" && (f == output.FormatJSON || f == output.FormatJSONL) {
 		return streamPartitions(ctx, opts, ins, cats, po)
 	}
@@ -466,6 +466,14 @@ func partitionTable(pr *output.Printer) output.TableSpec {
 					}
 					return leaseTone(r.g.LeaseState)
 				})),
+			output.Col("STATUS", g(func(g *inspect.Group) string { return present.Status(g.Health) }),
+				output.Toned(func(r partitionRow) output.Tone {
+					if r.g == nil {
+						return output.ToneNone
+					}
+					return present.StatusTone(r.g.Health)
+				})),
+			output.Col("LAG-AGE", g(func(g *inspect.Group) string { return present.LagAge(g.Health) }), output.WideOnly()),
 			output.Col("OWNER", g(func(g *inspect.Group) string {
 				if g.Lease == nil {
 					return "-"

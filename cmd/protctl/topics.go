@@ -150,6 +150,7 @@ func readTopics(ctx context.Context, opts *topicsOptions) ([]inspect.Topic, erro
 	defer src.Close()
 	prog := opts.IO.NewProgress("scanning for topics and subscriptions")
 	topics, err := ins.Topics(ctx, src, opts.Service, opts.Topics, inspect.TopicOptions{
+		Health:        true,
 		Subscriptions: opts.Subscriptions,
 		Scan: inspect.ScanOptions{Progress: func(p inspect.ScanProgress) {
 			prog.Update("%d keys scanned, %d lease-group keys", p.Scanned, p.Found)
@@ -297,6 +298,23 @@ func topicColumns(withTopic bool) []output.Column {
 			}
 			return output.ToneNone
 		})),
+		output.Col("STATUS", func(r topicRow) string {
+			if r.sub == nil {
+				return "-"
+			}
+			return present.Status(r.sub.Health)
+		}, output.Toned(func(r topicRow) output.Tone {
+			if r.sub == nil {
+				return output.ToneNone
+			}
+			return present.StatusTone(r.sub.Health)
+		})),
+		output.Col("LAG-AGE", func(r topicRow) string {
+			if r.sub == nil {
+				return "-"
+			}
+			return present.LagAge(r.sub.Health)
+		}, output.WideOnly()),
 		output.Col("EARLIEST", func(r topicRow) string { return r.part.EarliestOffset }, output.WideOnly()),
 		output.Col("TOKEN", func(r topicRow) string { return present.Str(r.part.Token) }, output.WideOnly()),
 	)

@@ -155,9 +155,9 @@ func TestTopicsTableWithoutTTY(t *testing.T) {
 		t.Fatalf("want a header and 2 rows:\n%s", r.stdout)
 	}
 	for i, want := range [][]string{
-		{"TOPIC", "PARTITION", "STATE", "OWNER", "GEN", "TTL", "HEAD", "SUBSCRIPTION", "CHECKPOINT", "LAG"},
-		{"orders", "0", "held", "node-a", "7", "", "4", "ledger", "1", "3"},
-		{"orders", "1", "released", "-", "3", "-", "2", "ledger", "2", "0"},
+		{"TOPIC", "PARTITION", "STATE", "OWNER", "GEN", "TTL", "HEAD", "SUBSCRIPTION", "CHECKPOINT", "LAG", "STATUS"},
+		{"orders", "0", "held", "node-a", "7", "", "4", "ledger", "1", "3", "OK"},
+		{"orders", "1", "released", "-", "3", "-", "2", "ledger", "2", "0", "IDLE"},
 	} {
 		got := strings.Fields(lines[i])
 		if len(got) != len(want) {

@@ -40,6 +40,10 @@ func (in *Inspector) explain(ctx context.Context, category, key string, opts Exp
 	if err != nil {
 		return PartitionDetail{}, err
 	}
+	w.thresholds = opts.Thresholds
+	if err := in.readHealth(ctx, w, parts, lanes); err != nil {
+		return PartitionDetail{}, err
+	}
 	p, lr := parts[0], lanes[0]
 	if err := p.Err(); err != nil {
 		// A lane of another type is not a missing lane: say which key
@@ -115,6 +119,7 @@ func (in *Inspector) explain(ctx context.Context, category, key string, opts Exp
 			}
 			// The ledger decides released (parked) or expired.
 			gd.LeaseState = LeaseStateOf(&gd.Group)
+			HealthOf(&gd.Group, gd.Paused != nil, opts.Thresholds)
 		}
 		for li, l := range lr {
 			c, ok := pend[pendKey{gi, li}]

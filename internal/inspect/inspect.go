@@ -122,6 +122,11 @@ type PartitionOptions struct {
 	PageSize int64
 	// LaneGroups fills Lane.Groups (each group's position per lane).
 	LaneGroups bool
+	// Health fills Group.Health (status, lag in entries and seconds),
+	// at the cost of one more pipelined round trip per chunk for the
+	// groups with work waiting. Thresholds tune the status.
+	Health     bool
+	Thresholds Thresholds
 }
 
 // Partitions lists category's partitions from its index: every key's
@@ -193,6 +198,8 @@ type ExplainOptions struct {
 	// StuckAfter is how long a head may stay pending before the group is
 	// called stuck. Default 1m.
 	StuckAfter time.Duration
+	// Thresholds tune GroupDetail.Health's status.
+	Thresholds Thresholds
 }
 
 // Partition explains one partition: its lanes, each group's head entry

@@ -27,6 +27,8 @@ type walk struct {
 	pauses     map[string]runtime.PauseSet
 	now        time.Time
 	laneGroups bool
+	health     bool
+	thresholds Thresholds
 
 	// learned is the groups found on the lanes of chunks read so far
 	// (sorted): a category's partitions mostly have the same groups, so
@@ -109,6 +111,7 @@ func (in *Inspector) eachPartition(ctx context.Context, category string, opts Pa
 		return err
 	}
 	w.laneGroups = opts.LaneGroups
+	w.health, w.thresholds = opts.Health, opts.Thresholds
 	page := opts.PageSize
 	if page <= 0 {
 		page = in.cfg.pageSize
@@ -156,6 +159,7 @@ func (in *Inspector) eachPartitionByKey(ctx context.Context, category string, ke
 		return err
 	}
 	w.laneGroups = opts.LaneGroups
+	w.health, w.thresholds = opts.Health, opts.Thresholds
 	slice := func(_ context.Context, emit func([]string) bool) error {
 		for lo := 0; lo < len(keys); lo += in.cfg.chunk {
 			if !emit(keys[lo:min(lo+in.cfg.chunk, len(keys))]) {
@@ -340,7 +344,10 @@ type leaseRead struct {
 // redis.call still runs the command on a fake client and converts its
 // reply to Lua and back, so only the network reads are saved.)
 func (in *Inspector) readChunk(ctx context.Context, w *walk, keys []string) ([]Partition, error) {
-	parts, _, err := in.readLanes(ctx, w, keys)
+	parts, lanes, err := in.readLanes(ctx, w, keys)
+	if err == nil && w.health {
+		err = in.readHealth(ctx, w, parts, lanes)
+	}
 	return parts, err
 }
 

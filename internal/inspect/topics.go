@@ -78,6 +78,9 @@ type TopicSubscription struct {
 	Lag *int64 `json:"lag"`
 	// Next is Checkpoint as a number (-1 when null), for tables.
 	Next int64 `json:"-"`
+	// Health is the subscription's status on the partition; filled only
+	// with TopicOptions.Health.
+	Health *Health `json:"health,omitempty"`
 }
 
 // TopicOptions tunes Topics and Topic. The zero value discovers the
@@ -89,6 +92,11 @@ type TopicOptions struct {
 	// Scan paces the keyspace scan that finds subscriptions (and, for
 	// Topics without topics, the topics).
 	Scan ScanOptions
+	// Health fills TopicSubscription.Health: the status, lag in records
+	// and, when kafka also implements RecordTimes, in seconds (one
+	// single-record fetch per subscription behind on a partition).
+	Health     bool
+	Thresholds Thresholds
 }
 
 // Topics reads the lease groups of service's Kafka topics: the heads
@@ -134,6 +142,9 @@ func (in *Inspector) Topics(ctx context.Context, kafka Offsets, service string, 
 			names = subs[t]
 		}
 		tp, err := in.readTopic(ctx, kafka, service, t, names)
+		if err == nil && opts.Health {
+			err = in.topicHealth(ctx, kafka, &tp, opts.Thresholds)
+		}
 		if err != nil {
 			if discovered && errors.Is(err, ErrNotFound) {
 				tp.Error = "topic not found in Kafka"

@@ -90,6 +90,10 @@ type Group struct {
 	// for the group (`protctl pause`): who, when, why; absent when none.
 	// The lag keeps counting while it is.
 	Paused *runtime.Pause `json:"paused,omitempty"`
+	// Health is the group's status on the partition with the lag in
+	// entries and seconds it was decided on (StatusOf); filled only with
+	// PartitionOptions.Health (and by Partition), absent otherwise.
+	Health *Health `json:"health,omitempty"`
 }
 
 // Partition is one row of `partitions ls`.

@@ -59,6 +59,7 @@ func WritePartition(w io.Writer, d *inspect.PartitionDetail, l Layout) error {
 			output.Field{Label: "Parked", Value: Bool(g.Parked)},
 			output.Field{Label: "Head", Value: Head(g)},
 			output.Field{Label: "Verdict", Value: string(g.Verdict.State) + ": " + g.Verdict.Reason, Tone: VerdictTone(g.Verdict.State)},
+			output.Field{Label: "Status", Value: HealthLine(g.Health), Tone: StatusTone(g.Health)},
 		); err != nil {
 			return err
 		}

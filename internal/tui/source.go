@@ -85,7 +85,7 @@ func (b *RedisBackend) Categories(ctx context.Context) ([]string, error) {
 // pages read in pipelined chunks) and hands the view pages of PageSize.
 func (b *RedisBackend) Partitions(ctx context.Context, category string, page func([]inspect.Partition) error) error {
 	buf := make([]inspect.Partition, 0, b.opts.PageSize)
-	err := b.ins.EachPartition(ctx, category, inspect.PartitionOptions{PageSize: int64(b.opts.PageSize)}, func(p inspect.Partition) error {
+	err := b.ins.EachPartition(ctx, category, inspect.PartitionOptions{PageSize: int64(b.opts.PageSize), Health: true}, func(p inspect.Partition) error {
 		buf = append(buf, p)
 		if len(buf) < b.opts.PageSize {
 			return nil

@@ -52,6 +52,7 @@ var viewDefs = [numViews]viewDef{
 			{title: "LEASE", right: true, sort: sortNum, num: 4},
 			{title: "PARKED", sort: sortText, desc: true},
 			{title: "IDLE", right: true, sort: sortNum, num: 5, desc: true},
+			{title: "STATUS", min: 6, max: 8, sort: sortText, desc: true},
 		},
 		idCols: []int{0, 1, 2},
 		sort:   sortSpec{col: 0},
@@ -179,7 +180,7 @@ func partitionRows(parts []inspect.Partition, base int) []row {
 		length := strconv.FormatInt(p.Length, 10)
 		idle := present.Ms(p.IdleMs)
 		if len(p.Groups) == 0 {
-			r := newRow(base+i, cat, key, "-", lanes, length, "-", "-", "-", "-", "-", "-", idle)
+			r := newRow(base+i, cat, key, "-", lanes, length, "-", "-", "-", "-", "-", "-", idle, "-")
 			// No group reads it: no lag and nothing pending (the CLI's
 			// --sort-by lag counts 0), no lease.
 			r.nums = []int64{p.Length, 0, 0, unknownLow, unknownHigh, orKey(p.IdleMs, unknownLow)}
@@ -213,7 +214,7 @@ func partitionRows(parts []inspect.Partition, base int) []row {
 				ttl = string(g.LeaseState)
 			}
 			r := newRow(base+i, cat, key, esc(g.Name), lanes, length, lag, strconv.FormatInt(g.Pending, 10),
-				owner, present.Int(g.Generation), ttl, present.Bool(g.Parked), idle)
+				owner, present.Int(g.Generation), ttl, present.Bool(g.Parked), idle, present.Status(g.Health))
 			r.nums = []int64{p.Length, orKey(g.Lag, unknownHigh), g.Pending, orKey(g.Generation, unknownLow), ttlKey, orKey(p.IdleMs, unknownLow)}
 			r.group = g.Name
 			switch {
