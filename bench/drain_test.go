@@ -11,6 +11,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
 // BenchmarkDrain1000 compares, in the same run, the two ways to take
@@ -25,26 +26,26 @@ import (
 // Metrics: stop_ms and drain_ms per op, ratio (drain over stop).
 func BenchmarkDrain1000(b *testing.B) {
 	const (
-		topic      = "bench.drain"
+		topicName  = "bench.drain"
 		partitions = 1000
 		service    = "bench"
 	)
-	k := testenv.StartKafka(b, partitions, topic)
+	k := testenv.StartKafka(b, partitions, topicName)
 	r := testenv.StartRedis(b)
 	c := r.Client(b)
 	store := redisstore.New(c)
 	ctx := context.Background()
-	start := func(id string) (*runtime.Node, *runtime.TopicSubscriptions) {
+	start := func(id string) (*runtime.Node, *topic.Consumer) {
 		src, err := kafkasource.New(k.Brokers)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(src.Close)
-		ts, err := runtime.NewTopicSubscriptions(runtime.TopicConfig{
-			Topic: topic,
-			Subscriptions: []runtime.TopicSubscription{{Name: "bench.sync",
+		ts, err := topic.New(topic.Config{
+			Topic: topicName,
+			Subscriptions: []topic.Subscription{{Name: "bench.sync",
 				Handler: runtime.HandlerFunc(func(context.Context, runtime.Message) error { return nil })}},
-			Source: src, Leases: redisbroker.New(c), LeaseGroup: redisstore.TopicLeaseGroup(service, topic),
+			Source: topic.Kafka(src), Leases: redisbroker.New(c),
 			Checkpoints: store, Ledger: store, LeaseTTL: 5 * time.Second, RenewEvery: time.Second,
 		})
 		if err != nil {
@@ -77,7 +78,7 @@ func BenchmarkDrain1000(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	waitHeld := func(what string, ts *runtime.TopicSubscriptions, n int) {
+	waitHeld := func(what string, ts *topic.Consumer, n int) {
 		testenv.Eventually(b, 5*time.Minute, what, func() (bool, string) {
 			got := len(ts.Held())
 			return got == n, what + ": held " + strconv.Itoa(got)

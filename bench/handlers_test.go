@@ -19,6 +19,7 @@ import (
 	"github.com/protctl/protctl/internal/handlers"
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
 )
 
 // The handler benchmarks (handlers_test.go) run `run node`'s handlers
@@ -78,7 +79,7 @@ func hbRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis.C
 	})
 	b.StartTimer()
 	start := time.Now()
-	n, _, _, c := rtNode(b, srv.Addr, "node-1", rtCategory, counted, func(cfg *runtime.PartitionedConfig) {
+	n, _, _, c := rtNode(b, srv.Addr, "node-1", rtCategory, counted, func(cfg *partitioned.Config) {
 		cfg.BatchSize = entries
 		cfg.Workers = partitions
 		cfg.Retry = runtime.RetryPolicy{Attempts: 1000, Backoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}

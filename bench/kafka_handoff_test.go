@@ -15,6 +15,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
 const (
@@ -67,9 +68,9 @@ func BenchmarkTopicHandoff(b *testing.B) {
 		var inside, started atomic.Int64
 		var stopAt atomic.Int64 // UnixNano when Stop was called; 0 before
 		var after atomic.Int64
-		ts, err := runtime.NewTopicSubscriptions(runtime.TopicConfig{
+		ts, err := topic.New(topic.Config{
 			Topic: hTopic,
-			Subscriptions: []runtime.TopicSubscription{{Name: "bench.h" + strconv.Itoa(i),
+			Subscriptions: []topic.Subscription{{Name: "bench.h" + strconv.Itoa(i),
 				Handler: runtime.HandlerFunc(func(ctx context.Context, m runtime.Message) error {
 					started.Add(1)
 					if stopAt.Load() != 0 {
@@ -83,9 +84,8 @@ func BenchmarkTopicHandoff(b *testing.B) {
 					}
 					return nil
 				})}},
-			Source:      src,
+			Source:      topic.Kafka(src),
 			Leases:      leases,
-			LeaseGroup:  redisstore.TopicLeaseGroup("bench", hTopic),
 			Checkpoints: store,
 			Ledger:      store,
 			StartFrom:   kafkasource.FromEarliest,

@@ -15,6 +15,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
 // The join and handoff benchmarks measure how long topic subscriptions
@@ -25,7 +26,7 @@ import (
 // its batch renewal.
 type jSlowLeases struct {
 	broker.LeaseManager
-	batch runtime.BatchRenewer
+	batch broker.BatchRenewer
 	d     time.Duration
 }
 
@@ -106,13 +107,12 @@ func jRaw(b *testing.B, leases *jSlowLeases, cps runtime.Checkpoints, src *kafka
 // timed), which releases every lease.
 func jRuntime(b *testing.B, c redis.UniversalClient, leases *jSlowLeases, cps runtime.Checkpoints, src *kafkasource.Source, lg redisstore.LeaseGroup) (time.Duration, map[string]int64) {
 	store := redisstore.New(c)
-	ts, err := runtime.NewTopicSubscriptions(runtime.TopicConfig{
+	ts, err := topic.New(topic.Config{
 		Topic: jTopic,
-		Subscriptions: []runtime.TopicSubscription{{Name: "bench.sync",
+		Subscriptions: []topic.Subscription{{Name: "bench.sync",
 			Handler: runtime.HandlerFunc(func(context.Context, runtime.Message) error { return nil })}},
-		Source:      src,
+		Source:      topic.Kafka(src),
 		Leases:      leases,
-		LeaseGroup:  lg,
 		Checkpoints: cps,
 		Ledger:      store,
 	})
@@ -164,7 +164,7 @@ func BenchmarkTopicJoin1000(b *testing.B) {
 			}
 			defer src.Close()
 			leases := &jSlowLeases{LeaseManager: redisbroker.New(c), d: delay}
-			leases.batch = leases.LeaseManager.(runtime.BatchRenewer)
+			leases.batch = leases.LeaseManager.(broker.BatchRenewer)
 			cps := &jSlowCheckpoints{Checkpoints: redisstore.New(c), d: delay}
 			lg := redisstore.TopicLeaseGroup("bench", jTopic)
 			var rawTotal, rtTotal time.Duration

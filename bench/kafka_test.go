@@ -17,11 +17,11 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
-	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
 // The Kafka benchmark measures topic subscriptions (pkg/runtime's
-// TopicSubscriptions) end to end against a raw franz-go consumer reading
+// topic.Consumer) end to end against a raw franz-go consumer reading
 // the same topic of the same in-process kfake cluster in the same run.
 
 const (
@@ -110,7 +110,7 @@ func kRaw(tb testing.TB, k *testenv.Kafka, n int) time.Duration {
 	return time.Since(start)
 }
 
-// kRuntime consumes the whole topic with a Node running TopicSubscriptions
+// kRuntime consumes the whole topic with a Node running topic.Consumer
 // (stores in memory, a no-op handler) and returns how long it took from
 // Start until every record was handled, and until the first was. The
 // node joins, takes all 12 leases, reads through the shared reader into
@@ -137,9 +137,9 @@ func kRuntime(tb testing.TB, k *testenv.Kafka, n int) (took, first time.Duration
 	var handled, firstAt atomic.Int64
 	done := make(chan struct{})
 	target := int64(n)
-	ts, err := runtime.NewTopicSubscriptions(runtime.TopicConfig{
+	ts, err := topic.New(topic.Config{
 		Topic: kTopic,
-		Subscriptions: []runtime.TopicSubscription{{Name: "bench.sync", Handler: runtime.HandlerFunc(
+		Subscriptions: []topic.Subscription{{Name: "bench.sync", Handler: runtime.HandlerFunc(
 			func(context.Context, runtime.Message) error {
 				switch handled.Add(1) {
 				case 1:
@@ -149,9 +149,8 @@ func kRuntime(tb testing.TB, k *testenv.Kafka, n int) (took, first time.Duration
 				}
 				return nil
 			})}},
-		Source:      src,
+		Source:      topic.Kafka(src),
 		Leases:      b,
-		LeaseGroup:  redisstore.TopicLeaseGroup("bench", kTopic),
 		Checkpoints: store,
 		Ledger:      store,
 	})
@@ -178,7 +177,7 @@ func kRuntime(tb testing.TB, k *testenv.Kafka, n int) (took, first time.Duration
 	if err := node.Stop(ctx); err != nil {
 		tb.Fatal(err)
 	}
-	if c := ts.Counters(); c[runtime.CounterProcessed] != int64(n) || c[runtime.CounterDuplicates] != 0 {
+	if c := ts.Counters(); c[runtime.CounterProcessed] != int64(n) || c[topic.CounterDuplicates] != 0 {
 		tb.Fatalf("runtime counters %v: want %d processed, no duplicates", c, n)
 	}
 	return took, first

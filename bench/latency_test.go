@@ -30,7 +30,8 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
-	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
+	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
 // The latency benchmarks measure what a user of a live flow feels: the
@@ -545,7 +546,7 @@ func latRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis.
 	rtRec, plainRec := newLatRecorder(events), newLatRecorder(events)
 	plainHandle := plainRec.record
 	var (
-		sub   *runtime.Partitioned
+		sub   *partitioned.Subscription
 		calls *rtCalls
 	)
 	if v.bin == "" {
@@ -659,7 +660,7 @@ func latServerUS(ctx context.Context, b *testing.B, c *redis.Client) int64 {
 }
 
 // BenchmarkLatencyKafka measures produce-to-handler latency of the Kafka
-// topic runtime (a Node with one TopicSubscriptions, stores in memory,
+// topic runtime (a Node with one topic.Consumer, stores in memory,
 // 12 partitions on an in-process kfake) against a raw franz-go consumer
 // of the same topic, both consuming the same records in the same run,
 // at the rates of PROTCTL_BENCH_LATENCY_RATES for
@@ -703,16 +704,15 @@ func latKafkaRun(b *testing.B, rate, events int, drain time.Duration) (rt, raw l
 	defer src.Close()
 	mb := memorybroker.New()
 	store := memstore.New(mb.Faults())
-	ts, err := runtime.NewTopicSubscriptions(runtime.TopicConfig{
+	ts, err := topic.New(topic.Config{
 		Topic: kTopic,
-		Subscriptions: []runtime.TopicSubscription{{Name: "bench.latency", Handler: runtime.HandlerFunc(
+		Subscriptions: []topic.Subscription{{Name: "bench.latency", Handler: runtime.HandlerFunc(
 			func(_ context.Context, m runtime.Message) error {
 				rtRec.record(m.Data)
 				return nil
 			})}},
-		Source:      src,
+		Source:      topic.Kafka(src),
 		Leases:      mb,
-		LeaseGroup:  redisstore.TopicLeaseGroup("bench", kTopic),
 		Checkpoints: store,
 		Ledger:      store,
 	})

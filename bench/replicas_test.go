@@ -12,6 +12,7 @@ import (
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -93,7 +94,7 @@ func benchPublishes(ctx context.Context, b *testing.B, addr string, n int, opts 
 	b.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	pub, err := runtime.NewPublisher(redisbroker.New(c, opts...))
+	pub, err := partitioned.NewPublisher(redisbroker.New(c, opts...))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -124,7 +125,7 @@ func benchReplicaRuntime(b *testing.B, addr string, total int64, opts ...redisbr
 	})
 	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
 	store := redisstore.New(c)
-	sub, err := runtime.NewPartitioned(runtime.PartitionedConfig{
+	sub, err := partitioned.New(partitioned.Config{
 		Name: rtGroup, Categories: []string{rtCategory}, Handler: h, Broker: redisbroker.New(c, opts...), Ledger: store,
 		BatchSize: 100, Workers: 16,
 	})

@@ -16,8 +16,8 @@ import (
 
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
-	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/hrw"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -42,7 +42,7 @@ func BenchmarkRuntimeFailover(b *testing.B) {
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer admin.Close()
 	store := redisstore.New(admin)
-	pub, err := runtime.NewPublisher(redisbroker.New(admin))
+	pub, err := partitioned.NewPublisher(redisbroker.New(admin))
 	if err != nil {
 		b.Fatal(err)
 	}

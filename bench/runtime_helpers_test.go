@@ -17,6 +17,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -90,18 +91,18 @@ func rtPopulate(ctx context.Context, tb testing.TB, c redis.Cmdable, category st
 // rtNode starts a node running one partitioned subscription of category
 // on its own client; it returns the node, the subscription and the
 // client's call counter. Stop the node when done.
-func rtNode(tb testing.TB, addr, id, category string, h runtime.Handler, mutate func(*runtime.PartitionedConfig), nodeCfg func(*runtime.NodeConfig)) (*runtime.Node, *runtime.Partitioned, *rtCalls, *redis.Client) {
+func rtNode(tb testing.TB, addr, id, category string, h runtime.Handler, mutate func(*partitioned.Config), nodeCfg func(*runtime.NodeConfig)) (*runtime.Node, *partitioned.Subscription, *rtCalls, *redis.Client) {
 	tb.Helper()
 	calls := new(rtCalls)
 	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
 	c.AddHook(calls)
 	b := redisbroker.New(c)
 	store := redisstore.New(c)
-	cfg := runtime.PartitionedConfig{Name: rtGroup, Categories: []string{category}, Handler: h, Broker: b, Ledger: store}
+	cfg := partitioned.Config{Name: rtGroup, Categories: []string{category}, Handler: h, Broker: b, Ledger: store}
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	sub, err := runtime.NewPartitioned(cfg)
+	sub, err := partitioned.New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
 )
 
 // rtPlainConsume is the baseline: workers goroutines take partitions one
@@ -148,7 +149,7 @@ func BenchmarkRuntimeThroughput(b *testing.B) {
 				}
 				return nil
 			})
-			n, _, calls, c := rtNode(b, srv.Addr, "node-1", rtCategory, h, func(cfg *runtime.PartitionedConfig) {
+			n, _, calls, c := rtNode(b, srv.Addr, "node-1", rtCategory, h, func(cfg *partitioned.Config) {
 				cfg.BatchSize = batch
 				cfg.Workers = workers
 			}, nil)

@@ -17,7 +17,7 @@ import (
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
 )
 
 // TestACLClusterLayout creates the cluster layout's users on every master
@@ -195,7 +195,7 @@ subscriptions:
 
 	nodeClient := cl.NewClient(&redis.ClusterOptions{Username: user, Password: pw})
 	defer nodeClient.Close()
-	pub, err := runtime.NewPublisher(redisbroker.New(nodeClient, redisbroker.WithLayout(broker.ClusterLayout)))
+	pub, err := partitioned.NewPublisher(redisbroker.New(nodeClient, redisbroker.WithLayout(broker.ClusterLayout)))
 	if err != nil {
 		t.Fatal(err)
 	}

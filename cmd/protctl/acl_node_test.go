@@ -20,6 +20,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
 )
 
 // aclHandlerScript appends "key seq" to $RECORD for every event, and fails
@@ -101,7 +102,7 @@ subscriptions:
 	// event then a good one on o-poison.
 	nodeClient := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: users[acl.Node], Password: passwords[acl.Node]})
 	defer nodeClient.Close()
-	pub, err := runtime.NewPublisher(redisbroker.New(nodeClient))
+	pub, err := partitioned.NewPublisher(redisbroker.New(nodeClient))
 	if err != nil {
 		t.Fatal(err)
 	}

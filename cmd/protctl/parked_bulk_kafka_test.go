@@ -18,6 +18,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
 const bulkKafkaTopic = "payments"
@@ -51,11 +52,11 @@ func TestBulkRetryOnAKafkaSubscription(t *testing.T) {
 		}
 		return nil
 	})
-	ts, err := runtime.NewTopicSubscriptions(runtime.TopicConfig{
+	ts, err := topic.New(topic.Config{
 		Topic: bulkKafkaTopic,
-		Subscriptions: []runtime.TopicSubscription{{Name: "ledger-sync", Handler: handler,
+		Subscriptions: []topic.Subscription{{Name: "ledger-sync", Handler: handler,
 			Retry: runtime.RetryPolicy{Attempts: 1, Backoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}}},
-		Source: src, Leases: redisbroker.New(c), LeaseGroup: redisstore.TopicLeaseGroup("shop", bulkKafkaTopic),
+		Source: topic.Kafka(src), Leases: redisbroker.New(c),
 		Checkpoints: store, Ledger: store,
 		LeaseTTL: 2 * time.Second, RenewEvery: 300 * time.Millisecond, RefreshEvery: 200 * time.Millisecond,
 		CheckpointEvery: 100 * time.Millisecond, LedgerPollEvery: 100 * time.Millisecond, OpTimeout: time.Second,

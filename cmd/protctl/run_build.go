@@ -25,7 +25,9 @@ import (
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
 // runningNode is a node assembled from its config: the runtime node, its
@@ -110,7 +112,7 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 	})
 
 	var subs []runtime.Subscription
-	topics := map[string]*runtime.TopicConfig{}
+	topics := map[string]*topic.Config{}
 	var topicOrder []string
 	for i, sc := range cfg.Subscriptions {
 		// The handlers name the subscription in each line themselves
@@ -125,7 +127,7 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 		retry := runtime.RetryPolicy{Attempts: sc.Retry.Attempts, Backoff: sc.Retry.Backoff.D(), MaxBackoff: sc.Retry.MaxBackoff.D()}
 		if sc.Redis != nil {
 			b := timedRedisBroker{redisbroker.New(n.redis, append(brokerOpts, redisbroker.WithBackfillSuffix(sc.Redis.BackfillSuffix))...), n.metrics}
-			p, err := runtime.NewPartitioned(runtime.PartitionedConfig{
+			p, err := partitioned.New(partitioned.Config{
 				Name:           sc.Name,
 				Categories:     sc.Redis.Categories,
 				Handler:        h,
@@ -157,11 +159,10 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 			if sc.Kafka.StartFrom == "head" {
 				start = kafkasource.FromHead
 			}
-			tc = &runtime.TopicConfig{
+			tc = &topic.Config{
 				Topic:         sc.Kafka.Topic,
-				Source:        n.kafka,
+				Source:        topic.Kafka(n.kafka),
 				Leases:        timedRedisBroker{redisbroker.New(n.redis, brokerOpts...), n.metrics},
-				LeaseGroup:    redisstore.TopicLeaseGroup(cfg.Service, sc.Kafka.Topic),
 				Checkpoints:   store,
 				Ledger:        store,
 				Aggregate:     agg,
@@ -175,12 +176,12 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 			topics[sc.Kafka.Topic] = tc
 			topicOrder = append(topicOrder, sc.Kafka.Topic)
 		}
-		tc.Subscriptions = append(tc.Subscriptions, runtime.TopicSubscription{Name: sc.Name, Handler: h, Retry: retry})
+		tc.Subscriptions = append(tc.Subscriptions, topic.Subscription{Name: sc.Name, Handler: h, Retry: retry})
 	}
-	for _, topic := range topicOrder {
-		ts, err := runtime.NewTopicSubscriptions(*topics[topic])
+	for _, name := range topicOrder {
+		ts, err := topic.New(*topics[name])
 		if err != nil {
-			return nil, clierr.Usage.Errorf("kafka topic %s: %w", topic, err)
+			return nil, clierr.Usage.Errorf("kafka topic %s: %w", name, err)
 		}
 		subs = append(subs, ts)
 	}
@@ -371,12 +372,28 @@ func replicaOp(op string) string {
 
 // timedRedisBroker times lease renewals for the
 // protctl_lease_renew_duration_seconds histogram. It embeds the broker,
-// so every optional capability the runtime finds by type assertion
-// (EntryWaiter, PartitionWatcher, AckReader, StreamTailer) stays visible.
+// so every optional capability the runtime finds by type assertion stays
+// visible.
 type timedRedisBroker struct {
 	*redisbroker.Broker
 	m *admin.Metrics
 }
+
+// The wrapper keeps every optional capability of the Redis adapter (the
+// runtime warns at start about any it lacks).
+var (
+	_ broker.EntryWaiter      = timedRedisBroker{}
+	_ broker.StreamTailer     = timedRedisBroker{}
+	_ broker.PartitionWatcher = timedRedisBroker{}
+	_ broker.AckReader        = timedRedisBroker{}
+	_ broker.BatchReader      = timedRedisBroker{}
+	_ broker.BatchAcquirer    = timedRedisBroker{}
+	_ broker.BatchRenewer     = timedRedisBroker{}
+	_ broker.PartitionCounter = timedRedisBroker{}
+	_ broker.AppendWatcher    = timedRedisBroker{}
+	_ broker.ReaderPinner     = timedRedisBroker{}
+	_ broker.PartitionSeeker  = timedRedisBroker{}
+)
 
 func (b timedRedisBroker) RenewPartitionLease(ctx context.Context, f broker.Fence, ttl time.Duration) (bool, error) {
 	start := time.Now()
@@ -385,7 +402,7 @@ func (b timedRedisBroker) RenewPartitionLease(ctx context.Context, f broker.Fenc
 	return ok, err
 }
 
-// RenewPartitionLeases is runtime.BatchRenewer: every lease in one round
+// RenewPartitionLeases is broker.BatchRenewer: every lease in one round
 // trip.
 func (b timedRedisBroker) RenewPartitionLeases(ctx context.Context, fences []broker.Fence, ttl time.Duration) ([]bool, error) {
 	start := time.Now()
@@ -395,7 +412,7 @@ func (b timedRedisBroker) RenewPartitionLeases(ctx context.Context, fences []bro
 }
 
 var (
-	_ runtime.BatchRenewer = timedRedisBroker{}
+	_ broker.BatchRenewer = timedRedisBroker{}
 	// The live path (pkg/runtime, docs/decisions/0035-live-reads.md) needs
 	// both; the embedded Broker's methods give them.
 	_ broker.BatchReader   = timedRedisBroker{}
@@ -433,7 +450,7 @@ func (n *runningNode) lag(ctx context.Context) (map[string]int64, error) {
 	}
 	for _, s := range n.node.Subscriptions() {
 		switch sub := s.(type) {
-		case *runtime.Partitioned:
+		case *partitioned.Subscription:
 			c := sub.Config()
 			out[sub.Name()] = 0
 			for _, key := range sub.Assigned() {
@@ -443,7 +460,7 @@ func (n *runningNode) lag(ctx context.Context) (map[string]int64, error) {
 					}
 				}
 			}
-		case *runtime.TopicSubscriptions:
+		case *topic.Consumer:
 			// Only a running topic (joined, its brokers answering) has a
 			// lag: holding nothing before the join says nothing about the
 			// topic, and in an outage the watermarks read are stale.
@@ -466,7 +483,7 @@ func (n *runningNode) lag(ctx context.Context) (map[string]int64, error) {
 				}
 			}
 			for _, ts := range c.Subscriptions {
-				next, err := store.LoadAll(ctx, c.LeaseGroup.String(), ts.Name)
+				next, err := store.LoadAll(ctx, redisstore.TopicLeaseGroup(n.cfg.Service, sub.Topic()).String(), ts.Name)
 				if err != nil {
 					keep(err)
 					continue

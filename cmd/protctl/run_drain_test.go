@@ -23,6 +23,7 @@ import (
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -92,7 +93,7 @@ func endsBy(t *testing.T, record string, node string, from int) int {
 // seq).
 func continuousPublisher(t *testing.T, c *redis.Client, keys []string, pause time.Duration) (stop func() int) {
 	t.Helper()
-	pub, err := runtime.NewPublisher(redisbroker.New(c))
+	pub, err := partitioned.NewPublisher(redisbroker.New(c))
 	if err != nil {
 		t.Fatal(err)
 	}

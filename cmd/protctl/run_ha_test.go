@@ -25,7 +25,7 @@ import (
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -196,7 +196,7 @@ func (s haSurvey) handledCount() int {
 // twice), until stopped at the end of a round.
 type haPublisher struct {
 	keys []string
-	pub  *runtime.Publisher
+	pub  *partitioned.Publisher
 
 	mu       sync.Mutex
 	acked    map[string]map[int]time.Time // key -> seq -> when acknowledged
@@ -210,7 +210,7 @@ type haPublisher struct {
 
 func startHAPublisher(t *testing.T, c redis.UniversalClient, keys []string, pause time.Duration, opts ...redisbroker.Option) *haPublisher {
 	t.Helper()
-	pub, err := runtime.NewPublisher(redisbroker.New(c, opts...))
+	pub, err := partitioned.NewPublisher(redisbroker.New(c, opts...))
 	if err != nil {
 		t.Fatal(err)
 	}

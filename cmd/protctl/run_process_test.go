@@ -24,7 +24,7 @@ import (
 
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -306,7 +306,7 @@ func boolInt(b bool) int {
 // lasts long enough for the faults to land mid-run.
 func publishEvents(t *testing.T, c *redis.Client, keys []string, perKey int, pause time.Duration) (done <-chan error) {
 	t.Helper()
-	pub, err := runtime.NewPublisher(redisbroker.New(c))
+	pub, err := partitioned.NewPublisher(redisbroker.New(c))
 	if err != nil {
 		t.Fatal(err)
 	}

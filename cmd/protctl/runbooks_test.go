@@ -29,6 +29,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
 // The runbooks of docs/operations.md are run here, command by command,
@@ -932,15 +933,15 @@ func kafkaRunbook(t *testing.T) *rbEnv {
 	}
 	t.Cleanup(src.Close)
 	store := redisstore.New(c)
-	ts, err := runtime.NewTopicSubscriptions(runtime.TopicConfig{
+	ts, err := topic.New(topic.Config{
 		Topic: kafkaRunbookTopic,
-		Subscriptions: []runtime.TopicSubscription{{Name: "ledger-sync", Handler: runtime.HandlerFunc(func(_ context.Context, m runtime.Message) error {
+		Subscriptions: []topic.Subscription{{Name: "ledger-sync", Handler: runtime.HandlerFunc(func(_ context.Context, m runtime.Message) error {
 			rig.mu.Lock()
 			rig.handled[m.Partition]++
 			rig.mu.Unlock()
 			return nil
 		})}},
-		Source: src, Leases: redisbroker.New(c), LeaseGroup: redisstore.TopicLeaseGroup("shop", kafkaRunbookTopic),
+		Source: topic.Kafka(src), Leases: redisbroker.New(c),
 		Checkpoints: store, Ledger: store,
 		LeaseTTL: 2 * time.Second, RenewEvery: 300 * time.Millisecond, RefreshEvery: 200 * time.Millisecond,
 		CheckpointEvery: 100 * time.Millisecond, LedgerPollEvery: 200 * time.Millisecond, OpTimeout: time.Second,

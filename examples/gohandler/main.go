@@ -31,6 +31,7 @@ import (
 
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -77,7 +78,7 @@ func run(ctx context.Context, redisURL, nodeID string) error {
 	defer client.Close()
 	store := redisstore.New(client) // the failure ledger and the membership
 
-	sub, err := runtime.NewPartitioned(runtime.PartitionedConfig{
+	sub, err := partitioned.New(partitioned.Config{
 		Name:       "app.handlers.OrderProjector",
 		Categories: []string{"shop::order"},
 		Handler:    runtime.HandlerFunc(project),

@@ -17,7 +17,7 @@ import (
 
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
 )
 
 type lockedBuffer struct {
@@ -66,7 +66,7 @@ func TestGoHandlerExampleNode(t *testing.T) {
 
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
-	pub, err := runtime.NewPublisher(redisbroker.New(c))
+	pub, err := partitioned.NewPublisher(redisbroker.New(c))
 	if err != nil {
 		t.Fatal(err)
 	}

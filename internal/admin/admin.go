@@ -276,7 +276,7 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // memberer is a subscription that runs several configured subscriptions
-// under one name (a Kafka topic's: *runtime.TopicSubscriptions).
+// under one name (a Kafka topic's: *topic.Consumer).
 type memberer interface {
 	Members() []runtime.SubscriptionStatus
 }

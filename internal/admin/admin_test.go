@@ -21,6 +21,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker/memorybroker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
 )
 
 // fakeNode is a Node whose state the test sets.
@@ -215,7 +216,7 @@ func TestNodeAdminReadyzUntilJoined(t *testing.T) {
 func TestNodeAdminReadyzRealNode(t *testing.T) {
 	b := memorybroker.New()
 	store := memstore.New(b.Faults())
-	sub, err := runtime.NewPartitioned(runtime.PartitionedConfig{
+	sub, err := partitioned.New(partitioned.Config{
 		Name: "projector", Categories: []string{"shop::order"}, Broker: b, Ledger: store,
 		Handler: runtime.HandlerFunc(func(context.Context, runtime.Message) error { return nil }),
 	})
@@ -334,7 +335,7 @@ func (n *storeNode) StoreErr() error {
 }
 
 // topicSubs is a subscription running several configured ones under one
-// name, as runtime.TopicSubscriptions does.
+// name, as topic.Consumer does.
 type topicSubs struct {
 	fakeSub
 	members []runtime.SubscriptionStatus

@@ -35,6 +35,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -122,7 +123,7 @@ type Demo struct {
 	leases     leaseReader
 	leaseTTL   ttlReader
 	checkpoint runtime.Checkpoints
-	pub        *runtime.Publisher
+	pub        *partitioned.Publisher
 	kafka      *kafkaSide // nil without Kafka
 
 	nodes []*runtime.Node
@@ -182,7 +183,7 @@ func New(cfg Config) (*Demo, error) {
 			return ttl, err == nil && ttl >= 0, err
 		}
 	}
-	pub, err := runtime.NewPublisher(d.brk)
+	pub, err := partitioned.NewPublisher(d.brk)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +196,7 @@ func New(cfg Config) (*Demo, error) {
 	for i := range cfg.Nodes {
 		id := fmt.Sprintf("node-%d", i+1)
 		subs := []runtime.Subscription{}
-		p, err := runtime.NewPartitioned(runtime.PartitionedConfig{
+		p, err := partitioned.New(partitioned.Config{
 			Name:       Subscription,
 			Categories: []string{Category},
 			Handler:    d.handler(d.redis, id),

@@ -11,7 +11,7 @@ import (
 
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
-	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
 // TopicPartitions is the partition count of the embedded Kafka's topic.
@@ -51,17 +51,16 @@ func newKafkaSide(brokers []string, log *slog.Logger) (*kafkaSide, error) {
 	return &kafkaSide{brokers: brokers, src: src, prod: prod, log: log}, nil
 }
 
-func (k *kafkaSide) subscriptions(d *Demo, node string) (*runtime.TopicSubscriptions, error) {
-	return runtime.NewTopicSubscriptions(runtime.TopicConfig{
+func (k *kafkaSide) subscriptions(d *Demo, node string) (*topic.Consumer, error) {
+	return topic.New(topic.Config{
 		Topic: Topic,
-		Subscriptions: []runtime.TopicSubscription{{
+		Subscriptions: []topic.Subscription{{
 			Name:    TopicSubscription,
 			Handler: d.handler(d.topic, node),
 			Retry:   runtime.RetryPolicy{Attempts: 3, Backoff: 50 * time.Millisecond},
 		}},
-		Source:          k.src,
+		Source:          topic.Kafka(k.src),
 		Leases:          d.brk,
-		LeaseGroup:      redisstore.TopicLeaseGroup(Service, Topic),
 		Checkpoints:     d.checkpoint,
 		Ledger:          d.ledger,
 		LeaseTTL:        d.cfg.LeaseTTL,

@@ -21,6 +21,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker/memorybroker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
 )
 
 // syncBuffer is a log destination safe for the handler's goroutines.
@@ -384,7 +385,7 @@ func TestNodeHandlerProcessDeathParksNoAggregate(t *testing.T) {
 	}
 	b := memorybroker.New()
 	store := memstore.New(b.Faults())
-	pub, err := runtime.NewPublisher(b)
+	pub, err := partitioned.NewPublisher(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +404,7 @@ func TestNodeHandlerProcessDeathParksNoAggregate(t *testing.T) {
 			}
 		}
 	}
-	sub, err := runtime.NewPartitioned(runtime.PartitionedConfig{
+	sub, err := partitioned.New(partitioned.Config{
 		Name: "projector", Categories: []string{"shop::order"}, Handler: h, Broker: b, Ledger: store,
 		LeaseTTL: 30 * time.Second, RenewEvery: time.Second, BatchSize: 5, Workers: keys,
 		Retry: runtime.RetryPolicy{Attempts: 1, Backoff: 10 * time.Millisecond},

@@ -16,6 +16,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker/memorybroker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
 )
 
 // More aggregates in flight than the node's exec bound, through the
@@ -62,7 +63,7 @@ echo "end $PROTCTL_PARTITION" >> "$LOG"
 	}
 	b := memorybroker.New()
 	store := memstore.New(b.Faults())
-	pub, err := runtime.NewPublisher(b)
+	pub, err := partitioned.NewPublisher(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ echo "end $PROTCTL_PARTITION" >> "$LOG"
 			}
 		}
 	}
-	sub, err := runtime.NewPartitioned(runtime.PartitionedConfig{
+	sub, err := partitioned.New(partitioned.Config{
 		Name: "projector", Categories: []string{"shop::order"}, Handler: h, Broker: b, Ledger: store,
 		LeaseTTL: 30 * time.Second, RenewEvery: time.Second, BatchSize: 10, Workers: keys,
 		Retry: runtime.RetryPolicy{Attempts: 1, Backoff: 10 * time.Millisecond},

@@ -14,6 +14,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -37,7 +38,7 @@ func TestSeekOnlineOnARunningNode(t *testing.T) {
 		inFlight[k] = new(atomic.Int32)
 	}
 	var overlaps atomic.Int32
-	sub, err := runtime.NewPartitioned(runtime.PartitionedConfig{
+	sub, err := partitioned.New(partitioned.Config{
 		Name: seekGroup, Categories: []string{seekCat}, Broker: b, Ledger: store, BatchSize: 5,
 		IdleAfter: time.Minute,
 		Handler: runtime.HandlerFunc(func(ctx context.Context, m runtime.Message) error {
@@ -65,7 +66,7 @@ func TestSeekOnlineOnARunningNode(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = node.Stop(context.Background()) })
 
-	pub, err := runtime.NewPublisher(b)
+	pub, err := partitioned.NewPublisher(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +195,7 @@ func TestSeekOnlineOnTwoRunningNodes(t *testing.T) {
 	var overlaps atomic.Int32
 	owners := map[string]map[string]bool{} // key -> nodes that handled it
 	for _, id := range []string{"node-1", "node-2"} {
-		sub, err := runtime.NewPartitioned(runtime.PartitionedConfig{
+		sub, err := partitioned.New(partitioned.Config{
 			Name: seekGroup, Categories: []string{seekCat}, Broker: b, Ledger: store, BatchSize: 5,
 			IdleAfter: time.Minute,
 			Handler: runtime.HandlerFunc(func(ctx context.Context, m runtime.Message) error {
@@ -227,7 +228,7 @@ func TestSeekOnlineOnTwoRunningNodes(t *testing.T) {
 		t.Cleanup(func() { _ = node.Stop(context.Background()) })
 	}
 
-	pub, err := runtime.NewPublisher(b)
+	pub, err := partitioned.NewPublisher(b)
 	if err != nil {
 		t.Fatal(err)
 	}

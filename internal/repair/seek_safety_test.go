@@ -18,6 +18,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -152,7 +153,7 @@ func TestSeekFreeRewindReachesAnIdleNodeWithoutItsSignal(t *testing.T) {
 	store := redisstore.New(c)
 	var mu sync.Mutex
 	var handled []string
-	sub, err := runtime.NewPartitioned(runtime.PartitionedConfig{
+	sub, err := partitioned.New(partitioned.Config{
 		Name: seekGroup, Categories: []string{seekCat}, Broker: b, Ledger: store,
 		LeaseTTL: 2 * time.Second, RenewEvery: 200 * time.Millisecond, IdleAfter: 100 * time.Millisecond,
 		Handler: runtime.HandlerFunc(func(ctx context.Context, m runtime.Message) error {
@@ -173,7 +174,7 @@ func TestSeekFreeRewindReachesAnIdleNodeWithoutItsSignal(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = node.Stop(context.Background()) })
-	pub, err := runtime.NewPublisher(b)
+	pub, err := partitioned.NewPublisher(b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime/clock"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
 // seekHost is a one-node Host.
@@ -76,9 +77,9 @@ func TestTopicSeekPlanAppliedByTheRunningOwner(t *testing.T) {
 		return nil
 	})
 	g := redisstore.TopicLeaseGroup("shop", "orders")
-	ts, err := runtime.NewTopicSubscriptions(runtime.TopicConfig{
-		Topic: "orders", Subscriptions: []runtime.TopicSubscription{{Name: "ledger", Handler: h}},
-		Source: src, Leases: redisbroker.New(c), LeaseGroup: g, Checkpoints: store, Ledger: store,
+	ts, err := topic.New(topic.Config{
+		Topic: "orders", Subscriptions: []topic.Subscription{{Name: "ledger", Handler: h}},
+		Source: topic.Kafka(src), Leases: redisbroker.New(c), Checkpoints: store, Ledger: store,
 		LeaseTTL: 2 * time.Second, RenewEvery: 300 * time.Millisecond, CheckpointEvery: 100 * time.Millisecond,
 	})
 	if err != nil {

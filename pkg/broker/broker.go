@@ -238,7 +238,7 @@ type PartitionWatcher interface {
 }
 
 // EntryWaiter is an optional capability (found by type assertion, and
-// advertised as BlockingRead): one call waits on many streams at once, so
+// a blocking read): one call waits on many streams at once, so
 // a node watching thousands of idle partitions spends almost no commands
 // while nothing happens. Unlike PartitionWatcher it sees entries appended
 // by any publisher, including ones that send no wake-up signal (Protean).

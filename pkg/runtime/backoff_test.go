@@ -4,27 +4,30 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
 )
 
 // noMembership satisfies Membership for a Node that is never started
 // (NewNode does no I/O).
 type noMembership struct{ Membership }
 
-func waits(b *backoff, n int) []time.Duration {
+func waits(b *backoff.Backoff, n int) []time.Duration {
 	out := make([]time.Duration, n)
 	for i := range out {
-		out[i] = b.next()
+		out[i] = b.Next()
 	}
 	return out
 }
 
-func seededNode(t *testing.T, id string, seed uint64) *Node {
+// seededNode returns the host a node with seed gives its subscriptions.
+func seededNode(t *testing.T, id string, seed uint64) nodeHost {
 	t.Helper()
 	n, err := NewNode(NodeConfig{Service: "svc", NodeID: id, Membership: noMembership{}, JitterSeed: seed})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return nodeHost{n}
 }
 
 // Two nodes with different seeds draw different waits for the same
@@ -45,9 +48,9 @@ func TestBackoffJitterPerNodeSeed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const n = 40
-			wa := waits(newBackoff(tc.min, tc.max, newJitter(a, "sub")), n)
-			wb := waits(newBackoff(tc.min, tc.max, newJitter(b, "sub")), n)
-			wa2 := waits(newBackoff(tc.min, tc.max, newJitter(a2, "sub")), n)
+			wa := waits(backoff.New(tc.min, tc.max, backoff.NewJitter(a, "sub")), n)
+			wb := waits(backoff.New(tc.min, tc.max, backoff.NewJitter(b, "sub")), n)
+			wa2 := waits(backoff.New(tc.min, tc.max, backoff.NewJitter(a2, "sub")), n)
 			if slices.Equal(wa, wb) {
 				t.Fatalf("nodes with seeds 1 and 2 drew the same waits %v", wa)
 			}
@@ -75,14 +78,14 @@ func TestBackoffJitterPerNodeSeed(t *testing.T) {
 		})
 	}
 	// Subscriptions of one node draw apart too.
-	if x, y := waits(newBackoff(time.Second, time.Minute, newJitter(a, "s1")), 10), waits(newBackoff(time.Second, time.Minute, newJitter(a, "s2")), 10); slices.Equal(x, y) {
+	if x, y := waits(backoff.New(time.Second, time.Minute, backoff.NewJitter(a, "s1")), 10), waits(backoff.New(time.Second, time.Minute, backoff.NewJitter(a, "s2")), 10); slices.Equal(x, y) {
 		t.Errorf("two subscriptions of one node drew the same waits %v", x)
 	}
 	// reset starts over from the shortest ceiling.
-	bo := newBackoff(time.Second, time.Minute, newJitter(a, "sub"))
+	bo := backoff.New(time.Second, time.Minute, backoff.NewJitter(a, "sub"))
 	waits(bo, 10)
-	bo.reset()
-	if d := bo.next(); d < time.Second || d > 2*time.Second {
+	bo.Reset()
+	if d := bo.Next(); d < time.Second || d > 2*time.Second {
 		t.Errorf("first wait after reset = %v, want within [1s, 2s]", d)
 	}
 }
@@ -99,11 +102,11 @@ func TestBackoffDefaultSeedsDiffer(t *testing.T) {
 // stays within its bounds and varies between seeds from the first draw.
 func TestJitterBetween(t *testing.T) {
 	a, b := seededNode(t, "node-a", 1), seededNode(t, "node-b", 2)
-	ja, jb := newJitter(a, "sub"), newJitter(b, "sub")
+	ja, jb := backoff.NewJitter(a, "sub"), backoff.NewJitter(b, "sub")
 	lo, hi := 500*time.Millisecond, time.Second
 	var da, db []time.Duration
 	for range 20 {
-		x, y := ja.between(lo, hi), jb.between(lo, hi)
+		x, y := ja.Between(lo, hi), jb.Between(lo, hi)
 		for _, d := range []time.Duration{x, y} {
 			if d < lo || d > hi {
 				t.Fatalf("between(%v, %v) = %v", lo, hi, d)
@@ -114,7 +117,7 @@ func TestJitterBetween(t *testing.T) {
 	if slices.Equal(da, db) {
 		t.Fatalf("seeds 1 and 2 drew the same waits %v", da)
 	}
-	if d := (*jitter)(nil).between(lo, hi); d != hi {
+	if d := (*backoff.Jitter)(nil).Between(lo, hi); d != hi {
 		t.Errorf("nil source: %v, want the ceiling %v", d, hi)
 	}
 }

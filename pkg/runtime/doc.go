@@ -1,16 +1,22 @@
 // Package runtime is protctl's node runtime: ordered, per-key event
 // processing with exactly one owner per partition, fenced by generations.
 //
-// A node runs subscriptions of two kinds over one service:
+// A node runs subscriptions of two kinds over one service, each from an
+// engine package of its own:
 //
-//   - partitioned subscriptions over Redis per-key streams (one lease per
-//     partition key and group, see pkg/broker), and
-//   - topic subscriptions over Kafka (the topic's partitions leased in the
-//     lease group (service, "topic:<topic>") and read by manual assignment).
+//   - pkg/runtime/partitioned: partitioned subscriptions over Redis
+//     per-key streams (one lease per partition key and group, see
+//     pkg/broker), and
+//   - pkg/runtime/topic: topic subscriptions over Kafka (the topic's
+//     partitions leased in the lease group (service, "topic:<topic>") and
+//     read by manual assignment).
 //
-// Both share the pieces in this package: the Handler contract and failure
-// classification, the failure ledger's records (Parked), node status
-// records, Observer hooks and the injected clock (pkg/runtime/clock).
+// This package is what they share and what every program links: the Node,
+// the Subscription contract an engine implements, the Handler contract and
+// failure classification, the failure ledger's records (Parked), the
+// stores' interfaces, node status records and Observer hooks; the clock is
+// injected (pkg/runtime/clock). It imports no engine and no Kafka client,
+// so a program that uses only Redis does not link one.
 // Ownership is decided by rendezvous hashing (pkg/runtime/hrw) over the
 // live members of a service.
 //

@@ -5,8 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-
-	"github.com/twmb/franz-go/pkg/kgo"
+	"time"
 )
 
 // Handler processes one message. It is called with at most one message at
@@ -102,19 +101,21 @@ type Message struct {
 // Kafka allows a key to repeat: Get and Lookup return the last value
 // written, the producer's final word (as a map built in order would).
 //
-// Headers is a view, not a copy: the runtime hands a Kafka record's
+// Headers is a view, not a copy: the topic engine hands a Kafka record's
 // headers over without allocating anything per message (building a map
 // per record cost more CPU than everything else the topic runtime does
-// per record). Get, Lookup and Map allocate the strings they return;
-// Value, All and Len do not. The zero value is empty. A Headers value is
-// safe for concurrent reads and stays valid after Handle returns; its
-// byte slices must not be modified.
-type Headers struct {
-	kv []kgo.RecordHeader
-}
+// per record; Header has the layout of franz-go's RecordHeader, which the
+// engine checks at compile time). Get, Lookup and Map allocate the
+// strings they return; Value, All and Len do not. The zero value is
+// empty. A Headers value is safe for concurrent reads and stays valid
+// after Handle returns; its byte slices must not be modified.
+type Headers []Header
 
-// KafkaHeaders returns a view over a Kafka record's headers (no copy).
-func KafkaHeaders(h []kgo.RecordHeader) Headers { return Headers{kv: h} }
+// Header is one header of a message.
+type Header struct {
+	Key   string
+	Value []byte
+}
 
 // HeadersOf returns headers from key, value pairs, in order: for tests,
 // and for sources other than Kafka. It panics on an odd number of
@@ -124,24 +125,24 @@ func HeadersOf(pairs ...string) Headers {
 		panic("runtime: HeadersOf needs key, value pairs")
 	}
 	if len(pairs) == 0 {
-		return Headers{}
+		return nil
 	}
-	kv := make([]kgo.RecordHeader, 0, len(pairs)/2)
+	kv := make(Headers, 0, len(pairs)/2)
 	for i := 0; i < len(pairs); i += 2 {
-		kv = append(kv, kgo.RecordHeader{Key: pairs[i], Value: []byte(pairs[i+1])})
+		kv = append(kv, Header{Key: pairs[i], Value: []byte(pairs[i+1])})
 	}
-	return Headers{kv: kv}
+	return kv
 }
 
 // Len is the number of headers, repeated keys counted each time.
-func (h Headers) Len() int { return len(h.kv) }
+func (h Headers) Len() int { return len(h) }
 
 // Value returns the last value of key without copying it; ok is false
 // when there is no such header.
 func (h Headers) Value(key string) (v []byte, ok bool) {
-	for i := len(h.kv) - 1; i >= 0; i-- {
-		if h.kv[i].Key == key {
-			return h.kv[i].Value, true
+	for i := len(h) - 1; i >= 0; i-- {
+		if h[i].Key == key {
+			return h[i].Value, true
 		}
 	}
 	return nil, false
@@ -164,7 +165,7 @@ func (h Headers) Get(key string) string {
 // not copied.
 func (h Headers) All() iter.Seq2[string, []byte] {
 	return func(yield func(string, []byte) bool) {
-		for _, kv := range h.kv {
+		for _, kv := range h {
 			if !yield(kv.Key, kv.Value) {
 				return
 			}
@@ -175,11 +176,11 @@ func (h Headers) All() iter.Seq2[string, []byte] {
 // Map copies the headers into a map, the last value of a repeated key
 // winning; nil when there are none. It allocates: prefer Get.
 func (h Headers) Map() map[string]string {
-	if len(h.kv) == 0 {
+	if len(h) == 0 {
 		return nil
 	}
-	m := make(map[string]string, len(h.kv))
-	for _, kv := range h.kv {
+	m := make(map[string]string, len(h))
+	for _, kv := range h {
 		m[kv.Key] = string(kv.Value)
 	}
 	return m
@@ -189,7 +190,7 @@ func (h Headers) Map() map[string]string {
 // failures.
 func (h Headers) String() string {
 	b := []byte{'['}
-	for i, kv := range h.kv {
+	for i, kv := range h {
 		if i > 0 {
 			b = append(b, ' ')
 		}
@@ -198,6 +199,20 @@ func (h Headers) String() string {
 		b = append(b, kv.Value...)
 	}
 	return string(append(b, ']'))
+}
+
+// RetryPolicy is how aggregate failures are retried before parking.
+type RetryPolicy struct {
+	// Attempts is the number of deliveries before parking. Default: 3.
+	Attempts int
+	// Backoff is the shortest wait between attempts. Each wait is drawn
+	// at random (the node's jitter source, NodeConfig.JitterSeed) from
+	// [Backoff, ceiling], the ceiling starting at 2 x Backoff and doubling
+	// up to MaxBackoff, so nodes that fail together retry apart. Default:
+	// 200ms.
+	Backoff time.Duration
+	// MaxBackoff caps the wait. Default: 10s.
+	MaxBackoff time.Duration
 }
 
 // FailureClass classifies a handler error.

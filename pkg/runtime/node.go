@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/pkg/runtime/clock"
+	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
 )
 
 // Subscription is one named consumer a Node runs: a Redis partitioned
-// subscription (NewPartitioned) or, later, a Kafka topic subscription.
-// Implementations must be safe for concurrent use.
+// subscription (pkg/runtime/partitioned) or the subscriptions of a Kafka
+// topic (pkg/runtime/topic). Implementations must be safe for concurrent
+// use.
 type Subscription interface {
 	// Name is the subscription's name, unique within a node (for Redis,
 	// the consumer group).
@@ -49,7 +51,7 @@ type SubscriptionStatus struct {
 	Held   []HeldPartition
 	Paused []string
 	// OperatorPaused are the partitions held by an operator's pause
-	// (`protctl pause`, partitioned_pause.go): not Paused, which is the
+	// (`protctl pause`, pkg/runtime/partitioned/pause.go): not Paused, which is the
 	// runtime backing off from a systemic failure on its own.
 	OperatorPaused []string
 	Throttled      []string
@@ -86,8 +88,10 @@ const (
 	StateFailed      SubscriptionState = "failed"
 )
 
-// Host is what a Node gives the subscriptions it runs. It is safe for
-// concurrent use.
+// Host is what a Node gives the subscriptions it runs (and what a test
+// gives a subscription it runs without a node). It is safe for concurrent
+// use. The Node's own is not reachable from the Node: only the
+// subscription it was given to can report itself failed.
 type Host interface {
 	Service() string
 	NodeID() string
@@ -154,7 +158,7 @@ func (c *NodeConfig) validate() error {
 		c.NodeID = host + "-" + strconv.Itoa(os.Getpid())
 	}
 	if c.JitterSeed == 0 {
-		c.JitterSeed = randomSeed()
+		c.JitterSeed = backoff.RandomSeed()
 	}
 	if c.HeartbeatEvery < 0 || c.MemberTTL < 0 {
 		return errors.New("runtime: node config: durations must not be negative")
@@ -236,37 +240,46 @@ func NewNode(cfg NodeConfig, subs ...Subscription) (*Node, error) {
 	}, nil
 }
 
-// Host methods.
-
 // Service returns the service name.
 func (n *Node) Service() string { return n.cfg.Service }
 
 // NodeID returns the node's id.
 func (n *Node) NodeID() string { return n.cfg.NodeID }
 
-// Clock returns the node's clock.
-func (n *Node) Clock() clock.Clock { return n.cfg.Clock }
+// nodeHost is the Host a Node gives its subscriptions. It is a type of its
+// own, not the Node, so that what only a subscription may do (Fail: report
+// itself stopped) is not a method a user of the Node can call.
+type nodeHost struct{ n *Node }
 
-// Logger returns the node's logger (never nil).
-func (n *Node) Logger() *slog.Logger { return n.cfg.Logger }
+var _ Host = nodeHost{}
 
-// Observer returns the node's observer (may be nil).
-func (n *Node) Observer() *Observer { return n.cfg.Observer }
+func (h nodeHost) Service() string      { return h.n.cfg.Service }
+func (h nodeHost) NodeID() string       { return h.n.cfg.NodeID }
+func (h nodeHost) Clock() clock.Clock   { return h.n.cfg.Clock }
+func (h nodeHost) Logger() *slog.Logger { return h.n.cfg.Logger }
+func (h nodeHost) Observer() *Observer  { return h.n.cfg.Observer }
 
-// JitterSeed returns the seed of the node's backoff jitter (JitterSeeder).
-func (n *Node) JitterSeed() uint64 { return n.cfg.JitterSeed }
+// Placement and Mode are the node's (PlacementHost): the engines apply
+// operators' pins and the node's cordon through them.
+func (h nodeHost) Placement() *Placement { return h.n.Placement() }
+func (h nodeHost) Mode() NodeMode        { return h.n.Mode() }
+
+// JitterSeed is the seed of the node's backoff jitter
+// (NodeConfig.JitterSeed; the engines find it by type assertion).
+func (h nodeHost) JitterSeed() uint64 { return h.n.cfg.JitterSeed }
 
 // Members returns the last membership read and a channel closed at the
 // next change.
-func (n *Node) Members() ([]string, <-chan struct{}) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.members, n.changed
+func (h nodeHost) Members() ([]string, <-chan struct{}) {
+	h.n.mu.Lock()
+	defer h.n.mu.Unlock()
+	return h.n.members, h.n.changed
 }
 
 // Fail records a subscription's fatal error; the node keeps running its
 // other subscriptions and reports the error in Err and the status record.
-func (n *Node) Fail(subscription string, err error) {
+func (h nodeHost) Fail(subscription string, err error) {
+	n := h.n
 	n.mu.Lock()
 	if _, dup := n.fatal[subscription]; !dup {
 		n.fatal[subscription] = err
@@ -276,8 +289,6 @@ func (n *Node) Fail(subscription string, err error) {
 	n.cfg.Observer.fatal(FatalEvent{Subscription: subscription, Err: err})
 	n.poke()
 }
-
-var _ Host = (*Node)(nil)
 
 // Start starts the heartbeat and every subscription. It returns once
 // their goroutines run; ctx bounds only the start itself.
@@ -296,7 +307,7 @@ func (n *Node) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	n.cancel = cancel
 	for i, s := range n.subs {
-		if err := s.Start(ctx, n); err != nil {
+		if err := s.Start(ctx, nodeHost{n}); err != nil {
 			for _, started := range n.subs[:i] {
 				_ = started.Stop(ctx)
 			}

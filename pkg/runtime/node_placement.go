@@ -41,7 +41,7 @@ func (n *Node) statusMode() NodeMode {
 	return ""
 }
 
-var _ PlacementHost = (*Node)(nil)
+var _ PlacementHost = nodeHost{}
 
 // placementReader returns the membership's placement capability, nil
 // when it has none.

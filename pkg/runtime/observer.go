@@ -1,9 +1,6 @@
 package runtime
 
-import (
-	"sync/atomic"
-	"time"
-)
+import "time"
 
 // Observer receives the runtime's events, for metrics and tracing. Every
 // field is optional; a nil *Observer observes nothing.
@@ -133,49 +130,8 @@ type ErrorEvent struct {
 	Err          error
 }
 
-// The nil-safe callers below keep call sites to one line.
-
-func (o *Observer) lease(e LeaseEvent) {
-	if o != nil && o.OnLease != nil {
-		o.OnLease(e)
-	}
-}
-
-func (o *Observer) handled(e HandledEvent) {
-	if o != nil && o.OnHandled != nil {
-		o.OnHandled(e)
-	}
-}
-
-func (o *Observer) parked(p Parked) {
-	if o != nil && o.OnParked != nil {
-		o.OnParked(p)
-	}
-}
-
-func (o *Observer) resolved(e ResolvedEvent) {
-	if o != nil && o.OnResolved != nil {
-		o.OnResolved(e)
-	}
-}
-
-func (o *Observer) missing(e MissingEvent) {
-	if o != nil && o.OnMissing != nil {
-		o.OnMissing(e)
-	}
-}
-
-func (o *Observer) pause(e PauseEvent) {
-	if o != nil && o.OnPause != nil {
-		o.OnPause(e)
-	}
-}
-
-func (o *Observer) assignment(e AssignmentEvent) {
-	if o != nil && o.OnAssignment != nil {
-		o.OnAssignment(e)
-	}
-}
+// fatal and error are the node's own nil-safe hook calls; the engines
+// use internal/observe.
 
 func (o *Observer) fatal(e FatalEvent) {
 	if o != nil && o.OnFatal != nil {
@@ -188,10 +144,6 @@ func (o *Observer) error(e ErrorEvent) {
 		o.OnError(e)
 	}
 }
-
-// counter is one monotonically increasing or gauge value of a
-// subscription, read by Status without locks.
-type counter struct{ atomic.Int64 }
 
 // Counter names used in status records (NodeStatus.Counters). They are
 // part of the CLI's JSON output: add names, do not rename them.

@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"maps"
-	"strconv"
 	"time"
 
 	"github.com/protctl/protctl/pkg/runtime/hrw"
@@ -174,18 +173,19 @@ func buildPlacement(st PlacementState, live []NodeStatus, eligible []string) *Pl
 	return pl
 }
 
-// placementOf returns host's placement, nil when it has none.
-func placementOf(host Host) *Placement {
+// PlacementOf returns host's placement, nil when it has none (the host
+// is not a PlacementHost).
+func PlacementOf(host Host) *Placement {
 	if ph, ok := host.(PlacementHost); ok {
 		return ph.Placement()
 	}
 	return nil
 }
 
-// applyOverrides rewrites an hrw.Assign result (key -> node) for the
-// partitions placement overrides; part maps an assignment key back to
-// its (scope, partition).
-func applyOverrides(pl *Placement, owners map[string]string, part func(key string) (scope, partition string)) {
+// Apply rewrites an hrw.Assign result (key -> node) for the partitions
+// pl overrides; part maps an assignment key back to its (scope,
+// partition). A nil pl changes nothing.
+func (pl *Placement) Apply(owners map[string]string, part func(key string) (scope, partition string)) {
 	if pl.empty() {
 		return
 	}
@@ -195,6 +195,3 @@ func applyOverrides(pl *Placement, owners map[string]string, part func(key strin
 		}
 	}
 }
-
-// topicPartitionName is a Kafka partition's name in pins and held lists.
-func topicPartitionName(p int32) string { return strconv.Itoa(int(p)) }

@@ -53,7 +53,7 @@ func TestPlacementOwner(t *testing.T) {
 		t.Error("equal does not compare the overrides")
 	}
 	owners := map[string]string{"pinned": "n2", "kept": "n3", "free": "n2"}
-	applyOverrides(pl, owners, func(k string) (string, string) { return "g", k })
+	pl.Apply(owners, func(k string) (string, string) { return "g", k })
 	if owners["pinned"] != "n3" || owners["kept"] != "n1" || owners["free"] != "n2" {
 		t.Errorf("capped assignment after overrides: %v", owners)
 	}

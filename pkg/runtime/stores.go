@@ -251,4 +251,11 @@ type Checkpoints interface {
 	Load(ctx context.Context, leaseGroup, subscription string, partition int32) (next int64, ok bool, err error)
 	// LoadAll returns every partition's checkpoint of a subscription.
 	LoadAll(ctx context.Context, leaseGroup, subscription string) (map[int32]int64, error)
+	// LeaseKeys names the lease and the fence counter of partition in
+	// leaseGroup, as the store lays them out: the leases that fence Save
+	// (and the ledger's writes) live where the store can prove them in
+	// the same atomic step (on a Redis Cluster, in the checkpoints' slot).
+	// The topic engine acquires and renews its leases at these keys, so
+	// a program never names them itself. It does no I/O.
+	LeaseKeys(leaseGroup string, partition int32) (lease, generation string)
 }

@@ -55,7 +55,7 @@ func Run(t *testing.T, newTarget Factory) {
 	}
 	t.Run("CapabilitiesAdvertisePartitioning", func(t *testing.T) {
 		c := newTarget(t).Broker.Capabilities()
-		for _, want := range []broker.Capabilities{broker.StreamPartitioning, broker.OrderedMessaging} {
+		for _, want := range []broker.Capabilities{broker.StreamPartitioning} {
 			if !c.Has(want) {
 				t.Fatalf("capabilities %s lack %s", c, want)
 			}

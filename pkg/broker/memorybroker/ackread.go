@@ -8,8 +8,6 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 )
 
-var _ broker.AckReader = (*Broker)(nil)
-
 // AckAndReadPartitionFenced acknowledges ack for group and then reads up
 // to count entries of stream as consumer f.Token, in one atomic step under
 // the fence: exactly AckPartitionFenced followed by ReadPartitionFenced

@@ -7,11 +7,6 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 )
 
-var (
-	_ broker.BatchReader   = (*Broker)(nil)
-	_ broker.BatchAcquirer = (*Broker)(nil)
-)
-
 // AckAndReadPartitionsFenced runs each read as AckAndReadPartitionFenced
 // does, each an atomic step of its own (broker.BatchReader). A read with
 // invalid arguments fails alone.

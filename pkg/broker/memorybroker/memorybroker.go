@@ -27,9 +27,21 @@ type Broker struct {
 	entryWaiters map[string]map[*entryWaiter]struct{} // by stream
 }
 
+// The contract and every optional capability the adapter implements
+// (pkg/broker: broker.go, batch.go, optional.go), checked at compile
+// time. It lacks PartitionCounter, AppendWatcher (its publishes signal
+// through PartitionWatcher), ReaderPinner (no connections to pin) and
+// PartitionSeeker (operators' seeks are Redis only).
 var (
 	_ broker.PartitionedBroker = (*Broker)(nil)
 	_ broker.PartitionWatcher  = (*Broker)(nil)
+	_ broker.EntryWaiter       = (*Broker)(nil)
+	_ broker.ConsumerReleaser  = (*Broker)(nil)
+	_ broker.AckReader         = (*Broker)(nil)
+	_ broker.BatchReader       = (*Broker)(nil)
+	_ broker.BatchAcquirer     = (*Broker)(nil)
+	_ broker.StreamTailer      = (*Broker)(nil)
+	_ broker.BatchRenewer      = (*Broker)(nil)
 )
 
 // Option configures New and NewInline.
@@ -70,7 +82,7 @@ func (c *config) validate() {
 }
 
 // New returns an empty broker with the whole partitioning contract
-// (Capabilities is broker.PartitionedStreaming). It does no I/O and starts
+// (Capabilities is broker.StreamPartitioning). It does no I/O and starts
 // no goroutine.
 func New(opts ...Option) *Broker {
 	var cfg config
@@ -87,7 +99,7 @@ func New(opts ...Option) *Broker {
 }
 
 // NewInline returns an empty broker without stream partitioning
-// (Capabilities is broker.EnterpriseStreaming): Append writes plain
+// (Capabilities lack broker.StreamPartitioning): Append writes plain
 // streams, and every partitioning method fails with a
 // *broker.UnsupportedError naming it (errors.Is
 // broker.ErrPartitioningUnsupported). It is what a deployment that does not
@@ -98,13 +110,13 @@ func NewInline(opts ...Option) *Broker {
 	return b
 }
 
-// Capabilities is broker.PartitionedStreaming, or broker.EnterpriseStreaming
-// for a broker made by NewInline.
+// Capabilities is broker.StreamPartitioning, or none for a broker made by
+// NewInline.
 func (b *Broker) Capabilities() broker.Capabilities {
 	if b.inline {
-		return broker.EnterpriseStreaming
+		return 0
 	}
-	return broker.PartitionedStreaming
+	return broker.StreamPartitioning
 }
 
 // Layout is the key layout set by WithLayout.

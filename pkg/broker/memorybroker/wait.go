@@ -9,8 +9,6 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 )
 
-var _ broker.EntryWaiter = (*Broker)(nil)
-
 // entryWaiter is one blocked WaitForEntries call. Appends to any of its
 // streams signal ready (buffered, so a signal between two checks is kept).
 type entryWaiter struct {

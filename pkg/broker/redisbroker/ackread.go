@@ -8,8 +8,6 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 )
 
-var _ broker.AckReader = (*Broker)(nil)
-
 // AckAndReadPartitionFenced acknowledges ack (the batch the owner just
 // handled) and reads up to count entries of stream, in one atomic step
 // that first proves the lease: exactly AckPartitionFenced followed by

@@ -26,11 +26,6 @@ import (
 // server), is small for what a live flow reads: a few entries per
 // partition. docs/decisions/0035-live-reads.md.
 
-var (
-	_ broker.BatchReader   = (*Broker)(nil)
-	_ broker.BatchAcquirer = (*Broker)(nil)
-)
-
 // scriptCall is one script call of a pipeline.
 type scriptCall struct {
 	keys []string

@@ -28,9 +28,23 @@ type Broker struct {
 	beforeWait func()
 }
 
+// The contract and every optional capability the adapter implements
+// (pkg/broker: broker.go, batch.go, optional.go), checked at compile
+// time so that a change of signature cannot silently turn one off.
 var (
 	_ broker.PartitionedBroker = (*Broker)(nil)
 	_ broker.PartitionWatcher  = (*Broker)(nil)
+	_ broker.EntryWaiter       = (*Broker)(nil)
+	_ broker.ConsumerReleaser  = (*Broker)(nil)
+	_ broker.AckReader         = (*Broker)(nil)
+	_ broker.BatchReader       = (*Broker)(nil)
+	_ broker.BatchAcquirer     = (*Broker)(nil)
+	_ broker.StreamTailer      = (*Broker)(nil)
+	_ broker.BatchRenewer      = (*Broker)(nil)
+	_ broker.PartitionCounter  = (*Broker)(nil)
+	_ broker.AppendWatcher     = (*Broker)(nil)
+	_ broker.ReaderPinner      = (*Broker)(nil)
+	_ broker.PartitionSeeker   = (*Broker)(nil)
 )
 
 type config struct {
@@ -108,9 +122,9 @@ func New(client redis.UniversalClient, opts ...Option) *Broker {
 	return &Broker{client: client, cfg: cfg}
 }
 
-// Capabilities returns broker.PartitionedStreaming: Redis Streams offer
-// every capability the contract names.
-func (b *Broker) Capabilities() broker.Capabilities { return broker.PartitionedStreaming }
+// Capabilities returns broker.StreamPartitioning: the whole partitioning
+// contract.
+func (b *Broker) Capabilities() broker.Capabilities { return broker.StreamPartitioning }
 
 // Layout returns the key layout the broker uses.
 func (b *Broker) Layout() broker.Layout { return b.cfg.layout }

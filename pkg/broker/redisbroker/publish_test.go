@@ -142,7 +142,7 @@ func TestCapabilitiesAndLayout(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
 	b := redisbroker.New(c)
-	if b.Capabilities() != broker.PartitionedStreaming || b.Layout() != broker.ProteanLayout {
+	if b.Capabilities() != broker.StreamPartitioning || b.Layout() != broker.ProteanLayout {
 		t.Fatalf("capabilities %s, layout %s", b.Capabilities(), b.Layout())
 	}
 	if l := redisbroker.New(c, redisbroker.WithLayout(broker.ClusterLayout)).Layout(); l != broker.ClusterLayout {

@@ -450,7 +450,7 @@ func (b *Broker) WatchSeekRequests(ctx context.Context, group string) (<-chan st
 }
 
 // ApplyPartitionSeek is ApplySeekRequest for the runtime
-// (runtime.PartitionSeeker): moved is true when the request was carried
+// (broker.PartitionSeeker): moved is true when the request was carried
 // out.
 func (b *Broker) ApplyPartitionSeek(ctx context.Context, f broker.Fence, gen int64, group, key string, streams []string) (bool, error) {
 	o, err := b.ApplySeekRequest(ctx, f, gen, group, key, streams)

@@ -15,8 +15,6 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 )
 
-var _ broker.EntryWaiter = (*Broker)(nil)
-
 // waitChunk bounds the streams of one blocking XREAD. Each chunk holds a
 // pooled connection while it blocks, so chunks are large: a node waiting
 // on 10,000 idle partitions (20,000 lanes) blocks on 3 connections.

@@ -73,3 +73,9 @@ func (s *Store) LoadAll(ctx context.Context, leaseGroup, subscription string) (m
 	maps.Copy(out, s.checkpoints[leaseGroup][subscription])
 	return out, nil
 }
+
+// LeaseKeys names partition's lease and fence counter in leaseGroup
+// (runtime.Checkpoints): the layout of redisstore.LeaseGroup.
+func (s *Store) LeaseKeys(leaseGroup string, partition int32) (lease, generation string) {
+	return storecontract.LeaseKeys(leaseGroup, partition)
+}

@@ -165,13 +165,15 @@ func (g LeaseGroup) key(kind string) string { return prefix + "{" + g.String() +
 
 // LeaseKey is the lease of partition p, for broker.LeaseManager.
 func (g LeaseGroup) LeaseKey(p int32) string {
-	return g.key("lease:" + strconv.FormatInt(int64(p), 10))
+	lease, _ := storecontract.LeaseKeys(g.String(), p)
+	return lease
 }
 
 // GenerationKey is the fence counter of partition p, for
 // broker.LeaseManager.
 func (g LeaseGroup) GenerationKey(p int32) string {
-	return g.key("generation:" + strconv.FormatInt(int64(p), 10))
+	_, gen := storecontract.LeaseKeys(g.String(), p)
+	return gen
 }
 
 // CheckpointsKey is the HASH partition -> next offset of subscription.

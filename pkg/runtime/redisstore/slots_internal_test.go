@@ -271,3 +271,20 @@ func TestISOTimeMatchesGo(t *testing.T) {
 		}
 	}
 }
+
+// The keys the topic engine leases a partition at (Store.LeaseKeys, from
+// the lease group the engine derives from the service) are the lease
+// group's LeaseKey and GenerationKey, which the CLI reads and the
+// checkpoint scripts fence on.
+func TestLeaseKeysAreTheLeaseGroups(t *testing.T) {
+	g := TopicLeaseGroup("shop", "orders")
+	for _, p := range []int32{0, 3, 1023} {
+		lease, gen := (&Store{}).LeaseKeys("shop|topic:orders", p)
+		if lease != g.LeaseKey(p) || gen != g.GenerationKey(p) {
+			t.Errorf("partition %d: LeaseKeys = %q, %q; the lease group's are %q, %q", p, lease, gen, g.LeaseKey(p), g.GenerationKey(p))
+		}
+	}
+	if lease, _ := (&Store{}).LeaseKeys("shop|topic:orders", 3); lease != "protctl:{shop|topic:orders}:lease:3" {
+		t.Errorf("lease key %q: the layout of docs/architecture.md changed", lease)
+	}
+}

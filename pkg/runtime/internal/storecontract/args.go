@@ -183,3 +183,13 @@ func Pinned(op string, r runtime.PinnedRequest) error {
 func badTokenRune(c rune) bool {
 	return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-')
 }
+
+// LeaseKeys are the keys of partition's lease and fence counter in
+// leaseGroup ("service|name"): "protctl:{service|name}:lease:<p>" and
+// ":generation:<p>", the layout both stores use (redisstore/keys.go,
+// docs/architecture.md "The runtime's keys").
+func LeaseKeys(leaseGroup string, partition int32) (lease, generation string) {
+	base := "protctl:{" + leaseGroup + "}:"
+	p := strconv.FormatInt(int64(partition), 10)
+	return base + "lease:" + p, base + "generation:" + p
+}

@@ -31,6 +31,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -134,7 +135,7 @@ func run(cfg config) error {
 		}
 		return nil
 	})
-	sub, err := runtime.NewPartitioned(runtime.PartitionedConfig{
+	sub, err := partitioned.New(partitioned.Config{
 		Name:       cfg.group,
 		Categories: cfg.categories,
 		Handler:    handler,

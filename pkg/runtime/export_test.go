@@ -1,8 +1,0 @@
-package runtime
-
-import "context"
-
-// SetRenewGate installs a hook the renewer calls before every renewal
-// round; blocking in it stalls renewals (a node whose renewals are
-// blocked). Call it before Start.
-func SetRenewGate(p *Partitioned, gate func(ctx context.Context)) { p.renewGate = gate }

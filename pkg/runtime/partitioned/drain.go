@@ -1,0 +1,163 @@
+package partitioned
+
+import (
+	"maps"
+	"time"
+
+	"github.com/protctl/protctl/pkg/runtime/internal/lease"
+)
+
+// drained handles a partition with nothing to read: it makes sure the
+// node knows where to wait from, then waits for news with the lease for
+// IdleAfter and releases it. done false means news came: read again.
+func (w *worker) drained() (result, bool) {
+	p := w.p
+	if r, done := w.flushAcks(); done {
+		return r, true
+	}
+	if w.retrying != nil {
+		// The head was handled (or acked by someone else) before this
+		// generation read it: the retry is over.
+		if r, done := w.resolveRetry(); done {
+			return r, true
+		}
+	}
+	if p.waiter != nil {
+		var unknown []lane
+		spurious := w.fromWaiter.Load() && !w.readSince
+		for _, ln := range w.lanes {
+			if _, ok := w.after[ln.stream]; !ok || spurious {
+				unknown = append(unknown, ln)
+			}
+		}
+		if len(unknown) > 0 {
+			got, r, done := w.learnTails(unknown)
+			if done {
+				return r, true
+			}
+			if got {
+				return result{}, false
+			}
+		}
+		w.p.watch.add(w.key, maps.Clone(w.after))
+	}
+	w.readSince = false
+	w.fromWaiter.Store(false)
+	w.releaseSlot()
+	w.releaseAhead()
+
+	idleAt := p.clk.Now().Add(p.cfg.IdleAfter)
+	for {
+		now := p.clk.Now()
+		if !w.lease.trusted(now) {
+			w.lease.lose(lease.ErrUntrusted)
+			p.watch.remove(w.key)
+			return w.lostResult(), true
+		}
+		if !now.Before(idleAt) {
+			return w.release(result{kind: resIdle, after: maps.Clone(w.after)}, "idle"), true
+		}
+		d := min(idleAt.Sub(now), w.lease.trust.Left(now))
+		t := p.clk.NewTimer(d)
+		select {
+		case <-t.C():
+			continue
+		case <-w.wake:
+			t.Stop()
+			clear(w.empty)
+			p.watch.remove(w.key)
+			if p.live != nil {
+				if r, stop := w.takeAhead(); stop {
+					return r, true
+				}
+			} else if r, stop := w.takeSlot(); stop {
+				return r, true
+			}
+			return result{}, false
+		case <-w.handover:
+			t.Stop()
+			return w.release(result{kind: resHandedOff}, "handover"), true
+		case <-w.p.stopping:
+			t.Stop()
+			return w.release(result{kind: resStopped}, "stop"), true
+		case <-w.ctx.Done():
+			t.Stop()
+			return w.ctxResult(), true
+		}
+	}
+}
+
+// learnTails finds where to wait from on lanes this generation knows
+// nothing about: it takes the lanes' newest ids, then reads them once
+// more. An empty read after the tails were taken proves that everything
+// up to them was delivered, and everything appended later has a greater
+// id; taking the tails after the read could miss an entry appended in
+// between. got says the read found entries (they were handled).
+func (w *worker) learnTails(lanes []lane) (got bool, r result, done bool) {
+	streams := make([]string, len(lanes))
+	for i, ln := range lanes {
+		streams[i] = ln.stream
+	}
+	tails, err := w.tailer().LastEntryIDs(w.ctx, streams)
+	if err != nil {
+		return false, w.ioFail("last entry ids", err), true
+	}
+	for _, ln := range lanes {
+		msgs, r, done := w.read(ln)
+		if done {
+			return got, r, true
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		got = true
+		if r, done := w.handleBatch(ln, msgs); done {
+			return true, r, true
+		}
+	}
+	if got {
+		return true, result{}, false
+	}
+	for _, ln := range lanes {
+		id := tails[ln.stream]
+		if id == "" {
+			id = "0-0"
+		}
+		w.after[ln.stream] = id
+	}
+	return false, result{}, false
+}
+
+// waitOut waits d (a retry or pause) without holding a worker slot. stop
+// means the worker must end (handover, stop, lost lease).
+//
+// Nor a place on the live path (ahead): a pause lasts up to
+// SystemicMaxBackoff, and partitions paused by their own downstream
+// would otherwise keep every place and starve the healthy keys.
+func (w *worker) waitOut(d time.Duration) (result, bool) {
+	p := w.p
+	w.releaseSlot()
+	hadAhead := w.ahead
+	w.releaseAhead()
+	t := p.clk.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C():
+			if hadAhead {
+				if r, stop := w.takeAhead(); stop {
+					return r, true
+				}
+			}
+			return w.takeSlot()
+		case <-w.wake:
+			continue
+		case <-w.handover:
+			return w.releaseAcked(result{kind: resHandedOff}, "handover")
+		case <-p.stopping:
+			return w.releaseAcked(result{kind: resStopped}, "stop")
+		case <-w.ctx.Done():
+			return w.ctxResult(), true
+		}
+	}
+}

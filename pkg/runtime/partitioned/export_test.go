@@ -1,0 +1,8 @@
+package partitioned
+
+import "context"
+
+// SetRenewGate installs a hook the renewer calls before every renewal
+// round; blocking in it stalls renewals (a node whose renewals are
+// blocked). Call it before Start.
+func SetRenewGate(p *Subscription, gate func(ctx context.Context)) { p.renewGate = gate }

@@ -1,0 +1,224 @@
+package partitioned
+
+import (
+	"context"
+
+	"github.com/protctl/protctl/pkg/broker"
+)
+
+// The live path: when the broker can run many partitions' fenced steps in
+// one round trip (broker.BatchReader and broker.BatchAcquirer), a worker
+// acquires its lease and reads its partition without a worker slot, and
+// the steps that workers need at the same time go to the broker together,
+// a round trip for all of them (liveLoop). A worker takes a slot only to
+// call the handler on what it read, and gives it back after a short batch,
+// so Workers bounds the handler calls in flight, not the partitions being
+// read: when a wait wakes a thousand partitions, their reads cost a few
+// round trips instead of a thousand, queued sixteen at a time behind the
+// slots. A partition that reads a full batch (a backlog) keeps its slot
+// and reads on the slot's pinned reader until it drains, as before.
+// docs/decisions/0035-live-reads.md.
+
+// liveIO is the live path's queue of steps, served by liveFlushers loops.
+type liveIO struct {
+	reader   broker.BatchReader
+	acquirer broker.BatchAcquirer
+	reads    chan *liveRead
+	acqs     chan *liveAcquire
+}
+
+const (
+	// liveFlushers is how many round trips of the live path may be in
+	// flight at once: a step that arrives while one is in flight goes out
+	// at once on another, instead of waiting for it.
+	liveFlushers = 2
+	// liveMaxBatch bounds the steps of one round trip.
+	liveMaxBatch = 256
+	// liveBatch bounds the entries a read on the live path asks for:
+	// the scripts convert each entry to Lua and back (about 1.5µs an
+	// entry on the server), cheap for the few a flow leaves per
+	// partition; a read that fills it is a backlog, which the worker
+	// reads on with its slot's pinned reader in batches of BatchSize.
+	liveBatch = 16
+	// aheadPerWorker is how many partitions per worker slot may be on the
+	// live path at once (reading, or holding what they read until a slot
+	// is free): it bounds what the node reads ahead of its handlers to
+	// aheadPerWorker x Workers batches.
+	aheadPerWorker = 16
+)
+
+type liveRead struct {
+	req  broker.FencedRead
+	res  broker.ReadResult
+	done chan struct{}
+}
+
+type liveAcquire struct {
+	req  broker.LeaseRequest
+	res  broker.LeaseGrant
+	done chan struct{}
+}
+
+// newLiveIO returns the live path of b, nil when b cannot batch.
+func newLiveIO(b broker.PartitionedBroker) *liveIO {
+	r, rok := b.(broker.BatchReader)
+	a, aok := b.(broker.BatchAcquirer)
+	if !rok || !aok {
+		return nil
+	}
+	return &liveIO{
+		reader:   r,
+		acquirer: a,
+		reads:    make(chan *liveRead, liveMaxBatch),
+		acqs:     make(chan *liveAcquire, liveMaxBatch),
+	}
+}
+
+// liveLoop sends the queued steps of the live path, as many as are queued
+// (up to liveMaxBatch) in one round trip per kind, until ctx ends. It
+// runs until the coordinator is done (bgCtx), after every worker
+// returned, so that a step once queued is always answered; the steps
+// themselves run under runCtx, which a hard stop cancels.
+func (p *Subscription) liveLoop(ctx context.Context) {
+	defer p.wg.Done()
+	io := p.live
+	for {
+		var (
+			reads []*liveRead
+			acqs  []*liveAcquire
+		)
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-io.reads:
+			reads = append(reads, r)
+		case a := <-io.acqs:
+			acqs = append(acqs, a)
+		}
+	more:
+		for len(reads)+len(acqs) < liveMaxBatch {
+			select {
+			case r := <-io.reads:
+				reads = append(reads, r)
+			case a := <-io.acqs:
+				acqs = append(acqs, a)
+			default:
+				break more
+			}
+		}
+		if len(acqs) > 0 {
+			reqs := make([]broker.LeaseRequest, len(acqs))
+			for i, a := range acqs {
+				reqs[i] = a.req
+			}
+			for i, g := range io.acquirer.AcquirePartitionLeases(p.runCtx, reqs) {
+				acqs[i].res = g
+				close(acqs[i].done)
+			}
+		}
+		if len(reads) > 0 {
+			reqs := make([]broker.FencedRead, len(reads))
+			for i, r := range reads {
+				reqs[i] = r.req
+			}
+			for i, res := range io.reader.AckAndReadPartitionsFenced(p.runCtx, reqs) {
+				reads[i].res = res
+				close(reads[i].done)
+			}
+		}
+	}
+}
+
+// liveRead runs one fenced ack-and-read on the live path. A read the
+// worker's context ended before it was queued was not sent.
+func (w *worker) liveRead(r broker.FencedRead) broker.ReadResult {
+	lr := &liveRead{req: r, done: make(chan struct{})}
+	select {
+	case w.p.live.reads <- lr:
+	case <-w.ctx.Done():
+		return broker.ReadResult{Err: context.Cause(w.ctx)}
+	}
+	// Always answered (liveLoop): a read once sent must be known to have
+	// run or not before the worker goes on.
+	<-lr.done
+	return lr.res
+}
+
+// liveAcquire takes the worker's lease on the live path, with the lanes'
+// tails (kept in w.preTails) and, when the worker can tell the generation
+// at which nothing older than new entries can be pending (the one after
+// the generation this node last released clean), the first read of its
+// main lanes in the same step (kept in w.prefetch).
+func (w *worker) liveAcquire(leaseKey string) (broker.Lease, bool, error) {
+	p := w.p
+	req := broker.LeaseRequest{
+		LeaseKey:      leaseKey,
+		GenerationKey: p.layout.GenerationKey(p.cfg.Name, w.key),
+		Owner:         p.node,
+		TTL:           p.cfg.LeaseTTL,
+	}
+	if p.tailer != nil && p.waiter != nil {
+		req.Tails = w.streams()
+	}
+	if !w.checkLedger && !w.pausedNow() {
+		req.ReadAtGeneration = w.cleanGen + 1
+		req.Group, req.Count = p.cfg.Name, int64(w.readCount())
+		for _, ln := range w.lanes {
+			if !ln.backfill {
+				req.Read = append(req.Read, ln.stream)
+			}
+		}
+	}
+	la := &liveAcquire{req: req, done: make(chan struct{})}
+	select {
+	case p.live.acqs <- la:
+	case <-w.ctx.Done():
+		return broker.Lease{}, false, context.Cause(w.ctx)
+	}
+	<-la.done
+	g := la.res
+	if !g.Acquired {
+		return broker.Lease{}, false, g.Err
+	}
+	if g.Err != nil {
+		// The lease is ours whatever else failed: go on without the
+		// tails and the read, which the worker takes again. The script
+		// may have read (delivered) entries under this generation that
+		// the reply lost: the generation is not a fresh one, so that
+		// the worker reads its pending entries first (checkLedger
+		// turns off the fresh-generation shortcut).
+		p.log.Debug("lease acquired without its tails", "subscription", p.cfg.Name, "key", w.key, "err", g.Err)
+		w.checkLedger = true
+		return g.Lease, true, nil
+	}
+	if req.Tails != nil {
+		w.preTails = g.Tails
+	}
+	if g.Read != nil {
+		w.prefetch = make(map[string]broker.ReadResult, len(g.Read))
+		for i, s := range req.Read {
+			w.prefetch[s] = g.Read[i]
+		}
+	}
+	return g.Lease, true, nil
+}
+
+// takeAhead takes a place on the live path (see aheadPerWorker). stop
+// means the worker must end instead (its lease, if any, released).
+func (w *worker) takeAhead() (result, bool) {
+	if w.ahead {
+		return result{}, false
+	}
+	if r, stop := w.take(w.p.ahead); stop {
+		return r, true
+	}
+	w.ahead = true
+	return result{}, false
+}
+
+func (w *worker) releaseAhead() {
+	if w.ahead {
+		w.ahead = false
+		<-w.p.ahead
+	}
+}

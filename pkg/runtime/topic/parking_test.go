@@ -1,0 +1,363 @@
+package topic_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/internal/enginetest"
+	"github.com/protctl/protctl/pkg/runtime/topic"
+)
+
+func failSeq(agg string, seq int) func(m runtime.Message) error {
+	s := strconv.Itoa(seq)
+	return func(m runtime.Message) error {
+		if m.Aggregate == agg && m.Headers.Get("seq") == s {
+			return errors.New("cannot handle " + agg + " #" + s)
+		}
+		return nil
+	}
+}
+
+func offsetOf(recs []*kgo.Record, agg string, seq int) int64 {
+	for _, r := range recs {
+		if string(r.Key) == agg && string(r.Headers[1].Value) == strconv.Itoa(seq) {
+			return r.Offset
+		}
+	}
+	return -1
+}
+
+// TestTopicParking: an aggregate whose record fails is parked with that
+// record's offset while the other aggregates flow; its later records are
+// skipped. After the fix, Retry handles the parked record and every later
+// one in order and resolves the entry; new records then flow as usual.
+func TestTopicParking(t *testing.T) {
+	for _, kind := range []storeKind{onMemory, onRedis} {
+		t.Run(string(kind), func(t *testing.T) {
+			e := newTopicEnv(t, kind, 2)
+			rec := newTopicRecorder(t)
+			rec.setFail(failSeq("a0000", 3))
+			n := e.start("n1", e.config(tsub(topicSub, rec.handler("n1"))), nil)
+			defer e.stopAll()
+			awaitStarted(t, n.ts)
+			aggs := aggNames(6) // a0000, a0002, a0004 on partition 0
+			recs := e.produce(aggs, 1, 5)
+			others := aggs[1:]
+			waitFor(t, 10*time.Second, "the other aggregates to flow", func() bool { return rec.complete(topicSub, others, 5) })
+			ctx := context.Background()
+			var entry runtime.Parked
+			waitFor(t, 10*time.Second, "a0000 parked", func() bool {
+				var err error
+				entry, err = e.store.GetParked(ctx, topicSub, "", "a0000")
+				return err == nil
+			})
+			want := offsetOf(recs, "a0000", 3)
+			if entry.Position != strconv.FormatInt(want, 10) || entry.Partition != "0" || entry.Topic != topicName ||
+				entry.Source != runtime.SourceKafka || entry.Status != runtime.StatusParked || entry.Attempts != 1 ||
+				entry.Owner != "n1" || entry.Generation < 1 || entry.Error == "" {
+				t.Fatalf("parked entry %+v, want a0000 parked at offset %d of partition 0 by n1", entry, want)
+			}
+			if got := rec.handled(topicSub, "a0000"); !slices.Equal(got, []int{1, 2}) {
+				t.Fatalf("a0000 handled %v before parking, want [1 2]", got)
+			}
+			e.produce(aggs, 6, 8)
+			waitFor(t, 10*time.Second, "the others to flow past the parked aggregate", func() bool { return rec.complete(topicSub, others, 8) })
+			if got := rec.handled(topicSub, "a0000"); !slices.Equal(got, []int{1, 2}) {
+				t.Fatalf("a0000 handled %v while parked, want its later records skipped", got)
+			}
+			// a0000's lane may still be skipping its queued records.
+			waitFor(t, 5*time.Second, "1 parked and 5 skipped", func() bool {
+				c := n.ts.Counters()
+				return c[runtime.CounterParked] == 1 && c[topic.CounterSkipped] == 5
+			}, func() string { return fmt.Sprint(n.ts.Counters()) })
+			if st := n.ts.Status(); st.Parked != 1 {
+				t.Fatalf("status parked = %d, want 1", st.Parked)
+			}
+
+			rec.setFail(nil)
+			if err := n.ts.Retry(ctx, topicSub, "a0000"); err != nil {
+				t.Fatalf("Retry: %v", err)
+			}
+			waitFor(t, 10*time.Second, "the retry to handle a0000's records", func() bool { return rec.complete(topicSub, []string{"a0000"}, 8) })
+			if got := rec.handled(topicSub, "a0000"); !slices.Equal(got, enginetest.SeqRange(1, 8)) {
+				t.Fatalf("a0000 handled %v, want 1..8 in order", got)
+			}
+			waitFor(t, 5*time.Second, "the entry resolved", func() bool {
+				_, err := e.store.GetParked(ctx, topicSub, "", "a0000")
+				return errors.Is(err, runtime.ErrNotParked)
+			})
+			e.produce(aggs, 9, 9)
+			waitFor(t, 10*time.Second, "new records after the retry", func() bool { return rec.complete(topicSub, aggs, 9) })
+			rec.checkOrder(t, topicSub, aggs, 9)
+			if c := n.ts.Counters(); c[runtime.CounterResolved] != 1 {
+				t.Fatalf("counters %v: want 1 resolved", c)
+			}
+			heads := e.heads()
+			waitFor(t, 5*time.Second, "checkpoints at the heads", func() bool {
+				for p, h := range heads {
+					if next, _ := e.checkpoint(topicSub, p); next != h {
+						return false
+					}
+				}
+				return true
+			})
+		})
+	}
+}
+
+// TestTopicParkedUnrecoverable: once DeleteRecords moved the partition's
+// start past a parked offset, Retry finds the records gone: the entry
+// becomes unrecoverable (an operator's retry request is refused too) and
+// only Skip resolves it, after which the aggregate's new records flow.
+func TestTopicParkedUnrecoverable(t *testing.T) {
+	e := newTopicEnv(t, onRedis, 1)
+	rec := newTopicRecorder(t)
+	rec.setFail(failSeq("a0000", 2))
+	n := e.start("n1", e.config(tsub(topicSub, rec.handler("n1"))), nil)
+	defer e.stopAll()
+	awaitStarted(t, n.ts)
+	aggs := aggNames(3)
+	e.produce(aggs, 1, 4)
+	ctx := context.Background()
+	waitFor(t, 10*time.Second, "a0000 parked and the others done", func() bool {
+		_, err := e.store.GetParked(ctx, topicSub, "", "a0000")
+		return err == nil && rec.complete(topicSub, aggs[1:], 4)
+	})
+	head := e.heads()[0]
+	e.k.DeleteRecords(t, e.prod, topicName, 0, head)
+	rec.setFail(nil)
+
+	err := n.ts.Retry(ctx, topicSub, "a0000")
+	if !errors.Is(err, runtime.ErrUnrecoverable) {
+		t.Fatalf("Retry after DeleteRecords = %v, want ErrUnrecoverable", err)
+	}
+	entry, err := e.store.GetParked(ctx, topicSub, "", "a0000")
+	if err != nil || entry.Status != runtime.StatusUnrecoverable {
+		t.Fatalf("entry %+v (%v), want status unrecoverable", entry, err)
+	}
+	if err := e.store.RequestRetry(ctx, topicSub, "", "a0000", "op"); !errors.Is(err, runtime.ErrUnrecoverable) {
+		t.Fatalf("RequestRetry of an unrecoverable entry = %v, want ErrUnrecoverable", err)
+	}
+	e.produce([]string{"a0000"}, 5, 5)
+	e.produce(aggs[1:], 5, 5)
+	waitFor(t, 10*time.Second, "the others' new records", func() bool { return rec.complete(topicSub, aggs[1:], 5) })
+	if got := rec.handled(topicSub, "a0000"); !slices.Equal(got, []int{1}) {
+		t.Fatalf("a0000 handled %v while unrecoverable, want only [1]", got)
+	}
+
+	if err := n.ts.Skip(ctx, topicSub, "a0000"); err != nil {
+		t.Fatalf("Skip: %v", err)
+	}
+	if _, err := e.store.GetParked(ctx, topicSub, "", "a0000"); !errors.Is(err, runtime.ErrNotParked) {
+		t.Fatalf("GetParked after Skip = %v, want ErrNotParked", err)
+	}
+	e.produce([]string{"a0000"}, 6, 6)
+	waitFor(t, 10*time.Second, "a0000's records after the skip", func() bool {
+		return slices.Equal(rec.handled(topicSub, "a0000"), []int{1, 6})
+	})
+	if err := n.ts.Skip(ctx, topicSub, "a0000"); !errors.Is(err, runtime.ErrNotParked) {
+		t.Fatalf("second Skip = %v, want ErrNotParked", err)
+	}
+}
+
+// TestTopicRetryForwarded: Retry and Skip on a node that does not hold
+// the aggregate's partition record the request in the ledger; the owner
+// acts on it.
+func TestTopicRetryForwarded(t *testing.T) {
+	e := newTopicEnv(t, onRedis, 2)
+	rec := newTopicRecorder(t)
+	rec.setFail(func(m runtime.Message) error {
+		if (m.Aggregate == "a0000" || m.Aggregate == "a0001") && m.Headers.Get("seq") == "2" {
+			return errors.New("bad")
+		}
+		return nil
+	})
+	n1 := e.start("n1", e.config(tsub(topicSub, rec.handler("n1"))), nil)
+	n2 := e.start("n2", e.config(tsub(topicSub, rec.handler("n2"))), nil)
+	defer e.stopAll()
+	settled(t, e, "two nodes to settle")
+	aggs := aggNames(2) // a0000 on partition 0, a0001 on partition 1
+	e.produce(aggs, 1, 3)
+	ctx := context.Background()
+	waitFor(t, 10*time.Second, "both parked", func() bool {
+		_, err0 := e.store.GetParked(ctx, topicSub, "", "a0000")
+		_, err1 := e.store.GetParked(ctx, topicSub, "", "a0001")
+		return err0 == nil && err1 == nil
+	})
+	owner, _ := holders(t, e.live())
+	other := map[string]*topicNode{"n1": n2, "n2": n1}
+	rec.setFail(nil)
+	// Ask the node that does not hold each partition.
+	if err := other[owner[0]].ts.Retry(ctx, topicSub, "a0000"); err != nil {
+		t.Fatalf("forwarded Retry: %v", err)
+	}
+	if err := other[owner[1]].ts.Skip(ctx, topicSub, "a0001"); err != nil {
+		t.Fatalf("forwarded Skip: %v", err)
+	}
+	waitFor(t, 10*time.Second, "the owner to retry a0000", func() bool { return slices.Equal(rec.handled(topicSub, "a0000"), []int{1, 2, 3}) })
+	waitFor(t, 10*time.Second, "both entries resolved", func() bool {
+		_, err0 := e.store.GetParked(ctx, topicSub, "", "a0000")
+		_, err1 := e.store.GetParked(ctx, topicSub, "", "a0001")
+		return errors.Is(err0, runtime.ErrNotParked) && errors.Is(err1, runtime.ErrNotParked)
+	})
+	if got := rec.handled(topicSub, "a0001"); !slices.Equal(got, []int{1}) {
+		t.Fatalf("a0001 handled %v, want [1]: a skip does not handle the parked records", got)
+	}
+	e.produce(aggs, 4, 4)
+	waitFor(t, 10*time.Second, "new records of both", func() bool {
+		return slices.Equal(rec.handled(topicSub, "a0001"), []int{1, 4}) && rec.complete(topicSub, []string{"a0000"}, 4)
+	}, func() string {
+		return fmt.Sprintf("a0000 handled %v, a0001 handled %v", rec.handled(topicSub, "a0000"), rec.handled(topicSub, "a0001"))
+	})
+}
+
+// TestTopicParkedSurvivesHandover: a parked aggregate stays parked when
+// its partition moves (the new owner reads the ledger and skips it), and
+// the new owner carries out a retry requested while nobody held it.
+func TestTopicParkedSurvivesHandover(t *testing.T) {
+	e := newTopicEnv(t, onMemory, 1)
+	rec := newTopicRecorder(t)
+	rec.setFail(failSeq("a0000", 2))
+	n1 := e.start("n1", e.config(tsub(topicSub, rec.handler("n1"))), nil)
+	awaitStarted(t, n1.ts)
+	aggs := aggNames(2)
+	e.produce(aggs, 1, 3)
+	ctx := context.Background()
+	waitFor(t, 10*time.Second, "a0000 parked", func() bool {
+		_, err := e.store.GetParked(ctx, topicSub, "", "a0000")
+		return err == nil && rec.complete(topicSub, aggs[1:], 3)
+	})
+	e.stop(n1)
+	rec.setFail(nil)
+	if err := e.store.RequestRetry(ctx, topicSub, "", "a0000", "op"); err != nil {
+		t.Fatal(err)
+	}
+	e.produce(aggs, 4, 4)
+	n2 := e.start("n2", e.config(tsub(topicSub, rec.handler("n2"))), nil)
+	defer e.stopAll()
+	awaitStarted(t, n2.ts)
+	waitFor(t, 10*time.Second, "the new owner to retry", func() bool { return rec.complete(topicSub, aggs, 4) })
+	if got := rec.handled(topicSub, "a0000"); !slices.Equal(got, []int{1, 2, 3, 4}) {
+		t.Fatalf("a0000 handled %v, want 1..4 in order", got)
+	}
+}
+
+// slowResolve is a ledger whose Resolve waits for the test.
+type slowResolve struct {
+	runtime.Ledger
+	entered chan struct{}
+	proceed chan struct{}
+}
+
+func (s *slowResolve) Resolve(ctx context.Context, f broker.Fence, subscription, aggregate string) error {
+	close(s.entered)
+	<-s.proceed
+	return s.Ledger.Resolve(ctx, f, subscription, aggregate)
+}
+
+// TestTopicSkipHoldsNewRecords: records of a parked aggregate that arrive
+// while a skip is resolving its entry are not skipped (nothing would
+// cover them once the entry is gone): they are handled after the skip.
+func TestTopicSkipHoldsNewRecords(t *testing.T) {
+	e := newTopicEnv(t, onMemory, 1)
+	rec := newTopicRecorder(t)
+	rec.setFail(failSeq("a0000", 1))
+	slow := &slowResolve{Ledger: e.store, entered: make(chan struct{}), proceed: make(chan struct{})}
+	cfg := e.config(tsub(topicSub, rec.handler("n1")))
+	cfg.Ledger = slow
+	n := e.start("n1", cfg, nil)
+	defer e.stopAll()
+	awaitStarted(t, n.ts)
+	e.produce([]string{"a0000"}, 1, 1)
+	ctx := context.Background()
+	waitFor(t, 10*time.Second, "a0000 parked", func() bool {
+		_, err := e.store.GetParked(ctx, topicSub, "", "a0000")
+		return err == nil
+	})
+	rec.setFail(nil)
+	skipped := make(chan error, 1)
+	go func() { skipped <- n.ts.Skip(ctx, topicSub, "a0000") }()
+	<-slow.entered
+	// a0000 #2 is delivered while the entry is being resolved: a0001 #2,
+	// after it on the same partition, being handled proves it.
+	e.produce([]string{"a0000", "a0001"}, 2, 2)
+	waitFor(t, 10*time.Second, "a0001 #2 handled", func() bool { return slices.Equal(rec.handled(topicSub, "a0001"), []int{2}) })
+	close(slow.proceed)
+	if err := <-skipped; err != nil {
+		t.Fatalf("Skip: %v", err)
+	}
+	waitFor(t, 10*time.Second, "a0000 #2 handled after the skip", func() bool {
+		return slices.Equal(rec.handled(topicSub, "a0000"), []int{2})
+	}, func() string {
+		return fmt.Sprintf("a0000 handled %v, counters %v", rec.handled(topicSub, "a0000"), n.ts.Counters())
+	})
+}
+
+// TestTopicRetryKeepsCountingAttempts: a parked aggregate that fails
+// again after Retry is parked again with its attempts added, and
+// Message.Attempt goes on counting across the retry (issue 18 item 9).
+func TestTopicRetryKeepsCountingAttempts(t *testing.T) {
+	e := newTopicEnv(t, onRedis, 1)
+	rec := newTopicRecorder(t)
+	var mu sync.Mutex
+	var seen []int
+	var fixed atomic.Bool
+	rec.setFail(func(m runtime.Message) error {
+		if m.Aggregate != "a0000" || m.Headers.Get("seq") != "1" {
+			return nil
+		}
+		mu.Lock()
+		seen = append(seen, m.Attempt)
+		mu.Unlock()
+		if fixed.Load() {
+			return nil
+		}
+		return errors.New("poison")
+	})
+	n := e.start("n1", e.config(tsub(topicSub, rec.handler("n1"))), nil)
+	defer e.stopAll()
+	awaitStarted(t, n.ts)
+	e.produce([]string{"a0000"}, 1, 2)
+	ctx := context.Background()
+	parkedWith := func(want int) func() bool {
+		return func() bool {
+			p, err := e.store.GetParked(ctx, topicSub, "", "a0000")
+			return err == nil && p.Attempts == want && p.Status == runtime.StatusParked
+		}
+	}
+	first := func() int {
+		p, _ := e.store.GetParked(ctx, topicSub, "", "a0000")
+		return p.Attempts
+	}
+	waitFor(t, 10*time.Second, "a0000 parked", func() bool { return first() > 0 })
+	n1 := first()
+	if err := n.ts.Retry(ctx, topicSub, "a0000"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a0000 parked again with its attempts added", parkedWith(2*n1))
+	fixed.Store(true)
+	if err := n.ts.Retry(ctx, topicSub, "a0000"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a0000 done", func() bool { return rec.complete(topicSub, []string{"a0000"}, 2) })
+	mu.Lock()
+	defer mu.Unlock()
+	want := make([]int, 2*n1+1)
+	for i := range want {
+		want[i] = i + 1
+	}
+	if !slices.Equal(seen, want) {
+		t.Errorf("attempts seen %v, want %v", seen, want)
+	}
+}
