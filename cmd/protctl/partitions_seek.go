@@ -55,9 +55,14 @@ and how they are settled, and the lease it saw:
   foreign owner  (a Protean worker) refused (exit 6) unless --force, which
                  releases its lease, fenced on the value seen, and then seeks.
 
+A partition parked in the failure ledger is refused (exit 6): parked retry or
+skip it first, or --force to seek anyway and leave its ledger entry as it is.
+
 Pending entries are settled so that nothing is handled twice at once: those
 after a rewind's target are acked and handed again once, in order; those at or
 before it stay pending and are handled first; a forward seek acks (skips) them.
+The direction is the plan's: a node that read past a forward target meanwhile
+stays where it is (nothing is handed back), and a rewind never skips.
 The backfill lane is sought with the main lane (--lane all) unless --lane main
 excludes it.`,
 		Example: `  protctl partitions seek shop::order --group app.OrderProjector --to 2026-12-02T14:05:00Z --dry-run

@@ -17,6 +17,7 @@ import (
 	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
+	"github.com/protctl/protctl/pkg/runtime"
 )
 
 // Seeker is what a seek needs of the broker beyond Broker
@@ -25,9 +26,10 @@ import (
 type Seeker interface {
 	SeekFree(ctx context.Context, group, key string, generation *int64, lanes []redisbroker.SeekLane) (redisbroker.SeekOutcome, error)
 	RequestSeek(ctx context.Context, group, key string, req redisbroker.SeekRequest) (status, detail string, err error)
-	SeekRequestStatus(ctx context.Context, group, key string) (redisbroker.SeekRequestState, bool, error)
+	SeekRequestStatus(ctx context.Context, group, key, id string) (redisbroker.SeekRequestState, bool, error)
 	CancelSeekRequest(ctx context.Context, group, key, id string) (string, error)
-	ForgetSeekRequest(ctx context.Context, group, key string) error
+	ForgetSeekRequest(ctx context.Context, group, key, id string) error
+	MarkSeekWake(ctx context.Context, group, key string, at time.Time) error
 }
 
 // SeekKind is how a seek's target is given.
@@ -341,6 +343,10 @@ func (r *Repairer) planSeekItem(ctx context.Context, req SeekRequest, key string
 		}
 		st.Lanes = append(st.Lanes, ls)
 	}
+	parked, err := r.seekParked(ctx, req.Group, key)
+	if err != nil {
+		return it, false, err
+	}
 	var rehandle, skip, acked int64
 	for _, ls := range st.Lanes {
 		rehandle, skip, acked = rehandle+ls.Rehandle, skip+ls.Skip, acked+ls.PendingAcked
@@ -352,6 +358,8 @@ func (r *Repairer) planSeekItem(ctx context.Context, req SeekRequest, key string
 	case moves == 0 && acked == 0:
 		it.Result = ResultSkipped
 		it.Reason = "the group is already at the target on every lane it reads (or reads none): nothing to do"
+	case parked != "" && !req.Force:
+		it.Reason = parked + ": retry or skip it first (protctl parked retry|skip), or --force to seek anyway and leave the ledger entry as it is"
 	case st.Owner == SeekOwnerForeign && !req.Force:
 		it.Reason = "the lease " + heldText(*lease.Token, lease.TTLMs) + ", not a protctl node (a Protean worker?): seeking takes the partition from it; use --force"
 	case st.Owner == SeekOwnerForeign:
@@ -365,6 +373,26 @@ func (r *Repairer) planSeekItem(ctx context.Context, req SeekRequest, key string
 		it.Reason = fmt.Sprintf("no lease is held: seek in one step while it stays free at generation %s: %s", genText(lease.Counter), counts)
 	}
 	return it, seen, nil
+}
+
+// seekParked says, when the failure ledger has an entry for group on
+// key, what it is ("" when none, or no ledger is configured). A parked
+// partition's head is pending in the group; a seek would ack it (forward)
+// or move the position around it (rewind) while the ledger still names
+// it, so the owner and a later parked retry|skip would disagree with
+// the stream: decision 0043 refuses it without --force.
+func (r *Repairer) seekParked(ctx context.Context, group, key string) (string, error) {
+	if r.cfg.ledger == nil {
+		return "", nil
+	}
+	p, err := r.cfg.ledger.GetParked(ctx, group, key, key)
+	switch {
+	case errors.Is(err, runtime.ErrNotParked):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	return fmt.Sprintf("the partition is %s in the failure ledger at %s (%d attempts: %s)", p.Status, p.Position, p.Attempts, p.Error), nil
 }
 
 func derefInt(p *int64) int64 {
@@ -546,6 +574,19 @@ func (r *Repairer) applySeek(ctx context.Context, planID string, it *Item, wait 
 			lanes = append(lanes, redisbroker.SeekLane{Stream: ls.Stream, From: *ls.From, To: ls.To})
 		}
 	}
+	if !it.Params.Force {
+		// Parked since the plan (which refuses a parked partition): the
+		// ledger is in other keys than the seek's, so this is checked
+		// here, not in the seek's step.
+		parked, err := r.seekParked(ctx, t.Group, t.Key)
+		if err != nil {
+			return err
+		}
+		if parked != "" {
+			it.Result, it.Detail = ResultConflict, parked+" since the plan: nothing changed"
+			return nil
+		}
+	}
 	switch st.Owner {
 	case SeekOwnerProtctl:
 		return r.applySeekRequest(ctx, s, planID, it, lanes, wait)
@@ -560,9 +601,9 @@ func (r *Repairer) applySeek(ctx context.Context, planID string, it *Item, wait 
 			return nil
 		}
 		// The foreign owner read on until the release: its positions
-		// are not the plan's.
+		// are not the plan's (From still gives the direction).
 		for i := range lanes {
-			lanes[i].From = "*"
+			lanes[i].AnyFrom = true
 		}
 	}
 	o, err := s.SeekFree(ctx, t.Group, t.Key, it.Precondition.Generation, lanes)
@@ -578,16 +619,21 @@ func (r *Repairer) applySeek(ctx context.Context, planID string, it *Item, wait 
 		it.Result, it.Detail = ResultConflict, "the group's position moved since the plan: "+o.Detail
 		return nil
 	}
-	r.seekDone(ctx, it, o.Lanes, time.Time{}, derefInt(it.Precondition.Generation))
-	// Wake the category's watchers: a node waiting on the partition from
-	// its old position would not see the entries a rewind hands back
-	// until the next append.
+	at := r.seekDone(ctx, it, o.Lanes, time.Time{}, derefInt(it.Precondition.Generation))
+	// Wake the node watching the partition: from its old position it
+	// would not see the entries a rewind hands back until the next
+	// append. The Pub/Sub message is the fast way; the wake member of
+	// the seeks set, which every node re-reads each renewal period, the
+	// durable one (a lost message delays the replay by one period).
 	_ = r.client.Publish(ctx, r.broker.Layout().WakeChannel(t.Category), t.Key).Err()
+	if err := s.MarkSeekWake(context.WithoutCancel(ctx), t.Group, t.Key, at); err != nil {
+		it.Detail += fmt.Sprintf(" (the wake-up of the group's nodes was not recorded: %v; an idle node reads the partition at its next append or restart)", err)
+	}
 	return nil
 }
 
-// seekDone records an applied seek in it.
-func (r *Repairer) seekDone(ctx context.Context, it *Item, lanes []redisbroker.SeekLaneResult, at time.Time, gen int64) {
+// seekDone records an applied seek in it, and returns when it was done.
+func (r *Repairer) seekDone(ctx context.Context, it *Item, lanes []redisbroker.SeekLaneResult, at time.Time, gen int64) time.Time {
 	if at.IsZero() {
 		if now, err := r.client.Time(ctx).Result(); err == nil {
 			at = now
@@ -606,11 +652,12 @@ func (r *Repairer) seekDone(ctx context.Context, it *Item, lanes []redisbroker.S
 	}
 	it.Result = ResultApplied
 	it.Detail = fmt.Sprintf("sought at %s under generation %d: %s", ts, gen, strings.Join(parts, "; "))
+	return at
 }
 
 // applySeekRequest records the seek for the protctl owner the plan saw
 // and waits, up to the seek wait, for it to be carried out.
-func (r *Repairer) applySeekRequest(ctx context.Context, s Seeker, planID string, it *Item, lanes []redisbroker.SeekLane, wait time.Duration) error {
+func (r *Repairer) applySeekRequest(ctx context.Context, s Seeker, planID string, it *Item, lanes []redisbroker.SeekLane, wait time.Duration) (err error) {
 	t := it.Target
 	if it.Precondition.Lease == nil {
 		return fmt.Errorf("%w: seek item of a protctl owner without a planned lease", ErrInvalidPlan)
@@ -622,18 +669,17 @@ func (r *Repairer) applySeekRequest(ctx context.Context, s Seeker, planID string
 			return err
 		}
 	}
-	if prev, ok, err := s.SeekRequestStatus(ctx, t.Group, t.Key); err != nil {
+	if prev, ok, err := s.SeekRequestStatus(ctx, t.Group, t.Key, id); err != nil {
 		return err
-	} else if ok && prev.ID == id && prev.Status != "" {
-		r.seekClosed(ctx, s, it, prev)
+	} else if ok && prev.Status != "" {
+		r.seekClosed(ctx, s, it, id, prev)
 		if it.Result == ResultApplied {
 			it.Result = ResultDone
 		}
 		return nil
 	}
-	for i := range lanes {
-		lanes[i].From = ""
-	}
+	// The lanes carry the positions the plan saw: they give the seek its
+	// direction, whatever the owner read meanwhile (seek.lua).
 	status, detail, err := s.RequestSeek(ctx, t.Group, t.Key, redisbroker.SeekRequest{ID: id, Token: *it.Precondition.Lease, By: it.Params.By, Lanes: lanes})
 	if err != nil {
 		return err
@@ -650,20 +696,33 @@ func (r *Repairer) applySeekRequest(ctx context.Context, s Seeker, planID string
 	if wait <= 0 {
 		wait = r.cfg.seekWait
 	}
+	// Whatever ends the wait (the deadline, an error, the operator's
+	// Ctrl-C cancelling ctx), a request still open is withdrawn: nobody
+	// would report it if the owner carried it out later.
+	closed := false
+	defer func() {
+		if !closed {
+			r.withdrawSeek(ctx, s, it, id, wait)
+			if it.Result == ResultApplied {
+				err = nil // carried out before the withdrawal: say so
+			}
+		}
+	}()
 	deadline := time.Now().Add(wait)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		st, ok, err := s.SeekRequestStatus(ctx, t.Group, t.Key)
+		st, ok, err := s.SeekRequestStatus(ctx, t.Group, t.Key, id)
 		if err != nil {
 			return err
 		}
-		if ok && st.ID == id && st.Status != "" {
-			r.seekClosed(ctx, s, it, st)
+		if ok && st.Status != "" {
+			closed = true
+			r.seekClosed(ctx, s, it, id, st)
 			return nil
 		}
 		if time.Now().After(deadline) {
-			break
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -671,23 +730,37 @@ func (r *Repairer) applySeekRequest(ctx context.Context, s Seeker, planID string
 		case <-tick.C:
 		}
 	}
-	got, err := s.CancelSeekRequest(context.WithoutCancel(ctx), t.Group, t.Key, id)
+}
+
+// withdrawSeek withdraws request id unless the owner carried it out
+// first (atomically: seekcancel.lua), and records which in it. It runs
+// without ctx's cancellation: it is what an interrupted wait leaves
+// behind.
+func (r *Repairer) withdrawSeek(ctx context.Context, s Seeker, it *Item, id string, wait time.Duration) {
+	t := it.Target
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	why := fmt.Sprintf("the owner %s did not carry the seek out within %s (it stopped, or lost the partition)", it.Precondition.Seek.OwnerID, wait)
+	if ctx.Err() != nil {
+		why = "the wait for the owner " + it.Precondition.Seek.OwnerID + " was interrupted"
+	}
+	got, err := s.CancelSeekRequest(bg, t.Group, t.Key, id)
 	if err != nil {
-		return err
+		it.Result, it.Detail = ResultConflict, fmt.Sprintf("%s, and withdrawing the request failed (%v): the owner may still carry it out; see protctl partitions ls", why, err)
+		return
 	}
 	if got != "cancelled" {
-		if st, ok, err := s.SeekRequestStatus(ctx, t.Group, t.Key); err == nil && ok && st.ID == id && st.Status != "" {
-			r.seekClosed(ctx, s, it, st)
-			return nil
+		if st, ok, err := s.SeekRequestStatus(bg, t.Group, t.Key, id); err == nil && ok && st.Status != "" {
+			r.seekClosed(bg, s, it, id, st)
+			return
 		}
 	}
-	it.Result, it.Detail = ResultConflict, fmt.Sprintf("the owner %s did not carry the seek out within %s (it stopped, or lost the partition): the request was withdrawn, nothing changed", it.Precondition.Seek.OwnerID, wait)
-	return nil
+	it.Result, it.Detail = ResultConflict, why+": the request was withdrawn, nothing changed"
 }
 
 // seekClosed records what the owner did with the request and forgets it.
-func (r *Repairer) seekClosed(ctx context.Context, s Seeker, it *Item, st redisbroker.SeekRequestState) {
-	_ = s.ForgetSeekRequest(ctx, it.Target.Group, it.Target.Key)
+func (r *Repairer) seekClosed(ctx context.Context, s Seeker, it *Item, id string, st redisbroker.SeekRequestState) {
+	_ = s.ForgetSeekRequest(context.WithoutCancel(ctx), it.Target.Group, it.Target.Key, id)
 	if st.Status != redisbroker.SeekApplied {
 		it.Result, it.Detail = ResultConflict, "the owner refused the request: "+st.Detail
 		return

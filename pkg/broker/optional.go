@@ -85,8 +85,11 @@ type ReaderPinner interface {
 // the node keeps running and never handles a key twice at once
 // (docs/decisions/0043-partition-seek.md).
 type PartitionSeeker interface {
-	// SeekRequests lists group's partition keys that may have a seek
-	// request waiting. It is re-read every RenewEvery: signals are hints.
+	// SeekRequests lists group's partition keys with an open seek
+	// request, or moved by a seek while free (whose idle watcher must
+	// read again): only those, so that no partition is activated forever
+	// for a request that is done. It is re-read every RenewEvery: signals
+	// are hints, and this is what makes a lost one cost one period.
 	SeekRequests(ctx context.Context, group string) ([]string, error)
 	// WatchSeekRequests sends the key of every request signalled after it
 	// returns, until ctx ends; then it closes the channel.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,12 +33,16 @@ const (
 )
 
 // SeekLane is one lane of a seek: the group's position the plan saw
-// (From: "" when the group is not created on the lane, "*" for any) and
-// the target.
+// (From: "" when the group is not created on the lane) and the target.
+// From gives the seek its direction: a forward move never becomes a
+// rewind (nor a rewind a skip) because the owner read on meanwhile (see
+// seek.lua). SeekFree also requires the lane still at From, unless
+// AnyFrom (a foreign owner read on until its lease was released).
 type SeekLane struct {
-	Stream string `json:"stream"`
-	From   string `json:"from,omitempty"`
-	To     string `json:"to"`
+	Stream  string `json:"stream"`
+	From    string `json:"from,omitempty"`
+	To      string `json:"to"`
+	AnyFrom bool   `json:"-"`
 }
 
 // SeekLaneResult is what a seek did on a lane: the position it found
@@ -75,10 +80,63 @@ func SeekRequestKey(l broker.Layout, group, key string) string {
 	return "protctl:" + rest
 }
 
-// SeekRequestsKey is the SET of group's partition keys with a seek
-// request, which owners re-read every renewal period (signals are
-// hints). It lives in its own slot.
+// SeekPreviousKey is where a seek request replaced by the next one of
+// group on key is kept (same slot as SeekRequestKey), so that its
+// operator, polling late, still reads what became of it.
+func SeekPreviousKey(l broker.Layout, group, key string) string {
+	rest := "seekprev:" + strconv.Itoa(len(group)) + ":" + group + ":" + key
+	if tag := hashTag(l.LeaseKey(group, key)); tag != "" {
+		return "protctl:{" + tag + "}:" + rest
+	}
+	return "protctl:" + rest
+}
+
+// SeekRequestsKey is the SET nodes re-read every renewal period (signals
+// are hints) to find group's partitions with something to act on: open
+// seek requests (members SeekRequestMember) and partitions a free seek
+// moved (SeekWakeMember). It lives in its own slot; SeekRequests drops
+// the members that are done.
 func SeekRequestsKey(group string) string { return "protctl:seeks:" + group }
+
+// SeekRequestMember is the SeekRequestsKey member of request id on key:
+// "r:<len(id)>:<id>:<key>". Scoped by the id, so that removing a closed
+// request's member never removes a later request's.
+func SeekRequestMember(id, key string) string {
+	return "r:" + strconv.Itoa(len(id)) + ":" + id + ":" + key
+}
+
+// SeekWakeMember is the SeekRequestsKey member a free seek of key at
+// server time at (ms) leaves: "w:<ms>:<key>". Nodes signal the key until
+// SeekWakeFor has passed, so that an idle node watching the partition
+// from its old position reads from the new one without waiting for a
+// Pub/Sub message or the next append.
+func SeekWakeMember(at time.Time, key string) string {
+	return "w:" + strconv.FormatInt(at.UnixMilli(), 10) + ":" + key
+}
+
+// SeekWakeFor is how long a SeekWakeMember is signalled: longer than any
+// sane renewal period, so that every node re-reads it at least once.
+const SeekWakeFor = 2 * time.Minute
+
+// parseSeekMember reads a SeekRequestsKey member: kind 'r' (id, key),
+// 'w' (at ms, key), or 0 for a bare key (an older protctl's member).
+func parseSeekMember(m string) (kind byte, id string, at int64, key string) {
+	if rest, ok := strings.CutPrefix(m, "r:"); ok {
+		if n, after, ok := strings.Cut(rest, ":"); ok {
+			if l, err := strconv.Atoi(n); err == nil && l >= 0 && len(after) > l && after[l] == ':' {
+				return 'r', after[:l], 0, after[l+1:]
+			}
+		}
+	}
+	if rest, ok := strings.CutPrefix(m, "w:"); ok {
+		if ms, k, ok := strings.Cut(rest, ":"); ok {
+			if v, err := strconv.ParseInt(ms, 10, 64); err == nil {
+				return 'w', "", v, k
+			}
+		}
+	}
+	return 0, "", 0, m
+}
 
 // SeekRequestsChannel is the Pub/Sub channel on which RequestSeek
 // announces the partition key of group it recorded a request for.
@@ -113,13 +171,20 @@ func (b *Broker) SeekFree(ctx context.Context, group, key string, generation *in
 	args := []any{"free", group, gen}
 	for _, ln := range lanes {
 		keys = append(keys, ln.Stream)
-		args = append(args, ln.From)
+		if ln.AnyFrom {
+			args = append(args, "*")
+		} else {
+			args = append(args, ln.From)
+		}
 	}
 	for _, ln := range lanes {
 		if err := validID(op, ln.To); err != nil {
 			return SeekOutcome{}, err
 		}
 		args = append(args, ln.To)
+	}
+	for _, ln := range lanes {
+		args = append(args, ln.From)
 	}
 	v, err := seekScript.Run(ctx, b.client, keys, args...).Slice()
 	if err != nil {
@@ -203,10 +268,18 @@ type SeekRequestState struct {
 }
 
 // RequestSeek records req for the owner of partition key of group,
-// while the lease still holds req.Token, adds key to SeekRequestsKey and
-// signals SeekRequestsChannel. status is "requested", "exists" (this id
-// is recorded: a resumed apply), SeekLeased (detail: the lease now) or
-// "busy" (another request waits; detail: its id).
+// while the lease still holds req.Token; once recorded (only then: a
+// refused request leaves nothing behind) it adds SeekRequestMember to
+// SeekRequestsKey and signals SeekRequestsChannel. status is
+// "requested", "exists" (this id is recorded: a resumed apply),
+// SeekLeased (detail: the lease now) or "busy" (another request waits;
+// detail: its id).
+//
+// The member is added after the record, in another slot: a node that
+// lists it always finds the request (or its end), so it may drop members
+// whose request is closed, gone or replaced without racing a new one. A
+// caller killed between the two leaves a request nobody lists; its
+// resumed apply ("exists") lists it.
 func (b *Broker) RequestSeek(ctx context.Context, group, key string, req SeekRequest) (status, detail string, err error) {
 	const op = "request seek"
 	l := b.cfg.layout
@@ -218,13 +291,7 @@ func (b *Broker) RequestSeek(ctx context.Context, group, key string, req SeekReq
 	if ttl <= 0 {
 		ttl = 24 * time.Hour
 	}
-	// The set first: an owner that finds the key listed without a
-	// request finds nothing to do; a request not listed would wait for
-	// a signal only.
-	if err := b.client.SAdd(ctx, SeekRequestsKey(group), key).Err(); err != nil {
-		return "", "", mapErr(call{Op: op, Keys: []string{SeekRequestsKey(group)}}, err)
-	}
-	keys := []string{l.LeaseKey(group, key), SeekRequestKey(l, group, key)}
+	keys := []string{l.LeaseKey(group, key), SeekRequestKey(l, group, key), SeekPreviousKey(l, group, key)}
 	v, err := seekRequestScript.Run(ctx, b.client, keys, req.Token, req.ID, req.By, string(lanes), ttl.Milliseconds()).Slice()
 	if err != nil {
 		return "", "", mapErr(call{Op: op, Keys: keys}, err)
@@ -234,23 +301,33 @@ func (b *Broker) RequestSeek(ctx context.Context, group, key string, req SeekReq
 		detail = fmt.Sprint(v[1])
 	}
 	if status == "requested" || status == "exists" {
+		if err := b.client.SAdd(ctx, SeekRequestsKey(group), SeekRequestMember(req.ID, key)).Err(); err != nil {
+			return "", "", mapErr(call{Op: op, Keys: []string{SeekRequestsKey(group)}}, err)
+		}
 		// A lost signal costs the owner one renewal period.
 		_ = b.client.Publish(ctx, SeekRequestsChannel(group), key).Err()
 	}
 	return status, detail, nil
 }
 
-// SeekRequestStatus reads the seek request of group on key; ok false
-// when there is none.
-func (b *Broker) SeekRequestStatus(ctx context.Context, group, key string) (SeekRequestState, bool, error) {
-	k := SeekRequestKey(b.cfg.layout, group, key)
-	m, err := b.client.HGetAll(ctx, k).Result()
-	if err != nil {
-		return SeekRequestState{}, false, mapErr(call{Op: "read seek request", Keys: []string{k}}, err)
+// SeekRequestStatus reads seek request id of group on key: the waiting
+// or last request, or the one it replaced; ok false when it is neither
+// (never recorded, withdrawn, expired, or replaced twice).
+func (b *Broker) SeekRequestStatus(ctx context.Context, group, key, id string) (SeekRequestState, bool, error) {
+	l := b.cfg.layout
+	for _, k := range []string{SeekRequestKey(l, group, key), SeekPreviousKey(l, group, key)} {
+		m, err := b.client.HGetAll(ctx, k).Result()
+		if err != nil {
+			return SeekRequestState{}, false, mapErr(call{Op: "read seek request", Keys: []string{k}}, err)
+		}
+		if len(m) > 0 && m["id"] == id {
+			return seekState(m), true, nil
+		}
 	}
-	if len(m) == 0 {
-		return SeekRequestState{}, false, nil
-	}
+	return SeekRequestState{}, false, nil
+}
+
+func seekState(m map[string]string) SeekRequestState {
 	s := SeekRequestState{ID: m["id"], Token: m["token"], Status: m["status"], Detail: m["detail"]}
 	s.Generation, _ = strconv.ParseInt(m["generation"], 10, 64)
 	if ms, err := strconv.ParseInt(m["doneAt"], 10, 64); err == nil {
@@ -259,39 +336,105 @@ func (b *Broker) SeekRequestStatus(ctx context.Context, group, key string) (Seek
 	if r := m["result"]; r != "" {
 		_ = json.Unmarshal([]byte(r), &s.Lanes)
 	}
-	return s, true, nil
+	return s
 }
 
 // CancelSeekRequest withdraws request id of group on key unless it was
 // carried out: it returns "cancelled", the status it was carried out
-// with, or "" when another request replaced it. It removes key from
-// SeekRequestsKey once the request is closed either way.
+// with, or "" when another request replaced it. It removes the request's
+// member from SeekRequestsKey once the request is closed either way.
 func (b *Broker) CancelSeekRequest(ctx context.Context, group, key, id string) (string, error) {
 	k := SeekRequestKey(b.cfg.layout, group, key)
 	st, err := seekCancelScript.Run(ctx, b.client, []string{k}, id).Text()
 	if err != nil {
 		return "", mapErr(call{Op: "cancel seek request", Keys: []string{k}}, err)
 	}
-	return st, b.ForgetSeekRequest(ctx, group, key)
+	return st, b.ForgetSeekRequest(ctx, group, key, id)
 }
 
-// ForgetSeekRequest removes key from SeekRequestsKey(group): the caller
-// saw its request closed.
-func (b *Broker) ForgetSeekRequest(ctx context.Context, group, key string) error {
-	if err := b.client.SRem(ctx, SeekRequestsKey(group), key).Err(); err != nil {
+// ForgetSeekRequest removes request id of key from SeekRequestsKey(group)
+// (SeekRequestMember): the caller saw it closed. A later request of the
+// key keeps its own member.
+func (b *Broker) ForgetSeekRequest(ctx context.Context, group, key, id string) error {
+	if err := b.client.SRem(ctx, SeekRequestsKey(group), SeekRequestMember(id, key)).Err(); err != nil {
 		return mapErr(call{Op: "forget seek request", Keys: []string{SeekRequestsKey(group)}}, err)
 	}
 	return nil
 }
 
-// SeekRequests lists the partition keys of group with a seek request
-// (SeekRequestsKey); some may be closed already.
-func (b *Broker) SeekRequests(ctx context.Context, group string) ([]string, error) {
-	keys, err := b.client.SMembers(ctx, SeekRequestsKey(group)).Result()
-	if err != nil && err != redis.Nil {
-		return nil, mapErr(call{Op: "list seek requests", Keys: []string{SeekRequestsKey(group)}}, err)
+// MarkSeekWake adds SeekWakeMember(at, key) to SeekRequestsKey(group):
+// a free seek moved key at server time at, and the idle node watching it
+// must read it again (nodes signal it for SeekWakeFor).
+func (b *Broker) MarkSeekWake(ctx context.Context, group, key string, at time.Time) error {
+	if err := b.client.SAdd(ctx, SeekRequestsKey(group), SeekWakeMember(at, key)).Err(); err != nil {
+		return mapErr(call{Op: "mark seek", Keys: []string{SeekRequestsKey(group)}}, err)
 	}
-	return keys, nil
+	return nil
+}
+
+// SeekRequests lists the partition keys of group with something for
+// their owner to do: an open seek request, or a free seek less than
+// SeekWakeFor ago (SeekRequestsKey). It removes the members that are
+// done (their request closed, withdrawn, expired or replaced; a wake
+// older than SeekWakeFor), so that no partition is signalled forever.
+// Every node calls it every renewal period: one SMEMBERS, and one
+// pipelined HGETALL per request listed.
+func (b *Broker) SeekRequests(ctx context.Context, group string) ([]string, error) {
+	const op = "list seek requests"
+	set := SeekRequestsKey(group)
+	members, err := b.client.SMembers(ctx, set).Result()
+	if err != nil && err != redis.Nil {
+		return nil, mapErr(call{Op: op, Keys: []string{set}}, err)
+	}
+	if len(members) == 0 {
+		return nil, nil
+	}
+	var now time.Time
+	type req struct {
+		member, id, key string
+		cmd             *redis.MapStringStringCmd
+	}
+	var reqs []req
+	var keys, done []string
+	pipe := b.client.Pipeline()
+	for _, m := range members {
+		kind, id, at, key := parseSeekMember(m)
+		if kind == 'w' {
+			if now.IsZero() {
+				if now, err = b.client.Time(ctx).Result(); err != nil {
+					return nil, mapErr(call{Op: op}, err)
+				}
+			}
+			if now.Sub(time.UnixMilli(at)) < SeekWakeFor {
+				keys = append(keys, key)
+			} else {
+				done = append(done, m)
+			}
+			continue
+		}
+		reqs = append(reqs, req{member: m, id: id, key: key, cmd: pipe.HGetAll(ctx, SeekRequestKey(b.cfg.layout, group, key))})
+	}
+	if len(reqs) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+			return nil, mapErr(call{Op: op}, err)
+		}
+	}
+	for _, r := range reqs {
+		h := r.cmd.Val()
+		// A bare key (kind 0) stands for whatever request is open.
+		if _, closed := h["status"]; len(h) > 0 && !closed && (r.id == "" || h["id"] == r.id) {
+			keys = append(keys, r.key)
+			continue
+		}
+		done = append(done, r.member)
+	}
+	if len(done) > 0 {
+		if err := b.client.SRem(ctx, set, done).Err(); err != nil {
+			return nil, mapErr(call{Op: op, Keys: []string{set}}, err)
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys), nil
 }
 
 // WatchSeekRequests subscribes to SeekRequestsChannel(group), confirmed

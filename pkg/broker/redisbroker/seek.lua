@@ -4,24 +4,35 @@
 -- hash, SeekRequestKey), KEYS[4..] the lanes
 -- ARGV[1] mode, ARGV[2] group
 --   'free':    ARGV[3] the generation the plan saw ('' for none); for
---              each of the n lanes ARGV[3+i] the position the plan saw
---              and ARGV[3+n+i] the target. The lease must be free and
---              the counter and positions unchanged ('*': any position).
+--              each of the n lanes ARGV[3+i] the position the lane must
+--              still have ('*': any), ARGV[3+n+i] the target and
+--              ARGV[3+2n+i] the position the plan saw ('' unknown). The
+--              lease must be free and the counter and positions
+--              unchanged.
 --   'request': ARGV[3] the caller's fence token, ARGV[4] its generation.
---              The targets are the waiting request's in KEYS[3]; the
---              lease must hold the token, and the request must have been
---              made against it.
+--              The targets (and the positions the plan saw) are the
+--              waiting request's in KEYS[3]; the lease must hold the
+--              token, and the request must have been made against it.
 -- Returns {status, ...}: 'applied' followed by one {stream, from, to,
 -- acked, kept} per lane with the group; 'leased' {value seen}; 'moved'
 -- {stream, position now}; 'none' (request mode: nothing waiting);
 -- 'conflict' {token the request was made against}.
 --
--- Settling, per lane at position P moving to T: a pending entry after T
--- is acked, so that the read from T delivers it again, once and in order,
--- and nothing else holds it; on a forward move (T after P) every pending
--- entry is before T and acked: skipped. On a rewind the pending entries
--- at or before T stay pending: they were never finished and are handled
--- first, before the entries after T.
+-- Direction: the plan's, from the position it saw (P) to the target (T),
+-- never the one the lane's position at this moment (C) suggests. The
+-- owner reads on between the plan and its next batch boundary, and may
+-- have passed T: a planned forward move must not turn into a rewind
+-- (handing back entries the operator asked to skip, some of them handled
+-- already), nor a planned rewind into a skip. So:
+--   forward (P < T): the position becomes max(T, C); pending entries at
+--     or before T are acked (skipped, as planned); those after T were
+--     delivered past the target and stay pending, handled first.
+--   rewind (T < P): the position becomes min(T, C); pending entries after
+--     it are acked, so that the read from it delivers them again, once
+--     and in order, and nothing else holds them; those at or before it
+--     stay pending: never finished, handled first.
+--   none (T = P): the lane is left alone.
+-- Without a planned position (an older request) C stands for P.
 key_type(1, 'string')
 key_type(2, 'string')
 key_type(3, 'hash')
@@ -37,16 +48,21 @@ local function position(i)
   return nil
 end
 
-local function settle(i, to)
+local function settle(i, to, planned)
   local from = position(i)
   if not from then return nil end
-  local forward = idcmp(to, from) > 0
+  if not planned or planned == '' or planned == '*' then planned = from end
+  local dir = idcmp(to, planned)
+  local pos = to
+  if (dir > 0 and idcmp(from, to) > 0) or (dir < 0 and idcmp(from, to) < 0) or dir == 0 then pos = from end
   local ids, kept = {}, 0
   local start = '-'
   while true do
     local p = redis.call('XPENDING', KEYS[i], group, start, '+', 1000)
     for _, e in ipairs(p) do
-      if forward or idcmp(e[1], to) > 0 then ids[#ids + 1] = e[1] else kept = kept + 1 end
+      local ack
+      if dir > 0 then ack = idcmp(e[1], to) <= 0 elseif dir < 0 then ack = idcmp(e[1], pos) > 0 else ack = false end
+      if ack then ids[#ids + 1] = e[1] else kept = kept + 1 end
     end
     if #p < 1000 then break end
     start = '(' .. p[#p][1]
@@ -54,8 +70,8 @@ local function settle(i, to)
   for j = 1, #ids, 1000 do
     redis.call('XACK', KEYS[i], group, unpack(ids, j, math.min(j + 999, #ids)))
   end
-  redis.call('XGROUP', 'SETID', KEYS[i], group, to)
-  return {KEYS[i], from, to, #ids, kept}
+  if pos ~= from then redis.call('XGROUP', 'SETID', KEYS[i], group, pos) end
+  return {KEYS[i], from, pos, #ids, kept}
 end
 
 local n = #KEYS - 3
@@ -70,7 +86,7 @@ if ARGV[1] == 'free' then
   end
   local out = {'applied'}
   for i = 1, n do
-    local r = settle(3 + i, ARGV[3 + n + i])
+    local r = settle(3 + i, ARGV[3 + n + i], ARGV[3 + 2 * n + i])
     if r then out[#out + 1] = r end
   end
   return out
@@ -101,7 +117,7 @@ for _, l in ipairs(lanes) do
 end
 local out, res = {'applied'}, {}
 for _, l in ipairs(lanes) do
-  local r = settle(idx[l.stream], l.to)
+  local r = settle(idx[l.stream], l.to, l.from)
   if r then
     out[#out + 1] = r
     res[#res + 1] = {stream = r[1], from = r[2], to = r[3], acked = r[4], kept = r[5]}
