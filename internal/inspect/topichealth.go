@@ -75,7 +75,7 @@ func (in *Inspector) topicHealth(ctx context.Context, kafka Offsets, t *Topic, t
 					}
 				}
 			}
-			h.decide(tp.State == LeaseHeld, parked[[2]string{s.Name, field}], false, th)
+			h.decide(tp.State == LeaseHeld, parked[[2]string{s.Name, field}], s.Paused, th)
 			s.Health = h
 		}
 	}
