@@ -122,9 +122,23 @@ func TestRedisCordonedNodeDoesNotRetakeReleasedPartition(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	poke("node-1")
+	// pokeUntil pokes a heartbeat out of both nodes every second until
+	// cond holds: one poke can be read by a node before the other has
+	// written its record, and no later heartbeat would come.
+	pokeUntil := func(what, to string, cond func() bool) {
+		t.Helper()
+		poked := time.Now()
+		poke(to)
+		eventually(t, 20*time.Second, 10*time.Millisecond, what, func() bool {
+			if time.Since(poked) > time.Second {
+				poke(to)
+				poked = time.Now()
+			}
+			return cond()
+		})
+	}
 	for _, n := range []*runtime.Node{n1, n2} {
-		eventually(t, 10*time.Second, 10*time.Millisecond, n.NodeID()+" sees both", func() bool { return slices.Equal(seen[n.NodeID()].get(), both) })
+		pokeUntil(n.NodeID()+" sees both", "node-1", func() bool { return slices.Equal(seen[n.NodeID()].get(), both) })
 	}
 	publishAll(t, e.pub, []string{key}, 1, 1)
 	heldBy := func(node string) bool {
@@ -142,12 +156,11 @@ func TestRedisCordonedNodeDoesNotRetakeReleasedPartition(t *testing.T) {
 	eventually(t, 10*time.Second, 10*time.Millisecond, "node-1 handling the key", func() bool {
 		return slices.ContainsFunc(subOf(n1).Status().Held, func(h runtime.HeldPartition) bool { return h.Partition == key })
 	})
-	poke("node-2")
-	eventually(t, 10*time.Second, 10*time.Millisecond, "node-1's record lists the key held", func() bool { return heldBy("node-1") })
+	pokeUntil("node-1's record lists the key held", "node-2", func() bool { return heldBy("node-1") })
 	if err := e.store.CASNodeMode(ctx, service, "node-1", nil, &runtime.NodeModeRecord{Mode: runtime.ModeCordoned, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, 10*time.Millisecond, "node-2 sees the key kept by node-1", func() bool {
+	pokeUntil("node-2 sees the key kept by node-1", "node-1", func() bool {
 		m := seen["node-2"].get()
 		return slices.Equal(m, []string{"node-2"}) && n2.Placement().Owner(group, key, key, m, "node-2", false) == "node-1"
 	})
@@ -158,8 +171,7 @@ func TestRedisCordonedNodeDoesNotRetakeReleasedPartition(t *testing.T) {
 		return !slices.Contains(subOf(n1).Assigned(), key)
 	})
 	publishAll(t, e.pub, []string{key}, 2, 2)
-	poke("node-1")
-	eventually(t, 20*time.Second, 10*time.Millisecond, "entry 2 handled", func() bool { return slices.Equal(rec.handled(key), []int{1, 2}) })
+	pokeUntil("entry 2 handled", "node-1", func() bool { return slices.Equal(rec.handled(key), []int{1, 2}) })
 	rec.mu.Lock()
 	by := slices.Clone(rec.nodes[key])
 	rec.mu.Unlock()
