@@ -2,7 +2,6 @@ package partitioned
 
 import (
 	"context"
-	"errors"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -215,40 +214,9 @@ func (t *leaseTable) setWake(at time.Time) {
 // renewAll renews leases in one call when the broker batches, else one
 // call per lease.
 func (p *Subscription) renewAll(ctx context.Context, leases []*heldLease) ([]lease.Result, error) {
-	res := make([]lease.Result, len(leases))
-	if p.batchRenewer != nil {
-		fences := make([]broker.Fence, len(leases))
-		for i, l := range leases {
-			fences[i] = l.fence
-		}
-		oks, err := p.batchRenewer.RenewPartitionLeases(ctx, fences, p.cfg.LeaseTTL)
-		if err != nil {
-			return res, err
-		}
-		if len(oks) != len(leases) {
-			return res, errors.New("runtime: batch renewal answered for the wrong number of leases")
-		}
-		for i, ok := range oks {
-			res[i] = lease.Refused
-			if ok {
-				res[i] = lease.Renewed
-			}
-		}
-		return res, nil
-	}
-	var firstErr error
+	fences := make([]broker.Fence, len(leases))
 	for i, l := range leases {
-		ok, err := p.cfg.Broker.RenewPartitionLease(ctx, l.fence, p.cfg.LeaseTTL)
-		switch {
-		case err != nil:
-			if firstErr == nil {
-				firstErr = err
-			}
-		case ok:
-			res[i] = lease.Renewed
-		default:
-			res[i] = lease.Refused
-		}
+		fences[i] = l.fence
 	}
-	return res, firstErr
+	return lease.RenewAll(ctx, p.cfg.Broker, p.batchRenewer, fences, p.cfg.LeaseTTL)
 }

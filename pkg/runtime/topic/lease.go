@@ -191,42 +191,12 @@ func (t *Consumer) renewOnce(ctx context.Context) {
 }
 
 func (t *Consumer) renewAll(ctx context.Context, leases []*topicLease) ([]lease.Result, error) {
-	res := make([]lease.Result, len(leases))
-	if br, ok := t.cfg.Leases.(broker.BatchRenewer); ok {
-		fences := make([]broker.Fence, len(leases))
-		for i, l := range leases {
-			fences[i] = l.fence
-		}
-		oks, err := br.RenewPartitionLeases(ctx, fences, t.cfg.LeaseTTL)
-		if err != nil {
-			return res, err
-		}
-		if len(oks) != len(leases) {
-			return res, errors.New("runtime: batch renewal answered for the wrong number of leases")
-		}
-		for i, ok := range oks {
-			res[i] = lease.Refused
-			if ok {
-				res[i] = lease.Renewed
-			}
-		}
-		return res, nil
-	}
-	var firstErr error
+	fences := make([]broker.Fence, len(leases))
 	for i, l := range leases {
-		ok, err := t.cfg.Leases.RenewPartitionLease(ctx, l.fence, t.cfg.LeaseTTL)
-		switch {
-		case err != nil:
-			if firstErr == nil {
-				firstErr = err
-			}
-		case ok:
-			res[i] = lease.Renewed
-		default:
-			res[i] = lease.Refused
-		}
+		fences[i] = l.fence
 	}
-	return res, firstErr
+	br, _ := t.cfg.Leases.(broker.BatchRenewer)
+	return lease.RenewAll(ctx, t.cfg.Leases, br, fences, t.cfg.LeaseTTL)
 }
 
 // leaseEvent reports a lease change of partition p.
