@@ -17,8 +17,8 @@ import (
 // O(n) range.
 func TestSeekLagAfterSeek(t *testing.T) {
 	for _, tc := range []struct {
-		to      string
-		lag     any // XINFO GROUPS's lag: an int64, or nil for unknown
+		to  string
+		lag any // XINFO GROUPS's lag: an int64, or nil for unknown
 	}{
 		{to: "earliest", lag: int64(10)},
 		{to: "latest", lag: int64(0)},
