@@ -55,7 +55,7 @@ func serverCommands(ctx context.Context, tb testing.TB, c *redis.Client) int64 {
 // after debug.FreeOSMemory before each); then scrapes while collections
 // run back to back: the exporter's handler (pre-encoded bytes) and
 // promhttp over Collector.Gatherer (the families gathered and encoded
-// per scrape), taking turns, 200 each.
+// per scrape), taking turns, 200 each (p99: the 2nd slowest).
 //
 // The thresholds are set so that every partition stays OK or IDLE (a
 // healthy deployment: the per-key series are the top N); with the
@@ -65,11 +65,16 @@ func serverCommands(ctx context.Context, tb testing.TB, c *redis.Client) int64 {
 //
 //	go test -run '^$' -bench ExporterCollect100k -benchtime 1x -timeout 30m ./bench/
 //
-// EXPORTER_BENCH_PARTITIONS overrides the partition count (100,000).
+// EXPORTER_BENCH_PARTITIONS overrides the partition count (100,000),
+// EXPORTER_BENCH_SCRAPES the scrapes per handler and phase (200).
 func BenchmarkExporterCollect100k(b *testing.B) {
 	n := 100_000
 	if v := os.Getenv("EXPORTER_BENCH_PARTITIONS"); v != "" {
 		n, _ = strconv.Atoi(v)
+	}
+	nScrapes := 200
+	if v := os.Getenv("EXPORTER_BENCH_SCRAPES"); v != "" {
+		nScrapes, _ = strconv.Atoi(v)
 	}
 	th := inspect.Thresholds{LaggingAfter: 24 * time.Hour, StallAfter: 24 * time.Hour, OrphanAfter: 24 * time.Hour}
 	if os.Getenv("EXPORTER_BENCH_UNHEALTHY") == "1" {
@@ -132,7 +137,7 @@ func BenchmarkExporterCollect100k(b *testing.B) {
 		size := make([]int64, len(handlers))
 		scrapes := func() [][]time.Duration {
 			lat := make([][]time.Duration, len(handlers))
-			for range 200 {
+			for range nScrapes {
 				for h, hd := range handlers {
 					t0 := time.Now()
 					rec := httptest.NewRecorder()
@@ -177,6 +182,7 @@ func BenchmarkExporterCollect100k(b *testing.B) {
 		b.ReportMetric(float64(colHWM)/(1<<20), "collect-peak-rss-MB")
 		b.ReportMetric(float64(lsHWM)/(1<<20), "ls-peak-rss-MB")
 		b.ReportMetric(float64(len(s.Keys)), "per-key-series-sets")
+		b.ReportMetric(float64(nScrapes), "scrapes")
 		for h, name := range []string{"scrape", "promhttp-scrape"} {
 			for _, run := range []struct {
 				suffix string
