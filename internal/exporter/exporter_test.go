@@ -56,10 +56,14 @@ func bulkPartitions(t *testing.T, c redis.UniversalClient, cat, g string, n, orp
 	}
 }
 
+// scrapeClient bounds a scrape, so that a scrape blocked (by a running
+// collection, say) fails the test instead of hanging it.
+var scrapeClient = &http.Client{Timeout: time.Minute}
+
 // scrape GETs url and parses the exposition with expfmt.
 func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, err := scrapeClient.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
