@@ -194,7 +194,18 @@ func checkTopics(ctx context.Context, opts *checkOptions, ins *inspect.Inspector
 			if err != nil {
 				return nil, loginHint(topicsErr(err), opts.Settings)
 			}
+			// A misspelt service or subscription would pass (no rows):
+			// exit 4 as topics ls does.
+			if err := requireTopicNames(ctx, ins, &topicsOptions{Service: service}, []inspect.Topic{t}); err != nil {
+				return nil, err
+			}
 			topics = append(topics, t)
+		}
+		if len(opts.Subscriptions) > 0 {
+			service, _, _ := strings.Cut(opts.Topics[0], "/")
+			if err := requireTopicNames(ctx, ins, &topicsOptions{Service: service, Subscriptions: opts.Subscriptions}, topics); err != nil {
+				return nil, err
+			}
 		}
 		return topicHealthRows(topics), nil
 	}

@@ -242,5 +242,11 @@ func TestCheckStatusThresholdsOnKafkaTopics(t *testing.T) {
 	} {
 		cl.run(args...).wantCode(t, 2)
 	}
-	cl.run("check", "--topic", "shop/nope").wantCode(t, 4)
+	for _, args := range [][]string{
+		{"check", "--topic", "shop/nope"},
+		{"check", "--topic", "nope/events"},
+		{"check", "--topic", "shop/events", "--subscription", "nope"},
+	} {
+		cl.run(args...).wantCode(t, 4)
+	}
 }
