@@ -11,14 +11,17 @@
 // Snapshot, so a scrape costs the same on 10 partitions and on 100,000,
 // and a slow Redis makes collections late (seen in
 // protctl_exporter_last_collect_seconds), never scrapes.
+// The Snapshot's families are encoded once, at the end of the
+// collection that made it, so a scrape writes bytes (Handler; decision
+// 0049).
 //
 // # Cardinality
 //
 // Per (kind, scope, group) aggregates are always exported. Per-key
 // series (protctl_partition_*) exist only for every partition whose
 // status is not OK or IDLE and for the TopN partitions by lag in seconds
-// (then entries), so the series count is bounded by groups x (7 + 6) +
-// 2 x TopN + 1 x non-OK partitions however many partitions there are.
+// (then entries), so the series count is bounded by groups x (7 + 7) +
+// 4 x (TopN + non-OK partitions) however many partitions there are.
 // Decision 0042 explains the choice.
 //
 // # Successive observations
