@@ -16,9 +16,11 @@ import (
 // partition's next owner reads it before its first read, so a pause
 // survives failover. docs/decisions/0045-pause.md explains the design.
 //
-// It is not the pause a systemic failure causes (PauseEvent,
-// NodeStatus.Paused): that one is the runtime backing off by itself and
-// ends on its own; this one is an operator's and ends only on resume.
+// It is not the back-off after a systemic failure (BackOffEvent,
+// NodeStatus.BackingOff): that one is the runtime's own and ends by
+// itself; a pause is an operator's and ends only on resume. "Paused"
+// means this one only, in every report (NodeStatus.Paused, the
+// protctl_partitions_paused metric, PAUSED in the CLI and dashboard).
 
 // PauseSelector names what a pause entry holds back.
 //
