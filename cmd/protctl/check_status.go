@@ -45,8 +45,27 @@ func checkStatuses(ctx context.Context, opts *checkOptions, ins *inspect.Inspect
 				res.offend(fmt.Sprintf("%s: %s (%s)", name(p, g), g.Health.Status, healthText(g.Health)))
 			}
 		}
+		entries := 0
+		if slices.Contains(opts.statuses, inspect.StatusPaused) && (len(opts.Categories) == 0 || len(opts.Services) > 0) {
+			// Kafka topic subscriptions' pauses: their entries name
+			// aggregates (or all), whose partitions are not known without
+			// reading the records, so each entry is one PAUSED offender.
+			pauses, err := ins.TopicPauses(ctx, opts.Services)
+			if err != nil {
+				return nil, dataErr(err)
+			}
+			for _, tp := range pauses {
+				n++
+				entries++
+				res.offend(fmt.Sprintf("%s topic %s %s %s: %s (%s)", tp.Service, tp.Topic, tp.Subscription, tp.Selector,
+					inspect.StatusPaused, inspect.PauseText(tp.Pause)))
+			}
+		}
 		res.Value = &n
-		res.Detail = fmt.Sprintf("%d partitions %s", n, words)
+		res.Detail = fmt.Sprintf("%d partitions %s", n-int64(entries), words)
+		if entries > 0 {
+			res.Detail += fmt.Sprintf(", %d Kafka pause entries", entries)
+		}
 		out = append(out, res)
 	}
 	if opts.MaxLagSeconds > 0 {
