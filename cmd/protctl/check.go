@@ -74,7 +74,9 @@ flag is given; without any, check runs --max-parked 0 --no-expired-leases
   --fail-on-status L    a group's status on a partition is one of the
                         comma-separated statuses L (OK, IDLE, LAGGING,
                         STALLED, HALTED, ORPHANED, PAUSED; docs/cli.md
-                        "Partition statuses")
+                        "Partition statuses"); with PAUSED, each pause
+                        entry of a Kafka topic subscription (of the
+                        --services, or any without --category) too
   --max-lag-seconds D   a group's oldest unhandled entry is older than D
                         (the status model's lag in seconds)
   --max-eta D           a backlog would take longer than D to drain, from
