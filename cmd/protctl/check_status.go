@@ -58,7 +58,7 @@ func checkStatuses(ctx context.Context, opts *checkOptions, ins *inspect.Inspect
 				n++
 				entries++
 				res.offend(fmt.Sprintf("%s topic %s %s %s: %s (%s)", tp.Service, tp.Topic, tp.Subscription, tp.Selector,
-					inspect.StatusPaused, inspect.PauseText(tp.Pause)))
+					inspect.StatusPaused, inspect.PauseText(tp.Entry)))
 			}
 		}
 		res.Value = &n

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/pause"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -17,13 +17,13 @@ import (
 
 // Pauses returns the pause entries of every Redis partitioned
 // subscription that has any, by subscription (consumer group).
-func (in *Inspector) Pauses(ctx context.Context) (map[string]runtime.PauseSet, error) {
+func (in *Inspector) Pauses(ctx context.Context) (map[string]pause.Set, error) {
 	return redisstore.New(in.client).ReadAllPauses(ctx, "")
 }
 
 // pausedOf is the entry of pauses that holds group's key back, nil when
 // none does.
-func pausedOf(pauses map[string]runtime.PauseSet, group, key string) *runtime.Pause {
+func pausedOf(pauses map[string]pause.Set, group, key string) *pause.Entry {
 	set, ok := pauses[group]
 	if !ok {
 		return nil
@@ -35,7 +35,7 @@ func pausedOf(pauses map[string]runtime.PauseSet, group, key string) *runtime.Pa
 }
 
 // pausedText is a paused verdict's reason.
-func pausedText(p runtime.Pause, g Group) string {
+func pausedText(p pause.Entry, g Group) string {
 	s := PauseText(p)
 	if g.Lag != nil {
 		s += fmt.Sprintf("; %d entries waiting", *g.Lag)
@@ -75,7 +75,7 @@ func (in *Inspector) TopicPauses(ctx context.Context, services []string) ([]Topi
 		for sub, set := range subs {
 			for _, p := range set {
 				out = append(out, TopicPauseEntry{Service: g.Service, Topic: strings.TrimPrefix(g.Name, "topic:"),
-					TopicPause: TopicPause{Subscription: sub, Pause: p}})
+					TopicPause: TopicPause{Subscription: sub, Entry: p}})
 			}
 		}
 	}
@@ -87,7 +87,7 @@ func (in *Inspector) TopicPauses(ctx context.Context, services []string) ([]Topi
 }
 
 // PauseText says who paused, when and why, for offenders and tables.
-func PauseText(p runtime.Pause) string {
+func PauseText(p pause.Entry) string {
 	s := "paused by an operator (" + string(p.Selector)
 	if p.By != "" {
 		s += " by " + p.By
