@@ -37,7 +37,7 @@ type checkOptions struct {
 	MaxLag          int64
 	MaxLagAge       time.Duration
 	NoExpiredLeases bool
-	NoPaused        bool
+	NoBackingOff    bool
 	// Status checks (#21): the statuses that fail, the lag in seconds and
 	// the drain ETA limits, and the thresholds the statuses use.
 	FailOnStatus  string
@@ -76,11 +76,14 @@ flag is given; without any, check runs --max-parked 0 --no-expired-leases
                         (pending or not delivered) and they are not
                         parked; nobody is on them. Released leases (idle
                         or parked partitions) do not count.
-  --no-paused           a live node of a --service reports paused partitions
+  --no-backing-off      a live node of a --service reports partitions backing
+                        off after a systemic failure
   --fail-on-status L    a group's status on a partition is one of the
                         comma-separated statuses L (OK, IDLE, LAGGING,
                         STALLED, HALTED, ORPHANED, PAUSED; docs/cli.md
-                        "Partition statuses")
+                        "Partition statuses"); with PAUSED, each pause
+                        entry of a Kafka topic subscription (of the
+                        --services, or any without --category) too
   --max-lag-seconds D   a group's oldest unhandled entry is older than D
                         (the status model's lag in seconds)
   --max-eta D           a backlog would take longer than D to drain, from
@@ -101,7 +104,7 @@ read by a check exits 9. Exit codes: 0 every check passed, 8 one failed (the
 partitions named in the offenders), 2 bad flags, 3 Redis unreachable.`,
 		Example: `  protctl check
   protctl check --max-parked 0 --max-lag 1000 --max-lag-age 5m --no-expired-leases
-  protctl check --no-paused --service shop -o json
+  protctl check --no-backing-off --service shop -o json
   protctl check -w --watch-interval 30s
   protctl check --fail-on-status HALTED,ORPHANED --max-lag-seconds 10m
   protctl check --max-eta 15m --eta-sample 30s
@@ -113,7 +116,7 @@ partitions named in the offenders), 2 bad flags, 3 Redis unreachable.`,
 			opts.checkLag = fl.Changed("max-lag")
 			opts.checkLagAge = fl.Changed("max-lag-age")
 			statusChecks := fl.Changed("fail-on-status") || fl.Changed("max-lag-seconds") || fl.Changed("max-eta")
-			if !opts.checkParked && !opts.checkLag && !opts.checkLagAge && !opts.NoExpiredLeases && !opts.NoPaused && !statusChecks {
+			if !opts.checkParked && !opts.checkLag && !opts.checkLagAge && !opts.NoExpiredLeases && !opts.NoBackingOff && !statusChecks {
 				opts.checkParked, opts.MaxParked, opts.NoExpiredLeases = true, 0, true
 				opts.FailOnStatus = "HALTED,ORPHANED,STALLED"
 			}
@@ -140,8 +143,8 @@ partitions named in the offenders), 2 bad flags, 3 Redis unreachable.`,
 				return usageError(fmt.Errorf("invalid --eta-sample %s: want more than 0", opts.ETASample))
 			case len(opts.Subscriptions) > 0 && len(opts.Topics) == 0:
 				return usageError(errors.New("--subscription needs --topic"))
-			case opts.NoPaused && len(opts.Services) == 0:
-				return usageError(fmt.Errorf("--no-paused needs --service: node status records are per service"))
+			case opts.NoBackingOff && len(opts.Services) == 0:
+				return usageError(fmt.Errorf("--no-backing-off needs --service: node status records are per service"))
 			}
 			for _, t := range opts.Topics {
 				if s, tp, ok := strings.Cut(t, "/"); !ok || s == "" || tp == "" {
@@ -162,7 +165,14 @@ partitions named in the offenders), 2 bad flags, 3 Redis unreachable.`,
 	fl.Int64Var(&opts.MaxLag, "max-lag", 0, "fail when a group lags more than N entries on a partition")
 	fl.DurationVar(&opts.MaxLagAge, "max-lag-age", 0, "fail when a group's oldest unacked entry is older than D")
 	fl.BoolVar(&opts.NoExpiredLeases, "no-expired-leases", false, "fail when entries wait on a partition whose lease expired")
-	fl.BoolVar(&opts.NoPaused, "no-paused", false, "fail when a node of a --service has paused partitions")
+	fl.BoolVar(&opts.NoBackingOff, "no-backing-off", false, "fail when a node of a --service has partitions backing off")
+	// The flag's name before issue 23 gave "paused" one meaning (an
+	// operator's pause): kept for scripts, hidden, warned about. The
+	// warning goes to stderr: cobra prints it on the command's out
+	// stream otherwise, which is stdout here and would break -o json.
+	fl.BoolVar(&opts.NoBackingOff, "no-paused", false, "fail when a node of a --service has partitions backing off")
+	_ = fl.MarkDeprecated("no-paused", "use --no-backing-off (paused now means an operator's pause only)")
+	fl.SetOutput(f.IOStreams.ErrOut)
 	fl.StringVar(&opts.FailOnStatus, "fail-on-status", "", "fail when a partition's status is one of these (comma-separated)")
 	fl.DurationVar(&opts.MaxLagSeconds, "max-lag-seconds", 0, "fail when a partition's oldest unhandled entry is older than D")
 	fl.DurationVar(&opts.MaxETA, "max-eta", 0, "fail when a backlog would take longer than D to drain")
@@ -171,7 +181,7 @@ partitions named in the offenders), 2 bad flags, 3 Redis unreachable.`,
 	fl.StringArrayVar(&opts.Categories, "category", nil, "check these categories (repeatable); default the context's and those found by a scan")
 	fl.StringArrayVar(&opts.Topics, "topic", nil, "also run the status checks on this Kafka topic's partitions, as SERVICE/TOPIC (repeatable)")
 	fl.StringArrayVar(&opts.Subscriptions, "subscription", nil, "check only these subscriptions of the --topic topics (repeatable)")
-	fl.StringArrayVar(&opts.Services, "service", nil, "service whose nodes --no-paused checks (repeatable)")
+	fl.StringArrayVar(&opts.Services, "service", nil, "service whose nodes --no-backing-off checks and whose topics' pauses are shown (repeatable)")
 	addWatchFlags(cmd, &opts.watch)
 	return cmd
 }
@@ -232,8 +242,8 @@ func runCheck(ctx context.Context, opts *checkOptions) error {
 		}
 		rep.Checks = append(rep.Checks, res...)
 	}
-	if opts.NoPaused {
-		res, err := checkPaused(ctx, ins, opts.Services)
+	if opts.NoBackingOff {
+		res, err := checkBackingOff(ctx, ins, opts.Services)
 		if err != nil {
 			return err
 		}
@@ -466,9 +476,12 @@ func entryMillis(id string) (int64, bool) {
 	return v, err == nil
 }
 
-func checkPaused(ctx context.Context, ins *inspect.Inspector, services []string) (checkResult, error) {
+// checkBackingOff counts the partitions the live nodes of services report
+// backing off after a systemic failure (not an operator's pause: that is
+// PAUSED, a healthy status).
+func checkBackingOff(ctx context.Context, ins *inspect.Inspector, services []string) (checkResult, error) {
 	var n int64
-	res := checkResult{Name: "paused", OK: true, Limit: 0, Unit: "count", Offenders: []string{}}
+	res := checkResult{Name: "backingOff", OK: true, Limit: 0, Unit: "count", Offenders: []string{}}
 	nodes := 0
 	for _, s := range services {
 		ns, err := ins.Nodes(ctx, s)
@@ -482,13 +495,13 @@ func checkPaused(ctx context.Context, ins *inspect.Inspector, services []string)
 		}
 		nodes += len(ns)
 		for _, node := range ns {
-			if len(node.Paused) > 0 {
-				n += int64(len(node.Paused))
-				res.offend(fmt.Sprintf("%s %s: %s", s, node.Node, strings.Join(node.Paused, ",")))
+			if len(node.BackingOff) > 0 {
+				n += int64(len(node.BackingOff))
+				res.offend(fmt.Sprintf("%s %s: %s", s, node.Node, strings.Join(node.BackingOff, ",")))
 			}
 		}
 	}
 	res.Value = &n
-	res.Detail = fmt.Sprintf("%d paused partitions on %d live nodes", n, nodes)
+	res.Detail = fmt.Sprintf("%d partitions backing off on %d live nodes", n, nodes)
 	return res, nil
 }

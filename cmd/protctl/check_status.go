@@ -60,6 +60,9 @@ func topicHealthRows(topics []inspect.Topic) []healthRow {
 // backlog's drain rate from the two readings (inspect.DrainOf).
 func checkStatuses(ctx context.Context, opts *checkOptions, ins *inspect.Inspector, cats []string, parts []inspect.Partition) ([]checkResult, error) {
 	out := statusResults(opts, "", partitionRows(parts))
+	if err := addTopicPauses(ctx, opts, ins, out); err != nil {
+		return nil, err
+	}
 	if opts.MaxETA > 0 {
 		t0 := time.Now()
 		if err := sleepCtx(ctx, opts.ETASample); err != nil {
@@ -72,6 +75,39 @@ func checkStatuses(ctx context.Context, opts *checkOptions, ins *inspect.Inspect
 		out = append(out, etaResult(opts, "eta", partitionRows(parts), partitionRows(second), t0, time.Now()))
 	}
 	return out, nil
+}
+
+// addTopicPauses adds the Kafka topic subscriptions' pause entries to the
+// status check of out when it looks for PAUSED: their entries name
+// aggregates (or all), whose partitions are not known without reading
+// the records, so each entry is one PAUSED offender.
+func addTopicPauses(ctx context.Context, opts *checkOptions, ins *inspect.Inspector, out []checkResult) error {
+	if !slices.Contains(opts.statuses, inspect.StatusPaused) || (len(opts.Categories) > 0 && len(opts.Services) == 0) {
+		return nil
+	}
+	i := slices.IndexFunc(out, func(r checkResult) bool { return r.Name == "status" })
+	if i < 0 {
+		return nil
+	}
+	pauses, err := ins.TopicPauses(ctx, opts.Services)
+	if err != nil {
+		return dataErr(err)
+	}
+	if len(pauses) == 0 {
+		return nil
+	}
+	res := &out[i]
+	n := int64(len(pauses))
+	if res.Value != nil {
+		n += *res.Value
+	}
+	for _, tp := range pauses {
+		res.offend(fmt.Sprintf("%s topic %s %s %s: %s (%s)", tp.Service, tp.Topic, tp.Subscription, tp.Selector,
+			inspect.StatusPaused, inspect.PauseText(tp.Entry)))
+	}
+	res.Value = &n
+	res.Detail += fmt.Sprintf(", %d Kafka pause entries", len(pauses))
+	return nil
 }
 
 // statusResults is the status and lagSeconds checks over rows; prefix

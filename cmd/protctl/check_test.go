@@ -24,7 +24,7 @@ type checkDoc struct {
 
 // TestCheckThresholds: check exits 8 when a threshold is crossed and 0
 // otherwise, for parked entries, lag, lag age and expired leases (and
-// paused nodes), naming the offenders.
+// nodes backing off), naming the offenders.
 func TestCheckThresholds(t *testing.T) {
 	e := newOpsEnv(t)
 	s := e.s
@@ -45,8 +45,8 @@ func TestCheckThresholds(t *testing.T) {
 		{"lag age: a day-old entry waits", (*opsEnv).unackCold, append([]string{"--max-lag-age", "1h"}, orders...), 8, s.Cold},
 		{"expired leases: with entries waiting", nil, append([]string{"--no-expired-leases"}, orders...), 8, s.Lagging},
 		{"expired leases: caught up", (*opsEnv).catchUpLagging, append([]string{"--no-expired-leases"}, orders...), 0, ""},
-		{"paused: a node reports one", (*opsEnv).heartbeat, []string{"--no-paused", "--service", "shop"}, 8, "node-b"},
-		{"paused: no live node of that service", (*opsEnv).otherService, []string{"--no-paused", "--service", "other"}, 0, ""},
+		{"backing off: a node reports one", (*opsEnv).heartbeat, []string{"--no-backing-off", "--service", "shop"}, 8, "node-b"},
+		{"backing off: no live node of that service", (*opsEnv).otherService, []string{"--no-backing-off", "--service", "other"}, 0, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -70,9 +70,33 @@ func TestCheckThresholds(t *testing.T) {
 		})
 	}
 	t.Run("usage", func(t *testing.T) {
+		e.run("check", "--no-backing-off").wantCode(t, clierr.ExitUsage)
 		e.run("check", "--no-paused").wantCode(t, clierr.ExitUsage)
 		e.run("check", "--max-lag-age", "0s").wantCode(t, clierr.ExitUsage)
 	})
+}
+
+// TestCheckNoPausedIsADeprecatedAlias: the flag's name from before
+// "paused" meant an operator's pause only still runs the back-off check,
+// is hidden from help, and warns on stderr, leaving stdout the report.
+func TestCheckNoPausedIsADeprecatedAlias(t *testing.T) {
+	e := newOpsEnv(t)
+	e.heartbeat()
+	r := e.run("check", "-o", "json", "--no-paused", "--service", "shop")
+	r.wantCode(t, clierr.ExitCheckFailed)
+	var doc checkDoc
+	decode(t, r.stdout, &doc)
+	if len(doc.Checks) != 1 || doc.Checks[0].Name != "backingOff" || !strings.Contains(strings.Join(doc.Checks[0].Offenders, "\n"), "node-b") {
+		t.Fatalf("report %+v", doc)
+	}
+	if !strings.Contains(r.stderr, "--no-paused has been deprecated, use --no-backing-off") {
+		t.Fatalf("stderr lacks the deprecation warning: %q", r.stderr)
+	}
+	help := e.run("check", "--help")
+	help.wantCode(t, 0)
+	if strings.Contains(help.stdout, "no-paused") || !strings.Contains(help.stdout, "--no-backing-off") {
+		t.Fatalf("help:\n%s", help.stdout)
+	}
 }
 
 func (e *opsEnv) parkOnly() { e.park() }

@@ -23,8 +23,8 @@ func (e *opsEnv) heartbeat() {
 			Held:     []runtime.HeldPartition{{Subscription: e.s.Projector, Source: source.Redis, Category: e.s.Orders, Partition: e.s.Healthy, Generation: 3}},
 			Counters: map[string]int64{"processed": 10}},
 		{Service: "shop", Node: "node-b", JoinState: runtime.JoinJoined, StartedAt: at, LastSeen: at,
-			Held:   []runtime.HeldPartition{{Subscription: e.s.Projector, Source: source.Redis, Category: e.s.Orders, Partition: e.s.Backfill, Generation: 1}},
-			Paused: []string{e.s.Backfill}},
+			Held:       []runtime.HeldPartition{{Subscription: e.s.Projector, Source: source.Redis, Category: e.s.Orders, Partition: e.s.Backfill, Generation: 1}},
+			BackingOff: []string{e.s.Backfill}},
 	} {
 		if err := st.Heartbeat(context.Background(), n, time.Minute); err != nil {
 			e.t.Fatal(err)
@@ -56,7 +56,7 @@ func TestGoldenJSON(t *testing.T) {
 		{"parked-ls", []string{"parked", "ls"}, 0},
 		{"parked-show", []string{"parked", "show", s.Projector, s.Halted}, 0},
 		{"nodes-ls", []string{"nodes", "ls", "--service", "shop"}, 0},
-		{"check-failing", []string{"check", "--max-parked", "0", "--max-lag", "4", "--no-expired-leases", "--no-paused", "--service", "shop"}, 8},
+		{"check-failing", []string{"check", "--max-parked", "0", "--max-lag", "4", "--no-expired-leases", "--no-backing-off", "--service", "shop"}, 8},
 		{"check-passing", []string{"check", "--max-parked", "1", "--max-lag", "5", "--category", s.Orders}, 0},
 		{"plan-reap", []string{"partitions", "reap", s.Orders, s.Cold, "--min-idle", "1h", "--dry-run"}, 0},
 		{"plan-reap-refused", []string{"partitions", "reap", s.Orders, s.Lagging, s.Halted, s.Never, "--min-idle", "0s", "--dry-run"}, 6},

@@ -42,14 +42,17 @@ func newNodesListCmd(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "ls [--service S]",
 		Aliases: []string{"list"},
-		Short:   "List live nodes: join state, held partitions, paused, throttled, last seen",
+		Short:   "List live nodes: join state, held partitions, backing off, paused, last seen",
 		Long: `List the live nodes of a service from the status records they heartbeat to
 Redis (protctl:{S}:node:*): join state, the partitions each holds with their
-generations, paused and throttled partitions, parked count and when it was
-last seen. A node whose heartbeat expired is not listed. Without --service it
-lists the services found in Redis (their nodes' status records and Kafka
-lease groups), to pick one from. A --service with none of those (a typo)
-exits 4; a status record or membership set of the wrong Redis type exits 9.`,
+generations, the partitions backing off after a systemic failure
+(BACKING-OFF: the runtime retries them on its own), those an operator paused
+(PAUSED: protctl pause, until protctl resume), throttled partitions, parked
+count and when it was last seen. A node whose heartbeat expired is not
+listed. Without --service it lists the services found in Redis (their nodes'
+status records and Kafka lease groups), to pick one from. A --service with
+none of those (a typo) exits 4; a status record or membership set of the
+wrong Redis type exits 9.`,
 		Example: `  protctl nodes ls --service shop
   protctl nodes ls --service shop -o json
   protctl nodes ls --service shop -w
@@ -72,17 +75,20 @@ exits 4; a status record or membership set of the wrong Redis type exits 9.`,
 
 // nodeItem is a node's status record as the CLI prints it.
 type nodeItem struct {
-	Service   string           `json:"service"`
-	Node      string           `json:"node"`
-	AdminAddr *string          `json:"adminAddr"`
-	JoinState string           `json:"joinState"`
-	StartedAt *string          `json:"startedAt"`
-	LastSeen  *string          `json:"lastSeen"`
-	Held      []heldItem       `json:"held"`
-	Paused    []string         `json:"paused"`
-	Throttled []string         `json:"throttled"`
-	Parked    int              `json:"parked"`
-	Counters  map[string]int64 `json:"counters"`
+	Service   string     `json:"service"`
+	Node      string     `json:"node"`
+	AdminAddr *string    `json:"adminAddr"`
+	JoinState string     `json:"joinState"`
+	StartedAt *string    `json:"startedAt"`
+	LastSeen  *string    `json:"lastSeen"`
+	Held      []heldItem `json:"held"`
+	// BackingOff: partitions held back by a systemic failure; Paused:
+	// by an operator's pause (the one meaning of paused everywhere).
+	BackingOff []string         `json:"backingOff"`
+	Paused     []string         `json:"paused"`
+	Throttled  []string         `json:"throttled"`
+	Parked     int              `json:"parked"`
+	Counters   map[string]int64 `json:"counters"`
 	// Mode is the operator mode: active, cordoned, draining or drained
 	// (draining, noticed by the node, and holding nothing).
 	Mode       string             `json:"mode"`
@@ -130,20 +136,21 @@ type heldItem struct {
 
 func nodeItemOf(n runtime.NodeStatus) nodeItem {
 	it := nodeItem{
-		Service:   n.Service,
-		Node:      n.Node,
-		AdminAddr: strOrNull(n.AdminAddr),
-		JoinState: string(n.JoinState),
-		StartedAt: output.TimestampOrNull(n.StartedAt),
-		LastSeen:  output.TimestampOrNull(n.LastSeen),
-		Held:      make([]heldItem, 0, len(n.Held)),
-		Paused:    append([]string{}, n.Paused...),
-		Throttled: append([]string{}, n.Throttled...),
-		Parked:    n.Parked,
-		Counters:  n.Counters,
-		Mode:      string(placement.Active),
-		Pins:      []pinItem{},
-		node:      n,
+		Service:    n.Service,
+		Node:       n.Node,
+		AdminAddr:  strOrNull(n.AdminAddr),
+		JoinState:  string(n.JoinState),
+		StartedAt:  output.TimestampOrNull(n.StartedAt),
+		LastSeen:   output.TimestampOrNull(n.LastSeen),
+		Held:       make([]heldItem, 0, len(n.Held)),
+		BackingOff: append([]string{}, n.BackingOff...),
+		Paused:     append([]string{}, n.Paused...),
+		Throttled:  append([]string{}, n.Throttled...),
+		Parked:     n.Parked,
+		Counters:   n.Counters,
+		Mode:       string(placement.Active),
+		Pins:       []pinItem{},
+		node:       n,
 	}
 	if it.Counters == nil {
 		it.Counters = map[string]int64{}
@@ -208,10 +215,17 @@ func runNodesList(ctx context.Context, opts *nodesListOptions) error {
 				})),
 			output.Col("HELD", func(n nodeItem) string { return fmt.Sprint(len(n.Held)) }),
 			output.Col("PINS", func(n nodeItem) string { return fmt.Sprint(len(n.Pins)) }, output.WideOnly()),
+			output.Col("BACKING-OFF", func(n nodeItem) string { return present.List(n.BackingOff) },
+				output.Toned(func(n nodeItem) output.Tone {
+					if len(n.BackingOff) > 0 {
+						return output.ToneWarn
+					}
+					return output.ToneNone
+				})),
 			output.Col("PAUSED", func(n nodeItem) string { return present.List(n.Paused) },
 				output.Toned(func(n nodeItem) output.Tone {
 					if len(n.Paused) > 0 {
-						return output.ToneWarn
+						return output.ToneMuted
 					}
 					return output.ToneNone
 				})),

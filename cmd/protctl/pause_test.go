@@ -49,7 +49,7 @@ func publishSeqs(t *testing.T, c *redis.Client, keys []string, from, to int) {
 	}
 }
 
-func operatorPausedOn(t *testing.T, store *redisstore.Store) map[string][]string {
+func pausedOn(t *testing.T, store *redisstore.Store) map[string][]string {
 	t.Helper()
 	ms, err := store.Members(context.Background(), procService)
 	if err != nil {
@@ -57,7 +57,7 @@ func operatorPausedOn(t *testing.T, store *redisstore.Store) map[string][]string
 	}
 	out := map[string][]string{}
 	for _, m := range ms {
-		out[m.Node] = m.OperatorPaused
+		out[m.Node] = m.Paused
 	}
 	return out
 }
@@ -120,8 +120,8 @@ func TestPauseSurvivesOwnerSIGKILL(t *testing.T) {
 			return false, fmt.Sprintf("lease: %v", err)
 		}
 		owner, _, _ = strings.Cut(lease, ":")
-		held := operatorPausedOn(t, store)
-		return slices.Contains(held[owner], procGroup+"/"+hot), fmt.Sprintf("lease %s, operatorPaused %v", lease, held)
+		held := pausedOn(t, store)
+		return slices.Contains(held[owner], procGroup+"/"+hot), fmt.Sprintf("lease %s, paused %v", lease, held)
 	})
 	if h := handledSeqs(t, readFile(t, record))[hot]; len(h) != 0 {
 		t.Fatalf("paused key handled %v", h)
@@ -137,8 +137,8 @@ func TestPauseSurvivesOwnerSIGKILL(t *testing.T) {
 	}
 	waitMembers(t, store, 1)
 	testenv.Eventually(t, 60*time.Second, "the survivor holds the paused key", func() (bool, string) {
-		held := operatorPausedOn(t, store)[survivor]
-		return slices.Contains(held, procGroup+"/"+hot), fmt.Sprintf("%s operatorPaused %v", survivor, held)
+		held := pausedOn(t, store)[survivor]
+		return slices.Contains(held, procGroup+"/"+hot), fmt.Sprintf("%s paused %v", survivor, held)
 	})
 	publishSeqs(t, c, keys, 4, 5)
 	testenv.Eventually(t, 60*time.Second, "the other keys flow on the survivor", allHandled(others, 5))

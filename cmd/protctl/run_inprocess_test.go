@@ -273,6 +273,7 @@ subscriptions:
 		`protctl_subscription_up{subscription="ledger-sync",state="running"}`: 1,
 		`protctl_partitions_assigned{subscription="ledger-sync"}`:             3,
 		`protctl_partitions_held{subscription="ledger-sync"}`:                 3,
+		`protctl_partitions_backing_off{subscription="ledger-sync"}`:          0,
 		`protctl_partitions_paused{subscription="ledger-sync"}`:               0,
 		`protctl_parked{subscription="ledger-sync"}`:                          0,
 	}

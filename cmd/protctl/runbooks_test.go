@@ -756,7 +756,7 @@ func runbookDefs() map[string]runbookDef {
 				{cmd: "protctl nodes ls --service shop", check: func(rb *rbEnv, r result) {
 					rb.wantRow(r, "node-a", "joined", "active", "4")
 				}},
-				{cmd: "protctl check --no-paused --service shop", code: 0},
+				{cmd: "protctl check --no-backing-off --service shop", code: 0},
 			},
 		},
 		"redis-to-cluster": {

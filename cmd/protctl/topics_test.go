@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/protctl/protctl/internal/clierr"
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
@@ -264,4 +265,34 @@ func TestTopicsShowPaused(t *testing.T) {
 			t.Errorf("show lacks %q:\n%s", want, r.stdout)
 		}
 	}
+}
+
+// TestCheckListsKafkaPausesAsPaused (issue 23): `check --fail-on-status
+// PAUSED` lists a Kafka topic subscription's pause entries (an aggregate,
+// then the whole subscription) as PAUSED offenders, in the table and in
+// JSON, as it lists paused Redis partitions; another service's check
+// does not see them.
+func TestCheckListsKafkaPausesAsPaused(t *testing.T) {
+	cl := topicsCLI(t)
+	cl.run("check", "--fail-on-status", "PAUSED", "--service", "shop").wantCode(t, 0)
+	cl.run("pause", "ledger", "o-1", "--service", "shop", "--topic", "orders", "--reason", "bad o-1", "--yes").wantCode(t, 0)
+	r := cl.run("check", "--fail-on-status", "PAUSED", "--service", "shop", "-o", "json")
+	r.wantCode(t, clierr.ExitCheckFailed)
+	var doc checkDoc
+	decode(t, r.stdout, &doc)
+	if len(doc.Checks) != 1 || doc.Checks[0].Name != "status" || doc.Checks[0].Value == nil || *doc.Checks[0].Value != 1 ||
+		len(doc.Checks[0].Offenders) != 1 || !strings.HasPrefix(doc.Checks[0].Offenders[0], "shop topic orders ledger key:o-1: PAUSED (") ||
+		!strings.Contains(doc.Checks[0].Offenders[0], "bad o-1") {
+		t.Fatalf("check -o json:\n%s", r.stdout)
+	}
+	cl.run("pause", "ledger", "--all", "--service", "shop", "--topic", "orders", "--yes").wantCode(t, 0)
+	r = cl.run("check", "--fail-on-status", "PAUSED", "--service", "shop")
+	r.wantCode(t, clierr.ExitCheckFailed)
+	for _, want := range []string{"shop topic orders ledger all: PAUSED", "shop topic orders ledger key:o-1: PAUSED"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("check lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	// The default statuses do not fail on a pause (PAUSED is healthy).
+	cl.run("check", "--service", "shop", "--fail-on-status", "HALTED,ORPHANED,STALLED").wantCode(t, 0)
 }

@@ -70,7 +70,7 @@ func TestUnknownNamesAreNotFound(t *testing.T) {
 		{"parked retry --all --subscription", []string{"parked", "retry", "--all", "--subscription", sub, "--yes"}, sub},
 		{"parked skip --all --subscription", []string{"parked", "skip", "--all", "--subscription", sub, "--reason", "x", "--yes"}, sub},
 		{"nodes ls --service", []string{"nodes", "ls", "--service", svc}, svc},
-		{"check --service", []string{"check", "--no-paused", "--service", svc}, svc},
+		{"check --service", []string{"check", "--no-backing-off", "--service", svc}, svc},
 		{"topics ls --service", []string{"topics", "ls", "--service", svc}, svc},
 		{"topics show --service", []string{"topics", "show", "orders", "--service", svc}, svc},
 		{"topics ls --subscription", []string{"topics", "ls", "--service", "shop", "--subscription", sub}, sub},
@@ -119,7 +119,7 @@ func TestUnknownNamesAreNotFound(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"nodes", "ls", "--service", "billing", "-o", "json"},
-		{"check", "--no-paused", "--service", "billing"},
+		{"check", "--no-backing-off", "--service", "billing"},
 		{"topics", "ls", "--service", "billing"},
 		{"parked", "ls", "--subscription", "ledger"},
 		{"parked", "retry", "--all", "--subscription", "ledger", "--yes"},
@@ -265,12 +265,12 @@ func TestWrongTypeIsADataErrorEverywhere(t *testing.T) {
 		}},
 		{"node status record", redisstore.NodeKey("shop", "node-a"), "hash", "string", [][]string{
 			{"nodes", "ls", "--service", "shop"},
-			{"check", "--no-paused", "--service", "shop"},
+			{"check", "--no-backing-off", "--service", "shop"},
 		}},
 		{"membership", redisstore.MembersKey("shop"), "string", "zset", [][]string{
 			{"nodes", "ls", "--service", "shop"},
 			{"nodes", "ls", "--service", "shop", "-o", "json"},
-			{"check", "--no-paused", "--service", "shop"},
+			{"check", "--no-backing-off", "--service", "shop"},
 		}},
 		{"ledger index", redisstore.ParkedEntriesKey(s.Projector), "string", "hash", parkedReads},
 		{"ledger index before 0007", redisstore.ParkedIndexKey(s.Projector), "string", "hash", parkedReads},

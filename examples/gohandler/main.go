@@ -56,7 +56,7 @@ type orderEvent struct {
 // project is the Go handler. It is called with at most one message at a
 // time per order (partition key), in order, and concurrently across
 // orders. Returning an error retries the message and finally parks the
-// order; runtime.Systemic(err) pauses instead (a dependency is down).
+// order; runtime.Systemic(err) backs off instead (a dependency is down).
 func project(ctx context.Context, m runtime.Message) error {
 	var env struct {
 		Data orderEvent `json:"data"`

@@ -34,7 +34,7 @@ type request struct {
 
 // result is one line to the node: result is ok, error (this event cannot
 // be handled: retried, then its aggregate parked) or retry (a dependency
-// is down: the partition pauses and retries later, nothing is parked).
+// is down: the partition backs off and retries later, nothing is parked).
 type result struct {
 	ID     uint64 `json:"id"`
 	Result string `json:"result"`

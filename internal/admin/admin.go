@@ -371,14 +371,18 @@ type StatusJSON struct {
 	Ready      bool                    `json:"ready"`
 	StartedAt  time.Time               `json:"startedAt"`
 	Held       []runtime.HeldPartition `json:"held"`
-	Paused     []string                `json:"paused"`
-	// OperatorPaused are "subscription/partition" held by an operator's
-	// pause (protctl pause), apart from Paused (backing off on its own).
-	OperatorPaused []string           `json:"operatorPaused,omitempty"`
-	Throttled      []string           `json:"throttled"`
-	Parked         int                `json:"parked"`
-	Counters       map[string]int64   `json:"counters"`
-	Subscriptions  []SubscriptionJSON `json:"subscriptions"`
+	// BackingOff are "subscription/partition" the runtime holds back
+	// after a systemic failure; the back-off ends on its own.
+	BackingOff []string `json:"backingOff"`
+	// Paused are "subscription/partition" (a Kafka topic's:
+	// "subscription/aggregate") held by an operator's pause (protctl
+	// pause) until protctl resume: the word means that only, here as in
+	// every command, the dashboard and /metrics.
+	Paused        []string           `json:"paused"`
+	Throttled     []string           `json:"throttled"`
+	Parked        int                `json:"parked"`
+	Counters      map[string]int64   `json:"counters"`
+	Subscriptions []SubscriptionJSON `json:"subscriptions"`
 }
 
 // SubscriptionJSON is one subscription in StatusJSON.
@@ -387,13 +391,13 @@ type SubscriptionJSON struct {
 	Source source.Kind               `json:"source"`
 	State  runtime.SubscriptionState `json:"state"`
 	Held   int                       `json:"held"`
-	Paused []string                  `json:"paused"`
-	// OperatorPaused: see StatusJSON.OperatorPaused.
-	OperatorPaused []string         `json:"operatorPaused,omitempty"`
-	Throttled      []string         `json:"throttled"`
-	Parked         int              `json:"parked"`
-	Counters       map[string]int64 `json:"counters"`
-	Error          *string          `json:"error"`
+	// BackingOff and Paused: see StatusJSON's.
+	BackingOff []string         `json:"backingOff"`
+	Paused     []string         `json:"paused"`
+	Throttled  []string         `json:"throttled"`
+	Parked     int              `json:"parked"`
+	Counters   map[string]int64 `json:"counters"`
+	Error      *string          `json:"error"`
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
@@ -402,8 +406,8 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	doc := StatusJSON{
 		APIVersion: "protctl.dev/v1", Kind: "NodeStatus",
 		Service: st.Service, Node: st.Node, AdminAddr: st.AdminAddr, JoinState: st.JoinState, Ready: snap.Ready,
-		StartedAt: st.StartedAt.UTC(), Held: nonNil(st.Held), Paused: nonNil(st.Paused), Throttled: nonNil(st.Throttled),
-		OperatorPaused: st.OperatorPaused, Parked: st.Parked, Counters: st.Counters, Subscriptions: []SubscriptionJSON{},
+		StartedAt: st.StartedAt.UTC(), Held: nonNil(st.Held), BackingOff: nonNil(st.BackingOff), Paused: nonNil(st.Paused),
+		Throttled: nonNil(st.Throttled), Parked: st.Parked, Counters: st.Counters, Subscriptions: []SubscriptionJSON{},
 	}
 	if doc.Counters == nil {
 		doc.Counters = map[string]int64{}
@@ -418,8 +422,8 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	for _, ss := range subs {
 		sj := SubscriptionJSON{
 			Name: ss.Name, Source: ss.Source, State: ss.State, Held: len(ss.Held),
-			Paused: nonNil(ss.Paused), Throttled: nonNil(ss.Throttled), Parked: ss.Parked, Counters: ss.Counters,
-			OperatorPaused: ss.OperatorPaused,
+			BackingOff: nonNil(ss.BackingOff), Paused: nonNil(ss.Paused), Throttled: nonNil(ss.Throttled),
+			Parked: ss.Parked, Counters: ss.Counters,
 		}
 		if sj.Counters == nil {
 			sj.Counters = map[string]int64{}

@@ -118,10 +118,10 @@ func TestNodeAdminMetricsParseAndCount(t *testing.T) {
 	node := &fakeNode{join: runtime.JoinJoined, st: runtime.NodeStatus{Service: "shop", Node: "n1", StartedAt: time.Unix(1700000000, 0)}}
 	node.subs = []runtime.Subscription{&fakeSub{st: runtime.SubscriptionStatus{
 		Name: "projector", Source: source.Redis, State: runtime.StateRunning,
-		Held:     []runtime.HeldPartition{{Subscription: "projector", Partition: "k1"}, {Subscription: "projector", Partition: "k2"}},
-		Paused:   []string{"k2"},
-		Parked:   1,
-		Counters: map[string]int64{runtime.CounterAssigned: 7},
+		Held:       []runtime.HeldPartition{{Subscription: "projector", Partition: "k1"}, {Subscription: "projector", Partition: "k2"}},
+		BackingOff: []string{"k2"},
+		Parked:     1,
+		Counters:   map[string]int64{runtime.CounterAssigned: 7},
 	}}}
 	_, base := newServer(t, admin.Config{Listen: "127.0.0.1:0", Node: node, Metrics: m,
 		Lag: func(context.Context) (map[string]int64, error) { return map[string]int64{"projector": 42}, nil }})
@@ -156,7 +156,8 @@ func TestNodeAdminMetricsParseAndCount(t *testing.T) {
 	}{
 		{"protctl_partitions_held", p, 2},
 		{"protctl_partitions_assigned", p, 7},
-		{"protctl_partitions_paused", p, 1},
+		{"protctl_partitions_backing_off", p, 1},
+		{"protctl_partitions_paused", p, 0}, // a back-off is not an operator's pause
 		{"protctl_parked", p, 1},
 		{"protctl_lag", p, 42},
 		{"protctl_node_ready", nil, 1},

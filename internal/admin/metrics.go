@@ -139,7 +139,7 @@ func (m *Metrics) Observer(next *runtime.Observer) *runtime.Observer {
 			}
 		},
 		OnMissing:    next.OnMissing,
-		OnPause:      next.OnPause,
+		OnBackOff:    next.OnBackOff,
 		OnAssignment: next.OnAssignment,
 		OnFatal:      next.OnFatal,
 		OnError:      next.OnError,
@@ -269,8 +269,8 @@ func (c *scrape) Collect(ch chan<- prometheus.Metric) {
 		if v, ok := ss.Counters[runtime.CounterAssigned]; ok {
 			gauge(d.assigned, float64(v), ss.Name)
 		}
+		gauge(d.backingOff, float64(len(ss.BackingOff)), ss.Name)
 		gauge(d.paused, float64(len(ss.Paused)), ss.Name)
-		gauge(d.operatorPaused, float64(len(ss.OperatorPaused)), ss.Name)
 		gauge(d.parked, float64(ss.Parked), ss.Name)
 		gauge(d.up, b2f(ss.State == runtime.StateRunning), ss.Name, string(ss.State))
 	}
@@ -339,8 +339,7 @@ func (c *scrape) Collect(ch chan<- prometheus.Metric) {
 // holds them).
 type descs struct {
 	nodeInfo, nodeReady, nodeStart                                 *prometheus.Desc
-	held, assigned, paused, parked, up, lag                        *prometheus.Desc
-	operatorPaused                                                 *prometheus.Desc
+	held, assigned, backingOff, paused, parked, up, lag            *prometheus.Desc
 	processed, failed, parkedTotal, resolved, leaseEvents, handler *prometheus.Desc
 	renew, renewFailures, replicaWaits, replicaWait                *prometheus.Desc
 	execSlots, execRunning, execDepth, execWait                    *prometheus.Desc
@@ -356,13 +355,13 @@ func newDescs() descs {
 		nodeReady: desc("protctl_node_ready", "1 when the node has joined its service (the /readyz answer), else 0."),
 		nodeStart: desc("protctl_node_start_time_seconds", "When the node started, in seconds since the Unix epoch."),
 
-		held:           desc("protctl_partitions_held", "Partitions whose lease this node holds, by subscription.", sub),
-		assigned:       desc("protctl_partitions_assigned", "Partitions rendezvous hashing gives this node (held or idle), by subscription.", sub),
-		paused:         desc("protctl_partitions_paused", "Partitions paused by a systemic failure, by subscription.", sub),
-		operatorPaused: desc("protctl_partitions_operator_paused", "Partitions held by an operator's pause (protctl pause), by subscription: their lag keeps growing on purpose.", sub),
-		parked:         desc("protctl_parked", "Aggregates (Redis: partition keys) of this node's partitions parked in the failure ledger, by subscription.", sub),
-		up:             desc("protctl_subscription_up", "1 while the subscription handles messages (state running), else 0; state is new, joining, unavailable, running, stopping, stopped or failed.", sub, "state"),
-		lag:            desc("protctl_lag", "Entries (Redis) or offsets (Kafka) not yet handled on the partitions this node is given, by subscription.", sub),
+		held:       desc("protctl_partitions_held", "Partitions whose lease this node holds, by subscription.", sub),
+		assigned:   desc("protctl_partitions_assigned", "Partitions rendezvous hashing gives this node (held or idle), by subscription.", sub),
+		backingOff: desc("protctl_partitions_backing_off", "Partitions backing off after a systemic failure (the runtime retries them on its own), by subscription.", sub),
+		paused:     desc("protctl_partitions_paused", "Partitions held by an operator's pause (protctl pause) until protctl resume, by subscription: their lag keeps growing on purpose.", sub),
+		parked:     desc("protctl_parked", "Aggregates (Redis: partition keys) of this node's partitions parked in the failure ledger, by subscription.", sub),
+		up:         desc("protctl_subscription_up", "1 while the subscription handles messages (state running), else 0; state is new, joining, unavailable, running, stopping, stopped or failed.", sub, "state"),
+		lag:        desc("protctl_lag", "Entries (Redis) or offsets (Kafka) not yet handled on the partitions this node is given, by subscription.", sub),
 
 		processed:   desc("protctl_messages_processed_total", "Handler calls that succeeded, by subscription.", sub),
 		failed:      desc("protctl_messages_failed_total", "Handler calls that failed, by subscription and failure class (aggregate, systemic, fatal).", sub, "class"),
@@ -387,7 +386,7 @@ func newDescs() descs {
 func (d *descs) all() []*prometheus.Desc {
 	return []*prometheus.Desc{
 		d.nodeInfo, d.nodeReady, d.nodeStart,
-		d.held, d.assigned, d.paused, d.operatorPaused, d.parked, d.up, d.lag,
+		d.held, d.assigned, d.backingOff, d.paused, d.parked, d.up, d.lag,
 		d.processed, d.failed, d.parkedTotal, d.resolved, d.leaseEvents, d.handler,
 		d.renew, d.renewFailures, d.replicaWaits, d.replicaWait,
 		d.execSlots, d.execRunning, d.execDepth, d.execWait,

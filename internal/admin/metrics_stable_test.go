@@ -19,7 +19,7 @@ import (
 
 // richNodeScrape scrapes the admin endpoint of a node that has
 // everything a family can be written for: partitions held, assigned,
-// paused and parked, a lag, a Kafka topic running two configured
+// backing off, paused (an operator's) and parked, a lag, a Kafka topic running two configured
 // subscriptions (its lease events counted under topic:orders), handler
 // calls of every outcome, lease renewals, replica waits and exec slots.
 func richNodeScrape(t *testing.T) string {
@@ -49,14 +49,14 @@ func richNodeScrape(t *testing.T) string {
 	node.subs = []runtime.Subscription{
 		&fakeSub{st: runtime.SubscriptionStatus{
 			Name: "projector", Source: source.Redis, State: runtime.StateRunning,
-			Held:     []runtime.HeldPartition{{Subscription: "projector", Partition: "k1"}, {Subscription: "projector", Partition: "k2"}},
-			Paused:   []string{"k2"},
-			Parked:   3,
-			Counters: map[string]int64{runtime.CounterAssigned: 4},
+			Held:       []runtime.HeldPartition{{Subscription: "projector", Partition: "k1"}, {Subscription: "projector", Partition: "k2"}},
+			BackingOff: []string{"k2"},
+			Parked:     3,
+			Counters:   map[string]int64{runtime.CounterAssigned: 4},
 		}},
 		&topicSubs{fakeSub: fakeSub{st: runtime.SubscriptionStatus{Name: "topic:orders", Source: source.Kafka, State: runtime.StateRunning}},
 			members: []runtime.SubscriptionStatus{
-				{Name: "ledger-sync", Source: source.Kafka, State: runtime.StateRunning, Parked: 1,
+				{Name: "ledger-sync", Source: source.Kafka, State: runtime.StateRunning, Parked: 1, Paused: []string{"a1", "a2"},
 					Held:     []runtime.HeldPartition{{Subscription: "ledger-sync", Partition: "0"}},
 					Counters: map[string]int64{runtime.CounterAssigned: 1}},
 				{Name: "fraud", Source: source.Kafka, State: runtime.StateFailed},
@@ -88,8 +88,8 @@ var protctlFamilies = map[string]struct {
 	"protctl_node_start_time_seconds":       {dto.MetricType_GAUGE, nil, "When the node started, in seconds since the Unix epoch."},
 	"protctl_partitions_held":               {dto.MetricType_GAUGE, []string{"subscription"}, "Partitions whose lease this node holds, by subscription."},
 	"protctl_partitions_assigned":           {dto.MetricType_GAUGE, []string{"subscription"}, "Partitions rendezvous hashing gives this node (held or idle), by subscription."},
-	"protctl_partitions_paused":             {dto.MetricType_GAUGE, []string{"subscription"}, "Partitions paused by a systemic failure, by subscription."},
-	"protctl_partitions_operator_paused":    {dto.MetricType_GAUGE, []string{"subscription"}, "Partitions held by an operator's pause (protctl pause), by subscription: their lag keeps growing on purpose."},
+	"protctl_partitions_backing_off":        {dto.MetricType_GAUGE, []string{"subscription"}, "Partitions backing off after a systemic failure (the runtime retries them on its own), by subscription."},
+	"protctl_partitions_paused":             {dto.MetricType_GAUGE, []string{"subscription"}, "Partitions held by an operator's pause (protctl pause) until protctl resume, by subscription: their lag keeps growing on purpose."},
 	"protctl_parked":                        {dto.MetricType_GAUGE, []string{"subscription"}, "Aggregates (Redis: partition keys) of this node's partitions parked in the failure ledger, by subscription."},
 	"protctl_subscription_up":               {dto.MetricType_GAUGE, []string{"state", "subscription"}, "1 while the subscription handles messages (state running), else 0; state is new, joining, unavailable, running, stopping, stopped or failed."},
 	"protctl_lag":                           {dto.MetricType_GAUGE, []string{"subscription"}, "Entries (Redis) or offsets (Kafka) not yet handled on the partitions this node is given, by subscription."},
@@ -150,7 +150,11 @@ func TestNodeAdminMetricFamiliesStable(t *testing.T) {
 		`protctl_partitions_held{subscription="ledger-sync"}`:                          1,
 		`protctl_partitions_assigned{subscription="projector"}`:                        4,
 		`protctl_partitions_assigned{subscription="ledger-sync"}`:                      1,
-		`protctl_partitions_paused{subscription="projector"}`:                          1,
+		`protctl_partitions_backing_off{subscription="projector"}`:                     1,
+		`protctl_partitions_backing_off{subscription="ledger-sync"}`:                   0,
+		`protctl_partitions_backing_off{subscription="fraud"}`:                         0,
+		`protctl_partitions_paused{subscription="projector"}`:                          0,
+		`protctl_partitions_paused{subscription="ledger-sync"}`:                        2,
 		`protctl_partitions_paused{subscription="fraud"}`:                              0,
 		`protctl_parked{subscription="projector"}`:                                     3,
 		`protctl_parked{subscription="ledger-sync"}`:                                   1,

@@ -3,7 +3,7 @@
 // to a URL, and Log prints it. Each is a runtime.Handler and classifies its
 // failures for the runtime (see runtime.Classify):
 //
-//	            ok        systemic (pause, retry later)     aggregate (retry, then park)
+//	            ok        systemic (back off, retry later)  aggregate (retry, then park)
 //	exec        exit 0    exit 75 (EX_TEMPFAIL), cannot      any other exit, killed by a
 //	                      start the command, a timeout       signal, a timeout
 //	                      while the node is out of exec

@@ -62,7 +62,7 @@ type ProcessConfig struct {
 //	-> {"id":7,"metadata":{"subscription":"app.Billing","partition":"k1","position":"1700000000000-3",...},"envelope":{...}}
 //	<- {"id":7,"result":"ok"}
 //	<- {"id":8,"result":"error","error":"unknown product"}   aggregate failure: retry, then park
-//	<- {"id":9,"result":"retry","error":"db down"}           systemic: pause, retry later
+//	<- {"id":9,"result":"retry","error":"db down"}           systemic: back off, retry later
 //
 // Calls for several partitions are in flight at once (up to
 // MaxInFlight), and the child may answer them in any order. The child is

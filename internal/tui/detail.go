@@ -250,6 +250,7 @@ func nodeDetailText(n *runtime.NodeStatus, now time.Time) string {
 		output.Field{Label: "Admin", Value: present.Dash(n.AdminAddr)},
 		output.Field{Label: "Started", Value: timeText(n.StartedAt, now)},
 		output.Field{Label: "Last seen", Value: timeText(n.LastSeen, now)},
+		output.Field{Label: "Backing off", Value: present.List(n.BackingOff)},
 		output.Field{Label: "Paused", Value: present.List(n.Paused)},
 		output.Field{Label: "Throttled", Value: present.List(n.Throttled)},
 		output.Field{Label: "Parked", Value: strconv.Itoa(n.Parked)},

@@ -129,9 +129,9 @@ func scenario() *MemorySource {
 				{Subscription: g, Source: source.Redis, Category: "shop::order", Partition: "o-backfill", Generation: 1},
 				{Subscription: "topic:payments", Source: source.Kafka, Topic: "payments", Partition: "3", Generation: 9},
 			},
-			Throttled: []string{"payments/3"}, Parked: 1},
+			Paused: []string{"payments/a7"}, Throttled: []string{"payments/3"}, Parked: 1},
 		{Service: "shop", Node: "node-c", JoinState: runtime.JoinJoining, StartedAt: fixedNow.Add(-5 * time.Second),
-			LastSeen: fixedNow.Add(-3 * time.Second), Paused: []string{"payments/1"}},
+			LastSeen: fixedNow.Add(-3 * time.Second), BackingOff: []string{"payments/1"}},
 	})
 	src.SetTopics([]TopicPartition{
 		{Service: "shop", Topic: "payments", Partition: 0, Owner: str("node-a"), Generation: i64(4), TTLMs: i64(12_000), Head: i64(5120),

@@ -121,6 +121,7 @@ var viewDefs = [numViews]viewDef{
 			{title: "NODE", min: 6, max: 24, sort: sortText},
 			{title: "STATE", sort: sortText},
 			{title: "HELD", right: true, sort: sortNum, num: 0, desc: true},
+			{title: "BACKING-OFF", min: 11, max: 24},
 			{title: "PAUSED", min: 6, max: 24},
 			{title: "THROTTLED", min: 9, max: 24},
 			{title: "PARKED", right: true, sort: sortNum, num: 1, desc: true},
@@ -346,7 +347,7 @@ func nodeRows(nodes []runtime.NodeStatus, now time.Time) []row {
 			seen, seenKey = relTime(d), d.Milliseconds()
 		}
 		r := newRow(i, esc(n.Service), esc(n.Node), esc(nodeStateText(n)), strconv.Itoa(len(n.Held)),
-			listText(n.Paused), listText(n.Throttled), strconv.Itoa(n.Parked), seen, esc(n.AdminAddr))
+			listText(n.BackingOff), listText(n.Paused), listText(n.Throttled), strconv.Itoa(n.Parked), seen, esc(n.AdminAddr))
 		r.nums = []int64{int64(len(n.Held)), int64(n.Parked), seenKey}
 		r.toneCol = 2
 		switch {

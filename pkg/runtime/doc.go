@@ -25,8 +25,9 @@
 //	aggregate (default)  retry with backoff up to the subscription's
 //	                     attempts, then park the aggregate (or partition)
 //	                     in the ledger and move on with the others
-//	systemic             the dependency is down, not the message: pause
-//	                     the partition and retry with backoff, never park
+//	systemic             the dependency is down, not the message: the
+//	                     partition backs off and retries, never parks
+//	                     ("backing off"; "paused" is an operator's pause)
 //	fatal                stop the subscription and report to the node
 //
 // This file's package is named runtime and shadows the standard library's;

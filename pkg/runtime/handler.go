@@ -215,7 +215,7 @@ type FailureClass int
 const (
 	// FailAggregate: this message cannot be handled; park its aggregate.
 	FailAggregate FailureClass = iota
-	// FailSystemic: a dependency is down; pause and retry, do not park.
+	// FailSystemic: a dependency is down; back off and retry, do not park.
 	FailSystemic
 	// FailFatal: stop the subscription.
 	FailFatal

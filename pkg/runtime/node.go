@@ -50,15 +50,17 @@ type SubscriptionStatus struct {
 	// Redis partition that is assigned to the node but idle holds no
 	// lease (see docs/decisions/0004-idle-partitions.md); Counters
 	// "assigned" and "watched" count those.
-	Held   []HeldPartition
-	Paused []string
-	// OperatorPaused are the partitions held by an operator's pause
-	// (`protctl pause`, pkg/runtime/partitioned/pause.go): not Paused, which is the
-	// runtime backing off from a systemic failure on its own.
-	OperatorPaused []string
-	Throttled      []string
-	Parked         int
-	Counters       map[string]int64
+	Held []HeldPartition
+	// BackingOff are the partitions the runtime holds back after a
+	// systemic failure; it retries them on its own with a growing wait.
+	BackingOff []string
+	// Paused are the partitions (a Kafka topic's: the aggregates with
+	// records waiting) held by an operator's pause (`protctl pause`,
+	// pause.go) until `protctl resume`; never the back-off.
+	Paused    []string
+	Throttled []string
+	Parked    int
+	Counters  map[string]int64
 	// Err is the fatal error that stopped the subscription, if any.
 	Err error
 }
@@ -424,27 +426,27 @@ func (n *Node) Status() NodeStatus {
 	}
 	n.mu.Unlock()
 	st := NodeStatus{
-		Service:        n.cfg.Service,
-		Node:           n.cfg.NodeID,
-		AdminAddr:      n.cfg.AdminAddr,
-		JoinState:      join,
-		StartedAt:      n.startedAt,
-		LastSeen:       n.cfg.Clock.Now(),
-		Held:           []HeldPartition{},
-		Paused:         []string{},
-		Throttled:      []string{},
-		Counters:       map[string]int64{},
-		Mode:           n.statusMode(),
-		OperatorPaused: []string{},
+		Service:    n.cfg.Service,
+		Node:       n.cfg.NodeID,
+		AdminAddr:  n.cfg.AdminAddr,
+		JoinState:  join,
+		StartedAt:  n.startedAt,
+		LastSeen:   n.cfg.Clock.Now(),
+		Held:       []HeldPartition{},
+		BackingOff: []string{},
+		Paused:     []string{},
+		Throttled:  []string{},
+		Counters:   map[string]int64{},
+		Mode:       n.statusMode(),
 	}
 	for _, s := range n.subs {
 		ss := s.Status()
 		st.Held = append(st.Held, ss.Held...)
+		for _, p := range ss.BackingOff {
+			st.BackingOff = append(st.BackingOff, ss.Name+"/"+p)
+		}
 		for _, p := range ss.Paused {
 			st.Paused = append(st.Paused, ss.Name+"/"+p)
-		}
-		for _, p := range ss.OperatorPaused {
-			st.OperatorPaused = append(st.OperatorPaused, ss.Name+"/"+p)
 		}
 		for _, p := range ss.Throttled {
 			st.Throttled = append(st.Throttled, ss.Name+"/"+p)

@@ -32,9 +32,10 @@ type Observer struct {
 	// XDEL or a trim outside protctl). It is acknowledged, never skipped
 	// silently.
 	OnMissing func(MissingEvent)
-	// OnPause reports a partition paused by a systemic failure, and its
-	// resumption (Paused false).
-	OnPause func(PauseEvent)
+	// OnBackOff reports a partition backing off after a systemic failure
+	// (each retry's wait), and its end (BackingOff false). An operator's
+	// pause is not reported here (it is state in the store, pause.go).
+	OnBackOff func(BackOffEvent)
 	// OnAssignment reports a subscription's new share of partitions after
 	// the membership or the set of known partitions changed.
 	OnAssignment func(AssignmentEvent)
@@ -103,12 +104,13 @@ type MissingEvent struct {
 	During string
 }
 
-// PauseEvent is a partition paused by a systemic failure or resumed.
-type PauseEvent struct {
+// BackOffEvent is a partition backing off after a systemic failure, or
+// handling again.
+type BackOffEvent struct {
 	Subscription string
 	Partition    string
-	Paused       bool
-	Err          error // the systemic failure (pause only)
+	BackingOff   bool
+	Err          error // the systemic failure (BackingOff only)
 	RetryIn      time.Duration
 }
 

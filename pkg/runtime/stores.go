@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
@@ -40,17 +41,53 @@ type NodeStatus struct {
 	StartedAt time.Time       `json:"startedAt"`
 	LastSeen  time.Time       `json:"lastSeen"`
 	Held      []HeldPartition `json:"held"`
-	Paused    []string        `json:"paused"`
-	// OperatorPaused are "subscription/partition" held by an operator's
-	// pause (`protctl pause`); Paused is the runtime backing off on its
-	// own. docs/decisions/0045-pause.md.
-	OperatorPaused []string         `json:"operatorPaused,omitempty"`
-	Throttled      []string         `json:"throttled"`
-	Parked         int              `json:"parked"`
-	Counters       map[string]int64 `json:"counters,omitempty"` // processed, failed, parked, ...
+	// BackingOff are "subscription/partition" the runtime holds back after
+	// a systemic failure, retrying on its own with a growing wait.
+	BackingOff []string `json:"backingOff"`
+	// Paused are "subscription/partition" (a Kafka topic's:
+	// "subscription/aggregate") held by an operator's pause
+	// (`protctl pause`) until `protctl resume`. The two words never mix
+	// (docs/decisions/0045-pause.md, point 8).
+	Paused    []string         `json:"paused"`
+	Throttled []string         `json:"throttled"`
+	Parked    int              `json:"parked"`
+	Counters  map[string]int64 `json:"counters,omitempty"` // processed, failed, parked, ...
 	// Mode is the operator mode (cordoned, draining) the node has read
 	// and acts on; "" or active for none (docs/decisions/0046).
 	Mode placement.Mode `json:"mode,omitempty"`
+}
+
+// UnmarshalJSON reads a status record, also one heartbeated by a node of
+// a release before the words were split (issue 23): such a record has no
+// "backingOff"; its "paused" was the back-off and its "operatorPaused"
+// the operator's pause. Reading it in the new words keeps `nodes ls` and
+// `check --no-backing-off` right during a rolling upgrade, until the old
+// node's record expires with its last heartbeat.
+func (st *NodeStatus) UnmarshalJSON(data []byte) error {
+	type record NodeStatus // no methods: no recursion
+	var r struct {
+		record
+		// BackingOff shadows record's: its presence tells the releases
+		// apart (a current record has the key, even as null: a status
+		// marshalled without EncodeStatus's empty lists).
+		BackingOff     json.RawMessage `json:"backingOff"`
+		OperatorPaused []string        `json:"operatorPaused"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return err
+	}
+	*st = NodeStatus(r.record)
+	if r.BackingOff != nil {
+		if err := json.Unmarshal(r.BackingOff, &st.BackingOff); err != nil {
+			return err
+		}
+	} else {
+		st.BackingOff, st.Paused = st.Paused, r.OperatorPaused
+		if st.Paused == nil {
+			st.Paused = []string{}
+		}
+	}
+	return nil
 }
 
 // Membership tracks a service's live nodes.

@@ -13,8 +13,8 @@ import (
 
 // Heartbeat stores st as the status of st.Node in st.Service, live until
 // the clock's now plus ttl, and drops members that expired. A zero
-// st.LastSeen is set to the clock's now; nil Held, Paused and Throttled
-// are stored as empty lists.
+// st.LastSeen is set to the clock's now; nil Held, BackingOff, Paused
+// and Throttled are stored as empty lists.
 func (s *Store) Heartbeat(ctx context.Context, st runtime.NodeStatus, ttl time.Duration) error {
 	const op = "heartbeat"
 	if err := storecontract.Heartbeat(op, st, ttl); err != nil {

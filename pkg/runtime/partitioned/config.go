@@ -80,8 +80,8 @@ type Config struct {
 	// tried Retry.Attempts times, with jittered waits from Retry.Backoff
 	// up to Retry.MaxBackoff between them, then its partition is parked.
 	Retry runtime.RetryPolicy
-	// SystemicBackoff is the shortest pause after a systemic failure;
-	// pauses are jittered below a ceiling that doubles up to
+	// SystemicBackoff is the shortest back-off after a systemic failure;
+	// waits are jittered below a ceiling that doubles up to
 	// SystemicMaxBackoff (see RetryPolicy). Defaults: 1s and 30s.
 	SystemicBackoff    time.Duration
 	SystemicMaxBackoff time.Duration

@@ -131,8 +131,8 @@ func (w *worker) learnTails(lanes []lane) (got bool, r result, done bool) {
 // waitOut waits d (a retry or pause) without holding a worker slot. stop
 // means the worker must end (handover, stop, lost lease).
 //
-// Nor a place on the live path (ahead): a pause lasts up to
-// SystemicMaxBackoff, and partitions paused by their own downstream
+// Nor a place on the live path (ahead): a back-off lasts up to
+// SystemicMaxBackoff, and partitions backing off from their own downstream
 // would otherwise keep every place and starve the healthy keys.
 func (w *worker) waitOut(d time.Duration) (result, bool) {
 	p := w.p

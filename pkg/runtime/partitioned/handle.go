@@ -72,7 +72,7 @@ func (w *worker) handleBatch(ln lane, msgs []broker.Message) (result, bool) {
 // the worker ends.
 func (w *worker) handle(ln lane, m broker.Message) (result, bool) {
 	p := w.p
-	var retry, pause *backoff.Backoff // made on the first failure only
+	var retry, backOff *backoff.Backoff // made on the first failure only
 	// A parked head being retried goes on counting its attempts (3 parked
 	// + 3 more = 6), in Message.Attempt and in the ledger when it parks
 	// again; it still gets Retry.Attempts tries before parking.
@@ -91,11 +91,11 @@ func (w *worker) handle(ln lane, m broker.Message) (result, bool) {
 		err := w.call(ln, m, base+attempt)
 		if err == nil {
 			p.c.processed.Add(1)
-			if w.paused {
-				w.paused = false
-				if p.paused.set(w.key, false) {
-					observe.Pause(p.obs, runtime.PauseEvent{Subscription: p.cfg.Name, Partition: w.key, Paused: false})
-					p.log.Info("partition resumed", "subscription", p.cfg.Name, "key", w.key)
+			if w.backingOff {
+				w.backingOff = false
+				if p.backingOff.set(w.key, false) {
+					observe.BackOff(p.obs, runtime.BackOffEvent{Subscription: p.cfg.Name, Partition: w.key, BackingOff: false})
+					p.log.Info("partition no longer backing off", "subscription", p.cfg.Name, "key", w.key)
 				}
 			}
 			return result{}, false
@@ -121,15 +121,15 @@ func (w *worker) handle(ln lane, m broker.Message) (result, bool) {
 			p.log.Error("fatal handler failure: stopping the subscription", "subscription", p.cfg.Name, "key", w.key, "id", m.ID, "err", err)
 			return w.release(result{kind: resFatal, err: fmt.Errorf("runtime: %s: key %q entry %s: %w", p.cfg.Name, w.key, m.ID, err)}, "fatal"), true
 		case runtime.FailSystemic:
-			if pause == nil {
-				pause = backoff.New(p.cfg.SystemicBackoff, p.cfg.SystemicMaxBackoff, p.jit)
+			if backOff == nil {
+				backOff = backoff.New(p.cfg.SystemicBackoff, p.cfg.SystemicMaxBackoff, p.jit)
 			}
-			wait = pause.Next()
-			w.paused = true
-			if p.paused.set(w.key, true) {
-				p.log.Warn("partition paused by a systemic failure", "subscription", p.cfg.Name, "key", w.key, "id", m.ID, "err", err)
+			wait = backOff.Next()
+			w.backingOff = true
+			if p.backingOff.set(w.key, true) {
+				p.log.Warn("partition backing off after a systemic failure", "subscription", p.cfg.Name, "key", w.key, "id", m.ID, "err", err)
 			}
-			observe.Pause(p.obs, runtime.PauseEvent{Subscription: p.cfg.Name, Partition: w.key, Paused: true, Err: err, RetryIn: wait})
+			observe.BackOff(p.obs, runtime.BackOffEvent{Subscription: p.cfg.Name, Partition: w.key, BackingOff: true, Err: err, RetryIn: wait})
 		default:
 			if attempt >= p.cfg.Retry.Attempts {
 				return w.park(ln, m, err, base+attempt)

@@ -463,7 +463,7 @@ func TestMemParkedKeySurvivesFailover(t *testing.T) {
 	})
 }
 
-// Systemic failures pause the partition and retry, never park; fatal ones
+// Systemic failures back the partition off and retry, never park; fatal ones
 // stop the subscription and are reported to the node.
 func TestMemSystemicAndFatal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -481,8 +481,8 @@ func TestMemSystemicAndFatal(t *testing.T) {
 			return nil
 		})
 		var mu sync.Mutex
-		var pauses []runtime.PauseEvent
-		obs := &runtime.Observer{OnPause: func(ev runtime.PauseEvent) {
+		var pauses []runtime.BackOffEvent
+		obs := &runtime.Observer{OnBackOff: func(ev runtime.BackOffEvent) {
 			mu.Lock()
 			defer mu.Unlock()
 			pauses = append(pauses, ev)
@@ -491,20 +491,20 @@ func TestMemSystemicAndFatal(t *testing.T) {
 		eventually(t, time.Minute, 50*time.Millisecond, "b handled", func() bool { return rec.complete(map[string]int{"b": 3}) })
 		time.Sleep(20 * time.Second)
 		st := subOf(n).Status()
-		if !slices.Equal(st.Paused, []string{"a"}) {
-			t.Errorf("paused = %v, want [a]", st.Paused)
+		if !slices.Equal(st.BackingOff, []string{"a"}) || len(st.Paused) != 0 {
+			t.Errorf("backingOff = %v, paused = %v, want [a] and none", st.BackingOff, st.Paused)
 		}
 		if l, _ := e.store.ListParked(ctx, group); len(l) != 0 {
 			t.Errorf("a systemic failure parked %v", l)
 		}
 		down.Store(false)
 		eventually(t, time.Minute, 50*time.Millisecond, "a handled", func() bool { return rec.complete(map[string]int{"a": 3}) })
-		if st := subOf(n).Status(); len(st.Paused) != 0 {
-			t.Errorf("still paused: %v", st.Paused)
+		if st := subOf(n).Status(); len(st.BackingOff) != 0 {
+			t.Errorf("still backing off: %v", st.BackingOff)
 		}
 		mu.Lock()
-		if len(pauses) < 2 || !pauses[0].Paused || pauses[len(pauses)-1].Paused {
-			t.Errorf("pause events: %+v", pauses)
+		if len(pauses) < 2 || !pauses[0].BackingOff || pauses[len(pauses)-1].BackingOff {
+			t.Errorf("back-off events: %+v", pauses)
 		}
 		mu.Unlock()
 

@@ -347,8 +347,8 @@ func (f *fakeSub) Stop(ctx context.Context) error {
 func (f *fakeSub) Status() runtime.SubscriptionStatus {
 	return runtime.SubscriptionStatus{
 		Name: f.Name(), Source: source.Kafka, State: runtime.StateRunning,
-		Held:   []runtime.HeldPartition{{Subscription: f.Name(), Source: source.Kafka, Topic: "orders", Partition: "3", Generation: 7}},
-		Paused: []string{"3"}, Counters: map[string]int64{runtime.CounterProcessed: 5},
+		Held:       []runtime.HeldPartition{{Subscription: f.Name(), Source: source.Kafka, Topic: "orders", Partition: "3", Generation: 7}},
+		BackingOff: []string{"3"}, Paused: []string{"a1"}, Counters: map[string]int64{runtime.CounterProcessed: 5},
 	}
 }
 
@@ -378,7 +378,7 @@ func TestNodeRunsAnySubscription(t *testing.T) {
 		}
 		f.mu.Unlock()
 		st := n.Status()
-		if len(st.Held) != 1 || st.Held[0].Topic != "orders" || !slices.Equal(st.Paused, []string{"topic:orders/3"}) || st.Counters[runtime.CounterProcessed] != 5 {
+		if len(st.Held) != 1 || st.Held[0].Topic != "orders" || !slices.Equal(st.BackingOff, []string{"topic:orders/3"}) || !slices.Equal(st.Paused, []string{"topic:orders/a1"}) || st.Counters[runtime.CounterProcessed] != 5 {
 			t.Errorf("status = %+v", st)
 		}
 		if err := n.Stop(ctx); err != nil {

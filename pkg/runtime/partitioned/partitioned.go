@@ -90,12 +90,12 @@ type Subscription struct {
 	// list's age by (part.ledgerSeen).
 	ledgerReads atomic.Int64
 
-	leases   leaseTable
-	assigned assignedSet
-	watch    *watchLanes
-	paused   pausedSet
-	pauses   *pauseState // operators' pauses (pause.go)
-	c        partCounters
+	leases     leaseTable
+	assigned   assignedSet
+	watch      *watchLanes
+	backingOff backingOffSet
+	pauses     *pauseState // operators' pauses (pause.go)
+	c          partCounters
 
 	// seeker and seeks carry out operators' seek requests
 	// (seek.go); seeker is nil when the broker cannot.
@@ -350,8 +350,8 @@ func (p *Subscription) Status() runtime.SubscriptionStatus {
 	st := runtime.SubscriptionStatus{Name: p.cfg.Name, Source: source.Redis, State: p.state, Err: p.fatalErr}
 	p.mu.Unlock()
 	st.Held = p.leases.held(p.cfg.Name, p.cfg.Categories)
-	st.Paused = p.paused.list()
-	st.OperatorPaused = p.pauses.held()
+	st.BackingOff = p.backingOff.list()
+	st.Paused = p.pauses.held()
 	st.Throttled = []string{}
 	st.Parked = int(p.c.parkedNow.Load())
 	st.Counters = p.c.snapshot()
@@ -419,20 +419,21 @@ func (c *partCounters) snapshot() map[string]int64 {
 	}
 }
 
-// pausedSet holds the keys paused by a systemic failure.
-type pausedSet struct {
+// backingOffSet holds the keys backing off after a systemic failure
+// (not an operator's pause, which is pauseState).
+type backingOffSet struct {
 	mu sync.Mutex
 	m  map[string]struct{}
 }
 
-func (s *pausedSet) set(key string, paused bool) (changed bool) {
+func (s *backingOffSet) set(key string, on bool) (changed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, was := s.m[key]
-	if paused == was {
+	if on == was {
 		return false
 	}
-	if paused {
+	if on {
 		if s.m == nil {
 			s.m = make(map[string]struct{})
 		}
@@ -443,7 +444,7 @@ func (s *pausedSet) set(key string, paused bool) (changed bool) {
 	return true
 }
 
-func (s *pausedSet) list() []string {
+func (s *backingOffSet) list() []string {
 	s.mu.Lock()
 	out := make([]string, 0, len(s.m))
 	for k := range s.m {

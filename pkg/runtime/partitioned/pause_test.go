@@ -17,8 +17,8 @@ func withPauses(store *redisstore.Store) func(*partitioned.Config) {
 	return func(c *partitioned.Config) { c.Pauses = store }
 }
 
-func operatorPaused(n *runtime.Node, key string) bool {
-	return slices.Contains(subOf(n).Status().OperatorPaused, key)
+func pausedBy(n *runtime.Node, key string) bool {
+	return slices.Contains(subOf(n).Status().Paused, key)
 }
 
 // A key paused before the node starts is never read while the other keys
@@ -37,7 +37,7 @@ func TestRedisOperatorPauseHoldsKeysWhileOthersFlow(t *testing.T) {
 	}
 	n := e.start("node-1", rec.handler("node-1"), withPauses(e.store), nil)
 	eventually(t, 30*time.Second, 10*time.Millisecond, "the others handled", func() bool { return rec.complete(wantAll(keys[1:], 3)) })
-	eventually(t, 30*time.Second, 10*time.Millisecond, "the hot key held with its lease", func() bool { return operatorPaused(n, hot) })
+	eventually(t, 30*time.Second, 10*time.Millisecond, "the hot key held with its lease", func() bool { return pausedBy(n, hot) })
 	if got := rec.handled(hot); len(got) != 0 {
 		t.Fatalf("paused key handled %v", got)
 	}
@@ -50,7 +50,7 @@ func TestRedisOperatorPauseHoldsKeysWhileOthersFlow(t *testing.T) {
 		return slices.Contains(partitioned.PauseSelectorsSeen(subOf(n)), pause.Key(mid))
 	})
 	publishAll(t, e.pub, keys, 4, 6)
-	eventually(t, 30*time.Second, 10*time.Millisecond, "the second key held", func() bool { return operatorPaused(n, mid) })
+	eventually(t, 30*time.Second, 10*time.Millisecond, "the second key held", func() bool { return pausedBy(n, mid) })
 	rest := keys[2:]
 	eventually(t, 30*time.Second, 10*time.Millisecond, "the rest flow", func() bool { return rec.complete(wantAll(rest, 6)) })
 	if got := rec.handled(hot); len(got) != 0 {
@@ -74,8 +74,8 @@ func TestRedisOperatorPauseHoldsKeysWhileOthersFlow(t *testing.T) {
 			t.Errorf("key %s handled %v, want 1..6 once each in order", k, got)
 		}
 	}
-	if st := subOf(n).Status(); len(st.OperatorPaused) != 0 {
-		t.Errorf("still held after resume: %v", st.OperatorPaused)
+	if st := subOf(n).Status(); len(st.Paused) != 0 {
+		t.Errorf("still held after resume: %v", st.Paused)
 	}
 }
 
@@ -94,7 +94,7 @@ func TestRedisOperatorPauseAllGlobAndHandover(t *testing.T) {
 	}
 	n1 := e.start("node-1", rec.handler("node-1"), withPauses(e.store), nil)
 	eventually(t, 30*time.Second, 10*time.Millisecond, "every key held", func() bool {
-		return len(subOf(n1).Status().OperatorPaused) == len(keys)
+		return len(subOf(n1).Status().Paused) == len(keys)
 	})
 	glob, err := e.store.SetPause(ctx, "", group, pause.Glob("a*"), "", "test", "")
 	if err != nil {
@@ -107,7 +107,7 @@ func TestRedisOperatorPauseAllGlobAndHandover(t *testing.T) {
 	publishAll(t, e.pub, []string{"a3"}, 1, 1)
 	n2 := e.start("node-2", rec.handler("node-2"), withPauses(e.store), nil)
 	eventually(t, 30*time.Second, 10*time.Millisecond, "the a keys held across both nodes", func() bool {
-		held := append(subOf(n1).Status().OperatorPaused, subOf(n2).Status().OperatorPaused...)
+		held := append(subOf(n1).Status().Paused, subOf(n2).Status().Paused...)
 		slices.Sort(held)
 		return slices.Equal(held, []string{"a1", "a2", "a3"}) && len(subOf(n2).Assigned()) > 0
 	})

@@ -96,13 +96,13 @@ type worker struct {
 	// ask for new entries only. It holds because every entry read is
 	// acked (or the worker ends) before the next read of its lane.
 	drainedPending map[string]bool
-	// paused mirrors this key's entry in p.paused, so that the shared,
-	// locked set is touched only when the state changes, not on every
-	// message handled.
-	paused   bool
-	retrying *ledger.Parked // an operator's retry being carried out
-	skipping *ledger.Parked // an operator's skip being carried out
-	resolved bool
+	// backingOff mirrors this key's entry in p.backingOff, so that the
+	// shared, locked set is touched only when the state changes, not on
+	// every message handled.
+	backingOff bool
+	retrying   *ledger.Parked // an operator's retry being carried out
+	skipping   *ledger.Parked // an operator's skip being carried out
+	resolved   bool
 }
 
 func newWorker(p *Subscription, pt *part) *worker {
@@ -190,7 +190,7 @@ func (w *worker) run() (res result) {
 	if res.after == nil {
 		res.after = maps.Clone(w.after)
 	}
-	p.paused.set(w.key, false)
+	p.backingOff.set(w.key, false)
 	return res
 }
 

@@ -8,10 +8,11 @@
 // partition's next owner reads it before its first read, so a pause
 // survives failover. docs/decisions/0045-pause.md explains the design.
 //
-// It is not the pause a systemic failure causes (runtime.PauseEvent,
-// runtime.NodeStatus.Paused): that one is the runtime backing off by
-// itself and ends on its own; this one is an operator's and ends only on
-// resume.
+// It is not the back-off after a systemic failure (runtime.BackOffEvent,
+// runtime.NodeStatus.BackingOff): that one is the runtime's own and ends
+// by itself; a pause is an operator's and ends only on resume. "Paused"
+// means this one only, in every report (runtime.NodeStatus.Paused, the
+// protctl_partitions_paused metric, PAUSED in the CLI and dashboard).
 package pause
 
 import (

@@ -17,8 +17,8 @@ import (
 // Heartbeat stores st as service st.Service's status record of st.Node
 // with ttl and marks the node live until the server's time plus ttl, in
 // one script that also drops members whose heartbeats expired. A zero
-// st.LastSeen is set to the local time (WithNow); nil Held, Paused and
-// Throttled are stored as empty lists.
+// st.LastSeen is set to the local time (WithNow); nil Held, BackingOff,
+// Paused and Throttled are stored as empty lists.
 func (s *Store) Heartbeat(ctx context.Context, st runtime.NodeStatus, ttl time.Duration) error {
 	const op = "heartbeat"
 	if err := storecontract.Heartbeat(op, st, ttl); err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/protctl/protctl/pkg/internal/redisadapter"
 	"github.com/protctl/protctl/pkg/runtime/pause"
@@ -174,6 +175,39 @@ func (s *Store) ReadAllPauses(ctx context.Context, scope string) (map[string]pau
 		if len(set) > 0 {
 			out[sub] = set
 		}
+	}
+	return out, nil
+}
+
+// ReadEveryPause returns the entries of every subscription of every scope
+// that has any, by scope then subscription: ReadAllPauses over all the
+// scopes at once, for a report that covers Redis partitioned
+// subscriptions (scope "") and Kafka topic subscriptions ("S|topic:T")
+// alike (`protctl check`). A member is "<scope>/<subscription>"; scopes
+// hold no '/', so the first one ends the scope.
+func (s *Store) ReadEveryPause(ctx context.Context) (map[string]map[string]pause.Set, error) {
+	const op = "read pauses"
+	members, err := s.client.SMembers(ctx, PausedSubscriptionsKey).Result()
+	if err != nil {
+		return nil, mapErr(call{Op: op, Keys: []string{PausedSubscriptionsKey}}, err)
+	}
+	out := map[string]map[string]pause.Set{}
+	for _, m := range members {
+		scope, sub, ok := strings.Cut(m, "/")
+		if !ok {
+			continue
+		}
+		set, err := s.ReadPauses(ctx, scope, sub)
+		if err != nil {
+			return nil, err
+		}
+		if len(set) == 0 {
+			continue
+		}
+		if out[scope] == nil {
+			out[scope] = map[string]pause.Set{}
+		}
+		out[scope][sub] = set
 	}
 	return out, nil
 }

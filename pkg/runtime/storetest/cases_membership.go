@@ -17,17 +17,18 @@ const short = 150 * time.Millisecond
 func (s *Suite) heartbeat(t *testing.T, node string, ttl time.Duration) runtime.NodeStatus {
 	t.Helper()
 	st := runtime.NodeStatus{
-		Service:   service,
-		Node:      node,
-		AdminAddr: "127.0.0.1:7070",
-		JoinState: runtime.JoinJoined,
-		StartedAt: t0,
-		LastSeen:  t0.Add(time.Second),
-		Held:      []runtime.HeldPartition{{Subscription: sub, Source: source.Kafka, Topic: "orders", Partition: "3", Generation: 7}},
-		Paused:    []string{"orders/1"},
-		Throttled: []string{},
-		Parked:    2,
-		Counters:  map[string]int64{"processed": 10},
+		Service:    service,
+		Node:       node,
+		AdminAddr:  "127.0.0.1:7070",
+		JoinState:  runtime.JoinJoined,
+		StartedAt:  t0,
+		LastSeen:   t0.Add(time.Second),
+		Held:       []runtime.HeldPartition{{Subscription: sub, Source: source.Kafka, Topic: "orders", Partition: "3", Generation: 7}},
+		BackingOff: []string{"orders/1"},
+		Paused:     []string{"orders/2"},
+		Throttled:  []string{},
+		Parked:     2,
+		Counters:   map[string]int64{"processed": 10},
 	}
 	must(t, "heartbeat "+node, s.Store.Heartbeat(s.Ctx, st, ttl))
 	return st
@@ -88,7 +89,7 @@ var membershipCases = []Case{
 			t.Fatalf("members %+v, want node-a leaving", ms)
 		}
 		// Nil lists come back empty, never null, so JSON readers see one shape.
-		if ms[0].Held == nil || ms[0].Paused == nil || ms[0].Throttled == nil {
+		if ms[0].Held == nil || ms[0].BackingOff == nil || ms[0].Paused == nil || ms[0].Throttled == nil {
 			t.Fatalf("nil lists came back nil: %+v", ms[0])
 		}
 		if !ms[0].LastSeen.Equal(t0) {

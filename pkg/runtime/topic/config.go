@@ -137,14 +137,14 @@ type Config struct {
 	// RetryPolicy). Defaults: 500ms and 30s.
 	JoinBackoff    time.Duration
 	JoinMaxBackoff time.Duration
-	// SystemicBackoff is the shortest pause after a systemic failure;
-	// pauses are jittered below a ceiling that doubles up to
+	// SystemicBackoff is the shortest back-off after a systemic failure;
+	// waits are jittered below a ceiling that doubles up to
 	// SystemicMaxBackoff (see RetryPolicy). Defaults: 1s and 30s.
 	SystemicBackoff    time.Duration
 	SystemicMaxBackoff time.Duration
 	// ParkBurst parks within ParkBurstWindow on one (subscription,
-	// partition) trip into a systemic pause: the next aggregate failure
-	// pauses the partition instead of parking. Defaults: 10 within 1m.
+	// partition) trip into a systemic back-off: the next aggregate failure
+	// backs the partition off instead of parking. Defaults: 10 within 1m.
 	ParkBurst       int
 	ParkBurstWindow time.Duration
 

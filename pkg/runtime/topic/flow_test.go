@@ -14,11 +14,12 @@ import (
 	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
-// TestTopicPausedAppearsAndClears: a systemic failure pauses its
-// partition (Paused, the status record and OnPause say so) and is retried
+// TestTopicBackingOffAppearsAndClears: a systemic failure backs its
+// partition off (BackingOff, the status record and OnBackOff say so, and
+// nothing says paused: that word is an operator's) and is retried
 // with backoff, parking nothing; once the dependency is back the
 // partition resumes and everything is handled.
-func TestTopicPausedAppearsAndClears(t *testing.T) {
+func TestTopicBackingOffAppearsAndClears(t *testing.T) {
 	e := newTopicEnv(t, onMemory, 2)
 	rec := newTopicRecorder(t)
 	var down atomic.Bool
@@ -30,8 +31,8 @@ func TestTopicPausedAppearsAndClears(t *testing.T) {
 		return nil
 	})
 	var pauses, resumes atomic.Int32
-	obs := &runtime.Observer{OnPause: func(ev runtime.PauseEvent) {
-		if ev.Paused {
+	obs := &runtime.Observer{OnBackOff: func(ev runtime.BackOffEvent) {
+		if ev.BackingOff {
 			pauses.Add(1)
 		} else {
 			resumes.Add(1)
@@ -42,9 +43,9 @@ func TestTopicPausedAppearsAndClears(t *testing.T) {
 	awaitStarted(t, n.ts)
 	aggs := aggNames(4) // a0000, a0002 on partition 0
 	e.produce(aggs, 1, 3)
-	waitFor(t, 10*time.Second, "partition 0 paused", func() bool { return slices.Equal(n.ts.Paused(), []string{topicSub + "/0"}) })
-	if st := n.ts.Status(); !slices.Equal(st.Paused, []string{topicSub + "/0"}) {
-		t.Fatalf("status paused %v, want [%s/0]", st.Paused, topicSub)
+	waitFor(t, 10*time.Second, "partition 0 backing off", func() bool { return slices.Equal(n.ts.BackingOff(), []string{topicSub + "/0"}) })
+	if st := n.ts.Status(); !slices.Equal(st.BackingOff, []string{topicSub + "/0"}) || len(st.Paused) != 0 {
+		t.Fatalf("status backingOff %v paused %v, want [%s/0] and none", st.BackingOff, st.Paused, topicSub)
 	}
 	waitFor(t, 10*time.Second, "partition 1 to flow meanwhile", func() bool { return rec.complete(topicSub, []string{"a0001", "a0003"}, 3) })
 	waitFor(t, 5*time.Second, "several retries", func() bool { return pauses.Load() >= 3 })
@@ -53,9 +54,9 @@ func TestTopicPausedAppearsAndClears(t *testing.T) {
 	}
 	down.Store(false)
 	waitFor(t, 10*time.Second, "everything handled", func() bool { return rec.complete(topicSub, aggs, 3) })
-	waitFor(t, 5*time.Second, "the pause to clear", func() bool { return len(n.ts.Paused()) == 0 })
+	waitFor(t, 5*time.Second, "the back-off to clear", func() bool { return len(n.ts.BackingOff()) == 0 })
 	if resumes.Load() == 0 {
-		t.Fatal("OnPause never reported the resumption")
+		t.Fatal("OnBackOff never reported the end of the back-off")
 	}
 	rec.checkOrder(t, topicSub, aggs, 3)
 }
@@ -171,12 +172,12 @@ func TestTopicParkBurst(t *testing.T) {
 	awaitStarted(t, n.ts)
 	aggs := aggNames(10)
 	e.produce(aggs, 1, 1)
-	waitFor(t, 10*time.Second, "a pause after 3 parks", func() bool { return len(n.ts.Paused()) == 1 })
+	waitFor(t, 10*time.Second, "a back-off after 3 parks", func() bool { return len(n.ts.BackingOff()) == 1 })
 	if c := n.ts.Counters(); c[runtime.CounterParked] != 3 {
-		t.Fatalf("counters %v: want exactly 3 parked before the burst pause", c)
+		t.Fatalf("counters %v: want exactly 3 parked before the burst back-off", c)
 	}
 	broken.Store(false)
-	waitFor(t, 10*time.Second, "the pause to clear", func() bool { return len(n.ts.Paused()) == 0 })
+	waitFor(t, 10*time.Second, "the back-off to clear", func() bool { return len(n.ts.BackingOff()) == 0 })
 	waitFor(t, 10*time.Second, "the unparked aggregates handled", func() bool {
 		return n.ts.Counters()[runtime.CounterProcessed] == int64(len(aggs)-3)
 	})
@@ -205,8 +206,8 @@ func TestTopicParkBurstSlides(t *testing.T) {
 	e.produce(aggs, 1, 1)
 	waitFor(t, 10*time.Second, "all four bad aggregates parked and the others handled", func() bool {
 		return n.ts.Counters()[runtime.CounterParked] == 4 && rec.complete(topicSub, aggs[4:], 1)
-	}, func() string { return fmt.Sprint(n.ts.Counters(), n.ts.Paused()) })
-	waitFor(t, 5*time.Second, "no pause left", func() bool { return len(n.ts.Paused()) == 0 })
+	}, func() string { return fmt.Sprint(n.ts.Counters(), n.ts.BackingOff()) })
+	waitFor(t, 5*time.Second, "no back-off left", func() bool { return len(n.ts.BackingOff()) == 0 })
 }
 
 // TestTopicFatal: a fatal failure stops its subscription and is reported

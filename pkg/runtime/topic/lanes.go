@@ -22,8 +22,8 @@ import (
 //	  ▼
 //	dropped if its identity was handled before, else handled:
 //	  ok ─▶ done     aggregate failure ─▶ retried, then parked (durably,
-//	                 fenced) ─▶ done     systemic ─▶ partition paused,
-//	                 retried with backoff     fatal ─▶ subscription stops
+//	                 fenced) ─▶ done     systemic ─▶ partition backing
+//	                 off, retried             fatal ─▶ subscription stops
 //
 // The checkpoint is the window's low watermark: the offset of the oldest
 // record not done, or next when all are done.
@@ -42,11 +42,13 @@ type subPart struct {
 	ready    laneQueue
 	workers  int // worker goroutines
 	busy     int // workers holding a lane
-	paused   bool
-	// pausedFlag mirrors paused for workers between records.
-	pausedFlag atomic.Bool
-	parked     map[string]*parkState
-	parks      []time.Time // recent parks, for the burst rule
+	// backingOff: a systemic failure holds the subscription back on this
+	// partition (setBackingOff); not an operator's pause (pause.go).
+	backingOff bool
+	// backingOffFlag mirrors backingOff for workers between records.
+	backingOffFlag atomic.Bool
+	parked         map[string]*parkState
+	parks          []time.Time // recent parks, for the burst rule
 	// seeking stops workers taking lanes while a seek is carried out;
 	// seekGen counts seeks, so that a catch-up scan begun before one
 	// stops (seek.go).
@@ -157,7 +159,7 @@ func (sp *subPart) activateLocked(ln *aggLane) {
 // runnableLocked says whether workers may take lanes: not once a
 // handoff began.
 func (sp *subPart) runnableLocked() bool {
-	return !sp.paused && !sp.seeking && sp.tp.ctx.Err() == nil && !sp.sr.failed.Load() && !sp.tp.handingOff.Load()
+	return !sp.backingOff && !sp.seeking && sp.tp.ctx.Err() == nil && !sp.sr.failed.Load() && !sp.tp.handingOff.Load()
 }
 
 // kickLocked starts workers for lanes that wait, up to Lanes.

@@ -124,9 +124,10 @@ func (sp *subPart) heldLocked(out []string) []string {
 	return out
 }
 
-// OperatorPaused lists the aggregates of subscription sub held by an
-// operator's pause on this node with records waiting, sorted.
-func (s *Runtime) OperatorPaused() []string {
+// Paused lists the aggregates of subscription s held by an operator's
+// pause on this node with records waiting, sorted (not the back-off:
+// Consumer.BackingOff).
+func (s *Runtime) Paused() []string {
 	var out []string
 	for _, tp := range s.t.heldParts() {
 		tp.mu.Lock()

@@ -53,10 +53,10 @@ func seqs(n int) []int {
 }
 
 // pausedOn reports whether node n's subscription sub holds agg back with
-// records waiting (Members().OperatorPaused).
+// records waiting (Members().Paused).
 func pausedOn(n *topicNode, sub, agg string) bool {
 	for _, m := range n.ts.Members() {
-		if m.Name == sub && slices.Contains(m.OperatorPaused, agg) {
+		if m.Name == sub && slices.Contains(m.Paused, agg) {
 			return true
 		}
 	}
@@ -94,8 +94,8 @@ func TestTopicPauseHoldsAggregate(t *testing.T) {
 	if got := rec.handled(topicSub, "a0000"); !slices.Equal(got, seqs(3)) {
 		t.Fatalf("paused a0000 handled %v, want only 1..3 (before the pause)", got)
 	}
-	if st := n.ts.Status(); !slices.Contains(st.OperatorPaused, topicSub+"/a0000") {
-		t.Fatalf("status operatorPaused %v, want %s/a0000", st.OperatorPaused, topicSub)
+	if st := n.ts.Status(); !slices.Contains(st.Paused, topicSub+"/a0000") {
+		t.Fatalf("status paused %v, want %s/a0000", st.Paused, topicSub)
 	}
 	// The checkpoint waits at the first held record.
 	e.resume(topicSub, pause.Key("a0000"))

@@ -412,14 +412,14 @@ func (t *Consumer) Held() map[int32]int64 {
 	return out
 }
 
-// Paused returns the (subscription, partition) pairs paused by a
-// systemic failure, as "subscription/partition", sorted.
-func (t *Consumer) Paused() []string {
+// BackingOff returns the (subscription, partition) pairs backing off
+// after a systemic failure, as "subscription/partition", sorted.
+func (t *Consumer) BackingOff() []string {
 	var out []string
 	for _, tp := range t.heldParts() {
 		tp.mu.Lock()
 		for _, sp := range tp.subs {
-			if sp.paused {
+			if sp.backingOff {
 				out = append(out, sp.sr.cfg.Name+"/"+strconv.Itoa(int(tp.p)))
 			}
 		}
@@ -464,8 +464,8 @@ func (t *Consumer) heldPart(p int32) *topicPart {
 
 // Status is a snapshot for the node's status record (no I/O). Held lists
 // every subscription of every held partition (they share its lease);
-// Paused entries are "subscription/partition", Throttled entries partition
-// numbers.
+// BackingOff entries are "subscription/partition", Paused (an operator's)
+// "subscription/aggregate", Throttled entries partition numbers.
 func (t *Consumer) Status() runtime.SubscriptionStatus {
 	t.mu.Lock()
 	st := runtime.SubscriptionStatus{Name: t.name, Source: source.Kafka, State: t.stateLocked(), Err: t.fatalErr}
@@ -484,19 +484,19 @@ func (t *Consumer) Status() runtime.SubscriptionStatus {
 		}
 		tp.mu.Unlock()
 	}
-	st.Paused = t.Paused()
-	if st.Paused == nil {
-		st.Paused = []string{}
+	st.BackingOff = t.BackingOff()
+	if st.BackingOff == nil {
+		st.BackingOff = []string{}
 	}
 	st.Throttled = []string{}
 	for _, p := range t.Throttled() {
 		st.Throttled = append(st.Throttled, strconv.Itoa(int(p)))
 	}
 	st.Parked = parked
-	st.OperatorPaused = []string{} // "subscription/aggregate" (pause.go)
+	st.Paused = []string{} // "subscription/aggregate" (pause.go)
 	for _, s := range t.subs {
-		for _, agg := range s.OperatorPaused() {
-			st.OperatorPaused = append(st.OperatorPaused, s.cfg.Name+"/"+agg)
+		for _, agg := range s.Paused() {
+			st.Paused = append(st.Paused, s.cfg.Name+"/"+agg)
 		}
 	}
 	st.Counters = t.Counters()
@@ -532,7 +532,8 @@ type reachability interface {
 
 // Members is the status of each subscription of the topic under its own
 // name, in configuration order: its held partitions (shared with the
-// others), its paused partitions (numbers), its parked aggregates, its
+// others), its partitions backing off (numbers), the aggregates an
+// operator's pause holds (Paused), its parked aggregates, its
 // counters, and the topic's state, or failed when that subscription
 // stopped on a fatal error. Operators name subscriptions as configured,
 // so reports per subscription (the node's metrics) read these rather
@@ -554,8 +555,8 @@ func (t *Consumer) Members() []runtime.SubscriptionStatus {
 			counters[k] += v
 		}
 		out[i] = runtime.SubscriptionStatus{Name: s.cfg.Name, Source: source.Kafka, State: state,
-			Held: []runtime.HeldPartition{}, Paused: []string{}, Throttled: throttled, Counters: counters}
-		out[i].OperatorPaused = s.OperatorPaused() // aggregates (pause.go)
+			Held: []runtime.HeldPartition{}, BackingOff: []string{}, Throttled: throttled, Counters: counters}
+		out[i].Paused = s.Paused() // aggregates (pause.go)
 		if err := s.Err(); err != nil {
 			out[i].State, out[i].Err = runtime.StateFailed, err
 		}
@@ -570,8 +571,8 @@ func (t *Consumer) Members() []runtime.SubscriptionStatus {
 			m.Held = append(m.Held, runtime.HeldPartition{Subscription: sp.sr.cfg.Name, Source: source.Kafka, Topic: t.cfg.Topic,
 				Partition: tp.pstr, Generation: tp.lease.gen})
 			m.Parked += len(sp.parked)
-			if sp.paused {
-				m.Paused = append(m.Paused, tp.pstr)
+			if sp.backingOff {
+				m.BackingOff = append(m.BackingOff, tp.pstr)
 			}
 		}
 		tp.mu.Unlock()

@@ -86,8 +86,8 @@ func (sp *subPart) work() {
 		positions := string(posBuf)
 		n, processed := 0, 0
 		for n < len(batch) {
-			if n > 0 && (sp.pausedFlag.Load() || ln.opPaused.Load()) {
-				break // another lane paused the partition, or an operator the aggregate
+			if n > 0 && (sp.backingOffFlag.Load() || ln.opPaused.Load()) {
+				break // another lane began the partition's back-off, or an operator paused the aggregate
 			}
 			if dup[n] {
 				sp.sr.c.duplicates.Add(1)
@@ -239,8 +239,8 @@ func (sp *subPart) process(agg string, it *laneItem, pos string) outcome {
 		msg.Headers = kafkaHeaders(it.headers)
 	}
 	retry := backoff.New(sr.cfg.Retry.Backoff, sr.cfg.Retry.MaxBackoff, t.jit)
-	pause := backoff.New(t.cfg.SystemicBackoff, t.cfg.SystemicMaxBackoff, t.jit)
-	pausedHere := false // this record paused the partition
+	backOff := backoff.New(t.cfg.SystemicBackoff, t.cfg.SystemicMaxBackoff, t.jit)
+	backedOffHere := false // this record started the partition's back-off
 	// An aggregate being retried goes on counting attempts from those it
 	// was parked with (park adds them to the ledger's count the same way).
 	base := 0
@@ -260,8 +260,8 @@ func (sp *subPart) process(agg string, it *laneItem, pos string) outcome {
 		msg.Attempt = base + attempt
 		err := sp.call(msg)
 		if err == nil {
-			if pausedHere {
-				sp.setPaused(false, nil, 0)
+			if backedOffHere {
+				sp.setBackingOff(false, nil, 0)
 			}
 			return outDone
 		}
@@ -277,9 +277,9 @@ func (sp *subPart) process(agg string, it *laneItem, pos string) outcome {
 			sr.fail(fmt.Errorf("runtime: %s: partition %d offset %d: %w", sr.cfg.Name, tp.p, r.Offset, err))
 			return outAbandoned
 		case runtime.FailSystemic:
-			wait = pause.Next()
-			sp.setPaused(true, err, wait)
-			pausedHere = true
+			wait = backOff.Next()
+			sp.setBackingOff(true, err, wait)
+			backedOffHere = true
 		default:
 			if attempt < sr.cfg.Retry.Attempts {
 				wait = retry.Next()
@@ -287,19 +287,19 @@ func (sp *subPart) process(agg string, it *laneItem, pos string) outcome {
 			}
 			if n := sp.burst(); n >= t.cfg.ParkBurst {
 				// Many aggregates failing at once is a dependency down,
-				// not bad records: pause instead of parking them all.
-				wait = pause.Next()
-				sp.setPaused(true, fmt.Errorf("%d aggregates parked within %s: %w", n, t.cfg.ParkBurstWindow, err), wait)
-				pausedHere = true
+				// not bad records: back off instead of parking them all.
+				wait = backOff.Next()
+				sp.setBackingOff(true, fmt.Errorf("%d aggregates parked within %s: %w", n, t.cfg.ParkBurstWindow, err), wait)
+				backedOffHere = true
 				break
 			}
 			if !sp.park(agg, it, err, attempt) {
 				return outAbandoned
 			}
-			if pausedHere {
-				// The pause this record caused ends with it: the
+			if backedOffHere {
+				// The back-off this record caused ends with it: the
 				// partition moves on past the parked aggregate.
-				sp.setPaused(false, nil, 0)
+				sp.setBackingOff(false, nil, 0)
 			}
 			return outChanged
 		}
@@ -350,27 +350,28 @@ func (sp *subPart) call(msg runtime.Message) (err error) {
 	return sp.sr.cfg.Handler.Handle(sp.tp.ctx, msg)
 }
 
-// setPaused pauses or resumes the subscription on this partition.
-func (sp *subPart) setPaused(paused bool, err error, retryIn time.Duration) {
+// setBackingOff starts or ends the subscription's back-off on this
+// partition (a systemic failure; not an operator's pause).
+func (sp *subPart) setBackingOff(on bool, err error, retryIn time.Duration) {
 	tp := sp.tp
 	t := tp.t
 	tp.mu.Lock()
-	changed := sp.paused != paused
-	sp.paused = paused
-	sp.pausedFlag.Store(paused)
-	if changed && !paused {
+	changed := sp.backingOff != on
+	sp.backingOff = on
+	sp.backingOffFlag.Store(on)
+	if changed && !on {
 		sp.kickLocked()
 	}
 	tp.mu.Unlock()
-	if !changed && !paused {
+	if !changed && !on {
 		return
 	}
-	observe.Pause(t.obs, runtime.PauseEvent{Subscription: sp.sr.cfg.Name, Partition: tp.pstr, Paused: paused, Err: err, RetryIn: retryIn})
+	observe.BackOff(t.obs, runtime.BackOffEvent{Subscription: sp.sr.cfg.Name, Partition: tp.pstr, BackingOff: on, Err: err, RetryIn: retryIn})
 	switch {
-	case paused && changed:
-		t.log.Warn("partition paused by a systemic failure", "subscription", sp.sr.cfg.Name, "partition", tp.p, "err", err, "retryIn", retryIn)
-	case !paused:
-		t.log.Info("partition resumed", "subscription", sp.sr.cfg.Name, "partition", tp.p)
+	case on && changed:
+		t.log.Warn("partition backing off after a systemic failure", "subscription", sp.sr.cfg.Name, "partition", tp.p, "err", err, "retryIn", retryIn)
+	case !on:
+		t.log.Info("partition no longer backing off", "subscription", sp.sr.cfg.Name, "partition", tp.p)
 	}
 }
 

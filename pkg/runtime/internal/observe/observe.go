@@ -45,10 +45,10 @@ func Missing(o *runtime.Observer, e runtime.MissingEvent) {
 	}
 }
 
-// Pause calls o.OnPause.
-func Pause(o *runtime.Observer, e runtime.PauseEvent) {
-	if o != nil && o.OnPause != nil {
-		o.OnPause(e)
+// BackOff calls o.OnBackOff.
+func BackOff(o *runtime.Observer, e runtime.BackOffEvent) {
+	if o != nil && o.OnBackOff != nil {
+		o.OnBackOff(e)
 	}
 }
 

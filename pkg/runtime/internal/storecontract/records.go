@@ -25,7 +25,8 @@ func ParkDefaults(p ledger.Parked, now func() time.Time) ledger.Parked {
 }
 
 // EncodeStatus is the record Membership.Heartbeat stores for st: a zero
-// LastSeen is now(), and nil Held, Paused and Throttled are empty lists,
+// LastSeen is now(), and nil Held, BackingOff, Paused and Throttled are
+// empty lists,
 // so that readers of the JSON (the CLI's -o json) see one shape.
 func EncodeStatus(st runtime.NodeStatus, now func() time.Time) ([]byte, error) {
 	if st.LastSeen.IsZero() {
@@ -33,6 +34,9 @@ func EncodeStatus(st runtime.NodeStatus, now func() time.Time) ([]byte, error) {
 	}
 	if st.Held == nil {
 		st.Held = []runtime.HeldPartition{}
+	}
+	if st.BackingOff == nil {
+		st.BackingOff = []string{}
 	}
 	if st.Paused == nil {
 		st.Paused = []string{}
