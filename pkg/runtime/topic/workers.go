@@ -85,8 +85,11 @@ func (sp *subPart) work() {
 		positions := string(posBuf)
 		n, processed := 0, 0
 		for n < len(batch) {
-			if n > 0 && (sp.pausedFlag.Load() || ln.opPaused.Load()) {
-				break // another lane paused the partition, or an operator the aggregate
+			if n > 0 && (sp.pausedFlag.Load() || ln.opPaused.Load() || sp.seekingFlag.Load()) {
+				// another lane paused the partition, an operator the
+				// aggregate, or a seek waits for the workers: the rest
+				// goes back to the lane.
+				break
 			}
 			if dup[n] {
 				sp.sr.c.duplicates.Add(1)
