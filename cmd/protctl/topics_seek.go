@@ -67,7 +67,7 @@ and at the checkpoint the plan saw (else exit 5); its generation counter
 is bumped, so no node's dedup memory drops the replayed records. A held
 partition is set by its owner online: the apply records a request
 (fenced on the lease the plan saw, else exit 5) and the owner carries it
-out at its next batch boundary under its fence, dropping its queued
+out at its next record boundary under its fence, dropping its queued
 records (and, rewinding, its dedup memory of the partition), and answers;
 the apply waits for the answer up to --timeout, then withdraws the request
 and exits 5 (nothing changed). A seek planned forward never moves an

@@ -17,3 +17,8 @@ func SaveCheckpoints(ctx context.Context, t *Consumer) error { return t.saveAll(
 // SetTopicHandoffHook installs a hook called when a partition's handoff
 // begins, once no record may start any more. Call it before Start.
 func SetHandoffHook(t *Consumer, hook func(p int32)) { t.handoffHook = hook }
+
+// SetSeekHook installs a hook called when a partition's online seek
+// begins, once no record of the subscription may start any more. Call it
+// before Start.
+func SetSeekHook(t *Consumer, hook func(p int32)) { t.seekHook = hook }

@@ -53,7 +53,11 @@ type subPart struct {
 	// seekGen counts seeks, so that a catch-up scan begun before one
 	// stops (seek.go).
 	seeking bool
-	seekGen uint64
+	// seekingFlag mirrors seeking for workers between the records of a
+	// batch: a seek waits for the record in hand, not for the rest of
+	// its batch (up to laneTurn handler calls).
+	seekingFlag atomic.Bool
+	seekGen     uint64
 }
 
 // parkState is an aggregate parked on this partition.

@@ -20,7 +20,8 @@ import (
 // period), and at a batch boundary, under its fence:
 //
 //  1. stops starting records of the subscription on the partition (its
-//     workers finish the batch they are in, take no other lane);
+//     workers finish the record in hand, start no other record of their
+//     batch and take no other lane);
 //  2. sets the checkpoint, backwards too, and records the result, in one
 //     fenced step (runtime.CheckpointSeeker.CompleteSeek), holding the
 //     partition's lock so nothing is delivered, done or saved meanwhile
@@ -188,13 +189,19 @@ func (tp *topicPart) seek(ctx context.Context, seeker runtime.CheckpointSeeker, 
 		return nil
 	}
 	sp.seeking = true
+	sp.seekingFlag.Store(true)
+	if hook := t.seekHook; hook != nil {
+		hook(tp.p)
+	}
 	resume := func() {
 		sp.seeking = false
+		sp.seekingFlag.Store(false)
 		sp.kickLocked()
 		tp.cond.Broadcast()
 	}
-	// The batch boundary: workers take no other lane while seeking, and
-	// each says when it leaves (work broadcasts). saveMu is not held
+	// The record boundary: workers take no other lane while seeking and
+	// start no other record of their batch (seekingFlag), and each says
+	// when it leaves (work broadcasts). saveMu is not held
 	// meanwhile: a handler slow to return must not stop checkpoint saves.
 	for sp.workers > 0 && !tp.closed && tp.ctx.Err() == nil {
 		tp.cond.Wait()

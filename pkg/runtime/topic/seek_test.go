@@ -12,8 +12,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/clock"
+	"github.com/protctl/protctl/pkg/runtime/internal/enginetest"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
 // TestTopicSeekOnline: a seek of a held partition while the owner runs
@@ -431,5 +434,93 @@ func testSeekForwardThenBack(t *testing.T, kind storeKind) {
 		if err := replayedOnce(got, 1, rounds+1); err != nil {
 			t.Errorf("aggregate %s: %v (handled %v)", a, err, got)
 		}
+	}
+}
+
+// TestTopicSeekWaitsForTheRecordNotTheBatch: an online seek waits for
+// the record each worker has in hand, not for the rest of the lane batch
+// the worker took (up to 64 handler calls). With a handler that takes a
+// second per record, a seek behind a whole batch would wait a minute,
+// past the CLI's --timeout (10s by default) after which the request is
+// withdrawn: under load the operator could not seek a busy partition.
+// TestSeekProcessKafka found it (seeks of busy partitions took up to
+// 17s). Here the 30 records of one aggregate are one batch; the seek
+// begins while the first is in the handler, and is done right after it:
+// the checkpoint it moves back from is 1, and the rest of the batch is
+// handled only once, after the rewind.
+func TestTopicSeekWaitsForTheRecordNotTheBatch(t *testing.T) {
+	ctx := context.Background()
+	e := newTopicEnv(t, onRedis, 1)
+	const agg, n = "a0000", 30
+	e.produce([]string{agg}, 1, n) // offsets 0..29
+	rec := newTopicRecorder(t)
+	var (
+		inFirst, release, seeking = make(chan struct{}), make(chan struct{}), make(chan struct{})
+		firstOnce, seekOnce       sync.Once
+	)
+	rec.setHold(func(ctx context.Context, m runtime.Message) {
+		if m.Headers.Get("seq") != "1" {
+			return
+		}
+		firstOnce.Do(func() {
+			close(inFirst)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		})
+	})
+	ts, err := topic.New(e.config(tsub(topicSub, rec.handler("n1"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic.SetSeekHook(ts, func(int32) { seekOnce.Do(func() { close(seeking) }) })
+	e.cluster.add("n1")
+	if err := ts.Start(ctx, &testHost{cluster: e.cluster, id: "n1", log: testLogger().With("node", "n1"), clk: clock.System()}); err != nil {
+		t.Fatal(err)
+	}
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+		e.cluster.remove("n1")
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if err := ts.Stop(sctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	}()
+	awaitStarted(t, ts)
+	enginetest.WaitClosed(t, inFirst, "seq 1 in the handler")
+
+	store := e.store.(*redisstore.Store)
+	lg := e.leaseGroup()
+	token, err := e.raw.Get(ctx, lg.LeaseKey(0)).Result()
+	if err != nil {
+		t.Fatalf("the partition's lease: %v", err)
+	}
+	req := runtime.SeekRequest{ID: "seek-1", Next: 0, Lease: token, By: "test", RequestedAtMs: time.Now().UnixMilli()}
+	if now, err := store.RequestSeek(ctx, lg, topicSub, 0, req, time.Minute); err != nil || now != "" {
+		t.Fatalf("request seek: lease now %q, err %v", now, err)
+	}
+	enginetest.WaitClosed(t, seeking, "the owner to begin the seek")
+	close(release)
+	released = true
+	var res *runtime.SeekResult
+	waitFor(t, 20*time.Second, "the owner's answer", func() bool {
+		res, err = store.SeekResult(ctx, lg, topicSub, 0)
+		return err == nil && res != nil && res.ID == req.ID
+	})
+	if res.Status != runtime.SeekDone || res.From != 1 || res.Next != 0 {
+		t.Fatalf("result %+v, want done from 1 (seq 1 handled, the rest of its batch not started) to 0", res)
+	}
+	want := []int{1}
+	for s := 1; s <= n; s++ {
+		want = append(want, s)
+	}
+	waitFor(t, 20*time.Second, "every record handled after the rewind", func() bool { return len(rec.handled(topicSub, agg)) >= len(want) })
+	if got := rec.handled(topicSub, agg); !slices.Equal(got, want) {
+		t.Fatalf("handled %v, want %v", got, want)
 	}
 }

@@ -143,6 +143,10 @@ type Consumer struct {
 	// handoffHook, when set (tests only), is called when a partition's
 	// handoff begins, after no record may start any more.
 	handoffHook func(p int32)
+	// seekHook, when set (tests only), is called when a partition's
+	// online seek begins, after no record of the subscription may start
+	// any more.
+	seekHook func(p int32)
 	// renewGate, when set (tests only), is called before every renewal
 	// round; blocking in it stalls renewals.
 	renewGate func(ctx context.Context)

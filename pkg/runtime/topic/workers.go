@@ -86,8 +86,11 @@ func (sp *subPart) work() {
 		positions := string(posBuf)
 		n, processed := 0, 0
 		for n < len(batch) {
-			if n > 0 && (sp.backingOffFlag.Load() || ln.opPaused.Load()) {
-				break // another lane began the partition's back-off, or an operator paused the aggregate
+			if n > 0 && (sp.backingOffFlag.Load() || ln.opPaused.Load() || sp.seekingFlag.Load()) {
+				// another lane began the partition's back-off, an operator
+				// paused the aggregate, or a seek waits for the workers:
+				// the rest goes back to the lane.
+				break
 			}
 			if dup[n] {
 				sp.sr.c.duplicates.Add(1)
