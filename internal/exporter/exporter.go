@@ -13,7 +13,7 @@
 // protctl_exporter_last_collect_seconds), never scrapes.
 // The Snapshot's families are encoded once, at the end of the
 // collection that made it, so a scrape writes bytes (Handler; decision
-// 0049).
+// 0048).
 //
 // # Cardinality
 //
