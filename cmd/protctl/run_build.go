@@ -323,9 +323,10 @@ func buildHandler(h nodeconfig.Handler, slots *handlers.Slots, log *slog.Logger,
 // redis.url sets none (pool_size): go-redis's default (10 per CPU), or
 // more when the subscriptions need it. Half of the pool may be pinned by
 // workers reading backlogs (redisbroker.NewPinLimit); the other half must
-// hold, for each Redis subscription, its blocking waits (up to four: two
-// tiers over the main lanes, two over the backfill lanes), its live
-// path's round trips (two) and a spare, and for the node its renewals,
+// hold, for each Redis subscription, its blocking waits (two tiers over
+// each shard of the main lanes, partitioned.DefaultWaitShards of them, and
+// two over the backfill lanes), its live path's round trips (two) and a
+// spare, and for the node its renewals,
 // heartbeats, ledger reads, discovery and lag reads. A pool too small for
 // them makes calls wait for a connection (PoolTimeout), renewals
 // included.
@@ -336,7 +337,8 @@ func nodePoolSize(cfg *nodeconfig.Config) int {
 			subs++
 		}
 	}
-	return max(10*goruntime.GOMAXPROCS(0), 2*(7*subs+16))
+	perSub := 2*partitioned.DefaultWaitShards + 2 + 2 + 1
+	return max(10*goruntime.GOMAXPROCS(0), 2*(perSub*subs+16))
 }
 
 // nodeRedisClient builds the client of the node's Redis section
