@@ -10,6 +10,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+	"github.com/protctl/protctl/pkg/runtime/placement"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 	"github.com/protctl/protctl/pkg/runtime/topic"
 )
@@ -61,7 +62,7 @@ func BenchmarkDrain1000(b *testing.B) {
 		}
 		return n, ts
 	}
-	setMode := func(node string, mode runtime.NodeMode) {
+	setMode := func(node string, mode placement.Mode) {
 		modes, _, err := store.RawPlacement(ctx, service)
 		if err != nil {
 			b.Fatal(err)
@@ -70,9 +71,9 @@ func BenchmarkDrain1000(b *testing.B) {
 		if raw, ok := modes[node]; ok {
 			seen = &raw
 		}
-		var rec *runtime.NodeModeRecord
-		if mode != runtime.ModeActive {
-			rec = &runtime.NodeModeRecord{Mode: mode, At: time.Now()}
+		var rec *placement.ModeRecord
+		if mode != placement.Active {
+			rec = &placement.ModeRecord{Mode: mode, At: time.Now()}
 		}
 		if err := store.CASNodeMode(ctx, service, node, seen, rec); err != nil {
 			b.Fatal(err)
@@ -92,7 +93,7 @@ func BenchmarkDrain1000(b *testing.B) {
 			b.Fatal(err)
 		}
 		// The node takes everything while its peer is cordoned.
-		setMode("peer", runtime.ModeCordoned)
+		setMode("peer", placement.Cordoned)
 		node, nodeTS := start("node")
 		peer, peerTS := start("peer")
 		waitHeld("node joined", nodeTS, partitions)
@@ -100,7 +101,7 @@ func BenchmarkDrain1000(b *testing.B) {
 
 		// SIGTERM: the node stops; the peer is uncordoned.
 		t0 := time.Now()
-		setMode("peer", runtime.ModeActive)
+		setMode("peer", placement.Active)
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		if err := node.Stop(sctx); err != nil {
 			b.Fatal(err)
@@ -112,7 +113,7 @@ func BenchmarkDrain1000(b *testing.B) {
 		// Drain: a fresh node cordoned, then drain the peer and
 		// uncordon the new node at once.
 		b.StopTimer()
-		setMode("node2", runtime.ModeCordoned)
+		setMode("node2", placement.Cordoned)
 		node2, node2TS := start("node2")
 		testenv.Eventually(b, time.Minute, "node2 joined", func() (bool, string) {
 			m, _ := store.Members(ctx, service)
@@ -120,8 +121,8 @@ func BenchmarkDrain1000(b *testing.B) {
 		})
 		b.StartTimer()
 		t0 = time.Now()
-		setMode("peer", runtime.ModeDraining)
-		setMode("node2", runtime.ModeActive)
+		setMode("peer", placement.Draining)
+		setMode("node2", placement.Active)
 		waitHeld("node2 took over after the drain", node2TS, partitions)
 		waitHeld("peer drained", peerTS, 0)
 		drainTotal += time.Since(t0)

@@ -19,7 +19,7 @@ import (
 
 	"github.com/protctl/protctl/internal/acl"
 	"github.com/protctl/protctl/internal/testenv"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -128,7 +128,7 @@ subscriptions:
 		return seen >= 20, fmt.Sprintf("%d of 20 handled", seen)
 	})
 	var parked struct {
-		Items []runtime.Parked `json:"items"`
+		Items []ledger.Parked `json:"items"`
 	}
 	testenv.Eventually(t, time.Minute, "bad parked, seen by the readonly user", func() (bool, string) {
 		cl := newCLI(t)

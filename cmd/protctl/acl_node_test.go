@@ -19,7 +19,7 @@ import (
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/partitioned"
 )
 
@@ -141,7 +141,7 @@ subscriptions:
 		return r
 	}
 	var parked struct {
-		Items []runtime.Parked `json:"items"`
+		Items []ledger.Parked `json:"items"`
 	}
 	testenv.Eventually(t, 60*time.Second, "o-poison parked", func() (bool, string) {
 		r := ro("parked", "ls", "-o", "json")

@@ -18,6 +18,7 @@ import (
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -27,7 +28,7 @@ type aclEnv struct {
 	*opsEnv
 	users     map[acl.Role]string
 	passwords map[acl.Role]string
-	parked    runtime.Parked
+	parked    ledger.Parked
 }
 
 func newACLEnv(t *testing.T, args ...string) *aclEnv {

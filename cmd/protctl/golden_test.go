@@ -9,6 +9,7 @@ import (
 
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // heartbeat records two live nodes of service "shop", one with a paused
@@ -19,10 +20,10 @@ func (e *opsEnv) heartbeat() {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	for _, n := range []runtime.NodeStatus{
 		{Service: "shop", Node: "node-a", AdminAddr: "127.0.0.1:7070", JoinState: runtime.JoinJoined, StartedAt: at, LastSeen: at,
-			Held:     []runtime.HeldPartition{{Subscription: e.s.Projector, Source: runtime.SourceRedis, Category: e.s.Orders, Partition: e.s.Healthy, Generation: 3}},
+			Held:     []runtime.HeldPartition{{Subscription: e.s.Projector, Source: source.Redis, Category: e.s.Orders, Partition: e.s.Healthy, Generation: 3}},
 			Counters: map[string]int64{"processed": 10}},
 		{Service: "shop", Node: "node-b", JoinState: runtime.JoinJoined, StartedAt: at, LastSeen: at,
-			Held:   []runtime.HeldPartition{{Subscription: e.s.Projector, Source: runtime.SourceRedis, Category: e.s.Orders, Partition: e.s.Backfill, Generation: 1}},
+			Held:   []runtime.HeldPartition{{Subscription: e.s.Projector, Source: source.Redis, Category: e.s.Orders, Partition: e.s.Backfill, Generation: 1}},
 			Paused: []string{e.s.Backfill}},
 	} {
 		if err := st.Heartbeat(context.Background(), n, time.Minute); err != nil {

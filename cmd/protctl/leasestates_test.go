@@ -10,8 +10,9 @@ import (
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // leaseStatesEnv lays down one partition per lease state on a real
@@ -31,8 +32,8 @@ func leaseStatesEnv(t *testing.T) *opsEnv {
 	o.Partition("free").Entries(2).Group(g).Read(2).Ack(2)
 	parked := o.Partition("parked").Entries(4).Group(g).Lease("node-c", 2, time.Minute).Read(1)
 	fence := broker.Fence{LeaseKey: parked.LeaseKey(), Token: "node-c:2"}
-	if err := redisstore.New(c).Park(context.Background(), fence, runtime.Parked{
-		Subscription: g, Source: runtime.SourceRedis, Aggregate: "parked", Category: cat,
+	if err := redisstore.New(c).Park(context.Background(), fence, ledger.Parked{
+		Subscription: g, Source: source.Redis, Aggregate: "parked", Category: cat,
 		Partition: "parked", Position: parked.IDs()[0], Error: "boom", Attempts: 3,
 	}); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/internal/present"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/placement"
 )
 
 func newNodesCmd(f *Factory) *cobra.Command {
@@ -102,7 +103,7 @@ type pinItem struct {
 
 // withPlacement fills the item's mode and pins from the service's
 // placement.
-func (it *nodeItem) withPlacement(st runtime.PlacementState) {
+func (it *nodeItem) withPlacement(st placement.State) {
 	it.Mode = inspect.NodeModeOf(st, it.node)
 	if rec, ok := st.Modes[it.Node]; ok {
 		it.ModeBy, it.ModeReason, it.ModeSince = strOrNull(rec.By), strOrNull(rec.Reason), output.TimestampOrNull(rec.At)
@@ -140,7 +141,7 @@ func nodeItemOf(n runtime.NodeStatus) nodeItem {
 		Throttled: append([]string{}, n.Throttled...),
 		Parked:    n.Parked,
 		Counters:  n.Counters,
-		Mode:      string(runtime.ModeActive),
+		Mode:      string(placement.Active),
 		Pins:      []pinItem{},
 		node:      n,
 	}
@@ -174,14 +175,14 @@ func runNodesList(ctx context.Context, opts *nodesListOptions) error {
 			return err
 		}
 	}
-	placement, err := ins.Placement(ctx, opts.Service)
+	st, err := ins.Placement(ctx, opts.Service)
 	if err != nil {
 		return dataErr(err)
 	}
 	items := make([]nodeItem, len(nodes))
 	for i, n := range nodes {
 		items[i] = nodeItemOf(n)
-		items[i].withPlacement(placement)
+		items[i].withPlacement(st)
 	}
 	pr := opts.Printer
 	return pr.PrintList("Node", items, output.TableSpec{
@@ -200,7 +201,7 @@ func runNodesList(ctx context.Context, opts *nodesListOptions) error {
 				})),
 			output.Col("MODE", func(n nodeItem) string { return n.Mode },
 				output.Toned(func(n nodeItem) output.Tone {
-					if n.Mode == string(runtime.ModeActive) {
+					if n.Mode == string(placement.Active) {
 						return output.ToneNone
 					}
 					return output.ToneWarn

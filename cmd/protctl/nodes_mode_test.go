@@ -9,6 +9,7 @@ import (
 	"github.com/protctl/protctl/internal/clierr"
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/placement"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -43,7 +44,7 @@ func TestNodesModeCommands(t *testing.T) {
 	run("nodes", "cordon", "node-1", "--service", "shop", "--reason", "maintenance", "--yes").wantCode(t, 0)
 	run("apply", "-f", plan, "--yes").wantCode(t, clierr.ExitConflict)
 	st, err := store.ReadPlacement(ctx, "shop")
-	if err != nil || st.Modes["node-1"].Mode != runtime.ModeCordoned || st.Modes["node-1"].Reason != "maintenance" {
+	if err != nil || st.Modes["node-1"].Mode != placement.Cordoned || st.Modes["node-1"].Reason != "maintenance" {
 		t.Fatalf("after the stale drain plan: %+v, %v; want node-1 still cordoned", st.Modes, err)
 	}
 	run("nodes", "cordon", "node-1", "--service", "shop", "--yes").wantCode(t, 0) // skipped: already cordoned
@@ -53,7 +54,7 @@ func TestNodesModeCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	run("nodes", "drain", "node-1", "--service", "shop", "--yes").wantCode(t, 0)
-	if st, _ := store.ReadPlacement(ctx, "shop"); st.Modes["node-1"].Mode != runtime.ModeDraining {
+	if st, _ := store.ReadPlacement(ctx, "shop"); st.Modes["node-1"].Mode != placement.Draining {
 		t.Fatalf("drain of a stored node that is not live: %+v", st.Modes)
 	}
 	run("nodes", "uncordon", "node-1", "--service", "shop", "--yes").wantCode(t, 0)

@@ -21,8 +21,9 @@ import (
 	"github.com/protctl/protctl/internal/audit"
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // opsEnv is a redis-server holding testenv.ProteanStandard's scenario:
@@ -71,11 +72,11 @@ func (e *opsEnv) lease(group, key string) string {
 
 // park writes a failure ledger entry for the halted partition's head, as
 // protctl's runtime would under the partition's lease.
-func (e *opsEnv) park() runtime.Parked {
+func (e *opsEnv) park() ledger.Parked {
 	e.t.Helper()
 	s := e.s
-	p := runtime.Parked{
-		Subscription: s.Projector, Source: runtime.SourceRedis, Aggregate: s.Halted,
+	p := ledger.Parked{
+		Subscription: s.Projector, Source: source.Redis, Aggregate: s.Halted,
 		Category: s.Orders, Partition: s.Halted, Position: s.HaltedIDs[0],
 		Stream: broker.ProteanLayout.Stream(s.Orders, s.Halted), Error: "handler: amount must be positive",
 		Attempts: 3, ParkedAt: time.Date(2026, 3, 1, 12, 0, 5, 250e6, time.UTC),

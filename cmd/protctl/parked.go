@@ -4,7 +4,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/protctl/protctl/internal/output"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 func newParkedCmd(f *Factory) *cobra.Command {
@@ -61,7 +61,7 @@ type parkedRequest struct {
 	Plan *string `json:"plan"`
 }
 
-func parkedItemOf(p runtime.Parked) parkedItem {
+func parkedItemOf(p ledger.Parked) parkedItem {
 	it := parkedItem{
 		Subscription:  p.Subscription,
 		Source:        string(p.Source),
@@ -95,10 +95,10 @@ func parkedItemOf(p runtime.Parked) parkedItem {
 }
 
 func parkedStatusTone(s string) output.Tone {
-	switch runtime.ParkStatus(s) {
-	case runtime.StatusParked, runtime.StatusUnrecoverable:
+	switch ledger.Status(s) {
+	case ledger.StatusParked, ledger.StatusUnrecoverable:
 		return output.ToneBad
-	case runtime.StatusRetrying:
+	case ledger.StatusRetrying:
 		return output.ToneWarn
 	}
 	return output.ToneNone

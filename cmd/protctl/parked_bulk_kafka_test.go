@@ -17,6 +17,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 	"github.com/protctl/protctl/pkg/runtime/topic"
 )
@@ -89,21 +90,21 @@ func TestBulkRetryOnAKafkaSubscription(t *testing.T) {
 		}
 		k.Produce(t, prod, recs...)
 	}
-	parkedKeys := func() map[string]runtime.Parked {
+	parkedKeys := func() map[string]ledger.Parked {
 		t.Helper()
 		ps, err := store.ListParked(ctx, "ledger-sync")
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := map[string]runtime.Parked{}
+		out := map[string]ledger.Parked{}
 		for _, p := range ps {
 			out[p.Aggregate] = p
 		}
 		return out
 	}
-	waitParked := func(n int) map[string]runtime.Parked {
+	waitParked := func(n int) map[string]ledger.Parked {
 		t.Helper()
-		var got map[string]runtime.Parked
+		var got map[string]ledger.Parked
 		testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%d parked entries", n), func() (bool, string) {
 			got = parkedKeys()
 			return len(got) == n, fmt.Sprintf("%d parked", len(got))
@@ -199,7 +200,7 @@ func TestBulkRetryOnAKafkaSubscription(t *testing.T) {
 		t.Fatalf("%d entries left, want %d", len(now), 18-len(want))
 	}
 	for agg, p := range now {
-		if p.Request != nil || p.Status != runtime.StatusParked {
+		if p.Request != nil || p.Status != ledger.StatusParked {
 			t.Fatalf("%s, outside the plan, was touched: status %s request %+v", agg, p.Status, p.Request)
 		}
 	}

@@ -18,8 +18,9 @@ import (
 	"github.com/protctl/protctl/internal/repair"
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // binRun prepares the protctl binary against redisURL, without a
@@ -98,7 +99,7 @@ func TestBulkRetryOfAThousandResumesAfterSIGKILL(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		p := runtime.Parked{Subscription: sub, Source: runtime.SourceRedis, Aggregate: key, Category: "shop::bill",
+		p := ledger.Parked{Subscription: sub, Source: source.Redis, Aggregate: key, Category: "shop::bill",
 			Partition: key, Position: "1700000000000-0", Error: errText, Attempts: 3,
 			ParkedAt: now.Add(-age), LastAttemptAt: now.Add(-age), Owner: "node-a", Generation: 1}
 		if err := store.Park(ctx, f, p); err != nil {

@@ -10,8 +10,9 @@ import (
 
 	"github.com/protctl/protctl/internal/clierr"
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // bulkDoc is the part of a bulk plan document the tests read.
@@ -39,7 +40,7 @@ func parkRedisEntry(t *testing.T, e *opsEnv, subscription, key, errText string, 
 	if err := e.c.Set(ctx, f.LeaseKey, f.Token, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	p := runtime.Parked{Subscription: subscription, Source: runtime.SourceRedis, Aggregate: key, Category: "shop::bill",
+	p := ledger.Parked{Subscription: subscription, Source: source.Redis, Aggregate: key, Category: "shop::bill",
 		Partition: key, Position: "1700000000000-" + strconv.Itoa(len(key)), Error: errText, Attempts: 3,
 		ParkedAt: now.Add(-age), LastAttemptAt: now.Add(-age), Owner: "node-a", Generation: 1}
 	if err := redisstore.New(e.c).Park(ctx, f, p); err != nil {
@@ -57,7 +58,7 @@ func TestParkedBulkBadInputChangesNothing(t *testing.T) {
 	if err := e.c.Set(context.Background(), f.LeaseKey, f.Token, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := redisstore.New(e.c).Park(context.Background(), f, runtime.Parked{Subscription: "ledger-sync", Source: runtime.SourceKafka,
+	if err := redisstore.New(e.c).Park(context.Background(), f, ledger.Parked{Subscription: "ledger-sync", Source: source.Kafka,
 		Aggregate: "c-1", Topic: "orders", Partition: "0", Position: "12", Error: "boom", Attempts: 3}); err != nil {
 		t.Fatal(err)
 	}

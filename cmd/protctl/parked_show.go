@@ -12,7 +12,8 @@ import (
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/internal/present"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 type parkedShowOptions struct {
@@ -67,14 +68,14 @@ func runParkedShow(ctx context.Context, opts *parkedShowOptions) error {
 		return err
 	}
 	p, err := ins.ParkedEntry(ctx, opts.Subscription, opts.Partition, opts.Aggregate)
-	if errors.Is(err, runtime.ErrNotParked) {
+	if errors.Is(err, ledger.ErrNotParked) {
 		return clierr.NotFound.Errorf("nothing is parked for subscription %q and aggregate %q", opts.Subscription, opts.Aggregate)
 	}
 	if err != nil {
 		return dataErr(err)
 	}
 	d := parkedDetail{parkedItem: parkedItemOf(p), PayloadHidden: !opts.ShowPayload}
-	if p.Source == runtime.SourceRedis && p.Stream != "" && p.Position != "" {
+	if p.Source == source.Redis && p.Stream != "" && p.Position != "" {
 		e, err := ins.ReadEntry(ctx, p.Stream, p.Position)
 		if err != nil {
 			return dataErr(err)

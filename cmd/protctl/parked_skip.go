@@ -10,7 +10,7 @@ import (
 	"github.com/protctl/protctl/internal/clierr"
 	"github.com/protctl/protctl/internal/present"
 	"github.com/protctl/protctl/internal/repair"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 func newParkedSkipCmd(f *Factory) *cobra.Command {
@@ -42,7 +42,7 @@ partition halted on a poison message has none: dead-letter its head with
 			opts.Mutation = newMutation(f)
 			opts.By = f.operatorName()
 			err := runParkedRequest(cmd.Context(), opts)
-			if errors.Is(err, runtime.ErrNotParked) && !opts.All {
+			if errors.Is(err, ledger.ErrNotParked) && !opts.All {
 				return clierr.NotFound.Errorf("nothing is parked for subscription %q and aggregate %q; for a Protean partition halted on its head use: protctl partitions skip-head CATEGORY %s --group %s",
 					opts.Subscription, opts.Aggregate, present.ShellQuote(opts.Aggregate), present.ShellQuote(opts.Subscription))
 			}

@@ -8,8 +8,9 @@ import (
 
 	"github.com/protctl/protctl/internal/clierr"
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // TestParkedRetryAndSkipRecordRequests: retry and skip record the
@@ -45,12 +46,12 @@ func TestParkedRetryAndSkipRecordRequests(t *testing.T) {
 
 	e.env("USER", "alice").run("parked", "retry", s.Projector, s.Halted, "--yes").wantCode(t, 0)
 	p, err := store.GetParked(ctx, s.Projector, "", s.Halted)
-	if err != nil || p.Request == nil || p.Request.Action != runtime.ActionRetry || p.Request.By != "protctl:alice" {
+	if err != nil || p.Request == nil || p.Request.Action != ledger.ActionRetry || p.Request.By != "protctl:alice" {
 		t.Fatalf("after retry: %+v %v", p.Request, err)
 	}
 	e.run("parked", "skip", s.Projector, s.Halted, "--reason", "refunded by hand", "--yes").wantCode(t, 0)
 	p, err = store.GetParked(ctx, s.Projector, "", s.Halted)
-	if err != nil || p.Request == nil || p.Request.Action != runtime.ActionSkip || p.Request.Reason != "refunded by hand" {
+	if err != nil || p.Request == nil || p.Request.Action != ledger.ActionSkip || p.Request.Reason != "refunded by hand" {
 		t.Fatalf("after skip: %+v %v", p.Request, err)
 	}
 
@@ -77,7 +78,7 @@ func TestParkedAggregateOnTwoPartitions(t *testing.T) {
 			t.Fatal(err)
 		}
 		part := strconv.Itoa(int(p))
-		if err := store.Park(ctx, f, runtime.Parked{Subscription: sub, Source: runtime.SourceKafka, Aggregate: agg,
+		if err := store.Park(ctx, f, ledger.Parked{Subscription: sub, Source: source.Kafka, Aggregate: agg,
 			Topic: "orders", Partition: part, Position: "1" + part, Error: "boom", Attempts: 1}); err != nil {
 			t.Fatal(err)
 		}
@@ -106,7 +107,7 @@ func TestParkedAggregateOnTwoPartitions(t *testing.T) {
 	}
 	e.run("parked", "skip", sub, agg, "--all", "--partition", "1", "--reason", "r", "--yes").wantCode(t, clierr.ExitUsage)
 	e.run("parked", "skip", "--all", "--subscription", sub, "--partition", "1", "--reason", "r", "--yes").wantCode(t, 0)
-	if p1, err := store.GetParked(ctx, sub, "1", agg); err != nil || p1.Request == nil || p1.Request.Action != runtime.ActionSkip {
+	if p1, err := store.GetParked(ctx, sub, "1", agg); err != nil || p1.Request == nil || p1.Request.Action != ledger.ActionSkip {
 		t.Fatalf("after skip --all --partition 1: %+v %v", p1.Request, err)
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/internal/repair"
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 func newPartitionsCmd(f *Factory) *cobra.Command {
@@ -153,13 +153,13 @@ func dataErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, inspect.ErrNotFound), errors.Is(err, runtime.ErrNotParked):
+	case errors.Is(err, inspect.ErrNotFound), errors.Is(err, ledger.ErrNotParked):
 		return clierr.NotFound.Wrap(err)
 	case errors.Is(err, repair.ErrInvalidPlan):
 		return clierr.Usage.Wrap(err)
-	case errors.Is(err, runtime.ErrUnrecoverable):
+	case errors.Is(err, ledger.ErrUnrecoverable):
 		return clierr.Refused.Wrap(err)
-	case errors.Is(err, runtime.ErrAmbiguousParked):
+	case errors.Is(err, ledger.ErrAmbiguousParked):
 		return clierr.Usage.Errorf("%w (name the entry with --partition)", err)
 	}
 	return err

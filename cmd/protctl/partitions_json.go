@@ -105,7 +105,7 @@ func appendGroup(o *jsonOut, g *inspect.Group) {
 	o.bool("registered", g.Registered)
 	o.bool("created", g.Created)
 	if p := g.Paused; p != nil {
-		// As encoding/json writes runtime.Pause (omitempty by, reason).
+		// As encoding/json writes pause.Entry (omitempty by, reason).
 		o.key("paused")
 		o.open('{')
 		o.str("selector", string(p.Selector))

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/protctl/protctl/internal/repair"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/placement"
 )
 
 // pinOptions are partitions move's and topics move's.
@@ -114,7 +114,7 @@ live, active member is ignored (HRW decides) and refused when planned
 			opts.By = f.operatorName()
 			opts.Mutation = newMutation(f)
 			return runPin(cmd.Context(), opts, repair.PinRequest{
-				Unpin: opts.Unpin, Service: opts.Service, Scope: runtime.TopicScope(opts.Topic),
+				Unpin: opts.Unpin, Service: opts.Service, Scope: placement.TopicScope(opts.Topic),
 				Partition: strconv.Itoa(int(opts.Partition)), Node: opts.To, By: opts.By,
 			})
 		},

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/protctl/protctl/internal/testenv"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/pause"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -151,8 +151,8 @@ func TestPauseSurvivesOwnerSIGKILL(t *testing.T) {
 	r.wantCode(t, 0)
 	var show struct {
 		Groups []struct {
-			Name    string         `json:"name"`
-			Paused  *runtime.Pause `json:"paused"`
+			Name    string       `json:"name"`
+			Paused  *pause.Entry `json:"paused"`
 			Verdict struct {
 				State string `json:"state"`
 			} `json:"verdict"`
@@ -162,7 +162,7 @@ func TestPauseSurvivesOwnerSIGKILL(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &show); err != nil {
 		t.Fatalf("partitions show: %v\n%s", err, r.stdout)
 	}
-	if len(show.Groups) != 1 || show.Groups[0].Paused == nil || show.Groups[0].Paused.Selector != runtime.PauseKey(hot) ||
+	if len(show.Groups) != 1 || show.Groups[0].Paused == nil || show.Groups[0].Paused.Selector != pause.Key(hot) ||
 		show.Groups[0].Paused.Reason != "downstream rejects it" || show.Groups[0].Verdict.State != "paused" ||
 		show.Groups[0].Lag == nil || *show.Groups[0].Lag != 5 {
 		t.Fatalf("partitions show of the paused key:\n%s", r.stdout)
@@ -173,7 +173,7 @@ func TestPauseSurvivesOwnerSIGKILL(t *testing.T) {
 		Items []struct {
 			Key    string `json:"key"`
 			Groups []struct {
-				Paused *runtime.Pause `json:"paused"`
+				Paused *pause.Entry `json:"paused"`
 			} `json:"groups"`
 		} `json:"items"`
 	}
@@ -229,7 +229,7 @@ func TestPauseResumeGuards(t *testing.T) {
 	if err := c.SAdd(ctx, procCategory+":__groups__", procGroup).Err(); err != nil {
 		t.Fatal(err)
 	}
-	entries := func() runtime.PauseSet {
+	entries := func() pause.Set {
 		set, err := store.ReadPauses(ctx, "", procGroup)
 		if err != nil {
 			t.Fatal(err)
@@ -251,7 +251,7 @@ func TestPauseResumeGuards(t *testing.T) {
 	}
 
 	cl.run("pause", procGroup, "--match", "eu-*", "--all", "--yes").wantCode(t, 0)
-	if set := entries(); len(set) != 2 || set[0].Selector != runtime.PauseAll || set[1].Selector != runtime.PauseGlob("eu-*") {
+	if set := entries(); len(set) != 2 || set[0].Selector != pause.All || set[1].Selector != pause.Glob("eu-*") {
 		t.Fatalf("entries after pause: %+v", set)
 	}
 	r = cl.run("pause", procGroup, "--all", "--yes", "-o", "json")
@@ -271,7 +271,7 @@ func TestPauseResumeGuards(t *testing.T) {
 	cl.run("resume", procGroup, "--all", "--yes").wantCode(t, 0)
 	cl.run("pause", procGroup, "--all", "--reason", "again", "--yes").wantCode(t, 0)
 	cl.run("apply", "-f", plan, "--yes").wantCode(t, 5)
-	if set := entries(); len(set) != 2 || set[0].Selector != runtime.PauseAll || set[0].Reason != "again" {
+	if set := entries(); len(set) != 2 || set[0].Selector != pause.All || set[0].Reason != "again" {
 		t.Fatalf("a stale resume changed the pauses: %+v", set)
 	}
 }
@@ -291,7 +291,7 @@ func TestPauseKafkaSubscription(t *testing.T) {
 	if err := c.HSet(ctx, g.CheckpointsKey("ledger-sync"), "0", "5").Err(); err != nil {
 		t.Fatal(err)
 	}
-	entries := func() runtime.PauseSet {
+	entries := func() pause.Set {
 		set, err := store.ReadPauses(ctx, g.String(), "ledger-sync")
 		if err != nil {
 			t.Fatal(err)
@@ -310,7 +310,7 @@ func TestPauseKafkaSubscription(t *testing.T) {
 
 	r := cl.run("pause", "ledger-sync", "o-1", "--service", "shop", "--topic", "orders", "--reason", "bad o-1", "--yes", "-o", "json")
 	r.wantCode(t, 0)
-	if set := entries(); len(set) != 1 || set[0].Selector != runtime.PauseKey("o-1") || set[0].Reason != "bad o-1" {
+	if set := entries(); len(set) != 1 || set[0].Selector != pause.Key("o-1") || set[0].Reason != "bad o-1" {
 		t.Fatalf("entries after pause: %+v\n%s", set, r.stdout)
 	}
 	if !strings.Contains(r.stdout, `"topic": "orders"`) || !strings.Contains(r.stdout, `"service": "shop"`) {

@@ -24,6 +24,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/partitioned"
+	"github.com/protctl/protctl/pkg/runtime/placement"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -277,7 +278,7 @@ func runDrain(t *testing.T, srv *testenv.Redis, be drainBackend) {
 		st, ok := nodeStatus(store, "node-1")
 		leases := be.leases("node-1")
 		drained = rec.len()
-		return ok && st.Mode == runtime.ModeDraining && len(st.Held) == 0 && leases == 0,
+		return ok && st.Mode == placement.Draining && len(st.Held) == 0 && leases == 0,
 			fmt.Sprintf("live %v mode %q held %d leases %d", ok, st.Mode, len(st.Held), leases)
 	})
 	t.Logf("node-1 drained %s after the drain command (it held %d partitions)", time.Since(drainAt).Round(time.Millisecond), len(held.Held))
@@ -307,7 +308,7 @@ func runDrain(t *testing.T, srv *testenv.Redis, be drainBackend) {
 	procs["node-1"] = start("node-1")
 	testenv.Eventually(t, time.Minute, "node-1 back, draining", func() (bool, string) {
 		st, ok := nodeStatus(store, "node-1")
-		return ok && st.Mode == runtime.ModeDraining, fmt.Sprintf("live %v mode %q", ok, st.Mode)
+		return ok && st.Mode == placement.Draining, fmt.Sprintf("live %v mode %q", ok, st.Mode)
 	})
 	more("load after node-1's restart", 600)
 	text, _ := rec.snapshot()

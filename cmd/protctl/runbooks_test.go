@@ -28,6 +28,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 	"github.com/protctl/protctl/pkg/runtime/topic"
 )
@@ -435,7 +436,7 @@ func runbookDefs() map[string]runbookDef {
 					}},
 				{cmd: "protctl parked retry app.OrderProjector o-halted --yes", check: func(rb *rbEnv, r result) {
 					rb.wantRow(r, "retry", "app.OrderProjector/o-halted", `.*`, "yes", "applied")
-					if p := rb.parked(); p.Request == nil || p.Request.Action != runtime.ActionRetry {
+					if p := rb.parked(); p.Request == nil || p.Request.Action != ledger.ActionRetry {
 						rb.t.Errorf("no retry request recorded: %+v", p.Request)
 					}
 				}},
@@ -443,7 +444,7 @@ func runbookDefs() map[string]runbookDef {
 				{cmd: `protctl parked skip app.OrderProjector o-halted --reason "bad amount, refunded by hand" --yes`, check: func(rb *rbEnv, r result) {
 					rb.wantRow(r, "skip", "app.OrderProjector/o-halted", `.*`, "yes", "applied")
 					p := rb.parked()
-					if p.Request == nil || p.Request.Action != runtime.ActionSkip || p.Request.Reason != "bad amount, refunded by hand" {
+					if p.Request == nil || p.Request.Action != ledger.ActionSkip || p.Request.Reason != "bad amount, refunded by hand" {
 						rb.t.Errorf("skip request %+v", p.Request)
 					}
 				}},
@@ -787,7 +788,7 @@ func runbookDefs() map[string]runbookDef {
 }
 
 // parked reads the halted partition's ledger entry.
-func (rb *rbEnv) parked() runtime.Parked {
+func (rb *rbEnv) parked() ledger.Parked {
 	rb.t.Helper()
 	p, err := redisstore.New(rb.c).GetParked(rb.ctx(), rb.s.Projector, "", rb.s.Halted)
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // Node is what the endpoint reports on. *runtime.Node implements it.
@@ -383,7 +384,7 @@ type StatusJSON struct {
 // SubscriptionJSON is one subscription in StatusJSON.
 type SubscriptionJSON struct {
 	Name   string                    `json:"name"`
-	Source runtime.SourceKind        `json:"source"`
+	Source source.Kind               `json:"source"`
 	State  runtime.SubscriptionState `json:"state"`
 	Held   int                       `json:"held"`
 	Paused []string                  `json:"paused"`

@@ -20,8 +20,10 @@ import (
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker/memorybroker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
 	"github.com/protctl/protctl/pkg/runtime/partitioned"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // fakeNode is a Node whose state the test sets.
@@ -106,7 +108,7 @@ func TestNodeAdminMetricsParseAndCount(t *testing.T) {
 	obs.OnHandled(runtime.HandledEvent{Subscription: "projector", Err: errors.New("x"), Class: runtime.FailAggregate, Duration: 2 * time.Second})
 	obs.OnHandled(runtime.HandledEvent{Subscription: "projector", Err: errors.New("x"), Class: runtime.FailSystemic, Duration: time.Millisecond})
 	obs.OnHandled(runtime.HandledEvent{Subscription: weird, Duration: time.Millisecond})
-	obs.OnParked(runtime.Parked{Subscription: "projector", Aggregate: "k1"})
+	obs.OnParked(ledger.Parked{Subscription: "projector", Aggregate: "k1"})
 	obs.OnLease(runtime.LeaseEvent{Subscription: "projector", Kind: runtime.LeaseAcquired})
 	obs.OnLease(runtime.LeaseEvent{Subscription: "projector", Kind: runtime.LeaseAcquired})
 	obs.OnLease(runtime.LeaseEvent{Subscription: "projector", Kind: runtime.LeaseReleased})
@@ -115,7 +117,7 @@ func TestNodeAdminMetricsParseAndCount(t *testing.T) {
 
 	node := &fakeNode{join: runtime.JoinJoined, st: runtime.NodeStatus{Service: "shop", Node: "n1", StartedAt: time.Unix(1700000000, 0)}}
 	node.subs = []runtime.Subscription{&fakeSub{st: runtime.SubscriptionStatus{
-		Name: "projector", Source: runtime.SourceRedis, State: runtime.StateRunning,
+		Name: "projector", Source: source.Redis, State: runtime.StateRunning,
 		Held:     []runtime.HeldPartition{{Subscription: "projector", Partition: "k1"}, {Subscription: "projector", Partition: "k2"}},
 		Paused:   []string{"k2"},
 		Parked:   1,
@@ -355,11 +357,11 @@ func TestNodeAdminMetricsLabelsStatesAndUnknownLag(t *testing.T) {
 	obs.OnHandled(runtime.HandledEvent{Subscription: "ledger-sync"})
 	fn := &fakeNode{join: runtime.JoinJoined, st: runtime.NodeStatus{Service: "shop", Node: "n1"}}
 	fn.subs = []runtime.Subscription{
-		&fakeSub{st: runtime.SubscriptionStatus{Name: "projector", Source: runtime.SourceRedis, State: runtime.StateRunning}},
-		&topicSubs{fakeSub: fakeSub{st: runtime.SubscriptionStatus{Name: "topic:orders", Source: runtime.SourceKafka, State: runtime.StateUnavailable}},
+		&fakeSub{st: runtime.SubscriptionStatus{Name: "projector", Source: source.Redis, State: runtime.StateRunning}},
+		&topicSubs{fakeSub: fakeSub{st: runtime.SubscriptionStatus{Name: "topic:orders", Source: source.Kafka, State: runtime.StateUnavailable}},
 			members: []runtime.SubscriptionStatus{
-				{Name: "ledger-sync", Source: runtime.SourceKafka, State: runtime.StateUnavailable, Parked: 2},
-				{Name: "fraud", Source: runtime.SourceKafka, State: runtime.StateFailed},
+				{Name: "ledger-sync", Source: source.Kafka, State: runtime.StateUnavailable, Parked: 2},
+				{Name: "fraud", Source: source.Kafka, State: runtime.StateFailed},
 			}},
 	}
 	node := &storeNode{fakeNode: fn}

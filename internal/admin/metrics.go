@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 // Bucket bounds of the latency histograms, in seconds.
@@ -116,7 +117,7 @@ func (m *Metrics) Observer(next *runtime.Observer) *runtime.Observer {
 				next.OnHandled(e)
 			}
 		},
-		OnParked: func(p runtime.Parked) {
+		OnParked: func(p ledger.Parked) {
 			m.sub(p.Subscription).parked.Add(1)
 			if next.OnParked != nil {
 				next.OnParked(p)

@@ -13,6 +13,8 @@ import (
 	"github.com/protctl/protctl/internal/handlers"
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // richNodeScrape scrapes the admin endpoint of a node that has
@@ -27,7 +29,7 @@ func richNodeScrape(t *testing.T) string {
 	obs.OnHandled(runtime.HandledEvent{Subscription: "projector", Duration: time.Millisecond})
 	obs.OnHandled(runtime.HandledEvent{Subscription: "projector", Err: errors.New("x"), Class: runtime.FailAggregate, Duration: time.Second})
 	obs.OnHandled(runtime.HandledEvent{Subscription: "ledger-sync", Duration: 2 * time.Millisecond})
-	obs.OnParked(runtime.Parked{Subscription: "projector", Aggregate: "k1"})
+	obs.OnParked(ledger.Parked{Subscription: "projector", Aggregate: "k1"})
 	obs.OnResolved(runtime.ResolvedEvent{Subscription: "projector"})
 	obs.OnLease(runtime.LeaseEvent{Subscription: "projector", Kind: runtime.LeaseAcquired})
 	obs.OnLease(runtime.LeaseEvent{Subscription: "topic:orders", Kind: runtime.LeaseAcquired})
@@ -46,18 +48,18 @@ func richNodeScrape(t *testing.T) string {
 	node := &fakeNode{join: runtime.JoinJoined, st: runtime.NodeStatus{Service: "shop", Node: "n1", StartedAt: time.Unix(1700000000, 0)}}
 	node.subs = []runtime.Subscription{
 		&fakeSub{st: runtime.SubscriptionStatus{
-			Name: "projector", Source: runtime.SourceRedis, State: runtime.StateRunning,
+			Name: "projector", Source: source.Redis, State: runtime.StateRunning,
 			Held:     []runtime.HeldPartition{{Subscription: "projector", Partition: "k1"}, {Subscription: "projector", Partition: "k2"}},
 			Paused:   []string{"k2"},
 			Parked:   3,
 			Counters: map[string]int64{runtime.CounterAssigned: 4},
 		}},
-		&topicSubs{fakeSub: fakeSub{st: runtime.SubscriptionStatus{Name: "topic:orders", Source: runtime.SourceKafka, State: runtime.StateRunning}},
+		&topicSubs{fakeSub: fakeSub{st: runtime.SubscriptionStatus{Name: "topic:orders", Source: source.Kafka, State: runtime.StateRunning}},
 			members: []runtime.SubscriptionStatus{
-				{Name: "ledger-sync", Source: runtime.SourceKafka, State: runtime.StateRunning, Parked: 1,
+				{Name: "ledger-sync", Source: source.Kafka, State: runtime.StateRunning, Parked: 1,
 					Held:     []runtime.HeldPartition{{Subscription: "ledger-sync", Partition: "0"}},
 					Counters: map[string]int64{runtime.CounterAssigned: 1}},
-				{Name: "fraud", Source: runtime.SourceKafka, State: runtime.StateFailed},
+				{Name: "fraud", Source: source.Kafka, State: runtime.StateFailed},
 			}},
 	}
 	_, base := newServer(t, admin.Config{Listen: "127.0.0.1:0", Node: node, Metrics: m,

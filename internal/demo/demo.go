@@ -34,6 +34,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker/memorybroker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
 	"github.com/protctl/protctl/pkg/runtime/partitioned"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
@@ -117,9 +118,9 @@ type Demo struct {
 
 	mem        *memorybroker.Broker // nil on Redis
 	brk        broker.PartitionedBroker
-	ledger     runtime.Ledger
+	ledger     ledger.Ledger
 	members    runtime.Membership
-	reader     runtime.LedgerReader
+	reader     ledger.Reader
 	leases     leaseReader
 	leaseTTL   ttlReader
 	checkpoint runtime.Checkpoints

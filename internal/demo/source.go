@@ -12,6 +12,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/memorybroker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -228,7 +229,7 @@ func (s *Source) Leases(ctx context.Context) ([]inspect.Lease, error) {
 }
 
 // Parked lists the ledger's entries.
-func (s *Source) Parked(ctx context.Context) ([]runtime.Parked, error) {
+func (s *Source) Parked(ctx context.Context) ([]ledger.Parked, error) {
 	return s.d.reader.ListParked(ctx, "")
 }
 

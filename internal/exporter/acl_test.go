@@ -14,9 +14,10 @@ import (
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // TestExporterRunsAsTheReadOnlyRole: a collection of every kind of
@@ -35,8 +36,8 @@ func TestExporterRunsAsTheReadOnlyRole(t *testing.T) {
 	o.Partition("orphaned").At(time.Now().Add(-time.Hour)).Entries(2).Group(g).Consumer("w:1").Read(1).ExpiredLease(1)
 	parked := o.Partition("parked").Entries(2).Group(g).Lease("w", 3, time.Minute).Read(1)
 	store := redisstore.New(admin)
-	if err := store.Park(ctx, broker.Fence{LeaseKey: parked.LeaseKey(), Token: "w:3"}, runtime.Parked{
-		Subscription: g, Source: runtime.SourceRedis, Aggregate: "parked", Category: cat, Partition: "parked",
+	if err := store.Park(ctx, broker.Fence{LeaseKey: parked.LeaseKey(), Token: "w:3"}, ledger.Parked{
+		Subscription: g, Source: source.Redis, Aggregate: "parked", Category: cat, Partition: "parked",
 		Position: parked.IDs()[0], Error: "boom",
 	}); err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"sync"
 
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // Environment variables an exec handler's command receives (HTTP handlers
@@ -49,7 +50,7 @@ const ExitTempFail = 75
 // environment variables above; empty values are left out.
 func metadata(m runtime.Message) [][2]string {
 	partition := m.Key
-	if m.Source == runtime.SourceKafka {
+	if m.Source == source.Kafka {
 		partition = strconv.Itoa(int(m.Partition))
 	}
 	all := [][2]string{
@@ -82,7 +83,7 @@ func metadata(m runtime.Message) [][2]string {
 func messageAttrs(m runtime.Message, more ...any) []any {
 	attrs := make([]any, 0, 12+len(more))
 	attrs = append(attrs, "subscription", m.Subscription)
-	if m.Source == runtime.SourceKafka {
+	if m.Source == source.Kafka {
 		attrs = append(attrs, "topic", m.Topic, "partition", m.Partition, "aggregate", m.Aggregate)
 	} else {
 		attrs = append(attrs, "partition", m.Key)

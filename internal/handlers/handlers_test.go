@@ -19,11 +19,12 @@ import (
 	"github.com/protctl/protctl/internal/handlers"
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 var msg = runtime.Message{
 	Subscription: "projector",
-	Source:       runtime.SourceRedis,
+	Source:       source.Redis,
 	Category:     "shop::order",
 	Key:          "k1",
 	Stream:       "shop::order:k1",
@@ -80,7 +81,7 @@ env | grep -E '^(PROTCTL_|EXTRA=)' | sort > "$OUT"
 	}
 
 	// Kafka: the partition is the partition number.
-	km := runtime.Message{Subscription: "s", Source: runtime.SourceKafka, Topic: "orders", Partition: 5, Key: "a1", Aggregate: "a1", Position: "99", Data: []byte("{}"), Generation: 1, Attempt: 1}
+	km := runtime.Message{Subscription: "s", Source: source.Kafka, Topic: "orders", Partition: 5, Key: "a1", Aggregate: "a1", Position: "99", Data: []byte("{}"), Generation: 1, Attempt: 1}
 	if err := h.Handle(context.Background(), km); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // Log prints one line per message and always succeeds:
@@ -27,7 +28,7 @@ func NewLog(w io.Writer, payload bool) *Log { return &Log{w: w, payload: payload
 // Handle prints m.
 func (l *Log) Handle(_ context.Context, m runtime.Message) error {
 	where := m.Category + "/" + m.Key
-	if m.Source == runtime.SourceKafka {
+	if m.Source == source.Kafka {
 		where = m.Topic + "/" + strconv.Itoa(int(m.Partition)) + " " + m.Aggregate
 	}
 	line := fmt.Sprintf("%s %s %s gen=%d attempt=%d", m.Subscription, where, m.Position, m.Generation, m.Attempt)

@@ -15,6 +15,7 @@ import (
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker/memorybroker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
 	"github.com/protctl/protctl/pkg/runtime/partitioned"
 )
@@ -59,7 +60,7 @@ echo "end $PROTCTL_PARTITION" >> "$LOG"
 			}
 			handled.Add(1)
 		},
-		OnParked: func(runtime.Parked) { parked.Add(1) },
+		OnParked: func(ledger.Parked) { parked.Add(1) },
 	}
 	b := memorybroker.New()
 	store := memstore.New(b.Faults())

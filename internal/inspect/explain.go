@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 func (o *ExplainOptions) defaults() {
@@ -112,7 +112,7 @@ func (in *Inspector) explain(ctx context.Context, category, key string, opts Exp
 			switch {
 			case err == nil:
 				gd.Parked = ptr(true)
-			case errors.Is(err, runtime.ErrNotParked):
+			case errors.Is(err, ledger.ErrNotParked):
 				gd.Parked = ptr(false)
 			default:
 				return PartitionDetail{}, err

@@ -9,23 +9,24 @@ import (
 
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 // ErrNotFound is returned by Partition when the key is neither in the
 // category's index nor has a lane, and by GetParked's callers through the
-// ledger's own sentinel (runtime.ErrNotParked). Test with errors.Is.
+// ledger's own sentinel (ledger.ErrNotParked). Test with errors.Is.
 var ErrNotFound = errors.New("inspect: not found")
 
 // Ledger is the part of the failure ledger the Inspector reads
-// (runtime.LedgerReader; redisstore.Store and memstore implement it).
+// (ledger.Reader; redisstore.Store and memstore implement it).
 type Ledger interface {
 	// ListParked returns the entries of subscription ("" for all).
-	ListParked(ctx context.Context, subscription string) ([]runtime.Parked, error)
+	ListParked(ctx context.Context, subscription string) ([]ledger.Parked, error)
 	// GetParked returns the entry of (subscription, partition,
-	// aggregate), runtime.ErrNotParked, or (partition "") an
-	// *runtime.AmbiguousParkedError when the aggregate is parked on
+	// aggregate), ledger.ErrNotParked, or (partition "") an
+	// *ledger.AmbiguousParkedError when the aggregate is parked on
 	// several partitions.
-	GetParked(ctx context.Context, subscription, partition, aggregate string) (runtime.Parked, error)
+	GetParked(ctx context.Context, subscription, partition, aggregate string) (ledger.Parked, error)
 }
 
 // Members lists a service's live nodes (runtime.Membership's reader).
@@ -285,19 +286,19 @@ func (in *Inspector) Fsck(ctx context.Context, category string, opts ScanOptions
 
 // Parked lists the failure ledger's entries of subscription ("" for
 // all). It fails when the Inspector has no ledger.
-func (in *Inspector) Parked(ctx context.Context, subscription string) ([]runtime.Parked, error) {
+func (in *Inspector) Parked(ctx context.Context, subscription string) ([]ledger.Parked, error) {
 	if in.cfg.ledger == nil {
 		return nil, errNoLedger
 	}
 	return in.cfg.ledger.ListParked(ctx, subscription)
 }
 
-// ParkedEntry reads one ledger entry; runtime.ErrNotParked when missing.
+// ParkedEntry reads one ledger entry; ledger.ErrNotParked when missing.
 // partition "" names the aggregate's only entry: an
-// *runtime.AmbiguousParkedError when it is parked on several partitions.
-func (in *Inspector) ParkedEntry(ctx context.Context, subscription, partition, aggregate string) (runtime.Parked, error) {
+// *ledger.AmbiguousParkedError when it is parked on several partitions.
+func (in *Inspector) ParkedEntry(ctx context.Context, subscription, partition, aggregate string) (ledger.Parked, error) {
 	if in.cfg.ledger == nil {
-		return runtime.Parked{}, errNoLedger
+		return ledger.Parked{}, errNoLedger
 	}
 	return in.cfg.ledger.GetParked(ctx, subscription, partition, aggregate)
 }

@@ -18,7 +18,9 @@ import (
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 func setup(t *testing.T, opts ...inspect.Option) (*redis.Client, testenv.ProteanScenario, *inspect.Inspector) {
@@ -490,8 +492,8 @@ func TestParkedThroughTheLedger(t *testing.T) {
 	s := testenv.ProteanStandard(t, c)
 	store := redisstore.New(c)
 	f := broker.Fence{LeaseKey: broker.ProteanLayout.LeaseKey(s.Projector, s.Halted), Token: s.HaltedToken}
-	err := store.Park(ctx, f, runtime.Parked{
-		Subscription: s.Projector, Source: runtime.SourceRedis, Aggregate: s.Halted, Category: s.Orders,
+	err := store.Park(ctx, f, ledger.Parked{
+		Subscription: s.Projector, Source: source.Redis, Aggregate: s.Halted, Category: s.Orders,
 		Partition: s.Halted, Position: s.HaltedIDs[0], Error: "boom", Attempts: 7,
 	})
 	if err != nil {

@@ -10,8 +10,9 @@ import (
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // TestLeaseStatesFromRedis lays down each lease state on a real Redis
@@ -34,8 +35,8 @@ func TestLeaseStatesFromRedis(t *testing.T) {
 	parked := o.Partition("parked").Entries(4).Group(g).Lease("node-c", 2, time.Minute).Read(1)
 	store := redisstore.New(c)
 	fence := broker.Fence{LeaseKey: parked.LeaseKey(), Token: "node-c:2"}
-	if err := store.Park(ctx, fence, runtime.Parked{
-		Subscription: g, Source: runtime.SourceRedis, Aggregate: "parked", Category: cat,
+	if err := store.Park(ctx, fence, ledger.Parked{
+		Subscription: g, Source: source.Redis, Aggregate: "parked", Category: cat,
 		Partition: "parked", Position: parked.IDs()[0], Error: "boom", Attempts: 3,
 	}); err != nil {
 		t.Fatal(err)

@@ -13,8 +13,9 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // ErrInvalidFilter is wrapped by the *FilterError that
@@ -173,12 +174,12 @@ func (s ParkedFilterSpec) Compile() (ParkedFilter, error) {
 // Match reports whether p passes every field of the filter, with ages
 // measured at now. A Redis entry's position is compared as a stream id,
 // a Kafka entry's as an offset; an unparsable position matches no range.
-func (f ParkedFilter) Match(p runtime.Parked, now time.Time) bool {
+func (f ParkedFilter) Match(p ledger.Parked, now time.Time) bool {
 	return f.matchButPosition(p, now) && (f.position == nil || f.position.match(p))
 }
 
 // matchButPosition is Match without the position range.
-func (f ParkedFilter) matchButPosition(p runtime.Parked, now time.Time) bool {
+func (f ParkedFilter) matchButPosition(p ledger.Parked, now time.Time) bool {
 	s := f.Spec
 	switch {
 	case s.Subscription != "" && p.Subscription != s.Subscription,
@@ -197,7 +198,7 @@ func (f ParkedFilter) matchButPosition(p runtime.Parked, now time.Time) bool {
 // ParkedSelection is what SelectParked found.
 type ParkedSelection struct {
 	// Entries are the matching entries, oldest ParkedAt first.
-	Entries []runtime.Parked
+	Entries []ledger.Parked
 	// Scanned counts the entries read (of the subscription, or of all).
 	Scanned int
 	// Now is the server's time the ages were measured at.
@@ -222,7 +223,7 @@ func (in *Inspector) SelectParked(ctx context.Context, f ParkedFilter) (ParkedSe
 	}
 	sel := ParkedSelection{Scanned: len(all), Now: now}
 	for _, p := range all {
-		if f.position != nil && f.position.idBound && p.Source == runtime.SourceKafka && f.matchButPosition(p, now) {
+		if f.position != nil && f.position.idBound && p.Source == source.Kafka && f.matchButPosition(p, now) {
 			return ParkedSelection{}, &FilterError{Field: "position", Value: strconv.Quote(f.Spec.Position), Reason: fmt.Sprintf(
 				"a bound with a sequence number (ms-seq) is a stream entry id, but %q of subscription %q is a Kafka entry whose position is an offset: use plain numbers",
 				p.Aggregate, p.Subscription)}
@@ -300,8 +301,8 @@ func parsePositionRange(s string) (*positionRange, error) {
 	return r, nil
 }
 
-func (r *positionRange) match(p runtime.Parked) bool {
-	if p.Source == runtime.SourceKafka {
+func (r *positionRange) match(p ledger.Parked) bool {
+	if p.Source == source.Kafka {
 		off, err := strconv.ParseInt(p.Position, 10, 64)
 		return err == nil && (!r.hasFrom || off >= r.fromOff) && (!r.hasTo || off <= r.toOff)
 	}

@@ -10,8 +10,9 @@ import (
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // TestParkedFilterSpecRefusesBadInput: every malformed filter is a
@@ -61,21 +62,21 @@ func TestParkedFilterSpecRefusesBadInput(t *testing.T) {
 // sources.
 func TestParkedFilterMatch(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	redisEntry := func(key, id, errText string, age time.Duration) runtime.Parked {
-		return runtime.Parked{Subscription: "app.Projector", Source: runtime.SourceRedis, Aggregate: key, Partition: key,
-			Category: "shop::order", Position: id, Error: errText, ParkedAt: now.Add(-age), Status: runtime.StatusParked}
+	redisEntry := func(key, id, errText string, age time.Duration) ledger.Parked {
+		return ledger.Parked{Subscription: "app.Projector", Source: source.Redis, Aggregate: key, Partition: key,
+			Category: "shop::order", Position: id, Error: errText, ParkedAt: now.Add(-age), Status: ledger.StatusParked}
 	}
-	kafkaEntry := func(agg, part, off, errText string, age time.Duration) runtime.Parked {
-		return runtime.Parked{Subscription: "ledger-sync", Source: runtime.SourceKafka, Aggregate: agg, Partition: part,
-			Topic: "orders", Position: off, Error: errText, ParkedAt: now.Add(-age), Status: runtime.StatusParked}
+	kafkaEntry := func(agg, part, off, errText string, age time.Duration) ledger.Parked {
+		return ledger.Parked{Subscription: "ledger-sync", Source: source.Kafka, Aggregate: agg, Partition: part,
+			Topic: "orders", Position: off, Error: errText, ParkedAt: now.Add(-age), Status: ledger.StatusParked}
 	}
 	r1 := redisEntry("o-1", "1700000000000-0", "http POST http://billing: 503 Service Unavailable", 2*time.Hour)
 	r2 := redisEntry("o-22", "1700000000000-7", "http POST http://billing: 500 Internal Server Error", 30*time.Minute)
 	r3 := redisEntry("tenant/o-3", "1700000000500-0", "validate: amount must be positive", 5*time.Minute)
 	k1 := kafkaEntry("c-1", "0", "90", "http POST http://billing", time.Hour)
 	k2 := kafkaEntry("c-2", "3", "150", "timeout", 10*time.Second)
-	all := []runtime.Parked{r1, r2, r3, k1, k2}
-	names := func(ps []runtime.Parked) string {
+	all := []ledger.Parked{r1, r2, r3, k1, k2}
+	names := func(ps []ledger.Parked) string {
 		var s string
 		for _, p := range ps {
 			s += p.Aggregate + " "
@@ -85,32 +86,32 @@ func TestParkedFilterMatch(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		spec inspect.ParkedFilterSpec
-		want []runtime.Parked
+		want []ledger.Parked
 	}{
 		{"zero", inspect.ParkedFilterSpec{}, all},
-		{"subscription", inspect.ParkedFilterSpec{Subscription: "ledger-sync"}, []runtime.Parked{k1, k2}},
-		{"partition", inspect.ParkedFilterSpec{Partition: "3"}, []runtime.Parked{k2}},
-		{"regexp", inspect.ParkedFilterSpec{Error: `50[03] `}, []runtime.Parked{r1, r2}},
-		{"class matches the wrapper and the bare error", inspect.ParkedFilterSpec{ErrorClass: "http POST http://billing"}, []runtime.Parked{r1, r2, k1}},
+		{"subscription", inspect.ParkedFilterSpec{Subscription: "ledger-sync"}, []ledger.Parked{k1, k2}},
+		{"partition", inspect.ParkedFilterSpec{Partition: "3"}, []ledger.Parked{k2}},
+		{"regexp", inspect.ParkedFilterSpec{Error: `50[03] `}, []ledger.Parked{r1, r2}},
+		{"class matches the wrapper and the bare error", inspect.ParkedFilterSpec{ErrorClass: "http POST http://billing"}, []ledger.Parked{r1, r2, k1}},
 		{"class is not a prefix of a word", inspect.ParkedFilterSpec{ErrorClass: "http POST http://bill"}, nil},
-		{"older than", inspect.ParkedFilterSpec{OlderThan: time.Hour}, []runtime.Parked{r1, k1}},
-		{"newer than", inspect.ParkedFilterSpec{NewerThan: 10 * time.Minute}, []runtime.Parked{r3, k2}},
-		{"age window", inspect.ParkedFilterSpec{OlderThan: time.Minute, NewerThan: time.Hour}, []runtime.Parked{r2, r3}},
-		{"glob star crosses slashes", inspect.ParkedFilterSpec{Key: "*o-?"}, []runtime.Parked{r1, r3}},
-		{"glob class", inspect.ParkedFilterSpec{Key: "[co]-[!1]*"}, []runtime.Parked{r2, k2}},
-		{"glob escape", inspect.ParkedFilterSpec{Key: `c\-1`}, []runtime.Parked{k1}},
-		{"id range with bare ms as TO takes the whole millisecond", inspect.ParkedFilterSpec{Subscription: "app.Projector", Position: "..1700000000000"}, []runtime.Parked{r1, r2}},
-		{"id range with seq", inspect.ParkedFilterSpec{Subscription: "app.Projector", Position: "1700000000000-1..1700000000500-0"}, []runtime.Parked{r2, r3}},
-		{"offset range", inspect.ParkedFilterSpec{Subscription: "ledger-sync", Position: "100.."}, []runtime.Parked{k2}},
-		{"offset range inclusive", inspect.ParkedFilterSpec{Subscription: "ledger-sync", Position: "90..90"}, []runtime.Parked{k1}},
-		{"fields combine", inspect.ParkedFilterSpec{Error: "billing", OlderThan: time.Hour, Key: "o-*"}, []runtime.Parked{r1}},
+		{"older than", inspect.ParkedFilterSpec{OlderThan: time.Hour}, []ledger.Parked{r1, k1}},
+		{"newer than", inspect.ParkedFilterSpec{NewerThan: 10 * time.Minute}, []ledger.Parked{r3, k2}},
+		{"age window", inspect.ParkedFilterSpec{OlderThan: time.Minute, NewerThan: time.Hour}, []ledger.Parked{r2, r3}},
+		{"glob star crosses slashes", inspect.ParkedFilterSpec{Key: "*o-?"}, []ledger.Parked{r1, r3}},
+		{"glob class", inspect.ParkedFilterSpec{Key: "[co]-[!1]*"}, []ledger.Parked{r2, k2}},
+		{"glob escape", inspect.ParkedFilterSpec{Key: `c\-1`}, []ledger.Parked{k1}},
+		{"id range with bare ms as TO takes the whole millisecond", inspect.ParkedFilterSpec{Subscription: "app.Projector", Position: "..1700000000000"}, []ledger.Parked{r1, r2}},
+		{"id range with seq", inspect.ParkedFilterSpec{Subscription: "app.Projector", Position: "1700000000000-1..1700000000500-0"}, []ledger.Parked{r2, r3}},
+		{"offset range", inspect.ParkedFilterSpec{Subscription: "ledger-sync", Position: "100.."}, []ledger.Parked{k2}},
+		{"offset range inclusive", inspect.ParkedFilterSpec{Subscription: "ledger-sync", Position: "90..90"}, []ledger.Parked{k1}},
+		{"fields combine", inspect.ParkedFilterSpec{Error: "billing", OlderThan: time.Hour, Key: "o-*"}, []ledger.Parked{r1}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f, err := c.spec.Compile()
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got []runtime.Parked
+			var got []ledger.Parked
 			for _, p := range all {
 				if f.Match(p, now) {
 					got = append(got, p)
@@ -140,7 +141,7 @@ func TestSelectParkedOnARealLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		p := runtime.Parked{Subscription: "ledger-sync", Source: runtime.SourceKafka, Aggregate: "c-" + strconv.Itoa(i),
+		p := ledger.Parked{Subscription: "ledger-sync", Source: source.Kafka, Aggregate: "c-" + strconv.Itoa(i),
 			Topic: "orders", Partition: "0", Position: strconv.Itoa(100 * i), Error: "boom", Attempts: 3,
 			ParkedAt: now.Add(-time.Duration(i) * time.Hour)}
 		if err := store.Park(ctx, f, p); err != nil {

@@ -11,7 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/pause"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // parkedKey is a parked (group, partition key): a struct, so that the
@@ -24,7 +25,7 @@ type walk struct {
 	group      string // filter
 	registered []string
 	parked     map[parkedKey]bool // nil without a ledger
-	pauses     map[string]runtime.PauseSet
+	pauses     map[string]pause.Set
 	now        time.Time
 	laneGroups bool
 	health     bool
@@ -90,7 +91,7 @@ func (in *Inspector) newWalk(ctx context.Context, op, category, group string, li
 		}
 		w.parked = make(map[parkedKey]bool, len(ps))
 		for _, p := range ps {
-			if p.Source == runtime.SourceRedis && (p.Category == "" || p.Category == category) {
+			if p.Source == source.Redis && (p.Category == "" || p.Category == category) {
 				w.parked[parkedKey{p.Subscription, p.Aggregate}] = true
 			}
 		}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/pause"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -14,13 +14,13 @@ import (
 
 // Pauses returns the pause entries of every Redis partitioned
 // subscription that has any, by subscription (consumer group).
-func (in *Inspector) Pauses(ctx context.Context) (map[string]runtime.PauseSet, error) {
+func (in *Inspector) Pauses(ctx context.Context) (map[string]pause.Set, error) {
 	return redisstore.New(in.client).ReadAllPauses(ctx, "")
 }
 
 // pausedOf is the entry of pauses that holds group's key back, nil when
 // none does.
-func pausedOf(pauses map[string]runtime.PauseSet, group, key string) *runtime.Pause {
+func pausedOf(pauses map[string]pause.Set, group, key string) *pause.Entry {
 	set, ok := pauses[group]
 	if !ok {
 		return nil
@@ -32,7 +32,7 @@ func pausedOf(pauses map[string]runtime.PauseSet, group, key string) *runtime.Pa
 }
 
 // pausedText is a paused verdict's reason.
-func pausedText(p runtime.Pause, g Group) string {
+func pausedText(p pause.Entry, g Group) string {
 	s := "paused by an operator (" + string(p.Selector)
 	if p.By != "" {
 		s += " by " + p.By

@@ -12,9 +12,10 @@ import (
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // statusFixture lays down, in Protean's layout, one partition of
@@ -47,8 +48,8 @@ func statusFixture(t *testing.T) (redis.UniversalClient, *redisstore.Store, map[
 	parked := o.Partition("parked").Entries(2).Group(g).Lease("node-c", 3, time.Minute).Read(1)
 	store := redisstore.New(c)
 	fence := broker.Fence{LeaseKey: parked.LeaseKey(), Token: "node-c:3"}
-	if err := store.Park(ctx, fence, runtime.Parked{
-		Subscription: g, Source: runtime.SourceRedis, Aggregate: "parked", Category: cat,
+	if err := store.Park(ctx, fence, ledger.Parked{
+		Subscription: g, Source: source.Redis, Aggregate: "parked", Category: cat,
 		Partition: "parked", Position: parked.IDs()[0], Error: "boom", Attempts: 3,
 	}); err != nil {
 		t.Fatal(err)
@@ -276,8 +277,8 @@ func TestStatusOfEveryTopicPartition(t *testing.T) {
 	}
 	save(0, "node-a:4", "ledger", 0)
 	save(0, "node-a:4", "fraud", 3)
-	if err := store.Park(ctx, broker.Fence{LeaseKey: grp.LeaseKey(0), Token: "node-a:4"}, runtime.Parked{
-		Subscription: "fraud", Source: runtime.SourceKafka, Aggregate: "a1", Topic: "events", Partition: "0", Position: "1", Error: "boom",
+	if err := store.Park(ctx, broker.Fence{LeaseKey: grp.LeaseKey(0), Token: "node-a:4"}, ledger.Parked{
+		Subscription: "fraud", Source: source.Kafka, Aggregate: "a1", Topic: "events", Partition: "0", Position: "1", Error: "boom",
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // RecordTimes reads records' timestamps, for the lag in seconds of a
@@ -43,7 +43,7 @@ func (in *Inspector) topicHealth(ctx context.Context, kafka Offsets, t *Topic, t
 			return err
 		}
 		for _, p := range ps {
-			if p.Source == runtime.SourceKafka && p.Topic == t.Topic {
+			if p.Source == source.Kafka && p.Topic == t.Topic {
 				parked[[2]string{p.Subscription, p.Partition}] = true
 			}
 		}

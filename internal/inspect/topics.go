@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+	"github.com/protctl/protctl/pkg/runtime/pause"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -100,7 +100,7 @@ type TopicSubscription struct {
 // TopicPause is one operator's pause entry of a topic subscription.
 type TopicPause struct {
 	Subscription string `json:"subscription"`
-	runtime.Pause
+	pause.Entry
 }
 
 // TopicOptions tunes Topics and Topic. The zero value discovers the
@@ -282,14 +282,14 @@ func (in *Inspector) readTopic(ctx context.Context, kafka Offsets, service, topi
 			return t, pipeErr(op, err)
 		}
 	}
-	pauses := make([]runtime.PauseSet, len(subs))
+	pauses := make([]pause.Set, len(subs))
 	store := redisstore.New(in.client)
 	for i, s := range subs {
 		if pauses[i], err = store.ReadPauses(ctx, g.String(), s); err != nil {
 			return t, err
 		}
 		for _, p := range pauses[i] {
-			t.Pauses = append(t.Pauses, TopicPause{Subscription: s, Pause: p})
+			t.Pauses = append(t.Pauses, TopicPause{Subscription: s, Entry: p})
 		}
 	}
 	checkpoints := make([]map[string]string, len(subs))

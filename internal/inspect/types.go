@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/pause"
 )
 
 // Category is one category found by Categories: a key C:__partitions__.
@@ -89,7 +89,7 @@ type Group struct {
 	// Paused is the operator's pause entry that holds the partition back
 	// for the group (`protctl pause`): who, when, why; absent when none.
 	// The lag keeps counting while it is.
-	Paused *runtime.Pause `json:"paused,omitempty"`
+	Paused *pause.Entry `json:"paused,omitempty"`
 	// Health is the group's status on the partition with the lag in
 	// entries and seconds it was decided on (StatusOf); filled only with
 	// PartitionOptions.Health (and by Partition), absent otherwise.

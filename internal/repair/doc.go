@@ -119,8 +119,8 @@
 // retry, skip: recorded in the failure ledger, which the owner of the
 // partition acts on under its own fence, now or when a node next owns it.
 // The plan has an ID and pins each entry as seen (status, position,
-// attempts, generation, pending request: runtime.ParkPin). Apply records
-// each request with runtime.LedgerPinnedRequester in one atomic step that
+// attempts, generation, pending request: ledger.Pin). Apply records
+// each request with ledger.PinnedRequester in one atomic step that
 // checks the pin and remembers the plan ID as the request's token for the
 // entry:
 //

@@ -12,7 +12,8 @@ import (
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // UnknownSubscriptionError is PlanParked's answer to a filter naming a
@@ -144,8 +145,8 @@ func validPlanID(id string) bool {
 	return true
 }
 
-func parkedItem(req ParkedRequest, p runtime.Parked) Item {
-	pin := runtime.PinOf(p)
+func parkedItem(req ParkedRequest, p ledger.Parked) Item {
+	pin := ledger.PinOf(p)
 	st := &ParkedState{
 		Status: string(p.Status), Position: p.Position, Attempts: p.Attempts, Generation: p.Generation,
 		Request: string(pin.Request), Error: p.Error, ParkedAt: output.TimestampOrNull(p.ParkedAt),
@@ -160,9 +161,9 @@ func parkedItem(req ParkedRequest, p runtime.Parked) Item {
 		it.Params.Reason = req.Reason
 	}
 	switch {
-	case req.Action == ActionRetry && p.Status == runtime.StatusUnrecoverable:
+	case req.Action == ActionRetry && p.Status == ledger.StatusUnrecoverable:
 		it.Reason = fmt.Sprintf("the records at %s are no longer retained: only a skip resolves it", p.Position)
-	case p.Request != nil && p.Request.Action == runtime.Action(req.Action):
+	case p.Request != nil && p.Request.Action == ledger.Action(req.Action):
 		it.Result = ResultSkipped
 		it.Reason = fmt.Sprintf("a %s was already requested at %s", req.Action, p.Request.RequestedAt.UTC().Format("2006-01-02T15:04:05Z"))
 	case req.Action == ActionRetry:
@@ -175,31 +176,31 @@ func parkedItem(req ParkedRequest, p runtime.Parked) Item {
 	return it
 }
 
-func kafkaPartition(p runtime.Parked) string {
-	if p.Source == runtime.SourceKafka {
+func kafkaPartition(p ledger.Parked) string {
+	if p.Source == source.Kafka {
 		return p.Partition
 	}
 	return ""
 }
 
-func redisKey(p runtime.Parked) string {
-	if p.Source == runtime.SourceRedis {
+func redisKey(p ledger.Parked) string {
+	if p.Source == source.Redis {
 		return p.Partition
 	}
 	return ""
 }
 
-// pinOf is the runtime.ParkPin of a planned entry.
-func pinOf(st *ParkedState) runtime.ParkPin {
-	return runtime.ParkPin{
+// pinOf is the ledger.Pin of a planned entry.
+func pinOf(st *ParkedState) ledger.Pin {
+	return ledger.Pin{
 		Position: st.Position, Attempts: st.Attempts, Generation: st.Generation,
-		Status: runtime.ParkStatus(st.Status), Request: runtime.Action(st.Request),
+		Status: ledger.Status(st.Status), Request: ledger.Action(st.Request),
 	}
 }
 
 // applyParked records the request in the ledger; the owner acts on it
 // under its own fence. With a plan id and a ledger that pins requests
-// (runtime.LedgerPinnedRequester), the request is recorded in one atomic
+// (ledger.PinnedRequester), the request is recorded in one atomic
 // step only on the entry state the plan saw, with the plan id as its
 // token, so that an entry an earlier run of the plan requested is
 // recognised (ResultDone) and never requested twice; see doc.go.
@@ -213,18 +214,18 @@ func (r *Repairer) applyParked(ctx context.Context, planID string, it *Item) err
 	if planned == nil {
 		return fmt.Errorf("%w: %s item without a planned ledger entry", ErrInvalidPlan, it.Action)
 	}
-	pr, pinned := r.cfg.ledger.(runtime.LedgerPinnedRequester)
+	pr, pinned := r.cfg.ledger.(ledger.PinnedRequester)
 	var err error
 	switch {
 	case pinned && planID != "":
-		err = pr.RequestPinned(ctx, runtime.PinnedRequest{
-			Action: runtime.Action(it.Action), Subscription: t.Subscription, Partition: t.Partition, Aggregate: t.Aggregate,
+		err = pr.RequestPinned(ctx, ledger.PinnedRequest{
+			Action: ledger.Action(it.Action), Subscription: t.Subscription, Partition: t.Partition, Aggregate: t.Aggregate,
 			Reason: it.Params.Reason, By: it.Params.By, Pin: pinOf(planned), Token: planID,
 		})
 	default:
 		now, gerr := r.cfg.ledger.GetParked(ctx, t.Subscription, t.Partition, t.Aggregate)
 		switch {
-		case errors.Is(gerr, runtime.ErrNotParked):
+		case errors.Is(gerr, ledger.ErrNotParked):
 			err = gerr
 		case gerr != nil:
 			return gerr
@@ -237,16 +238,16 @@ func (r *Repairer) applyParked(ctx context.Context, planID string, it *Item) err
 			err = r.cfg.ledger.RequestSkip(ctx, t.Subscription, t.Partition, t.Aggregate, it.Params.Reason, it.Params.By)
 		}
 	}
-	var done *runtime.AlreadyRequestedError
-	var changed *runtime.ParkChangedError
+	var done *ledger.AlreadyRequestedError
+	var changed *ledger.ParkChangedError
 	switch {
 	case errors.As(err, &done):
 		it.Result, it.Detail = ResultDone, fmt.Sprintf("%s requested at %s by an earlier run of this plan", done.Action, done.At.UTC().Format(time.RFC3339))
 	case errors.As(err, &changed):
-		it.Result, it.Detail = ResultConflict, fmt.Sprintf("the entry is now %s, the plan saw %s", runtime.PinOf(changed.Now), changed.Pin)
-	case errors.Is(err, runtime.ErrNotParked):
+		it.Result, it.Detail = ResultConflict, fmt.Sprintf("the entry is now %s, the plan saw %s", ledger.PinOf(changed.Now), changed.Pin)
+	case errors.Is(err, ledger.ErrNotParked):
 		it.Result, it.Detail = ResultConflict, "the entry was resolved since the plan"
-	case errors.Is(err, runtime.ErrUnrecoverable):
+	case errors.Is(err, ledger.ErrUnrecoverable):
 		it.Result, it.Detail = ResultRefused, "the entry became unrecoverable: only a skip resolves it"
 	case err != nil:
 		return err

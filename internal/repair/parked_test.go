@@ -11,7 +11,8 @@ import (
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/repair"
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // bulkSub is the subscription the bulk tests park under.
@@ -19,7 +20,7 @@ const bulkSub = "app.BillingProjector"
 
 // parkKey parks key's head of bulkSub as the runtime would, under a
 // lease it sets, parked age ago with errText.
-func parkKey(t *testing.T, e env, key, errText string, age time.Duration, attempts int) runtime.Parked {
+func parkKey(t *testing.T, e env, key, errText string, age time.Duration, attempts int) ledger.Parked {
 	t.Helper()
 	ctx := context.Background()
 	now, err := e.c.Time(ctx).Result()
@@ -30,7 +31,7 @@ func parkKey(t *testing.T, e env, key, errText string, age time.Duration, attemp
 	if err := e.c.Set(ctx, f.LeaseKey, f.Token, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	p := runtime.Parked{Subscription: bulkSub, Source: runtime.SourceRedis, Aggregate: key, Category: "shop::bill",
+	p := ledger.Parked{Subscription: bulkSub, Source: source.Redis, Aggregate: key, Category: "shop::bill",
 		Partition: key, Position: "1700000000000-1", Error: errText, Attempts: attempts, ParkedAt: now.Add(-age),
 		LastAttemptAt: now.Add(-age), Owner: "node-a", Generation: 1}
 	if err := e.store.Park(ctx, f, p); err != nil {
@@ -39,7 +40,7 @@ func parkKey(t *testing.T, e env, key, errText string, age time.Duration, attemp
 	return p
 }
 
-func requestOf(t *testing.T, e env, key string) *runtime.Request {
+func requestOf(t *testing.T, e env, key string) *ledger.Request {
 	t.Helper()
 	p, err := e.store.GetParked(context.Background(), bulkSub, "", key)
 	if err != nil {
@@ -86,7 +87,7 @@ func TestFilteredParkedPlanPinsItsSet(t *testing.T) {
 		t.Fatalf("outcome %s: %s", o, p.Summary())
 	}
 	for _, key := range []string{"b-5", "b-4", "b-3", "b-2"} {
-		if r := requestOf(t, e, key); r == nil || r.Action != runtime.ActionRetry || r.Token != p.ID || r.By != "alice" {
+		if r := requestOf(t, e, key); r == nil || r.Action != ledger.ActionRetry || r.Token != p.ID || r.By != "alice" {
 			t.Fatalf("%s: request %+v, want a retry with the plan's token", key, r)
 		}
 	}
@@ -197,7 +198,7 @@ func TestParkedApplyConflictsWhenTheEntryMoved(t *testing.T) {
 			t.Fatalf("item %d: %s (%s), want %s with why", i, p.Items[i].Result, p.Items[i].Detail, want)
 		}
 	}
-	if r := requestOf(t, e, "b-1"); r == nil || r.Action != runtime.ActionRetry || r.By != "bob" {
+	if r := requestOf(t, e, "b-1"); r == nil || r.Action != ledger.ActionRetry || r.By != "bob" {
 		t.Fatalf("b-1's retry by bob was overwritten: %+v", r)
 	}
 	if r := requestOf(t, e, "b-0"); r != nil {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/pause"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -65,18 +65,18 @@ func (r *Repairer) PlanPause(ctx context.Context, req PauseRequest) (*Plan, erro
 	if err != nil {
 		return nil, err
 	}
-	var sels []runtime.PauseSelector
+	var sels []pause.Selector
 	if req.All {
-		sels = append(sels, runtime.PauseAll)
+		sels = append(sels, pause.All)
 	}
 	for _, k := range req.Keys {
 		if k == "" {
 			return nil, &broker.InvalidArgumentError{Op: op, Arg: "partition key", Value: `""`, Reason: "must not be empty"}
 		}
-		sels = append(sels, runtime.PauseKey(k))
+		sels = append(sels, pause.Key(k))
 	}
 	for _, g := range req.Globs {
-		s, err := runtime.ParsePauseSelector("glob:" + g)
+		s, err := pause.Parse("glob:" + g)
 		if err != nil {
 			return nil, &broker.InvalidArgumentError{Op: op, Arg: "--match", Value: fmt.Sprintf("%q", g), Reason: "not a glob pattern (path.Match syntax)"}
 		}
@@ -91,7 +91,7 @@ func (r *Repairer) PlanPause(ctx context.Context, req PauseRequest) (*Plan, erro
 		return nil, err
 	}
 	plan := r.newPlan()
-	seenSel := map[runtime.PauseSelector]bool{}
+	seenSel := map[pause.Selector]bool{}
 	for _, s := range sels {
 		if seenSel[s] {
 			continue
@@ -183,7 +183,7 @@ func itemPauseScope(it *Item) string {
 
 // describePause says who paused, when and why, from a stored entry.
 func describePause(raw string) string {
-	var p runtime.Pause
+	var p pause.Entry
 	if err := json.Unmarshal([]byte(raw), &p); err != nil {
 		return "an unreadable entry"
 	}
@@ -202,12 +202,12 @@ func describePause(raw string) string {
 
 // stillPaused warns when the key of a key selector stays paused by
 // another entry after sel is removed.
-func stillPaused(set runtime.PauseSet, sel runtime.PauseSelector) string {
+func stillPaused(set pause.Set, sel pause.Selector) string {
 	key, ok := keyOf(sel)
 	if !ok {
 		return ""
 	}
-	var rest runtime.PauseSet
+	var rest pause.Set
 	for _, p := range set {
 		if p.Selector != sel {
 			rest = append(rest, p)
@@ -219,7 +219,7 @@ func stillPaused(set runtime.PauseSet, sel runtime.PauseSelector) string {
 	return ""
 }
 
-func keyOf(sel runtime.PauseSelector) (string, bool) {
+func keyOf(sel pause.Selector) (string, bool) {
 	const pre = "key:"
 	if len(sel) > len(pre) && string(sel[:len(pre)]) == pre {
 		return string(sel[len(pre):]), true
@@ -232,7 +232,7 @@ func (r *Repairer) applyPause(ctx context.Context, it *Item) error {
 	if it.Precondition.Pause == nil {
 		return fmt.Errorf("%w: %s item without a planned precondition.pause", ErrInvalidPlan, it.Action)
 	}
-	sel, err := runtime.ParsePauseSelector(it.Target.Selector)
+	sel, err := pause.Parse(it.Target.Selector)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidPlan, err)
 	}

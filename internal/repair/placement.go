@@ -11,6 +11,7 @@ import (
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/placement"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -35,7 +36,7 @@ type NodeModeRequest struct {
 // skipped.
 func (r *Repairer) PlanNodeMode(ctx context.Context, req NodeModeRequest) (*Plan, error) {
 	const op = "plan node mode"
-	want := map[Action]runtime.NodeMode{ActionCordon: runtime.ModeCordoned, ActionDrain: runtime.ModeDraining, ActionUncordon: runtime.ModeActive}
+	want := map[Action]placement.Mode{ActionCordon: placement.Cordoned, ActionDrain: placement.Draining, ActionUncordon: placement.Active}
 	mode, ok := want[req.Action]
 	if !ok {
 		return nil, &broker.InvalidArgumentError{Op: op, Arg: "action", Value: strconv.Quote(string(req.Action)), Reason: "want cordon, drain or uncordon"}
@@ -56,10 +57,10 @@ func (r *Repairer) PlanNodeMode(ctx context.Context, req NodeModeRequest) (*Plan
 	if !live && !stored {
 		return nil, fmt.Errorf("%w: node %q is not a live member of service %q and has no mode stored", inspect.ErrNotFound, req.Node, req.Service)
 	}
-	seen := PlacementState{Mode: string(runtime.ModeActive)}
+	seen := PlacementState{Mode: string(placement.Active)}
 	if stored {
 		seen.Record = &raw
-		var rec runtime.NodeModeRecord
+		var rec placement.ModeRecord
 		if err := json.Unmarshal([]byte(raw), &rec); err != nil {
 			return nil, fmt.Errorf("repair: %s: node %q's mode in %s is not JSON: %w", op, req.Node, redisstore.ModesKey(req.Service), err)
 		}
@@ -84,12 +85,12 @@ func (r *Repairer) PlanNodeMode(ctx context.Context, req NodeModeRequest) (*Plan
 	return plan, nil
 }
 
-func modeReason(to runtime.NodeMode, from string, live bool) string {
+func modeReason(to placement.Mode, from string, live bool) string {
 	var s string
 	switch to {
-	case runtime.ModeCordoned:
+	case placement.Cordoned:
 		s = "cordon: the node takes no new partitions and keeps those it holds"
-	case runtime.ModeDraining:
+	case placement.Draining:
 		s = "drain: the node hands every partition off at its next batch boundary, takes none, and stays running"
 	default:
 		s = "uncordon: the node takes its share of partitions again"
@@ -116,12 +117,12 @@ func (r *Repairer) applyNodeMode(ctx context.Context, it *Item) error {
 	if pc == nil {
 		return fmt.Errorf("%w: %s item without a planned placement", ErrInvalidPlan, it.Action)
 	}
-	var rec *runtime.NodeModeRecord
+	var rec *placement.ModeRecord
 	switch it.Action {
 	case ActionCordon:
-		rec = &runtime.NodeModeRecord{Mode: runtime.ModeCordoned}
+		rec = &placement.ModeRecord{Mode: placement.Cordoned}
 	case ActionDrain:
-		rec = &runtime.NodeModeRecord{Mode: runtime.ModeDraining}
+		rec = &placement.ModeRecord{Mode: placement.Draining}
 	}
 	if rec != nil {
 		rec.By, rec.Reason, rec.At = it.Params.By, it.Params.Reason, r.cfg.now().UTC()
@@ -134,7 +135,7 @@ func (r *Repairer) applyNodeMode(ctx context.Context, it *Item) error {
 	if err != nil {
 		return err
 	}
-	to := runtime.ModeActive
+	to := placement.Active
 	if rec != nil {
 		to = rec.Mode
 	}
@@ -155,7 +156,7 @@ type PinRequest struct {
 	Unpin   bool
 	Service string
 	// Scope is the Redis subscription (consumer group) or
-	// runtime.TopicScope(topic); Partition the Redis key or the Kafka
+	// placement.TopicScope(topic); Partition the Redis key or the Kafka
 	// partition number.
 	Scope     string
 	Partition string
@@ -188,7 +189,7 @@ func (r *Repairer) PlanPin(ctx context.Context, req PinRequest) (*Plan, error) {
 	seen := PlacementState{}
 	if raw, ok := pins[redisstore.PinField(req.Scope, req.Partition)]; ok {
 		seen.Record = &raw
-		var p runtime.Pin
+		var p placement.Pin
 		if err := json.Unmarshal([]byte(raw), &p); err != nil {
 			return nil, fmt.Errorf("repair: %s: the pin of %s/%s in %s is not JSON: %w", op, req.Scope, req.Partition, redisstore.PinsKey(req.Service), err)
 		}
@@ -216,9 +217,9 @@ func (r *Repairer) PlanPin(ctx context.Context, req PinRequest) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	var mode runtime.NodeMode
+	var mode placement.Mode
 	if raw, ok := modes[req.Node]; ok {
-		var rec runtime.NodeModeRecord
+		var rec placement.ModeRecord
 		if json.Unmarshal([]byte(raw), &rec) == nil {
 			mode = rec.Mode
 		}
@@ -226,7 +227,7 @@ func (r *Repairer) PlanPin(ctx context.Context, req PinRequest) (*Plan, error) {
 	switch {
 	case !live:
 		it.Reason = fmt.Sprintf("node %q is not a live member of service %q: a pin to it would be ignored", req.Node, req.Service)
-	case mode == runtime.ModeCordoned || mode == runtime.ModeDraining:
+	case mode == placement.Cordoned || mode == placement.Draining:
 		it.Reason = fmt.Sprintf("node %q is %s: it takes no partitions; uncordon it first", req.Node, mode)
 	case seen.Node == req.Node:
 		it.Result, it.Reason = ResultSkipped, "the partition is already pinned to "+req.Node
@@ -248,9 +249,9 @@ func (r *Repairer) applyPin(ctx context.Context, it *Item) error {
 	if pc == nil {
 		return fmt.Errorf("%w: %s item without a planned placement", ErrInvalidPlan, it.Action)
 	}
-	var pin *runtime.Pin
+	var pin *placement.Pin
 	if it.Action == ActionPin {
-		pin = &runtime.Pin{Node: it.Target.Node, By: it.Params.By, At: r.cfg.now().UTC()}
+		pin = &placement.Pin{Node: it.Target.Node, By: it.Params.By, At: r.cfg.now().UTC()}
 	}
 	err := redisstore.New(r.client).CASPin(ctx, it.Target.Service, it.Target.Scope, it.Target.Partition, pc.Record, pin)
 	if errors.Is(err, redisstore.ErrPlacementChanged) {

@@ -146,12 +146,12 @@ type Target struct {
 	// on several. Empty for Redis entries (Key names the partition).
 	Partition string `json:"partition,omitempty"`
 	// Service names a topic-seek's lease group (with Topic), a node
-	// mode's (with Node) or a pin's (with Scope; runtime.Pin).
+	// mode's (with Node) or a pin's (with Scope; placement.Pin).
 	Service string `json:"service,omitempty"`
 	Topic   string `json:"topic,omitempty"`
 	Node    string `json:"node,omitempty"`
 	Scope   string `json:"scope,omitempty"`
-	// Selector is a pause or resume's selection (runtime.PauseSelector:
+	// Selector is a pause or resume's selection (pause.Selector:
 	// "key:<K>", "glob:<P>", "all") of Subscription.
 	Selector string `json:"selector,omitempty"`
 }
@@ -279,7 +279,7 @@ type GroupLease struct {
 
 // ParkedState is the ledger entry a retry or skip was planned on. Apply
 // records the request only while the entry still has the same status,
-// position, attempts, generation and pending request (runtime.ParkPin);
+// position, attempts, generation and pending request (ledger.Pin);
 // ParkedAt and Error are what the operator saw, for the record.
 type ParkedState struct {
 	Status     string `json:"status"`

@@ -22,7 +22,7 @@ type Broker interface {
 }
 
 // Ledger is the part of the failure ledger parked retry and skip use
-// (runtime.LedgerReader and runtime.LedgerRequester; redisstore.Store
+// (ledger.Reader and ledger.Requester; redisstore.Store
 // implements it).
 type Ledger interface {
 	inspect.Ledger

@@ -17,8 +17,9 @@ import (
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 type env struct {
@@ -482,15 +483,15 @@ func TestParkedRetryAndSkip(t *testing.T) {
 	e := setup(t)
 	s := e.s
 	f := broker.Fence{LeaseKey: e.l.LeaseKey(s.Projector, s.Halted), Token: s.HaltedToken}
-	park := func(status runtime.ParkStatus) {
+	park := func(status ledger.Status) {
 		t.Helper()
-		err := e.store.Park(ctx, f, runtime.Parked{Subscription: s.Projector, Source: runtime.SourceRedis, Aggregate: s.Halted,
+		err := e.store.Park(ctx, f, ledger.Parked{Subscription: s.Projector, Source: source.Redis, Aggregate: s.Halted,
 			Category: s.Orders, Partition: s.Halted, Position: s.HaltedIDs[0], Error: "boom", Attempts: 7, Status: status})
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	park(runtime.StatusParked)
+	park(ledger.StatusParked)
 
 	p, err := e.r.PlanParked(ctx, repair.ParkedRequest{Action: repair.ActionRetry, Subscription: s.Projector, Aggregate: s.Halted, By: "alice"})
 	it := one(t, p, err)
@@ -501,7 +502,7 @@ func TestParkedRetryAndSkip(t *testing.T) {
 		t.Fatalf("retry: %s %+v", o, p.Items[0])
 	}
 	got, _ := e.store.GetParked(ctx, s.Projector, "", s.Halted)
-	if got.Request == nil || got.Request.Action != runtime.ActionRetry || got.Request.By != "alice" {
+	if got.Request == nil || got.Request.Action != ledger.ActionRetry || got.Request.By != "alice" {
 		t.Fatalf("request %+v", got.Request)
 	}
 	// Asking again: already requested.
@@ -523,12 +524,12 @@ func TestParkedRetryAndSkip(t *testing.T) {
 		t.Fatalf("skip after resolve: %s", o)
 	}
 
-	park(runtime.StatusUnrecoverable)
+	park(ledger.StatusUnrecoverable)
 	p, err = e.r.PlanParked(ctx, repair.ParkedRequest{Action: repair.ActionRetry, Subscription: s.Projector, Aggregate: s.Halted})
 	if it := one(t, p, err); it.Allowed || !strings.Contains(it.Reason, "only a skip") {
 		t.Fatalf("unrecoverable retry %+v", it)
 	}
-	if _, err := e.r.PlanParked(ctx, repair.ParkedRequest{Action: repair.ActionRetry, Subscription: s.Projector, Aggregate: "nope"}); !errors.Is(err, runtime.ErrNotParked) {
+	if _, err := e.r.PlanParked(ctx, repair.ParkedRequest{Action: repair.ActionRetry, Subscription: s.Projector, Aggregate: "nope"}); !errors.Is(err, ledger.ErrNotParked) {
 		t.Fatalf("missing entry: %v", err)
 	}
 }
@@ -548,12 +549,12 @@ func TestParkedKafkaAggregateOnTwoPartitions(t *testing.T) {
 			t.Fatal(err)
 		}
 		part := strconv.Itoa(int(p))
-		if err := e.store.Park(ctx, f, runtime.Parked{Subscription: sub, Source: runtime.SourceKafka, Aggregate: agg,
+		if err := e.store.Park(ctx, f, ledger.Parked{Subscription: sub, Source: source.Kafka, Aggregate: agg,
 			Topic: "orders", Partition: part, Position: "1" + part, Error: "boom", Attempts: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := e.r.PlanParked(ctx, repair.ParkedRequest{Action: repair.ActionRetry, Subscription: sub, Aggregate: agg}); !errors.Is(err, runtime.ErrAmbiguousParked) {
+	if _, err := e.r.PlanParked(ctx, repair.ParkedRequest{Action: repair.ActionRetry, Subscription: sub, Aggregate: agg}); !errors.Is(err, ledger.ErrAmbiguousParked) {
 		t.Fatalf("plan without a partition: %v, want ErrAmbiguousParked", err)
 	}
 	p, err := e.r.PlanParked(ctx, repair.ParkedRequest{Action: repair.ActionRetry, Subscription: sub, All: true})

@@ -17,7 +17,7 @@ import (
 	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 // Seeker is what a seek needs of the broker beyond Broker
@@ -387,7 +387,7 @@ func (r *Repairer) seekParked(ctx context.Context, group, key string) (string, e
 	}
 	p, err := r.cfg.ledger.GetParked(ctx, group, key, key)
 	switch {
-	case errors.Is(err, runtime.ErrNotParked):
+	case errors.Is(err, ledger.ErrNotParked):
 		return "", nil
 	case err != nil:
 		return "", err

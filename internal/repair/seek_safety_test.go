@@ -18,8 +18,10 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/partitioned"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // A partition parked in the failure ledger is refused by the plan (exit
@@ -34,7 +36,7 @@ func TestSeekParkedPartitionRefusedWithoutForce(t *testing.T) {
 		t.Helper()
 		c.Set(ctx, l.LeaseKey(seekGroup, "k1"), "node-1:1", 0)
 		f := broker.Fence{LeaseKey: l.LeaseKey(seekGroup, "k1"), Token: "node-1:1"}
-		if err := store.Park(ctx, f, runtime.Parked{Subscription: seekGroup, Source: runtime.SourceRedis, Aggregate: "k1",
+		if err := store.Park(ctx, f, ledger.Parked{Subscription: seekGroup, Source: source.Redis, Aggregate: "k1",
 			Category: seekCat, Partition: "k1", Position: "4-0", Error: "boom", Attempts: 3}); err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/protctl/protctl/internal/present"
 	"github.com/protctl/protctl/internal/repair"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 // Source is what the dashboard reads. The dashboard calls it only from
@@ -38,7 +39,7 @@ type Source interface {
 	// Leases lists the leases of the categories' partitions.
 	Leases(ctx context.Context) ([]inspect.Lease, error)
 	// Parked lists the failure ledger's entries.
-	Parked(ctx context.Context) ([]runtime.Parked, error)
+	Parked(ctx context.Context) ([]ledger.Parked, error)
 	// Nodes lists the live nodes of the services the dashboard watches.
 	Nodes(ctx context.Context) ([]runtime.NodeStatus, error)
 	// Topics lists the Kafka lease groups' partitions. ErrUnsupported

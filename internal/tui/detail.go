@@ -16,6 +16,7 @@ import (
 	"github.com/protctl/protctl/internal/present"
 	"github.com/protctl/protctl/internal/repair"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 // detail is the `enter` page: one item explained, wrapped to the width
@@ -220,7 +221,7 @@ func leaseDetailText(l *inspect.Lease) string {
 	)
 }
 
-func parkedDetailText(p *runtime.Parked, now time.Time) string {
+func parkedDetailText(p *ledger.Parked, now time.Time) string {
 	s := fieldsText(
 		output.Field{Label: "Subscription", Value: p.Subscription},
 		output.Field{Label: "Aggregate", Value: p.Aggregate},

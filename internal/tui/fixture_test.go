@@ -10,6 +10,8 @@ import (
 	"github.com/protctl/protctl/internal/repair"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // fixedNow is the clock of every test frame.
@@ -104,28 +106,28 @@ func scenario() *MemorySource {
 		{Category: "shop::order", Group: g, Key: "o-lagging", Generation: i64(2), State: inspect.LeaseExpired, Counter: i64(2),
 			LeaseKey: g + ":o-lagging:__lease__"},
 	})
-	src.SetParked([]runtime.Parked{
-		{Subscription: g, Source: runtime.SourceRedis, Aggregate: "o-halted", Category: "shop::order", Partition: "o-halted",
+	src.SetParked([]ledger.Parked{
+		{Subscription: g, Source: source.Redis, Aggregate: "o-halted", Category: "shop::order", Partition: "o-halted",
 			Position: "1772366220000-0", Stream: "shop::order:o-halted", Error: "handler: amount must be positive (got -5)\ntraceback …",
 			Attempts: 7, ParkedAt: fixedNow.Add(-3 * time.Minute), LastAttemptAt: fixedNow.Add(-time.Minute),
-			Status: runtime.StatusParked, Owner: "worker-1", Generation: 5},
-		{Subscription: "ledger-sync", Source: runtime.SourceKafka, Aggregate: "acct-42", Topic: "payments", Partition: "3",
+			Status: ledger.StatusParked, Owner: "worker-1", Generation: 5},
+		{Subscription: "ledger-sync", Source: source.Kafka, Aggregate: "acct-42", Topic: "payments", Partition: "3",
 			Position: "1284", Error: "http 422: unknown account", Attempts: 3, ParkedAt: fixedNow.Add(-42 * time.Minute),
-			Status: runtime.StatusRetrying, Owner: "node-b", Generation: 9,
-			Request: &runtime.Request{Action: runtime.ActionRetry, By: "protctl:alice", RequestedAt: fixedNow.Add(-10 * time.Second)}},
+			Status: ledger.StatusRetrying, Owner: "node-b", Generation: 9,
+			Request: &ledger.Request{Action: ledger.ActionRetry, By: "protctl:alice", RequestedAt: fixedNow.Add(-10 * time.Second)}},
 	})
 	src.SetNodes([]runtime.NodeStatus{
 		{Service: "shop", Node: "node-a", AdminAddr: "127.0.0.1:7070", JoinState: runtime.JoinJoined,
 			StartedAt: fixedNow.Add(-2 * time.Hour), LastSeen: fixedNow.Add(-1 * time.Second),
 			Held: []runtime.HeldPartition{
-				{Subscription: g, Source: runtime.SourceRedis, Category: "shop::order", Partition: "o-healthy", Generation: 3},
-				{Subscription: "topic:payments", Source: runtime.SourceKafka, Topic: "payments", Partition: "0", Generation: 4},
+				{Subscription: g, Source: source.Redis, Category: "shop::order", Partition: "o-healthy", Generation: 3},
+				{Subscription: "topic:payments", Source: source.Kafka, Topic: "payments", Partition: "0", Generation: 4},
 			}},
 		{Service: "shop", Node: "node-b", AdminAddr: "127.0.0.1:7071", JoinState: runtime.JoinJoined,
 			StartedAt: fixedNow.Add(-2 * time.Hour), LastSeen: fixedNow.Add(-2 * time.Second),
 			Held: []runtime.HeldPartition{
-				{Subscription: g, Source: runtime.SourceRedis, Category: "shop::order", Partition: "o-backfill", Generation: 1},
-				{Subscription: "topic:payments", Source: runtime.SourceKafka, Topic: "payments", Partition: "3", Generation: 9},
+				{Subscription: g, Source: source.Redis, Category: "shop::order", Partition: "o-backfill", Generation: 1},
+				{Subscription: "topic:payments", Source: source.Kafka, Topic: "payments", Partition: "3", Generation: 9},
 			},
 			Throttled: []string{"payments/3"}, Parked: 1},
 		{Service: "shop", Node: "node-c", JoinState: runtime.JoinJoining, StartedAt: fixedNow.Add(-5 * time.Second),

@@ -8,6 +8,7 @@ import (
 
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 // MemorySource is a Source over snapshots held in memory: tests set them,
@@ -21,7 +22,7 @@ type MemorySource struct {
 	categories []string
 	details    map[string]inspect.PartitionDetail
 	leases     []inspect.Lease
-	parked     []runtime.Parked
+	parked     []ledger.Parked
 	nodes      []runtime.NodeStatus
 	topics     []TopicPartition
 	pageSize   int
@@ -65,7 +66,7 @@ func (m *MemorySource) SetLeases(l []inspect.Lease) {
 }
 
 // SetParked replaces the ledger entries.
-func (m *MemorySource) SetParked(p []runtime.Parked) {
+func (m *MemorySource) SetParked(p []ledger.Parked) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.parked = slices.Clone(p)
@@ -154,7 +155,7 @@ func (m *MemorySource) Leases(context.Context) ([]inspect.Lease, error) {
 }
 
 // Parked returns the ledger entries.
-func (m *MemorySource) Parked(context.Context) ([]runtime.Parked, error) {
+func (m *MemorySource) Parked(context.Context) ([]ledger.Parked, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.parked), m.err

@@ -18,6 +18,8 @@ import (
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/repair"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // Refresh defaults. The period is the floor between two automatic reads
@@ -589,7 +591,7 @@ func (m *Model) openDetail() tea.Cmd {
 		d.setContent(leaseDetailText(&l))
 	case viewParked:
 		pk := p.snap.parked[r.item]
-		d.snap.parked = []runtime.Parked{pk}
+		d.snap.parked = []ledger.Parked{pk}
 		d.title = pk.Subscription + "/" + pk.Aggregate
 		d.setContent(parkedDetailText(&pk, now))
 	case viewTopics:
@@ -731,7 +733,7 @@ func (m *Model) action(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 	case viewParked:
 		pk := snap.parked[r.item]
 		base := ActionRequest{Subscription: pk.Subscription, Aggregate: pk.Aggregate, By: m.opts.Operator}
-		if pk.Source == runtime.SourceKafka {
+		if pk.Source == source.Kafka {
 			base.Partition = pk.Partition
 		}
 		if key.Matches(msg, k.Retry) {

@@ -19,6 +19,7 @@ import (
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/internal/tui/tuitest"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 // harness drives a Model without a program: it runs the commands Update
@@ -420,7 +421,7 @@ func (b *blockingSource) Leases(ctx context.Context) ([]inspect.Lease, error) {
 	return b.inner.Leases(ctx)
 }
 
-func (b *blockingSource) Parked(ctx context.Context) ([]runtime.Parked, error) {
+func (b *blockingSource) Parked(ctx context.Context) ([]ledger.Parked, error) {
 	if err := b.block(ctx, "parked"); err != nil {
 		return nil, err
 	}
@@ -613,7 +614,7 @@ func (c *countingSource) Leases(ctx context.Context) ([]inspect.Lease, error) {
 	return c.Source.Leases(ctx)
 }
 
-func (c *countingSource) Parked(ctx context.Context) ([]runtime.Parked, error) {
+func (c *countingSource) Parked(ctx context.Context) ([]ledger.Parked, error) {
 	c.count("parked")
 	return c.Source.Parked(ctx)
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/placement"
 )
 
 // The nodes view says when an operator cordoned or drained a node, and
@@ -16,9 +17,9 @@ func TestNodeStateShowsTheMode(t *testing.T) {
 		want string
 	}{
 		{"active", runtime.NodeStatus{JoinState: runtime.JoinJoined, Held: held}, "joined"},
-		{"cordoned", runtime.NodeStatus{JoinState: runtime.JoinJoined, Mode: runtime.ModeCordoned, Held: held}, "joined, cordoned"},
-		{"draining", runtime.NodeStatus{JoinState: runtime.JoinJoined, Mode: runtime.ModeDraining, Held: held}, "joined, draining"},
-		{"drained", runtime.NodeStatus{JoinState: runtime.JoinJoined, Mode: runtime.ModeDraining}, "joined, drained"},
+		{"cordoned", runtime.NodeStatus{JoinState: runtime.JoinJoined, Mode: placement.Cordoned, Held: held}, "joined, cordoned"},
+		{"draining", runtime.NodeStatus{JoinState: runtime.JoinJoined, Mode: placement.Draining, Held: held}, "joined, draining"},
+		{"drained", runtime.NodeStatus{JoinState: runtime.JoinJoined, Mode: placement.Draining}, "joined, drained"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := nodeStateText(&tc.n); got != tc.want {

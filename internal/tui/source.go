@@ -8,6 +8,7 @@ import (
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/repair"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 // RedisOptions configures NewRedisBackend. The zero value watches every
@@ -120,7 +121,7 @@ func (b *RedisBackend) Leases(ctx context.Context) ([]inspect.Lease, error) {
 }
 
 // Parked lists every subscription's ledger entries.
-func (b *RedisBackend) Parked(ctx context.Context) ([]runtime.Parked, error) {
+func (b *RedisBackend) Parked(ctx context.Context) ([]ledger.Parked, error) {
 	return b.ins.Parked(ctx, "")
 }
 

@@ -10,6 +10,8 @@ import (
 	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/internal/present"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
+	"github.com/protctl/protctl/pkg/runtime/placement"
 )
 
 // viewKind names a list view.
@@ -153,7 +155,7 @@ type snapshot struct {
 	// not copied: Source.Partitions must not change a page it handed over)
 	partitions []*inspect.Partition
 	leases     []inspect.Lease
-	parked     []runtime.Parked
+	parked     []ledger.Parked
 	topics     []TopicPartition
 	nodes      []runtime.NodeStatus
 }
@@ -261,7 +263,7 @@ func leaseRows(leases []inspect.Lease) []row {
 }
 
 // parkedWhere is "category/key" for Redis, "topic/partition" for Kafka.
-func parkedWhere(p *runtime.Parked) string {
+func parkedWhere(p *ledger.Parked) string {
 	switch {
 	case p.Topic != "":
 		return p.Topic + "/" + p.Partition
@@ -271,7 +273,7 @@ func parkedWhere(p *runtime.Parked) string {
 	return p.Partition
 }
 
-func parkedRows(parked []runtime.Parked, now time.Time) []row {
+func parkedRows(parked []ledger.Parked, now time.Time) []row {
 	rows := make([]row, 0, len(parked))
 	for i := range parked {
 		p := &parked[i]
@@ -286,9 +288,9 @@ func parkedRows(parked []runtime.Parked, now time.Time) []row {
 		r.nums = []int64{int64(p.Attempts), ageKey}
 		r.toneCol = 5
 		switch p.Status {
-		case runtime.StatusParked, runtime.StatusUnrecoverable:
+		case ledger.StatusParked, ledger.StatusUnrecoverable:
 			r.tone = toneBad
-		case runtime.StatusRetrying:
+		case ledger.StatusRetrying:
 			r.tone = toneWarn
 		}
 		rows = append(rows, r)
@@ -348,7 +350,7 @@ func nodeRows(nodes []runtime.NodeStatus, now time.Time) []row {
 		r.nums = []int64{int64(len(n.Held)), int64(n.Parked), seenKey}
 		r.toneCol = 2
 		switch {
-		case n.Mode != "" && n.Mode != runtime.ModeActive:
+		case n.Mode != "" && n.Mode != placement.Active:
 			r.tone = toneWarn
 		case n.JoinState == runtime.JoinJoined:
 			r.tone = toneGood
@@ -367,9 +369,9 @@ func nodeRows(nodes []runtime.NodeStatus, now time.Time) []row {
 // drained" once a draining node holds nothing (docs/decisions/0046).
 func nodeStateText(n *runtime.NodeStatus) string {
 	switch {
-	case n.Mode == "" || n.Mode == runtime.ModeActive:
+	case n.Mode == "" || n.Mode == placement.Active:
 		return string(n.JoinState)
-	case n.Mode == runtime.ModeDraining && len(n.Held) == 0:
+	case n.Mode == placement.Draining && len(n.Held) == 0:
 		return string(n.JoinState) + ", drained"
 	}
 	return string(n.JoinState) + ", " + string(n.Mode)

@@ -13,7 +13,7 @@
 //
 // This package is what they share and what every program links: the Node,
 // the Subscription contract an engine implements, the Handler contract and
-// failure classification, the failure ledger's records (Parked), the
+// failure classification, the failure ledger's records (ledger.Parked), the
 // stores' interfaces, node status records and Observer hooks; the clock is
 // injected (pkg/runtime/clock). It imports no engine and no Kafka client,
 // so a program that uses only Redis does not link one.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"iter"
 	"time"
+
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // Handler processes one message. It is called with at most one message at
@@ -55,18 +57,10 @@ type HandlerFunc func(ctx context.Context, m Message) error
 // Handle calls f.
 func (f HandlerFunc) Handle(ctx context.Context, m Message) error { return f(ctx, m) }
 
-// SourceKind says where a message came from.
-type SourceKind string
-
-const (
-	SourceRedis SourceKind = "redis"
-	SourceKafka SourceKind = "kafka"
-)
-
 // Message is what a handler receives.
 type Message struct {
 	Subscription string
-	Source       SourceKind
+	Source       source.Kind
 
 	// Redis: the category, partition key and stream (lane) of the entry.
 	Category string

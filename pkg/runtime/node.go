@@ -14,6 +14,8 @@ import (
 
 	"github.com/protctl/protctl/pkg/runtime/clock"
 	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
+	"github.com/protctl/protctl/pkg/runtime/placement"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // Subscription is one named consumer a Node runs: a Redis partitioned
@@ -42,7 +44,7 @@ type Subscription interface {
 // SubscriptionStatus is one subscription's part of a node's status.
 type SubscriptionStatus struct {
 	Name   string
-	Source SourceKind
+	Source source.Kind
 	State  SubscriptionState
 	// Held are the partitions whose lease the subscription holds now. A
 	// Redis partition that is assigned to the node but idle holds no
@@ -259,10 +261,10 @@ func (h nodeHost) Clock() clock.Clock   { return h.n.cfg.Clock }
 func (h nodeHost) Logger() *slog.Logger { return h.n.cfg.Logger }
 func (h nodeHost) Observer() *Observer  { return h.n.cfg.Observer }
 
-// Placement and Mode are the node's (PlacementHost): the engines apply
+// Placement and Mode are the node's (placement.Host): the engines apply
 // operators' pins and the node's cordon through them.
-func (h nodeHost) Placement() *Placement { return h.n.Placement() }
-func (h nodeHost) Mode() NodeMode        { return h.n.Mode() }
+func (h nodeHost) Placement() *placement.Snapshot { return h.n.Placement() }
+func (h nodeHost) Mode() placement.Mode           { return h.n.Mode() }
 
 // JitterSeed is the seed of the node's backoff jitter
 // (NodeConfig.JitterSeed; the engines find it by type assertion).
@@ -544,18 +546,18 @@ func (n *Node) hbError(op string, err error) {
 	n.cfg.Observer.error(ErrorEvent{Op: op, Err: err})
 }
 
-func (n *Node) setMembers(ids []string, pl *Placement, mode NodeMode) {
+func (n *Node) setMembers(ids []string, pl *placement.Snapshot, mode placement.Mode) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.lastHBErr != nil {
 		n.cfg.Logger.Info("membership available again")
 		n.lastHBErr = nil
 	}
-	if mode != n.place.mode && (n.place.mode != "" || mode != ModeActive) {
+	if mode != n.place.mode && (n.place.mode != "" || mode != placement.Active) {
 		n.cfg.Logger.Info("node mode changed", "mode", mode)
 	}
 	n.place.mode = mode
-	samePlacement := n.place.pl.equal(pl)
+	samePlacement := n.place.pl.Equal(pl)
 	n.place.pl = pl
 	if slices.Equal(ids, n.members) && n.members != nil && samePlacement {
 		return

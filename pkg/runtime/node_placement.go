@@ -4,16 +4,19 @@ import (
 	"context"
 	"errors"
 	"slices"
+
+	"github.com/protctl/protctl/pkg/runtime/placement"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // nodePlacement is the Node's view of operator placement (node modes and
 // pins, docs/decisions/0046-drain-cordon-move.md). Guarded by Node.mu.
 type nodePlacement struct {
-	mode NodeMode   // this node's, as last read
-	pl   *Placement // the engines' snapshot
+	mode placement.Mode      // this node's, as last read
+	pl   *placement.Snapshot // the engines' snapshot
 	// last is the last placement read successfully: what the node goes
 	// on applying while reads fail.
-	last PlacementState
+	last placement.State
 	// readErr is the last read's error (nil after a success), skipped
 	// the last read's undecodable fields, joined: both are logged at
 	// Warn only when they change, not at every heartbeat.
@@ -22,40 +25,62 @@ type nodePlacement struct {
 }
 
 // Placement returns the operator placement the node's subscriptions
-// decide ownership with (PlacementHost). nil until the first read, and
+// decide ownership with (placement.Host). nil until the first read, and
 // always nil when the Membership stores none.
-func (n *Node) Placement() *Placement {
+func (n *Node) Placement() *placement.Snapshot {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.place.pl
 }
 
 // Mode is this node's operator mode as last read from the store
-// (ModeActive when none is stored or the store keeps none).
-func (n *Node) Mode() NodeMode {
+// (placement.Active when none is stored or the store keeps none).
+func (n *Node) Mode() placement.Mode {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.place.mode == "" {
-		return ModeActive
+		return placement.Active
 	}
 	return n.place.mode
 }
 
 // statusMode is Mode for the status record: "" when active, so that a
 // node without operator state writes the record it always did.
-func (n *Node) statusMode() NodeMode {
-	if m := n.Mode(); m != ModeActive {
+func (n *Node) statusMode() placement.Mode {
+	if m := n.Mode(); m != placement.Active {
 		return m
 	}
 	return ""
 }
 
-var _ PlacementHost = nodeHost{}
+var _ placement.Host = nodeHost{}
+
+// buildPlacement derives the engines' snapshot from the stored state and
+// the live members' status records: a cordoned node keeps what its record
+// says it holds (a Redis partition in its group's scope, a Kafka
+// partition in its topic's), eligible are the live members that are
+// neither cordoned nor draining.
+func buildPlacement(st placement.State, live []NodeStatus, eligible []string) *placement.Snapshot {
+	var kept []placement.Kept
+	for _, m := range live {
+		if st.Modes[m.Node].Mode != placement.Cordoned {
+			continue
+		}
+		for _, h := range m.Held {
+			scope := h.Subscription
+			if h.Source == source.Kafka {
+				scope = placement.TopicScope(h.Topic)
+			}
+			kept = append(kept, placement.Kept{Node: m.Node, Scope: scope, Partition: h.Partition})
+		}
+	}
+	return placement.Build(st, kept, eligible)
+}
 
 // placementReader returns the membership's placement capability, nil
 // when it has none.
-func (n *Node) placementReader() PlacementReader {
-	pr, _ := n.cfg.Membership.(PlacementReader)
+func (n *Node) placementReader() placement.Reader {
+	pr, _ := n.cfg.Membership.(placement.Reader)
 	return pr
 }
 
@@ -70,10 +95,10 @@ func (n *Node) placementReader() PlacementReader {
 // stays in force, so that a node never takes a share it was told to give
 // up because a read failed. Before any successful read that is no
 // placement at all.
-func (n *Node) readPlacement(ctx context.Context, live []NodeStatus, ids []string) (out []string, pl *Placement, mode NodeMode) {
+func (n *Node) readPlacement(ctx context.Context, live []NodeStatus, ids []string) (out []string, pl *placement.Snapshot, mode placement.Mode) {
 	pr := n.placementReader()
 	if pr == nil {
-		return ids, nil, ModeActive
+		return ids, nil, placement.Active
 	}
 	st, err := pr.ReadPlacement(ctx, n.cfg.Service)
 	n.mu.Lock()
@@ -108,9 +133,9 @@ func (n *Node) readPlacement(ctx context.Context, live []NodeStatus, ids []strin
 	}
 	out = slices.DeleteFunc(slices.Clone(ids), func(id string) bool {
 		m := st.Modes[id].Mode
-		return m == ModeCordoned || m == ModeDraining
+		return m == placement.Cordoned || m == placement.Draining
 	})
-	mode = ModeActive
+	mode = placement.Active
 	if r, ok := st.Modes[n.cfg.NodeID]; ok {
 		mode = r.Mode
 	}

@@ -1,6 +1,11 @@
 package runtime
 
-import "time"
+import (
+	"time"
+
+	"github.com/protctl/protctl/pkg/runtime/ledger"
+	"github.com/protctl/protctl/pkg/runtime/source"
+)
 
 // Observer receives the runtime's events, for metrics and tracing. Every
 // field is optional; a nil *Observer observes nothing.
@@ -19,7 +24,7 @@ type Observer struct {
 	OnHandled func(HandledEvent)
 	// OnParked reports an aggregate (a Redis partition key) parked in the
 	// ledger after its head failed the configured number of attempts.
-	OnParked func(Parked)
+	OnParked func(ledger.Parked)
 	// OnResolved reports a parked entry resolved by an operator's retry
 	// (the head then succeeded) or skip (the head was dead-lettered).
 	OnResolved func(ResolvedEvent)
@@ -54,7 +59,7 @@ const (
 // LeaseEvent is one lease change of one partition.
 type LeaseEvent struct {
 	Subscription string
-	Source       SourceKind
+	Source       source.Kind
 	// Partition is the Redis partition key or the Kafka partition number.
 	Partition  string
 	Kind       LeaseEventKind
@@ -68,7 +73,7 @@ type LeaseEvent struct {
 // HandledEvent is one handler call.
 type HandledEvent struct {
 	Subscription string
-	Source       SourceKind
+	Source       source.Kind
 	Partition    string
 	Aggregate    string
 	Position     string
@@ -83,7 +88,7 @@ type ResolvedEvent struct {
 	Subscription string
 	Aggregate    string
 	Position     string
-	Action       Action // ActionRetry or ActionSkip
+	Action       ledger.Action // ledger.ActionRetry or ledger.ActionSkip
 	// DeadLetterID is the dead-letter entry's id for a skip.
 	DeadLetterID string
 }

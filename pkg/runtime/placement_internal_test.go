@@ -5,27 +5,29 @@ import (
 	"testing"
 
 	"github.com/protctl/protctl/pkg/runtime/hrw"
+	"github.com/protctl/protctl/pkg/runtime/placement"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
-// Placement narrows HRW: a pin to an eligible node wins; a pin to a node
+// placement.Snapshot narrows HRW: a pin to an eligible node wins; a pin to a node
 // that is not eligible (dead, cordoned, draining) is ignored; a cordoned
 // node keeps what it holds (Redis by group, Kafka by topic scope) and
 // nothing else.
 func TestPlacementOwner(t *testing.T) {
 	live := []NodeStatus{
 		{Node: "n1", Held: []HeldPartition{
-			{Subscription: "g", Source: SourceRedis, Partition: "kept"},
-			{Subscription: "s", Source: SourceKafka, Topic: "orders", Partition: "3"},
+			{Subscription: "g", Source: source.Redis, Partition: "kept"},
+			{Subscription: "s", Source: source.Kafka, Topic: "orders", Partition: "3"},
 		}},
 		{Node: "n2"}, {Node: "n3"}, {Node: "n4"},
 	}
-	st := PlacementState{
-		Modes: map[string]NodeModeRecord{"n1": {Mode: ModeCordoned}, "n4": {Mode: ModeDraining}},
-		Pins: []Pin{
+	st := placement.State{
+		Modes: map[string]placement.ModeRecord{"n1": {Mode: placement.Cordoned}, "n4": {Mode: placement.Draining}},
+		Pins: []placement.Pin{
 			{Scope: "g", Partition: "pinned", Node: "n3"},
 			{Scope: "g", Partition: "to-dead", Node: "gone"},
 			{Scope: "g", Partition: "to-draining", Node: "n4"},
-			{Scope: TopicScope("orders"), Partition: "5", Node: "n2"},
+			{Scope: placement.TopicScope("orders"), Partition: "5", Node: "n2"},
 		},
 	}
 	eligible := []string{"n2", "n3"}
@@ -38,22 +40,22 @@ func TestPlacementOwner(t *testing.T) {
 		{"g", "to-draining", "to-draining", hrw.Owner("to-draining", eligible)},
 		{"g", "kept", "kept", "n1"},
 		{"other", "kept", "kept", hrw.Owner("kept", eligible)},
-		{TopicScope("orders"), "3", "orders/3", "n1"},
-		{TopicScope("orders"), "5", "orders/5", "n2"},
-		{TopicScope("orders"), "6", "orders/6", hrw.Owner("orders/6", eligible)},
+		{placement.TopicScope("orders"), "3", "orders/3", "n1"},
+		{placement.TopicScope("orders"), "5", "orders/5", "n2"},
+		{placement.TopicScope("orders"), "6", "orders/6", hrw.Owner("orders/6", eligible)},
 	} {
 		if got := pl.Owner(tc.scope, tc.partition, tc.hrwKey, eligible, "n2", false); got != tc.want {
 			t.Errorf("owner of %s/%s = %q, want %q", tc.scope, tc.partition, got, tc.want)
 		}
 	}
-	var none *Placement
+	var none *placement.Snapshot
 	if got := none.Owner("g", "kept", "kept", eligible, "n1", true); got != hrw.Owner("kept", eligible) {
 		t.Errorf("nil placement: %q, want plain HRW", got)
 	}
-	if !pl.equal(buildPlacement(st, live, eligible)) || pl.equal(none) {
+	if !pl.Equal(buildPlacement(st, live, eligible)) || pl.Equal(none) {
 		t.Error("equal does not compare the overrides")
 	}
-	parts := []PlacedPart{{Key: "pinned", Scope: "g", Partition: "pinned"}, {Key: "kept", Scope: "g", Partition: "kept"}, {Key: "free", Scope: "g", Partition: "free"}}
+	parts := []placement.Part{{Key: "pinned", Scope: "g", Partition: "pinned"}, {Key: "kept", Scope: "g", Partition: "kept"}, {Key: "free", Scope: "g", Partition: "free"}}
 	owners := pl.Assign(parts, eligible, 10, "n2")
 	if owners["pinned"] != "n3" || owners["kept"] != "n1" || owners["free"] != hrw.Owner("free", eligible) {
 		t.Errorf("capped assignment with overrides: %v", owners)
@@ -77,21 +79,21 @@ func TestPlacementOwner(t *testing.T) {
 // HRW assignment, and the others' room is unchanged.
 func TestPlacementRespectsCap(t *testing.T) {
 	const capN = 2
-	var parts []PlacedPart
-	var pins []Pin
+	var parts []placement.Part
+	var pins []placement.Pin
 	var held []HeldPartition
 	for i := range 12 {
 		k := fmt.Sprintf("k%02d", i)
-		parts = append(parts, PlacedPart{Key: k, Scope: "g", Partition: k})
+		parts = append(parts, placement.Part{Key: k, Scope: "g", Partition: k})
 		switch {
 		case i < 4:
-			pins = append(pins, Pin{Scope: "g", Partition: k, Node: "n2"})
+			pins = append(pins, placement.Pin{Scope: "g", Partition: k, Node: "n2"})
 		case i < 7:
-			held = append(held, HeldPartition{Subscription: "g", Source: SourceRedis, Partition: k})
+			held = append(held, HeldPartition{Subscription: "g", Source: source.Redis, Partition: k})
 		}
 	}
 	live := []NodeStatus{{Node: "n1", Held: held}, {Node: "n2"}, {Node: "n3"}, {Node: "n4"}}
-	st := PlacementState{Modes: map[string]NodeModeRecord{"n1": {Mode: ModeCordoned}}, Pins: pins}
+	st := placement.State{Modes: map[string]placement.ModeRecord{"n1": {Mode: placement.Cordoned}}, Pins: pins}
 	members := []string{"n2", "n3", "n4"}
 	pl := buildPlacement(st, live, members)
 	owners := pl.Assign(parts, members, capN, "n3")

@@ -1,5 +1,5 @@
 // Package memstore implements the runtime's stores in memory: the failure
-// ledger (runtime.Ledger), node membership (runtime.Membership) and
+// ledger (ledger.Ledger), node membership (runtime.Membership) and
 // checkpoints (runtime.Checkpoints), with the same semantics as
 // pkg/runtime/redisstore, for the embedded demo and fast tests.
 //

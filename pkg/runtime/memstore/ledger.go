@@ -8,17 +8,17 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/internal/storecontract"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 // Park creates or replaces the entry of (p.Subscription, p.Aggregate)
 // under f's lease; the aggregate's entries under other leases (other
 // partitions) stay. A stale f fails with a *broker.LeaseLostError (Op
-// "park") and changes nothing. p.Error is cut to runtime.MaxErrorLen
-// bytes; an empty p.Status means runtime.StatusParked and a zero
+// "park") and changes nothing. p.Error is cut to ledger.MaxErrorLen
+// bytes; an empty p.Status means ledger.StatusParked and a zero
 // p.ParkedAt the clock's now.
-func (s *Store) Park(ctx context.Context, f broker.Fence, p runtime.Parked) error {
+func (s *Store) Park(ctx context.Context, f broker.Fence, p ledger.Parked) error {
 	const op = "park"
 	if err := storecontract.Park(op, f, p); err != nil {
 		return err
@@ -47,8 +47,8 @@ func (s *Store) Park(ctx context.Context, f broker.Fence, p runtime.Parked) erro
 
 // SetStatus sets the status of the entry parked under f's lease and
 // clears its request. A stale f fails with a *broker.LeaseLostError (Op
-// "set status"); a missing entry with runtime.ErrNotParked.
-func (s *Store) SetStatus(ctx context.Context, f broker.Fence, subscription, aggregate string, status runtime.ParkStatus) error {
+// "set status"); a missing entry with ledger.ErrNotParked.
+func (s *Store) SetStatus(ctx context.Context, f broker.Fence, subscription, aggregate string, status ledger.Status) error {
 	const op = "set status"
 	if err := storecontract.SetStatus(op, f, subscription, aggregate, status); err != nil {
 		return err
@@ -66,7 +66,7 @@ func (s *Store) SetStatus(ctx context.Context, f broker.Fence, subscription, agg
 	if !ok {
 		return notParked(op, subscription, aggregate)
 	}
-	return s.edit(op, subscription, id, e, func(p *runtime.Parked) error {
+	return s.edit(op, subscription, id, e, func(p *ledger.Parked) error {
 		p.Status = status
 		p.Request = nil
 		return nil
@@ -95,7 +95,7 @@ func (s *Store) Resolve(ctx context.Context, f broker.Fence, subscription, aggre
 
 // ListParked returns subscription's entries ("" for all), oldest ParkedAt
 // first (then by subscription and aggregate).
-func (s *Store) ListParked(ctx context.Context, subscription string) ([]runtime.Parked, error) {
+func (s *Store) ListParked(ctx context.Context, subscription string) ([]ledger.Parked, error) {
 	const op = "list parked"
 	if subscription != "" {
 		if err := storecontract.Subscription(op, subscription); err != nil {
@@ -107,13 +107,13 @@ func (s *Store) ListParked(ctx context.Context, subscription string) ([]runtime.
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []runtime.Parked
+	var out []ledger.Parked
 	for sub, aggs := range s.parked {
 		if subscription != "" && sub != subscription {
 			continue
 		}
 		for _, e := range aggs {
-			var p runtime.Parked
+			var p ledger.Parked
 			if err := json.Unmarshal(e.data, &p); err != nil {
 				return nil, fmt.Errorf("memstore: %s: %w", op, err)
 			}
@@ -125,25 +125,25 @@ func (s *Store) ListParked(ctx context.Context, subscription string) ([]runtime.
 }
 
 // GetParked returns the entry of (subscription, partition, aggregate), or
-// runtime.ErrNotParked; partition "" names the aggregate's only entry
-// (an *runtime.AmbiguousParkedError when it has several).
-func (s *Store) GetParked(ctx context.Context, subscription, partition, aggregate string) (runtime.Parked, error) {
+// ledger.ErrNotParked; partition "" names the aggregate's only entry
+// (an *ledger.AmbiguousParkedError when it has several).
+func (s *Store) GetParked(ctx context.Context, subscription, partition, aggregate string) (ledger.Parked, error) {
 	const op = "get parked"
 	if err := storecontract.Aggregate(op, subscription, aggregate); err != nil {
-		return runtime.Parked{}, err
+		return ledger.Parked{}, err
 	}
 	if err := ctxErr(ctx, op); err != nil {
-		return runtime.Parked{}, err
+		return ledger.Parked{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, e, err := s.lookup(op, subscription, partition, aggregate)
 	if err != nil {
-		return runtime.Parked{}, err
+		return ledger.Parked{}, err
 	}
-	var p runtime.Parked
+	var p ledger.Parked
 	if err := json.Unmarshal(e.data, &p); err != nil {
-		return runtime.Parked{}, fmt.Errorf("memstore: %s: %w", op, err)
+		return ledger.Parked{}, fmt.Errorf("memstore: %s: %w", op, err)
 	}
 	return p, nil
 }
@@ -168,27 +168,27 @@ func (s *Store) lookup(op, subscription, partition, aggregate string) (entryID, 
 		return entryID{}, entry{}, notParked(op, subscription, aggregate)
 	case len(parts) > 1:
 		slices.Sort(parts)
-		return entryID{}, entry{}, &runtime.AmbiguousParkedError{Subscription: subscription, Aggregate: aggregate, Partitions: parts}
+		return entryID{}, entry{}, &ledger.AmbiguousParkedError{Subscription: subscription, Aggregate: aggregate, Partitions: parts}
 	}
 	return id, found, nil
 }
 
 // RequestRetry records an operator's retry request and sets the entry's
 // status to retrying, then signals the subscription's watchers.
-// runtime.ErrNotParked, runtime.ErrUnrecoverable,
-// runtime.ErrAmbiguousParked.
+// ledger.ErrNotParked, ledger.ErrUnrecoverable,
+// ledger.ErrAmbiguousParked.
 func (s *Store) RequestRetry(ctx context.Context, subscription, partition, aggregate, by string) error {
-	return s.request(ctx, "request retry", runtime.ActionRetry, subscription, partition, aggregate, "", by)
+	return s.request(ctx, "request retry", ledger.ActionRetry, subscription, partition, aggregate, "", by)
 }
 
 // RequestSkip records an operator's skip request (the status stays), then
-// signals the subscription's watchers. runtime.ErrNotParked,
-// runtime.ErrAmbiguousParked.
+// signals the subscription's watchers. ledger.ErrNotParked,
+// ledger.ErrAmbiguousParked.
 func (s *Store) RequestSkip(ctx context.Context, subscription, partition, aggregate, reason, by string) error {
-	return s.request(ctx, "request skip", runtime.ActionSkip, subscription, partition, aggregate, reason, by)
+	return s.request(ctx, "request skip", ledger.ActionSkip, subscription, partition, aggregate, reason, by)
 }
 
-func (s *Store) request(ctx context.Context, op string, action runtime.Action, subscription, partition, aggregate, reason, by string) error {
+func (s *Store) request(ctx context.Context, op string, action ledger.Action, subscription, partition, aggregate, reason, by string) error {
 	if err := storecontract.Aggregate(op, subscription, aggregate); err != nil {
 		return err
 	}
@@ -203,14 +203,14 @@ func (s *Store) request(ctx context.Context, op string, action runtime.Action, s
 	if err != nil {
 		return err
 	}
-	err = s.edit(op, subscription, id, e, func(p *runtime.Parked) error {
-		if action == runtime.ActionRetry {
-			if p.Status == runtime.StatusUnrecoverable {
-				return fmt.Errorf("memstore: %s: %q of subscription %q: %w", op, aggregate, subscription, runtime.ErrUnrecoverable)
+	err = s.edit(op, subscription, id, e, func(p *ledger.Parked) error {
+		if action == ledger.ActionRetry {
+			if p.Status == ledger.StatusUnrecoverable {
+				return fmt.Errorf("memstore: %s: %q of subscription %q: %w", op, aggregate, subscription, ledger.ErrUnrecoverable)
 			}
-			p.Status = runtime.StatusRetrying
+			p.Status = ledger.StatusRetrying
 		}
-		p.Request = &runtime.Request{Action: action, Reason: reason, By: by, RequestedAt: now}
+		p.Request = &ledger.Request{Action: action, Reason: reason, By: by, RequestedAt: now}
 		return nil
 	})
 	if err != nil {
@@ -232,8 +232,8 @@ func (s *Store) signal(subscription, aggregate string) {
 }
 
 // edit decodes e, applies change and stores the result; s.mu is held.
-func (s *Store) edit(op, subscription string, id entryID, e entry, change func(*runtime.Parked) error) error {
-	var p runtime.Parked
+func (s *Store) edit(op, subscription string, id entryID, e entry, change func(*ledger.Parked) error) error {
+	var p ledger.Parked
 	if err := json.Unmarshal(e.data, &p); err != nil {
 		return fmt.Errorf("memstore: %s: %w", op, err)
 	}
@@ -284,5 +284,5 @@ func (s *Store) WatchRequests(ctx context.Context, subscription string) (<-chan 
 }
 
 func notParked(op, subscription, aggregate string) error {
-	return fmt.Errorf("memstore: %s: %q of subscription %q: %w", op, aggregate, subscription, runtime.ErrNotParked)
+	return fmt.Errorf("memstore: %s: %q of subscription %q: %w", op, aggregate, subscription, ledger.ErrNotParked)
 }

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/internal/storecontract"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
-var _ runtime.LedgerPinnedRequester = (*Store)(nil)
+var _ ledger.PinnedRequester = (*Store)(nil)
 
 // pinnedName is a pinned request's token and the entry it named, as
 // asked (the partition may be "").
@@ -22,16 +22,16 @@ type pinnedName struct {
 // Calls run under s.mu, so the mark is set in the same step as the
 // request.
 type pinnedMark struct {
-	action   runtime.Action
+	action   ledger.Action
 	by       string
 	at       time.Time
 	expireAt time.Time
 }
 
 // RequestPinned records r on its entry only while the entry matches
-// r.Pin, and at most once per r.Token (runtime.LedgerPinnedRequester).
+// r.Pin, and at most once per r.Token (ledger.PinnedRequester).
 // The token is remembered for WithRequestTokenTTL on the store's clock.
-func (s *Store) RequestPinned(ctx context.Context, r runtime.PinnedRequest) error {
+func (s *Store) RequestPinned(ctx context.Context, r ledger.PinnedRequest) error {
 	const op = "request pinned"
 	if err := storecontract.Pinned(op, r); err != nil {
 		return err
@@ -49,7 +49,7 @@ func (s *Store) RequestPinned(ctx context.Context, r runtime.PinnedRequest) erro
 		ok = false
 	}
 	if ok {
-		return fmt.Errorf("memstore: %s: %w", op, &runtime.AlreadyRequestedError{
+		return fmt.Errorf("memstore: %s: %w", op, &ledger.AlreadyRequestedError{
 			Subscription: r.Subscription, Partition: r.Partition, Aggregate: r.Aggregate,
 			Token: r.Token, Action: mark.action, By: mark.by, At: mark.at})
 	}
@@ -57,24 +57,24 @@ func (s *Store) RequestPinned(ctx context.Context, r runtime.PinnedRequest) erro
 	if err != nil {
 		return err
 	}
-	var cur runtime.Parked
+	var cur ledger.Parked
 	if err := json.Unmarshal(e.data, &cur); err != nil {
 		return fmt.Errorf("memstore: %s: %w", op, err)
 	}
-	if runtime.PinOf(cur) != r.Pin {
-		return fmt.Errorf("memstore: %s: %w", op, &runtime.ParkChangedError{
+	if ledger.PinOf(cur) != r.Pin {
+		return fmt.Errorf("memstore: %s: %w", op, &ledger.ParkChangedError{
 			Subscription: r.Subscription, Partition: r.Partition, Aggregate: r.Aggregate, Pin: r.Pin, Now: cur})
 	}
 	// Redis stamps requests with the server's TIME, in microseconds.
 	at := now.UTC().Truncate(time.Microsecond)
-	err = s.edit(op, r.Subscription, id, e, func(p *runtime.Parked) error {
-		if r.Action == runtime.ActionRetry {
-			if p.Status == runtime.StatusUnrecoverable {
-				return fmt.Errorf("memstore: %s: %q of subscription %q: %w", op, r.Aggregate, r.Subscription, runtime.ErrUnrecoverable)
+	err = s.edit(op, r.Subscription, id, e, func(p *ledger.Parked) error {
+		if r.Action == ledger.ActionRetry {
+			if p.Status == ledger.StatusUnrecoverable {
+				return fmt.Errorf("memstore: %s: %q of subscription %q: %w", op, r.Aggregate, r.Subscription, ledger.ErrUnrecoverable)
 			}
-			p.Status = runtime.StatusRetrying
+			p.Status = ledger.StatusRetrying
 		}
-		p.Request = &runtime.Request{Action: r.Action, Reason: r.SkipReason(), By: r.By, RequestedAt: at, Token: r.Token}
+		p.Request = &ledger.Request{Action: r.Action, Reason: r.SkipReason(), By: r.By, RequestedAt: at, Token: r.Token}
 		return nil
 	})
 	if err != nil {

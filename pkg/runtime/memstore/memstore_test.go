@@ -11,7 +11,9 @@ import (
 	"github.com/protctl/protctl/pkg/broker/memorybroker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/clock"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
+	"github.com/protctl/protctl/pkg/runtime/source"
 	"github.com/protctl/protctl/pkg/runtime/storetest"
 )
 
@@ -94,7 +96,7 @@ func TestFencesFollowTheMemoryBrokersLeases(t *testing.T) {
 	if err := s.Save(ctx, l.Fence, group, "sync", 0, 5); err != nil {
 		t.Fatalf("save under the lease: %v", err)
 	}
-	p := runtime.Parked{Subscription: "sync", Aggregate: "order-1", Source: runtime.SourceKafka}
+	p := ledger.Parked{Subscription: "sync", Aggregate: "order-1", Source: source.Kafka}
 	if err := s.Park(ctx, l.Fence, p); err != nil {
 		t.Fatalf("park under the lease: %v", err)
 	}
@@ -141,7 +143,7 @@ func TestTimesComeFromTheClock(t *testing.T) {
 		t.Fatal("node live at its expiry")
 	}
 
-	if err := s.Park(ctx, f, runtime.Parked{Subscription: "sync", Aggregate: "o"}); err != nil {
+	if err := s.Park(ctx, f, ledger.Parked{Subscription: "sync", Aggregate: "o"}); err != nil {
 		t.Fatal(err)
 	}
 	c.Advance(time.Minute)
@@ -180,7 +182,7 @@ func TestCancelledWatchersAreForgotten(t *testing.T) {
 	// Requests after every watcher left reach no closed channel (a send
 	// on one would panic).
 	f := broker.Fence{LeaseKey: "lease", Token: "a:1"}
-	if err := s.Park(ctx, f, runtime.Parked{Subscription: "sync", Aggregate: "o"}); err != nil {
+	if err := s.Park(ctx, f, ledger.Parked{Subscription: "sync", Aggregate: "o"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RequestSkip(ctx, "sync", "", "o", "r", "alice"); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/clock"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 // Leases reads leases as the broker that grants them stores them. The
@@ -22,7 +23,7 @@ type Leases interface {
 	GetString(ctx context.Context, key string) (value string, ok bool, err error)
 }
 
-// Store is the in-memory implementation of runtime.Ledger,
+// Store is the in-memory implementation of ledger.Ledger,
 // runtime.Membership and runtime.Checkpoints. It is safe for concurrent
 // use.
 type Store struct {
@@ -45,7 +46,7 @@ type Store struct {
 }
 
 var (
-	_ runtime.Ledger      = (*Store)(nil)
+	_ ledger.Ledger       = (*Store)(nil)
 	_ runtime.Membership  = (*Store)(nil)
 	_ runtime.Checkpoints = (*Store)(nil)
 )
@@ -62,7 +63,7 @@ type member struct {
 // extends the lease key).
 type entry struct {
 	leaseKey  string
-	partition string // runtime.Parked.Partition
+	partition string // ledger.Parked.Partition
 	data      []byte
 }
 

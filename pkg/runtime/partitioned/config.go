@@ -7,6 +7,8 @@ import (
 
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
+	"github.com/protctl/protctl/pkg/runtime/pause"
 )
 
 // Config configures a Redis partitioned subscription (see
@@ -31,10 +33,10 @@ type Config struct {
 	Broker broker.PartitionedBroker
 	// Ledger is the failure ledger parked partitions are recorded in.
 	// Required.
-	Ledger runtime.Ledger
+	Ledger ledger.Ledger
 	// Pauses holds operators' pauses (`protctl pause`); nil: nothing is
 	// ever paused. See pause.go.
-	Pauses runtime.Pauses
+	Pauses pause.Store
 
 	// BackfillSuffix names the low-priority lane. Default:
 	// broker.DefaultBackfillSuffix.

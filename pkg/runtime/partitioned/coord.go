@@ -6,6 +6,8 @@ import (
 
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
+	"github.com/protctl/protctl/pkg/runtime/placement"
 )
 
 // event is something the coordinator reacts to.
@@ -28,7 +30,7 @@ type (
 	// evLedgerList: the subscription's parked entries, as read by the
 	// list numbered started (Subscription.ledgerReads).
 	evLedgerList struct {
-		entries []runtime.Parked
+		entries []ledger.Parked
 		started int64
 	}
 	// evLedgerSignal: an operator request on key.
@@ -97,7 +99,7 @@ type part struct {
 	reapAt      time.Time // next reap attempt (ReapAfter > 0)
 	reapBackoff time.Duration
 	reaping     bool
-	parked      *runtime.Parked
+	parked      *ledger.Parked
 	reaped      bool      // retired by this node; not reaped again until active
 	created     time.Time // when the coordinator learnt of the key
 	// ledgerSeen is ledgerReads read once a worker's park or resolve of
@@ -197,7 +199,7 @@ func (c *coordinator) reassign(only []string) {
 		return
 	}
 	capped := p.cfg.MaxPartitions > 0
-	pl := runtime.PlacementOf(p.host) // placement.go
+	pl := placement.Of(p.host) // placement.go
 	var owners map[string]string
 	if capped {
 		only = nil

@@ -11,6 +11,8 @@ import (
 	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
 	"github.com/protctl/protctl/pkg/runtime/internal/lease"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // handleBatch calls the handler on each message in order, then acks the
@@ -154,7 +156,7 @@ func (w *worker) call(ln lane, m broker.Message, attempt int) (err error) {
 	p := w.p
 	msg := runtime.Message{
 		Subscription: p.cfg.Name,
-		Source:       runtime.SourceRedis,
+		Source:       source.Redis,
 		Category:     ln.category,
 		Key:          w.key,
 		Stream:       ln.stream,
@@ -181,7 +183,7 @@ func (w *worker) call(ln lane, m broker.Message, attempt int) (err error) {
 			class = runtime.Classify(err)
 		}
 		observe.Handled(p.obs, runtime.HandledEvent{
-			Subscription: p.cfg.Name, Source: runtime.SourceRedis, Partition: w.key, Aggregate: w.key,
+			Subscription: p.cfg.Name, Source: source.Redis, Partition: w.key, Aggregate: w.key,
 			Position: m.ID, Attempt: attempt, Duration: p.clk.Now().Sub(start), Err: err, Class: class,
 		})
 	}()
@@ -196,19 +198,19 @@ func (w *worker) park(ln lane, m broker.Message, herr error, attempts int) (resu
 		return r, true
 	}
 	now := p.clk.Now()
-	e := runtime.Parked{
+	e := ledger.Parked{
 		Subscription:  p.cfg.Name,
-		Source:        runtime.SourceRedis,
+		Source:        source.Redis,
 		Aggregate:     w.key,
 		Category:      ln.category,
 		Partition:     w.key,
 		Position:      m.ID,
 		Stream:        ln.stream,
-		Error:         runtime.TruncateError(herr.Error()),
+		Error:         ledger.TruncateError(herr.Error()),
 		Attempts:      attempts,
 		ParkedAt:      now,
 		LastAttemptAt: now,
-		Status:        runtime.StatusParked,
+		Status:        ledger.StatusParked,
 		Owner:         p.node,
 		Generation:    w.lease.gen,
 	}

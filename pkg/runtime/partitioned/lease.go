@@ -11,6 +11,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/internal/lease"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // heldLease is one lease a worker holds. The renewer and the worker share
@@ -93,7 +94,7 @@ func (t *leaseTable) held(sub string, categories []string) []runtime.HeldPartiti
 			continue
 		}
 		for _, c := range categories {
-			out = append(out, runtime.HeldPartition{Subscription: sub, Source: runtime.SourceRedis, Category: c, Partition: l.key, Generation: l.gen})
+			out = append(out, runtime.HeldPartition{Subscription: sub, Source: source.Redis, Category: c, Partition: l.key, Generation: l.gen})
 		}
 	}
 	t.mu.Unlock()

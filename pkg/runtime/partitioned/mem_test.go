@@ -14,6 +14,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/memorybroker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
 	"github.com/protctl/protctl/pkg/runtime/partitioned"
 )
@@ -343,7 +344,7 @@ func TestMemPoisonParkRetrySkip(t *testing.T) {
 			return nil
 		})
 		var parkedEvents atomic.Int32
-		obs := &runtime.Observer{OnParked: func(p runtime.Parked) { parkedEvents.Add(1) }}
+		obs := &runtime.Observer{OnParked: func(p ledger.Parked) { parkedEvents.Add(1) }}
 		n := e.start("node-1", rec.handler("node-1"), nil, obs)
 
 		// Other keys flow; poisoned ones stop before their third entry.
@@ -360,7 +361,7 @@ func TestMemPoisonParkRetrySkip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if parked.Attempts != 3 || parked.Status != runtime.StatusParked || parked.Category != cat ||
+		if parked.Attempts != 3 || parked.Status != ledger.StatusParked || parked.Category != cat ||
 			parked.Stream != cat+":k003" || parked.Owner != "node-1" || parked.Error == "" || parked.Partition != "k003" {
 			t.Errorf("parked entry: %+v", parked)
 		}
@@ -388,7 +389,7 @@ func TestMemPoisonParkRetrySkip(t *testing.T) {
 		if got := rec.handled("k003"); !slices.Equal(got, []int{1, 2, 3, 4, 5, 6}) {
 			t.Errorf("k003 after retry handled %v", got)
 		}
-		if _, err := e.store.GetParked(ctx, group, "", "k003"); !errors.Is(err, runtime.ErrNotParked) {
+		if _, err := e.store.GetParked(ctx, group, "", "k003"); !errors.Is(err, ledger.ErrNotParked) {
 			t.Errorf("k003 still in the ledger after a successful retry: %v", err)
 		}
 
@@ -406,7 +407,7 @@ func TestMemPoisonParkRetrySkip(t *testing.T) {
 		if err != nil || len(dlq) != 1 || seqOf(t, dlq[0].Data) != 3 {
 			t.Fatalf("dlq = %+v, %v; want the third entry", dlq, err)
 		}
-		if _, err := e.store.GetParked(ctx, group, "", "k006"); !errors.Is(err, runtime.ErrNotParked) {
+		if _, err := e.store.GetParked(ctx, group, "", "k006"); !errors.Is(err, ledger.ErrNotParked) {
 			t.Errorf("k006 still in the ledger after a skip: %v", err)
 		}
 		st := subOf(n).Status()

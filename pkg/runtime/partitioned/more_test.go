@@ -14,6 +14,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/partitioned"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // Streams with the same key in several categories are one unit under one
@@ -282,7 +283,7 @@ func TestMemNodeStatusRecord(t *testing.T) {
 		}
 		var heldA bool
 		for _, h := range st.Held {
-			if h.Partition == "a" && h.Subscription == group && h.Category == cat && h.Generation == 1 && h.Source == runtime.SourceRedis {
+			if h.Partition == "a" && h.Subscription == group && h.Category == cat && h.Generation == 1 && h.Source == source.Redis {
 				heldA = true
 			}
 		}
@@ -345,8 +346,8 @@ func (f *fakeSub) Stop(ctx context.Context) error {
 
 func (f *fakeSub) Status() runtime.SubscriptionStatus {
 	return runtime.SubscriptionStatus{
-		Name: f.Name(), Source: runtime.SourceKafka, State: runtime.StateRunning,
-		Held:   []runtime.HeldPartition{{Subscription: f.Name(), Source: runtime.SourceKafka, Topic: "orders", Partition: "3", Generation: 7}},
+		Name: f.Name(), Source: source.Kafka, State: runtime.StateRunning,
+		Held:   []runtime.HeldPartition{{Subscription: f.Name(), Source: source.Kafka, Topic: "orders", Partition: "3", Generation: 7}},
 		Paused: []string{"3"}, Counters: map[string]int64{runtime.CounterProcessed: 5},
 	}
 }

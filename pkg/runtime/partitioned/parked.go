@@ -6,6 +6,8 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // checkParked reads the key's ledger entry. done means the worker ends
@@ -13,25 +15,25 @@ import (
 func (w *worker) checkParked() (result, bool) {
 	p := w.p
 	e, err := p.cfg.Ledger.GetParked(w.ctx, p.cfg.Name, "", w.key)
-	if errors.Is(err, runtime.ErrNotParked) {
+	if errors.Is(err, ledger.ErrNotParked) {
 		return result{}, false
 	}
 	if err != nil {
 		return w.ioFail("get parked", err), true
 	}
-	var action runtime.Action
+	var action ledger.Action
 	switch {
 	case e.Request != nil:
 		action = e.Request.Action
-	case e.Status == runtime.StatusRetrying:
+	case e.Status == ledger.StatusRetrying:
 		// The owner that took the request up died before finishing it.
-		action = runtime.ActionRetry
+		action = ledger.ActionRetry
 	}
 	switch action {
-	case runtime.ActionRetry:
+	case ledger.ActionRetry:
 		w.retrying = &e
 		return result{}, false
-	case runtime.ActionSkip:
+	case ledger.ActionSkip:
 		w.skipping = &e
 		return result{}, false
 	}
@@ -79,18 +81,18 @@ func (w *worker) skip() (result, bool) {
 			break
 		}
 	}
-	if err := p.cfg.Ledger.Resolve(w.ctx, w.lease.fence, p.cfg.Name, w.key); err != nil && !errors.Is(err, runtime.ErrNotParked) {
+	if err := p.cfg.Ledger.Resolve(w.ctx, w.lease.fence, p.cfg.Name, w.key); err != nil && !errors.Is(err, ledger.ErrNotParked) {
 		return w.ioFail("resolve parked", err), true
 	}
 	w.resolved = true
 	p.c.resolved.Add(1)
 	p.log.Info("parked partition skipped", "subscription", p.cfg.Name, "key", w.key, "position", e.Position, "deadLetter", dlqID)
-	observe.Resolved(p.obs, runtime.ResolvedEvent{Subscription: p.cfg.Name, Aggregate: w.key, Position: e.Position, Action: runtime.ActionSkip, DeadLetterID: dlqID})
+	observe.Resolved(p.obs, runtime.ResolvedEvent{Subscription: p.cfg.Name, Aggregate: w.key, Position: e.Position, Action: ledger.ActionSkip, DeadLetterID: dlqID})
 	return result{}, false
 }
 
 // laneOf finds the lane a parked entry's head is on.
-func (w *worker) laneOf(e *runtime.Parked) (lane, bool) {
+func (w *worker) laneOf(e *ledger.Parked) (lane, bool) {
 	for _, ln := range w.lanes {
 		if e.Stream != "" && ln.stream == e.Stream {
 			return ln, true
@@ -112,24 +114,24 @@ func (w *worker) resolveRetry() (result, bool) {
 	p := w.p
 	e := w.retrying
 	w.retrying = nil
-	if err := p.cfg.Ledger.Resolve(w.ctx, w.lease.fence, p.cfg.Name, w.key); err != nil && !errors.Is(err, runtime.ErrNotParked) {
+	if err := p.cfg.Ledger.Resolve(w.ctx, w.lease.fence, p.cfg.Name, w.key); err != nil && !errors.Is(err, ledger.ErrNotParked) {
 		return w.ioFail("resolve parked", err), true
 	}
 	w.resolved = true
 	p.c.resolved.Add(1)
 	p.log.Info("parked partition retried", "subscription", p.cfg.Name, "key", w.key, "position", e.Position)
-	observe.Resolved(p.obs, runtime.ResolvedEvent{Subscription: p.cfg.Name, Aggregate: w.key, Position: e.Position, Action: runtime.ActionRetry})
+	observe.Resolved(p.obs, runtime.ResolvedEvent{Subscription: p.cfg.Name, Aggregate: w.key, Position: e.Position, Action: ledger.ActionRetry})
 	return result{}, false
 }
 
 // ledgerList applies a full read of the parked entries. A key a worker
 // parked or resolved after the read began keeps what the worker knew: the
 // read is older.
-func (c *coordinator) ledgerList(entries []runtime.Parked, started int64) {
-	parked := make(map[string]*runtime.Parked, len(entries))
+func (c *coordinator) ledgerList(entries []ledger.Parked, started int64) {
+	parked := make(map[string]*ledger.Parked, len(entries))
 	for i := range entries {
 		e := &entries[i]
-		if e.Source != "" && e.Source != runtime.SourceRedis {
+		if e.Source != "" && e.Source != source.Redis {
 			continue
 		}
 		parked[e.Aggregate] = e

@@ -15,6 +15,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime/clock"
 	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // Subscription is a Redis partitioned subscription: the consumer side of
@@ -352,7 +353,7 @@ func (p *Subscription) Err() error {
 // Status is a snapshot of the subscription (no I/O).
 func (p *Subscription) Status() runtime.SubscriptionStatus {
 	p.mu.Lock()
-	st := runtime.SubscriptionStatus{Name: p.cfg.Name, Source: runtime.SourceRedis, State: p.state, Err: p.fatalErr}
+	st := runtime.SubscriptionStatus{Name: p.cfg.Name, Source: source.Redis, State: p.state, Err: p.fatalErr}
 	p.mu.Unlock()
 	st.Held = p.leases.held(p.cfg.Name, p.cfg.Categories)
 	st.Paused = p.paused.list()

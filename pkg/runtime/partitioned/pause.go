@@ -10,6 +10,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
 	"github.com/protctl/protctl/pkg/runtime/internal/lease"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
+	"github.com/protctl/protctl/pkg/runtime/pause"
 )
 
 // Operators' pauses on the partitioned engine
@@ -33,7 +34,7 @@ import (
 //	                               kept)   ▼ not paused: read a batch
 type pauseState struct {
 	mu  sync.Mutex
-	set runtime.PauseSet
+	set pause.Set
 	// changed is closed (and replaced) whenever set changes: the holding
 	// workers wait on it.
 	changed chan struct{}
@@ -51,7 +52,7 @@ func newPauseState() *pauseState {
 func (s *pauseState) markReady() { s.readyOnce.Do(func() { close(s.ready) }) }
 
 // update installs set; it wakes the holding workers when it differs.
-func (s *pauseState) update(set runtime.PauseSet) {
+func (s *pauseState) update(set pause.Set) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if samePauses(s.set, set) {
@@ -62,7 +63,7 @@ func (s *pauseState) update(set runtime.PauseSet) {
 	s.changed = make(chan struct{})
 }
 
-func samePauses(a, b runtime.PauseSet) bool {
+func samePauses(a, b pause.Set) bool {
 	if len(a) != len(b) {
 		return false
 	}

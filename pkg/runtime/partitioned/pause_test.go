@@ -9,6 +9,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/internal/enginetest"
 	"github.com/protctl/protctl/pkg/runtime/partitioned"
+	"github.com/protctl/protctl/pkg/runtime/pause"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -31,7 +32,7 @@ func TestRedisOperatorPauseHoldsKeysWhileOthersFlow(t *testing.T) {
 	keys := keyNames(6)
 	hot, mid := keys[0], keys[1]
 	publishAll(t, e.pub, keys, 1, 3)
-	if _, err := e.store.SetPause(ctx, "", group, runtime.PauseKey(hot), "", "test", "hot key"); err != nil {
+	if _, err := e.store.SetPause(ctx, "", group, pause.Key(hot), "", "test", "hot key"); err != nil {
 		t.Fatal(err)
 	}
 	n := e.start("node-1", rec.handler("node-1"), withPauses(e.store), nil)
@@ -40,13 +41,13 @@ func TestRedisOperatorPauseHoldsKeysWhileOthersFlow(t *testing.T) {
 	if got := rec.handled(hot); len(got) != 0 {
 		t.Fatalf("paused key handled %v", got)
 	}
-	if _, err := e.store.SetPause(ctx, "", group, runtime.PauseKey(mid), "", "test", ""); err != nil {
+	if _, err := e.store.SetPause(ctx, "", group, pause.Key(mid), "", "test", ""); err != nil {
 		t.Fatal(err)
 	}
 	// Idle, the key's worker waits with its lease and is held once news
 	// arrive: the pause must have reached the node first.
 	eventually(t, 30*time.Second, 10*time.Millisecond, "the node saw the second pause", func() bool {
-		return slices.Contains(partitioned.PauseSelectorsSeen(subOf(n)), runtime.PauseKey(mid))
+		return slices.Contains(partitioned.PauseSelectorsSeen(subOf(n)), pause.Key(mid))
 	})
 	publishAll(t, e.pub, keys, 4, 6)
 	eventually(t, 30*time.Second, 10*time.Millisecond, "the second key held", func() bool { return operatorPaused(n, mid) })
@@ -59,11 +60,11 @@ func TestRedisOperatorPauseHoldsKeysWhileOthersFlow(t *testing.T) {
 		t.Fatalf("key paused mid-stream handled %v, want 1..3", got)
 	}
 	for _, k := range []string{hot, mid} {
-		seen, err := e.store.ReadPause(ctx, "", group, runtime.PauseKey(k))
+		seen, err := e.store.ReadPause(ctx, "", group, pause.Key(k))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.store.RemovePause(ctx, "", group, runtime.PauseKey(k), seen); err != nil {
+		if _, err := e.store.RemovePause(ctx, "", group, pause.Key(k), seen); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -87,7 +88,7 @@ func TestRedisOperatorPauseAllGlobAndHandover(t *testing.T) {
 	rec := newRecorder(t)
 	keys := []string{"a1", "a2", "b1", "b2"}
 	publishAll(t, e.pub, keys, 1, 2)
-	all, err := e.store.SetPause(ctx, "", group, runtime.PauseAll, "", "test", "maintenance")
+	all, err := e.store.SetPause(ctx, "", group, pause.All, "", "test", "maintenance")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,11 +96,11 @@ func TestRedisOperatorPauseAllGlobAndHandover(t *testing.T) {
 	eventually(t, 30*time.Second, 10*time.Millisecond, "every key held", func() bool {
 		return len(subOf(n1).Status().OperatorPaused) == len(keys)
 	})
-	glob, err := e.store.SetPause(ctx, "", group, runtime.PauseGlob("a*"), "", "test", "")
+	glob, err := e.store.SetPause(ctx, "", group, pause.Glob("a*"), "", "test", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.RemovePause(ctx, "", group, runtime.PauseAll, all); err != nil {
+	if _, err := e.store.RemovePause(ctx, "", group, pause.All, all); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, 10*time.Millisecond, "b keys flow", func() bool { return rec.complete(wantAll([]string{"b1", "b2"}, 2)) })
@@ -115,7 +116,7 @@ func TestRedisOperatorPauseAllGlobAndHandover(t *testing.T) {
 			t.Fatalf("paused key %s handled %v", k, got)
 		}
 	}
-	if _, err := e.store.RemovePause(ctx, "", group, runtime.PauseGlob("a*"), glob); err != nil {
+	if _, err := e.store.RemovePause(ctx, "", group, pause.Glob("a*"), glob); err != nil {
 		t.Fatal(err)
 	}
 	want := wantAll(keys, 2)
@@ -132,14 +133,14 @@ func TestRedisOperatorPauseAllGlobAndHandover(t *testing.T) {
 func TestRedisPauseStaleChangeRefused(t *testing.T) {
 	ctx := context.Background()
 	e := newRedisEnv(t)
-	seen, err := e.store.SetPause(ctx, "", group, runtime.PauseKey("k"), "", "alice", "one")
+	seen, err := e.store.SetPause(ctx, "", group, pause.Key("k"), "", "alice", "one")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.SetPause(ctx, "", group, runtime.PauseKey("k"), "", "bob", "two"); err == nil {
+	if _, err := e.store.SetPause(ctx, "", group, pause.Key("k"), "", "bob", "two"); err == nil {
 		t.Fatal("second pause over an unseen entry succeeded")
 	}
-	if _, err := e.store.RemovePause(ctx, "", group, runtime.PauseKey("k"), "other"); err == nil {
+	if _, err := e.store.RemovePause(ctx, "", group, pause.Key("k"), "other"); err == nil {
 		t.Fatal("remove of a changed entry succeeded")
 	}
 	set, err := e.store.ReadPauses(ctx, "", group)
@@ -149,7 +150,7 @@ func TestRedisPauseStaleChangeRefused(t *testing.T) {
 	if len(set) != 1 || set[0].By != "alice" || set[0].Reason != "one" || set[0].At.IsZero() {
 		t.Fatalf("entries = %+v", set)
 	}
-	if raw, _ := e.store.ReadPause(ctx, "", group, runtime.PauseKey("k")); raw != seen {
+	if raw, _ := e.store.ReadPause(ctx, "", group, pause.Key("k")); raw != seen {
 		t.Fatalf("raw %q, want %q", raw, seen)
 	}
 }

@@ -1,8 +1,6 @@
 package partitioned
 
-import (
-	"github.com/protctl/protctl/pkg/runtime"
-)
+import "github.com/protctl/protctl/pkg/runtime/placement"
 
 // Operator placement in the Redis partitioned engine
 // (docs/decisions/0046-drain-cordon-move.md). The engine needs no code of
@@ -15,12 +13,12 @@ import (
 // the partitions it holds a lease on.
 
 // placed is the capped assignment (key -> node) with placement's
-// overrides counted against the cap (runtime.Placement.Assign).
-func (c *coordinator) placed(pl *runtime.Placement) map[string]string {
+// overrides counted against the cap (placement.Snapshot.Assign).
+func (c *coordinator) placed(pl *placement.Snapshot) map[string]string {
 	name := c.p.cfg.Name
-	parts := make([]runtime.PlacedPart, 0, len(c.parts))
+	parts := make([]placement.Part, 0, len(c.parts))
 	for k, pt := range c.parts {
-		parts = append(parts, runtime.PlacedPart{Key: k, Scope: name, Partition: k, Holds: c.holds(pt)})
+		parts = append(parts, placement.Part{Key: k, Scope: name, Partition: k, Holds: c.holds(pt)})
 	}
 	return pl.Assign(parts, c.members, c.p.cfg.MaxPartitions, c.p.node)
 }
@@ -40,7 +38,7 @@ func (c *coordinator) unkeep(pt *part) {
 	if c.stopping || !pt.mine {
 		return
 	}
-	if runtime.PlacementOf(c.p.host).KeptBy(c.p.cfg.Name, pt.key) != c.p.node {
+	if placement.Of(c.p.host).KeptBy(c.p.cfg.Name, pt.key) != c.p.node {
 		return
 	}
 	c.reassign([]string{pt.key})

@@ -10,6 +10,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/hrw"
 	"github.com/protctl/protctl/pkg/runtime/partitioned"
+	"github.com/protctl/protctl/pkg/runtime/placement"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -44,7 +45,7 @@ func TestRedisPlacementSurvivesBadRecords(t *testing.T) {
 				return func() bool { return slices.Equal(seen.get(), want) }
 			}
 			eventually(t, 10*time.Second, 10*time.Millisecond, "three members", membersAre(n1, "node-1", "node-2", "node-3"))
-			if err := e.store.CASNodeMode(ctx, service, "node-3", nil, &runtime.NodeModeRecord{Mode: runtime.ModeCordoned, At: time.Now()}); err != nil {
+			if err := e.store.CASNodeMode(ctx, service, "node-3", nil, &placement.ModeRecord{Mode: placement.Cordoned, At: time.Now()}); err != nil {
 				t.Fatal(err)
 			}
 			eventually(t, 10*time.Second, 10*time.Millisecond, "node-3 cordoned", membersAre(n1, "node-1", "node-2"))
@@ -118,7 +119,7 @@ func TestRedisCordonedNodeDoesNotRetakeReleasedPartition(t *testing.T) {
 		if v, ok := pins[redisstore.PinField("elsewhere", "x")]; ok {
 			expect = &v
 		}
-		if err := e.store.CASPin(ctx, service, "elsewhere", "x", expect, &runtime.Pin{Node: to, At: time.Now()}); err != nil {
+		if err := e.store.CASPin(ctx, service, "elsewhere", "x", expect, &placement.Pin{Node: to, At: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -157,7 +158,7 @@ func TestRedisCordonedNodeDoesNotRetakeReleasedPartition(t *testing.T) {
 		return slices.ContainsFunc(subOf(n1).Status().Held, func(h runtime.HeldPartition) bool { return h.Partition == key })
 	})
 	pokeUntil("node-1's record lists the key held", "node-2", func() bool { return heldBy("node-1") })
-	if err := e.store.CASNodeMode(ctx, service, "node-1", nil, &runtime.NodeModeRecord{Mode: runtime.ModeCordoned, At: time.Now()}); err != nil {
+	if err := e.store.CASNodeMode(ctx, service, "node-1", nil, &placement.ModeRecord{Mode: placement.Cordoned, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	pokeUntil("node-2 sees the key kept by node-1", "node-1", func() bool {

@@ -17,6 +17,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/partitioned"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
@@ -436,7 +437,7 @@ func TestRedisPoisonParkRetrySkip(t *testing.T) {
 		return len(l) == 2
 	})
 	p, err := e.store.GetParked(ctx, group, "", "a")
-	if err != nil || p.Attempts != 3 || p.Stream != cat+":a" || p.Status != runtime.StatusParked {
+	if err != nil || p.Attempts != 3 || p.Stream != cat+":a" || p.Status != ledger.StatusParked {
 		t.Fatalf("parked a: %+v %v", p, err)
 	}
 	fixed.Store(true)
@@ -911,7 +912,7 @@ func TestRedisRetryKeepsCountingAttempts(t *testing.T) {
 	parkedWith := func(n int) func() bool {
 		return func() bool {
 			p, err := e.store.GetParked(ctx, group, "", "a")
-			return err == nil && p.Attempts == n && p.Status == runtime.StatusParked
+			return err == nil && p.Attempts == n && p.Status == ledger.StatusParked
 		}
 	}
 	eventually(t, 20*time.Second, 20*time.Millisecond, "a parked with 3 attempts", parkedWith(3))

@@ -23,6 +23,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker/memorybroker"
 	"github.com/protctl/protctl/pkg/broker/redisbroker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
 	"github.com/protctl/protctl/pkg/runtime/partitioned"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
@@ -448,7 +449,7 @@ func (p gatedPinned) AcquirePartitionLeaseAndTails(ctx context.Context, leaseKey
 
 // strandStore is the membership and the ledger.
 type strandStore interface {
-	runtime.Ledger
+	ledger.Ledger
 	runtime.Membership
 }
 
@@ -473,14 +474,14 @@ func (s gatedStore) Leave(ctx context.Context, service, node string) error {
 	return err
 }
 
-func (s gatedStore) GetParked(ctx context.Context, subscription, partition, aggregate string) (runtime.Parked, error) {
-	return gated(ctx, s.g, func() (runtime.Parked, error) {
+func (s gatedStore) GetParked(ctx context.Context, subscription, partition, aggregate string) (ledger.Parked, error) {
+	return gated(ctx, s.g, func() (ledger.Parked, error) {
 		return s.strandStore.GetParked(ctx, subscription, partition, aggregate)
 	})
 }
 
-func (s gatedStore) ListParked(ctx context.Context, subscription string) ([]runtime.Parked, error) {
-	return gated(ctx, s.g, func() ([]runtime.Parked, error) { return s.strandStore.ListParked(ctx, subscription) })
+func (s gatedStore) ListParked(ctx context.Context, subscription string) ([]ledger.Parked, error) {
+	return gated(ctx, s.g, func() ([]ledger.Parked, error) { return s.strandStore.ListParked(ctx, subscription) })
 }
 
 // memStrand is one round's record.

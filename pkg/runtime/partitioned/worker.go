@@ -14,6 +14,8 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/internal/lease"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // resultKind is how a worker ended.
@@ -35,7 +37,7 @@ type result struct {
 	kind   resultKind
 	gen    int64
 	after  map[string]string // per lane, the newest id known delivered
-	parked *runtime.Parked
+	parked *ledger.Parked
 	// resolved says the worker resolved the key's parked entry.
 	resolved bool
 	err      error
@@ -98,8 +100,8 @@ type worker struct {
 	// locked set is touched only when the state changes, not on every
 	// message handled.
 	paused   bool
-	retrying *runtime.Parked // an operator's retry being carried out
-	skipping *runtime.Parked // an operator's skip being carried out
+	retrying *ledger.Parked // an operator's retry being carried out
+	skipping *ledger.Parked // an operator's skip being carried out
 	resolved bool
 }
 
@@ -169,7 +171,7 @@ func (w *worker) run() (res result) {
 	}
 	if !ok {
 		p.c.contested.Add(1)
-		observe.Lease(p.obs, runtime.LeaseEvent{Subscription: p.cfg.Name, Source: runtime.SourceRedis, Partition: w.key, Kind: runtime.LeaseContested})
+		observe.Lease(p.obs, runtime.LeaseEvent{Subscription: p.cfg.Name, Source: source.Redis, Partition: w.key, Kind: runtime.LeaseContested})
 		return result{kind: resContested}
 	}
 	w.lease = &heldLease{key: w.key, fence: lease.Fence, gen: lease.Generation, cancel: w.cancel}
@@ -179,7 +181,7 @@ func (w *worker) run() (res result) {
 	p.leases.add(w.lease)
 	defer p.leases.remove(w.lease)
 	p.c.acquired.Add(1)
-	observe.Lease(p.obs, runtime.LeaseEvent{Subscription: p.cfg.Name, Source: runtime.SourceRedis, Partition: w.key, Kind: runtime.LeaseAcquired, Generation: lease.Generation})
+	observe.Lease(p.obs, runtime.LeaseEvent{Subscription: p.cfg.Name, Source: source.Redis, Partition: w.key, Kind: runtime.LeaseAcquired, Generation: lease.Generation})
 	p.log.Debug("lease acquired", "subscription", p.cfg.Name, "key", w.key, "generation", lease.Generation)
 
 	res = w.process()
@@ -229,9 +231,9 @@ func (w *worker) process() result {
 		}
 	}
 	if w.retrying != nil {
-		err := p.cfg.Ledger.SetStatus(w.ctx, w.lease.fence, p.cfg.Name, w.key, runtime.StatusRetrying)
+		err := p.cfg.Ledger.SetStatus(w.ctx, w.lease.fence, p.cfg.Name, w.key, ledger.StatusRetrying)
 		switch {
-		case errors.Is(err, runtime.ErrNotParked):
+		case errors.Is(err, ledger.ErrNotParked):
 			w.retrying = nil
 		case err != nil:
 			return w.ioFail("set parked status", err)
@@ -544,13 +546,13 @@ func (w *worker) release(res result, reason string) result {
 		p.log.Warn("releasing a lease failed", "subscription", p.cfg.Name, "key", w.key, "err", err)
 		observe.Error(p.obs, runtime.ErrorEvent{Subscription: p.cfg.Name, Op: "release", Err: err})
 		p.c.released.Add(1)
-		observe.Lease(p.obs, runtime.LeaseEvent{Subscription: p.cfg.Name, Source: runtime.SourceRedis, Partition: w.key, Kind: runtime.LeaseReleased, Generation: w.lease.gen, Reason: "expires"})
+		observe.Lease(p.obs, runtime.LeaseEvent{Subscription: p.cfg.Name, Source: source.Redis, Partition: w.key, Kind: runtime.LeaseReleased, Generation: w.lease.gen, Reason: "expires"})
 	case ok:
 		p.c.released.Add(1)
-		observe.Lease(p.obs, runtime.LeaseEvent{Subscription: p.cfg.Name, Source: runtime.SourceRedis, Partition: w.key, Kind: runtime.LeaseReleased, Generation: w.lease.gen, Reason: reason})
+		observe.Lease(p.obs, runtime.LeaseEvent{Subscription: p.cfg.Name, Source: source.Redis, Partition: w.key, Kind: runtime.LeaseReleased, Generation: w.lease.gen, Reason: reason})
 	default:
 		p.c.leaseLost.Add(1)
-		observe.Lease(p.obs, runtime.LeaseEvent{Subscription: p.cfg.Name, Source: runtime.SourceRedis, Partition: w.key, Kind: runtime.LeaseLost, Generation: w.lease.gen, Reason: "release refused"})
+		observe.Lease(p.obs, runtime.LeaseEvent{Subscription: p.cfg.Name, Source: source.Redis, Partition: w.key, Kind: runtime.LeaseLost, Generation: w.lease.gen, Reason: "release refused"})
 		if res.kind == resIdle {
 			res.kind = resLost
 		}
@@ -600,7 +602,7 @@ func (w *worker) lostResult() result {
 	c.Add(1)
 	p.log.Warn("lease lost: partition dropped", "subscription", p.cfg.Name, "key", w.key,
 		"generation", w.lease.gen, "cause", strings.TrimPrefix(fmt.Sprint(cause), "runtime: "))
-	observe.Lease(p.obs, runtime.LeaseEvent{Subscription: p.cfg.Name, Source: runtime.SourceRedis, Partition: w.key, Kind: kind, Generation: w.lease.gen})
+	observe.Lease(p.obs, runtime.LeaseEvent{Subscription: p.cfg.Name, Source: source.Redis, Partition: w.key, Kind: kind, Generation: w.lease.gen})
 	if kind == runtime.LeaseUntrusted {
 		// The lease may still be ours (only renewals failed): give it
 		// back if the server answers, so that the next owner need not

@@ -1,5 +1,5 @@
 // Package redisstore implements the runtime's stores on Redis: the
-// failure ledger (runtime.Ledger), node membership (runtime.Membership)
+// failure ledger (ledger.Ledger), node membership (runtime.Membership)
 // and Kafka checkpoints (runtime.Checkpoints), over any
 // redis.UniversalClient, so single servers, Sentinel and Cluster run the
 // same code.

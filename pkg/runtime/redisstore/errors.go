@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/protctl/protctl/pkg/internal/redisadapter"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 // Reply prefixes the package's scripts raise besides the prelude's (see
@@ -20,7 +20,7 @@ const (
 type call = redisadapter.Call
 
 // entryName names the ledger entry a call is about, in the errors that
-// wrap runtime.ErrNotParked and runtime.ErrUnrecoverable.
+// wrap ledger.ErrNotParked and ledger.ErrUnrecoverable.
 type entryName struct{ subscription, aggregate string }
 
 func (e entryName) err(op string, sentinel error) error {
@@ -35,15 +35,15 @@ func (e entryName) err(op string, sentinel error) error {
 func mapErr(c call, err error) error { return mapEntryErr(c, entryName{}, err) }
 
 // mapEntryErr is mapErr for a call about the ledger entry e: there
-// PROTCTL_NOTPARKED and PROTCTL_UNRECOVERABLE wrap runtime.ErrNotParked
-// and runtime.ErrUnrecoverable.
+// PROTCTL_NOTPARKED and PROTCTL_UNRECOVERABLE wrap ledger.ErrNotParked
+// and ledger.ErrUnrecoverable.
 func mapEntryErr(c call, e entryName, err error) error {
 	return redisadapter.Map("redisstore", c, err, func(reply string) error {
 		switch {
 		case strings.HasPrefix(reply, replyNotParked):
-			return e.err(c.Op, runtime.ErrNotParked)
+			return e.err(c.Op, ledger.ErrNotParked)
 		case strings.HasPrefix(reply, replyUnrecoverable):
-			return e.err(c.Op, runtime.ErrUnrecoverable)
+			return e.err(c.Op, ledger.ErrUnrecoverable)
 		case strings.HasPrefix(reply, replyBadRecord+" "):
 			key := c.Key
 			if f := strings.Fields(reply); len(f) >= 2 {

@@ -18,7 +18,7 @@ import (
 //	protctl:{S|N}:lease:<p>               STRING owner:generation, PX ttl (broker.LeaseManager)
 //	protctl:{S|N}:generation:<p>          STRING integer fence counter (broker.LeaseManager)
 //	protctl:{S|N}:checkpoints:<sub>       HASH partition -> next offset
-//	<lease key>:parked:<len>:<sub>:<agg>  STRING JSON runtime.Parked (RecordKey)
+//	<lease key>:parked:<len>:<sub>:<agg>  STRING JSON ledger.Parked (RecordKey)
 //	protctl:ledger:<sub>                  HASH aggregate -> (record key, park id)... (own slot)
 //	protctl:parked:<sub>                  HASH aggregate -> record key (before 0007; own slot)
 //	protctl:parked:__subscriptions__      SET subscriptions that have had entries

@@ -15,8 +15,8 @@ import (
 
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/internal/redisadapter"
-	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/internal/storecontract"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 // Park creates or replaces the entry of (p.Subscription, f's partition,
@@ -42,9 +42,9 @@ import (
 // very park (its park id) drops it from ParkedEntriesKey.
 //
 // A stale f fails with a *broker.LeaseLostError (Op "park"). p.Error is
-// cut to runtime.MaxErrorLen bytes; an empty p.Status means
-// runtime.StatusParked and a zero p.ParkedAt the local time.
-func (s *Store) Park(ctx context.Context, f broker.Fence, p runtime.Parked) error {
+// cut to ledger.MaxErrorLen bytes; an empty p.Status means
+// ledger.StatusParked and a zero p.ParkedAt the local time.
+func (s *Store) Park(ctx context.Context, f broker.Fence, p ledger.Parked) error {
 	const op = "park"
 	if err := storecontract.Park(op, f, p); err != nil {
 		return err
@@ -106,7 +106,7 @@ func (s *Store) Park(ctx context.Context, f broker.Fence, p runtime.Parked) erro
 // that wrote it, which Resolve hands to the index script so that it drops
 // only this park's index entry.
 type storedParked struct {
-	runtime.Parked
+	ledger.Parked
 	ParkID string `json:"parkId"`
 }
 
@@ -121,8 +121,8 @@ func newParkID() (string, error) {
 // SetStatus sets the status of the entry of (subscription, aggregate)
 // parked under f's lease and clears its request, in one fenced script.
 // A stale f fails with a *broker.LeaseLostError (Op "set status"); a
-// missing entry with runtime.ErrNotParked.
-func (s *Store) SetStatus(ctx context.Context, f broker.Fence, subscription, aggregate string, status runtime.ParkStatus) error {
+// missing entry with ledger.ErrNotParked.
+func (s *Store) SetStatus(ctx context.Context, f broker.Fence, subscription, aggregate string, status ledger.Status) error {
 	const op = "set status"
 	if err := storecontract.SetStatus(op, f, subscription, aggregate, status); err != nil {
 		return err
@@ -199,7 +199,7 @@ func decodeIndexed(key, v string) ([]string, error) {
 // ParkedIndexKey, merged) in one pipeline, then the records in another:
 // one round trip per server node each. Index entries whose record is
 // gone (a refused park, a resolve that did not finish) are skipped.
-func (s *Store) ListParked(ctx context.Context, subscription string) ([]runtime.Parked, error) {
+func (s *Store) ListParked(ctx context.Context, subscription string) ([]ledger.Parked, error) {
 	const op = "list parked"
 	subs := []string{subscription}
 	if subscription == "" {
@@ -264,7 +264,7 @@ func (s *Store) ListParked(ctx context.Context, subscription string) ([]runtime.
 
 // records GETs recs in one pipeline and decodes those that exist; keys
 // are their record keys.
-func (s *Store) records(ctx context.Context, op string, recs []string) (out []runtime.Parked, keys []string, err error) {
+func (s *Store) records(ctx context.Context, op string, recs []string) (out []ledger.Parked, keys []string, err error) {
 	if len(recs) == 0 {
 		return nil, nil, nil
 	}
@@ -275,7 +275,7 @@ func (s *Store) records(ctx context.Context, op string, recs []string) (out []ru
 		}
 		return nil
 	})
-	out = make([]runtime.Parked, 0, len(recs))
+	out = make([]ledger.Parked, 0, len(recs))
 	for i, c := range recCmds {
 		raw, err := c.Result()
 		if isNil(err) {
@@ -294,13 +294,13 @@ func (s *Store) records(ctx context.Context, op string, recs []string) (out []ru
 }
 
 // GetParked returns the entry of (subscription, partition, aggregate)
-// found through the indexes, or runtime.ErrNotParked; partition "" names
-// the aggregate's only entry (an *runtime.AmbiguousParkedError when it
+// found through the indexes, or ledger.ErrNotParked; partition "" names
+// the aggregate's only entry (an *ledger.AmbiguousParkedError when it
 // is parked on several partitions).
-func (s *Store) GetParked(ctx context.Context, subscription, partition, aggregate string) (runtime.Parked, error) {
+func (s *Store) GetParked(ctx context.Context, subscription, partition, aggregate string) (ledger.Parked, error) {
 	const op = "get parked"
 	if err := storecontract.Aggregate(op, subscription, aggregate); err != nil {
-		return runtime.Parked{}, err
+		return ledger.Parked{}, err
 	}
 	_, p, err := s.entry(ctx, op, entryName{subscription, aggregate}, partition)
 	return p, err
@@ -308,17 +308,17 @@ func (s *Store) GetParked(ctx context.Context, subscription, partition, aggregat
 
 // entry finds the record of (e.subscription, partition, e.aggregate)
 // through both indexes and reads it: two round trips.
-func (s *Store) entry(ctx context.Context, op string, e entryName, partition string) (string, runtime.Parked, error) {
+func (s *Store) entry(ctx context.Context, op string, e entryName, partition string) (string, ledger.Parked, error) {
 	recs, err := s.recordKeys(ctx, op, e)
 	if err != nil {
-		return "", runtime.Parked{}, err
+		return "", ledger.Parked{}, err
 	}
 	all, allKeys, err := s.records(ctx, op, recs)
 	if err != nil {
-		return "", runtime.Parked{}, err
+		return "", ledger.Parked{}, err
 	}
 	var (
-		found []runtime.Parked
+		found []ledger.Parked
 		keys  []string
 	)
 	for i, p := range all {
@@ -328,7 +328,7 @@ func (s *Store) entry(ctx context.Context, op string, e entryName, partition str
 	}
 	switch len(found) {
 	case 0:
-		return "", runtime.Parked{}, e.err(op, runtime.ErrNotParked)
+		return "", ledger.Parked{}, e.err(op, ledger.ErrNotParked)
 	case 1:
 		return keys[0], found[0], nil
 	}
@@ -348,7 +348,7 @@ func (s *Store) entry(ctx context.Context, op string, e entryName, partition str
 		parts = append(parts, p.Partition)
 	}
 	slices.Sort(parts)
-	return "", runtime.Parked{}, &runtime.AmbiguousParkedError{Subscription: e.subscription, Aggregate: e.aggregate, Partitions: slices.Compact(parts)}
+	return "", ledger.Parked{}, &ledger.AmbiguousParkedError{Subscription: e.subscription, Aggregate: e.aggregate, Partitions: slices.Compact(parts)}
 }
 
 // recordKeys looks the record keys of e's aggregate up in both indexes,
@@ -383,10 +383,10 @@ func (s *Store) recordKeys(ctx context.Context, op string, e entryName) ([]strin
 	return recs, nil
 }
 
-func decodeParked(op, key, raw string) (runtime.Parked, error) {
-	var p runtime.Parked
+func decodeParked(op, key, raw string) (ledger.Parked, error) {
+	var p ledger.Parked
 	if err := json.Unmarshal([]byte(raw), &p); err != nil {
-		return runtime.Parked{}, fmt.Errorf("redisstore: %s: key %q does not hold a JSON parked entry: %w", op, key, err)
+		return ledger.Parked{}, fmt.Errorf("redisstore: %s: key %q does not hold a JSON parked entry: %w", op, key, err)
 	}
 	return p, nil
 }
@@ -394,25 +394,25 @@ func decodeParked(op, key, raw string) (runtime.Parked, error) {
 // RequestRetry records an operator's retry request in the entry of
 // (subscription, partition, aggregate) and sets its status to retrying,
 // then signals the subscription's watchers. It needs no fence: the owner
-// acts on the request under its own. runtime.ErrNotParked when there is
-// no entry, runtime.ErrUnrecoverable when the entry is unrecoverable
-// (only a skip resolves it), runtime.ErrAmbiguousParked as in GetParked.
+// acts on the request under its own. ledger.ErrNotParked when there is
+// no entry, ledger.ErrUnrecoverable when the entry is unrecoverable
+// (only a skip resolves it), ledger.ErrAmbiguousParked as in GetParked.
 func (s *Store) RequestRetry(ctx context.Context, subscription, partition, aggregate, by string) error {
-	return s.request(ctx, "request retry", runtime.ActionRetry, subscription, partition, aggregate, "", by)
+	return s.request(ctx, "request retry", ledger.ActionRetry, subscription, partition, aggregate, "", by)
 }
 
 // RequestSkip records an operator's skip request in the entry (its status
-// stays), then signals the subscription's watchers. runtime.ErrNotParked
-// when there is no entry, runtime.ErrAmbiguousParked as in GetParked.
+// stays), then signals the subscription's watchers. ledger.ErrNotParked
+// when there is no entry, ledger.ErrAmbiguousParked as in GetParked.
 func (s *Store) RequestSkip(ctx context.Context, subscription, partition, aggregate, reason, by string) error {
-	return s.request(ctx, "request skip", runtime.ActionSkip, subscription, partition, aggregate, reason, by)
+	return s.request(ctx, "request skip", ledger.ActionSkip, subscription, partition, aggregate, reason, by)
 }
 
 // request finds the record through the indexes, sets the request in one
 // script (RequestedAt is the server's time), and publishes the aggregate
 // on RequestsChannel. A lost signal is not an error: signals are hints,
 // and owners re-read their entries' requests.
-func (s *Store) request(ctx context.Context, op string, action runtime.Action, subscription, partition, aggregate, reason, by string) error {
+func (s *Store) request(ctx context.Context, op string, action ledger.Action, subscription, partition, aggregate, reason, by string) error {
 	if err := storecontract.Aggregate(op, subscription, aggregate); err != nil {
 		return err
 	}
@@ -422,7 +422,7 @@ func (s *Store) request(ctx context.Context, op string, action runtime.Action, s
 		return err
 	}
 	// Resolved since it was read: the script finds no record
-	// (runtime.ErrNotParked).
+	// (ledger.ErrNotParked).
 	keys := []string{rec}
 	if err := requestScript.Run(ctx, s.client, keys, string(action), reason, by).Err(); err != nil {
 		return mapEntryErr(call{Op: op, Keys: keys}, e, err)

@@ -8,14 +8,14 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/internal/storecontract"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
-var _ runtime.LedgerPinnedRequester = (*Store)(nil)
+var _ ledger.PinnedRequester = (*Store)(nil)
 
 // RequestPinned records r on its entry only while the entry matches
-// r.Pin, and at most once per r.Token (runtime.LedgerPinnedRequester). It
+// r.Pin, and at most once per r.Token (ledger.PinnedRequester). It
 // takes four round trips:
 //
 //  1. HGET the record key that an earlier call with r.Token tried for
@@ -23,7 +23,7 @@ var _ runtime.LedgerPinnedRequester = (*Store)(nil)
 //  2. find the entry's record through the indexes (two round trips, as
 //     GetParked); when it is gone, or is another record than the earlier
 //     call's, look for the earlier record's marker (one more): found, the
-//     request was recorded there (*runtime.AlreadyRequestedError);
+//     request was recorded there (*ledger.AlreadyRequestedError);
 //  3. when the record is new to the token, note it in RequestTokensKey
 //     (one script: HSET and the TTL), before anything is recorded, so
 //     that a repeat after the owner resolved the entry still finds its
@@ -36,7 +36,7 @@ var _ runtime.LedgerPinnedRequester = (*Store)(nil)
 // Then the aggregate is published on RequestsChannel, as by
 // RequestRetry. Whatever point a caller is killed at, a repeat either
 // finds the marker or records the request now: never twice.
-func (s *Store) RequestPinned(ctx context.Context, r runtime.PinnedRequest) error {
+func (s *Store) RequestPinned(ctx context.Context, r ledger.PinnedRequest) error {
 	const op = "request pinned"
 	if err := storecontract.Pinned(op, r); err != nil {
 		return err
@@ -48,7 +48,7 @@ func (s *Store) RequestPinned(ctx context.Context, r runtime.PinnedRequest) erro
 		return mapErr(call{Op: op, Key: tokens, Want: "hash"}, err)
 	}
 	rec, _, err := s.entry(ctx, op, e, r.Partition)
-	if prev != "" && (errors.Is(err, runtime.ErrNotParked) || (err == nil && rec != prev)) {
+	if prev != "" && (errors.Is(err, ledger.ErrNotParked) || (err == nil && rec != prev)) {
 		marker := RequestMarkerKey(prev, r.Token)
 		m, merr := s.client.Get(ctx, marker).Result()
 		switch {
@@ -86,7 +86,7 @@ func (s *Store) RequestPinned(ctx context.Context, r runtime.PinnedRequest) erro
 		if err != nil {
 			return err
 		}
-		return fmt.Errorf("redisstore: %s: %w", op, &runtime.ParkChangedError{
+		return fmt.Errorf("redisstore: %s: %w", op, &ledger.ParkChangedError{
 			Subscription: r.Subscription, Partition: r.Partition, Aggregate: r.Aggregate, Pin: r.Pin, Now: now})
 	}
 	// The request is recorded: a failed publish loses only the hint.
@@ -96,24 +96,24 @@ func (s *Store) RequestPinned(ctx context.Context, r runtime.PinnedRequest) erro
 
 // tokenField names r's entry in RequestTokensKey: the subscription and
 // the partition as asked, each with its length, then the aggregate.
-func tokenField(r runtime.PinnedRequest) string {
+func tokenField(r ledger.PinnedRequest) string {
 	return strconv.Itoa(len(r.Subscription)) + ":" + r.Subscription + ":" +
 		strconv.Itoa(len(r.Partition)) + ":" + r.Partition + ":" + r.Aggregate
 }
 
 // requestMarker is a RequestMarkerKey's value.
 type requestMarker struct {
-	Action runtime.Action `json:"action"`
-	At     time.Time      `json:"at"`
-	By     string         `json:"by,omitempty"`
+	Action ledger.Action `json:"action"`
+	At     time.Time     `json:"at"`
+	By     string        `json:"by,omitempty"`
 }
 
-func alreadyRequested(op string, r runtime.PinnedRequest, key, raw string) error {
+func alreadyRequested(op string, r ledger.PinnedRequest, key, raw string) error {
 	var m requestMarker
 	if err := json.Unmarshal([]byte(raw), &m); err != nil {
 		return fmt.Errorf("redisstore: %s: key %q does not hold a request marker: %w", op, key, err)
 	}
-	return fmt.Errorf("redisstore: %s: %w", op, &runtime.AlreadyRequestedError{
+	return fmt.Errorf("redisstore: %s: %w", op, &ledger.AlreadyRequestedError{
 		Subscription: r.Subscription, Partition: r.Partition, Aggregate: r.Aggregate,
 		Token: r.Token, Action: m.Action, By: m.By, At: m.At})
 }

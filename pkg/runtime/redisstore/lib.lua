@@ -40,7 +40,7 @@ end
 --
 -- The entry is edited in Lua (cjson) rather than read, changed in Go and
 -- compared-and-set, so that an edit is one round trip and keeps fields a
--- newer protctl added. This is safe for runtime.Parked because it has no
+-- newer protctl added. This is safe for ledger.Parked because it has no
 -- array fields (cjson writes an empty array back as {}) and its integers
 -- (attempts, generation) stay far below the 14 significant digits cjson
 -- writes numbers with.

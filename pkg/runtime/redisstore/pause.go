@@ -8,12 +8,12 @@ import (
 	"fmt"
 
 	"github.com/protctl/protctl/pkg/internal/redisadapter"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/pause"
 )
 
 // Operators' pauses (docs/decisions/0045-pause.md):
 //
-//	protctl:pauses:{<scope>/<sub>}          HASH selector -> JSON runtime.Pause
+//	protctl:pauses:{<scope>/<sub>}          HASH selector -> JSON pause.Entry
 //	protctl:pauses:{<scope>/<sub>}:changed  Pub/Sub channel: the entries changed
 //	protctl:pauses:__subscriptions__        SET "<scope>/<sub>" that have had entries
 //
@@ -26,7 +26,7 @@ var pauseLua string
 
 var pauseScript = newScript(pauseLua)
 
-var _ runtime.Pauses = (*Store)(nil)
+var _ pause.Store = (*Store)(nil)
 
 // PausesKey is the HASH of subscription's pause entries in scope ("" for
 // a Redis partitioned subscription, the lease group for a Kafka topic
@@ -51,31 +51,31 @@ func PausesChannel(scope, subscription string) string {
 // is no longer as the caller saw it (a stale plan); nothing was changed.
 var ErrPauseChanged = errors.New("redisstore: pause entry changed since it was read")
 
-// ReadPauses implements runtime.Pauses.
-func (s *Store) ReadPauses(ctx context.Context, scope, subscription string) (runtime.PauseSet, error) {
+// ReadPauses implements pause.Store.
+func (s *Store) ReadPauses(ctx context.Context, scope, subscription string) (pause.Set, error) {
 	const op = "read pauses"
 	key := PausesKey(scope, subscription)
 	m, err := s.client.HGetAll(ctx, key).Result()
 	if err != nil {
 		return nil, mapErr(call{Op: op, Keys: []string{key}}, err)
 	}
-	ps := make(runtime.PauseSet, 0, len(m))
+	ps := make(pause.Set, 0, len(m))
 	for sel, v := range m {
-		var p runtime.Pause
+		var p pause.Entry
 		if err := json.Unmarshal([]byte(v), &p); err != nil {
 			// A malformed entry still pauses what it names: holding a
 			// key back by mistake is recoverable (resume), handling it
 			// against the operator's wish is not.
-			p = runtime.Pause{}
+			p = pause.Entry{}
 		}
-		p.Selector = runtime.PauseSelector(sel)
+		p.Selector = pause.Selector(sel)
 		ps = append(ps, p)
 	}
-	runtime.SortPauses(ps)
+	pause.Sort(ps)
 	return ps, nil
 }
 
-// WatchPauses implements runtime.Pauses.
+// WatchPauses implements pause.Store.
 func (s *Store) WatchPauses(ctx context.Context, scope, subscription string) (<-chan struct{}, error) {
 	const op = "watch pauses"
 	in, err := redisadapter.Watch(ctx, s.client, PausesChannel(scope, subscription), 1)
@@ -100,7 +100,7 @@ func (s *Store) WatchPauses(ctx context.Context, scope, subscription string) (<-
 type RawPause string
 
 // ReadPause returns the stored form of one entry ("" when there is none).
-func (s *Store) ReadPause(ctx context.Context, scope, subscription string, sel runtime.PauseSelector) (RawPause, error) {
+func (s *Store) ReadPause(ctx context.Context, scope, subscription string, sel pause.Selector) (RawPause, error) {
 	key := PausesKey(scope, subscription)
 	v, err := s.client.HGet(ctx, key, string(sel)).Result()
 	if isNil(err) {
@@ -115,18 +115,18 @@ func (s *Store) ReadPause(ctx context.Context, scope, subscription string, sel r
 // SetPause records the entry sel (by and reason for display, the time is
 // the server's) if it is still seen (""; or the entry replaced), then
 // signals the change. It returns the entry written, or ErrPauseChanged.
-func (s *Store) SetPause(ctx context.Context, scope, subscription string, sel runtime.PauseSelector, seen RawPause, by, reason string) (RawPause, error) {
+func (s *Store) SetPause(ctx context.Context, scope, subscription string, sel pause.Selector, seen RawPause, by, reason string) (RawPause, error) {
 	return s.changePause(ctx, "set pause", scope, subscription, sel, seen, "set", by, reason)
 }
 
 // RemovePause removes the entry sel if it is still seen, then signals the
 // change. It returns the entry removed, or ErrPauseChanged.
-func (s *Store) RemovePause(ctx context.Context, scope, subscription string, sel runtime.PauseSelector, seen RawPause) (RawPause, error) {
+func (s *Store) RemovePause(ctx context.Context, scope, subscription string, sel pause.Selector, seen RawPause) (RawPause, error) {
 	return s.changePause(ctx, "remove pause", scope, subscription, sel, seen, "remove", "", "")
 }
 
-func (s *Store) changePause(ctx context.Context, op, scope, subscription string, sel runtime.PauseSelector, seen RawPause, verb, by, reason string) (RawPause, error) {
-	if _, err := runtime.ParsePauseSelector(string(sel)); err != nil {
+func (s *Store) changePause(ctx context.Context, op, scope, subscription string, sel pause.Selector, seen RawPause, verb, by, reason string) (RawPause, error) {
+	if _, err := pause.Parse(string(sel)); err != nil {
 		return "", err
 	}
 	if verb == "set" {
@@ -155,13 +155,13 @@ func (s *Store) changePause(ctx context.Context, op, scope, subscription string,
 // ReadAllPauses returns the entries of every subscription of scope that
 // has any, by subscription: one SMEMBERS and one HGETALL per subscription
 // that has had entries (they are few: pauses are an operator's).
-func (s *Store) ReadAllPauses(ctx context.Context, scope string) (map[string]runtime.PauseSet, error) {
+func (s *Store) ReadAllPauses(ctx context.Context, scope string) (map[string]pause.Set, error) {
 	const op = "read pauses"
 	members, err := s.client.SMembers(ctx, PausedSubscriptionsKey).Result()
 	if err != nil {
 		return nil, mapErr(call{Op: op, Keys: []string{PausedSubscriptionsKey}}, err)
 	}
-	out := map[string]runtime.PauseSet{}
+	out := map[string]pause.Set{}
 	for _, m := range members {
 		if len(m) <= len(scope) || m[:len(scope)+1] != scope+"/" {
 			continue

@@ -13,16 +13,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/protctl/protctl/pkg/internal/redisadapter"
-	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/internal/storecontract"
+	"github.com/protctl/protctl/pkg/runtime/placement"
 )
 
 // Operator placement: node modes (cordon, drain) and pins (move), per
 // service, in the service's slot beside its membership
 // (docs/decisions/0046-drain-cordon-move.md):
 //
-//	protctl:{S}:modes      HASH node -> JSON runtime.NodeModeRecord
-//	protctl:{S}:pins       HASH PinField(scope, partition) -> JSON runtime.Pin
+//	protctl:{S}:modes      HASH node -> JSON placement.ModeRecord
+//	protctl:{S}:pins       HASH PinField(scope, partition) -> JSON placement.Pin
 //	protctl:{S}:placement  Pub/Sub channel: a mode or pin changed
 //
 // Nothing here expires: a mode survives the node's restart until an
@@ -72,13 +72,13 @@ func (s *Store) RawPlacement(ctx context.Context, service string) (modes, pins m
 }
 
 // ReadPlacement returns service's node modes and pins, decoded
-// (runtime.PlacementReader). A field that does not decode is skipped and
+// (placement.Reader). A field that does not decode is skipped and
 // listed in the state's Skipped (DecodePlacement); an error is a failed
 // read of either key (Redis down, a key of another type).
-func (s *Store) ReadPlacement(ctx context.Context, service string) (runtime.PlacementState, error) {
+func (s *Store) ReadPlacement(ctx context.Context, service string) (placement.State, error) {
 	modes, pins, err := s.RawPlacement(ctx, service)
 	if err != nil {
-		return runtime.PlacementState{}, err
+		return placement.State{}, err
 	}
 	return DecodePlacement(service, modes, pins), nil
 }
@@ -89,10 +89,10 @@ func (s *Store) ReadPlacement(ctx context.Context, service string) (runtime.Plac
 // rather than failing the whole read: one bad record must not stop every
 // node from applying membership changes
 // (docs/decisions/0046-drain-cordon-move.md).
-func DecodePlacement(service string, modes, pins map[string]string) runtime.PlacementState {
-	st := runtime.PlacementState{Modes: make(map[string]runtime.NodeModeRecord, len(modes))}
+func DecodePlacement(service string, modes, pins map[string]string) placement.State {
+	st := placement.State{Modes: make(map[string]placement.ModeRecord, len(modes))}
 	for _, node := range slices.Sorted(maps.Keys(modes)) {
-		var r runtime.NodeModeRecord
+		var r placement.ModeRecord
 		if err := json.Unmarshal([]byte(modes[node]), &r); err != nil {
 			st.Skipped = append(st.Skipped, fmt.Errorf("redisstore: read placement: field %q of %q does not hold a JSON node mode: %w", node, ModesKey(service), err))
 			continue
@@ -101,7 +101,7 @@ func DecodePlacement(service string, modes, pins map[string]string) runtime.Plac
 		st.Modes[node] = r
 	}
 	for _, field := range slices.Sorted(maps.Keys(pins)) {
-		var p runtime.Pin
+		var p placement.Pin
 		if err := json.Unmarshal([]byte(pins[field]), &p); err != nil {
 			st.Skipped = append(st.Skipped, fmt.Errorf("redisstore: read placement: field %q of %q does not hold a JSON pin: %w", field, PinsKey(service), err))
 			continue
@@ -112,7 +112,7 @@ func DecodePlacement(service string, modes, pins map[string]string) runtime.Plac
 }
 
 // WatchPlacement signals changes of service's modes and pins until ctx
-// ends (runtime.PlacementReader). Signals are hints: a node re-reads on
+// ends (placement.Reader). Signals are hints: a node re-reads on
 // its heartbeat too.
 func (s *Store) WatchPlacement(ctx context.Context, service string) (<-chan struct{}, error) {
 	const op = "watch placement"
@@ -140,14 +140,14 @@ func (s *Store) WatchPlacement(ctx context.Context, service string) (<-chan stru
 // active) only while the stored record is still expect (nil: none
 // stored), and announces the change, in one script. It returns
 // ErrPlacementChanged when the record moved. rec's encoding is stored.
-func (s *Store) CASNodeMode(ctx context.Context, service, node string, expect *string, rec *runtime.NodeModeRecord) error {
+func (s *Store) CASNodeMode(ctx context.Context, service, node string, expect *string, rec *placement.ModeRecord) error {
 	const op = "set node mode"
 	if err := storecontract.Node(op, service, node); err != nil {
 		return err
 	}
 	if rec != nil {
 		switch rec.Mode {
-		case runtime.ModeCordoned, runtime.ModeDraining:
+		case placement.Cordoned, placement.Draining:
 		default:
 			return storecontract.Invalid(op, "mode", strconv.Quote(string(rec.Mode)), `want "cordoned" or "draining"`)
 		}
@@ -159,7 +159,7 @@ func (s *Store) CASNodeMode(ctx context.Context, service, node string, expect *s
 // CASPin sets the pin of (scope, partition) to pin (nil removes it) only
 // while the stored pin is still expect (nil: none stored), and announces
 // the change, in one script. ErrPlacementChanged when it moved.
-func (s *Store) CASPin(ctx context.Context, service, scope, partition string, expect *string, pin *runtime.Pin) error {
+func (s *Store) CASPin(ctx context.Context, service, scope, partition string, expect *string, pin *placement.Pin) error {
 	const op = "set pin"
 	if err := storecontract.Service(op, service); err != nil {
 		return err
@@ -204,9 +204,9 @@ func (s *Store) cas(ctx context.Context, op, key, field, channel string, expect 
 
 func isNilPtr(v any) bool {
 	switch p := v.(type) {
-	case *runtime.NodeModeRecord:
+	case *placement.ModeRecord:
 		return p == nil
-	case *runtime.Pin:
+	case *placement.Pin:
 		return p == nil
 	}
 	return false
@@ -225,4 +225,4 @@ func ParsePinField(field string) (scope, partition string, ok bool) {
 	return rest[:l], rest[l+1:], true
 }
 
-var _ runtime.PlacementReader = (*Store)(nil)
+var _ placement.Reader = (*Store)(nil)

@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/placement"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
@@ -25,7 +25,7 @@ func TestPlacementCompareAndSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	if err := s.CASNodeMode(ctx, svc, "node-1", nil, &runtime.NodeModeRecord{Mode: runtime.ModeCordoned, By: "alice", At: at}); err != nil {
+	if err := s.CASNodeMode(ctx, svc, "node-1", nil, &placement.ModeRecord{Mode: placement.Cordoned, By: "alice", At: at}); err != nil {
 		t.Fatal(err)
 	}
 	<-signals
@@ -36,14 +36,14 @@ func TestPlacementCompareAndSet(t *testing.T) {
 	seen := modes["node-1"]
 	// Expecting none while one is stored: refused, nothing changed.
 	before := snapshot(t, c)
-	err = s.CASNodeMode(ctx, svc, "node-1", nil, &runtime.NodeModeRecord{Mode: runtime.ModeDraining, At: at})
+	err = s.CASNodeMode(ctx, svc, "node-1", nil, &placement.ModeRecord{Mode: placement.Draining, At: at})
 	if !errors.Is(err, redisstore.ErrPlacementChanged) {
 		t.Fatalf("CAS over an unexpected record: %v, want ErrPlacementChanged", err)
 	}
 	if diff := cmp.Diff(before, snapshot(t, c)); diff != "" {
 		t.Fatalf("a refused CAS changed keys (-before +after):\n%s", diff)
 	}
-	if err := s.CASNodeMode(ctx, svc, "node-1", &seen, &runtime.NodeModeRecord{Mode: runtime.ModeDraining, At: at}); err != nil {
+	if err := s.CASNodeMode(ctx, svc, "node-1", &seen, &placement.ModeRecord{Mode: placement.Draining, At: at}); err != nil {
 		t.Fatal(err)
 	}
 	<-signals
@@ -51,7 +51,7 @@ func TestPlacementCompareAndSet(t *testing.T) {
 	if err := s.CASNodeMode(ctx, svc, "node-1", &seen, nil); !errors.Is(err, redisstore.ErrPlacementChanged) {
 		t.Fatalf("uncordon on a stale record: %v, want ErrPlacementChanged", err)
 	}
-	if err := s.CASPin(ctx, svc, "projector", "o:1", nil, &runtime.Pin{Node: "node-2", At: at}); err != nil {
+	if err := s.CASPin(ctx, svc, "projector", "o:1", nil, &placement.Pin{Node: "node-2", At: at}); err != nil {
 		t.Fatal(err)
 	}
 	<-signals
@@ -59,9 +59,9 @@ func TestPlacementCompareAndSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := runtime.PlacementState{
-		Modes: map[string]runtime.NodeModeRecord{"node-1": {Node: "node-1", Mode: runtime.ModeDraining, At: at}},
-		Pins:  []runtime.Pin{{Scope: "projector", Partition: "o:1", Node: "node-2", At: at}},
+	want := placement.State{
+		Modes: map[string]placement.ModeRecord{"node-1": {Node: "node-1", Mode: placement.Draining, At: at}},
+		Pins:  []placement.Pin{{Scope: "projector", Partition: "o:1", Node: "node-2", At: at}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("placement (-want +got):\n%s", diff)
@@ -90,17 +90,17 @@ func TestPlacementBadInput(t *testing.T) {
 	s, c := newStore(t)
 	ctx := context.Background()
 	var inv *broker.InvalidArgumentError
-	if err := s.CASNodeMode(ctx, svc, "node-1", nil, &runtime.NodeModeRecord{Mode: "asleep"}); !errors.As(err, &inv) || inv.Arg != "mode" {
+	if err := s.CASNodeMode(ctx, svc, "node-1", nil, &placement.ModeRecord{Mode: "asleep"}); !errors.As(err, &inv) || inv.Arg != "mode" {
 		t.Fatalf("bad mode: %v", err)
 	}
-	if err := s.CASPin(ctx, svc, "", "o-1", nil, &runtime.Pin{Node: "n"}); !errors.As(err, &inv) || inv.Arg != "scope" {
+	if err := s.CASPin(ctx, svc, "", "o-1", nil, &placement.Pin{Node: "n"}); !errors.As(err, &inv) || inv.Arg != "scope" {
 		t.Fatalf("empty scope: %v", err)
 	}
 	if err := c.Set(ctx, redisstore.ModesKey(svc), "x", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	var wt *broker.WrongTypeError
-	if err := s.CASNodeMode(ctx, svc, "node-1", nil, &runtime.NodeModeRecord{Mode: runtime.ModeCordoned}); !errors.As(err, &wt) {
+	if err := s.CASNodeMode(ctx, svc, "node-1", nil, &placement.ModeRecord{Mode: placement.Cordoned}); !errors.As(err, &wt) {
 		t.Fatalf("modes key of another type: %v, want a WrongTypeError", err)
 	}
 	if _, err := s.ReadPlacement(ctx, svc); !errors.As(err, &wt) {
@@ -117,7 +117,7 @@ func TestPlacementSkipsUndecodableRecords(t *testing.T) {
 	s, c := newStore(t)
 	ctx := context.Background()
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	if err := s.CASNodeMode(ctx, svc, "node-1", nil, &runtime.NodeModeRecord{Mode: runtime.ModeCordoned, At: at}); err != nil {
+	if err := s.CASNodeMode(ctx, svc, "node-1", nil, &placement.ModeRecord{Mode: placement.Cordoned, At: at}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.HSet(ctx, redisstore.ModesKey(svc), "node-2", "{bad").Err(); err != nil {
@@ -130,7 +130,7 @@ func TestPlacementSkipsUndecodableRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Modes) != 1 || got.Modes["node-1"].Mode != runtime.ModeCordoned || len(got.Pins) != 0 {
+	if len(got.Modes) != 1 || got.Modes["node-1"].Mode != placement.Cordoned || len(got.Pins) != 0 {
 		t.Fatalf("placement with bad records: %+v", got)
 	}
 	if len(got.Skipped) != 2 {

@@ -15,6 +15,8 @@ import (
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
+	"github.com/protctl/protctl/pkg/runtime/placement"
 )
 
 // crc16 is CRC-16/XMODEM, the checksum Redis Cluster hashes keys with.
@@ -174,26 +176,26 @@ func TestEveryScriptsKeysShareASlot(t *testing.T) {
 	must("complete seek", err)
 	for i, f := range []broker.Fence{kafka, redisKey} {
 		token := "plan-" + strconv.Itoa(i)
-		p := runtime.Parked{Subscription: "sync", Aggregate: "o-1"}
+		p := ledger.Parked{Subscription: "sync", Aggregate: "o-1"}
 		must("park", s.Park(ctx, f, p))
 		must("retry", s.RequestRetry(ctx, "sync", "", "o-1", "alice"))
-		must("set status", s.SetStatus(ctx, f, "sync", "o-1", runtime.StatusParked))
+		must("set status", s.SetStatus(ctx, f, "sync", "o-1", ledger.StatusParked))
 		must("skip", s.RequestSkip(ctx, "sync", "", "o-1", "r", "alice"))
 		got, err := s.GetParked(ctx, "sync", "", "o-1")
 		must("get", err)
-		must("pinned retry", s.RequestPinned(ctx, runtime.PinnedRequest{Action: runtime.ActionRetry,
-			Subscription: "sync", Aggregate: "o-1", Pin: runtime.PinOf(got), Token: token}))
+		must("pinned retry", s.RequestPinned(ctx, ledger.PinnedRequest{Action: ledger.ActionRetry,
+			Subscription: "sync", Aggregate: "o-1", Pin: ledger.PinOf(got), Token: token}))
 		must("resolve", s.Resolve(ctx, f, "sync", "o-1"))
 		// The marker is found in the resolved record's slot.
-		err = s.RequestPinned(ctx, runtime.PinnedRequest{Action: runtime.ActionRetry,
-			Subscription: "sync", Aggregate: "o-1", Pin: runtime.PinOf(got), Token: token})
-		if !errors.Is(err, runtime.ErrAlreadyRequested) {
+		err = s.RequestPinned(ctx, ledger.PinnedRequest{Action: ledger.ActionRetry,
+			Subscription: "sync", Aggregate: "o-1", Pin: ledger.PinOf(got), Token: token})
+		if !errors.Is(err, ledger.ErrAlreadyRequested) {
 			t.Fatalf("pinned retry after the resolve: %v, want already requested", err)
 		}
 	}
 
-	must("cordon", s.CASNodeMode(ctx, "shop", "node-a", nil, &runtime.NodeModeRecord{Node: "node-a", Mode: runtime.ModeCordoned}))
-	must("pin", s.CASPin(ctx, "shop", "sync", "o-1", nil, &runtime.Pin{Scope: "sync", Partition: "o-1", Node: "node-a"}))
+	must("cordon", s.CASNodeMode(ctx, "shop", "node-a", nil, &placement.ModeRecord{Node: "node-a", Mode: placement.Cordoned}))
+	must("pin", s.CASPin(ctx, "shop", "sync", "o-1", nil, &placement.Pin{Scope: "sync", Partition: "o-1", Node: "node-a"}))
 	_, err = s.ReadPlacement(ctx, "shop")
 	must("read placement", err)
 

@@ -6,9 +6,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
-// Store is the Redis implementation of runtime.Ledger, runtime.Membership
+// Store is the Redis implementation of ledger.Ledger, runtime.Membership
 // and runtime.Checkpoints. It is safe for concurrent use and keeps no
 // state beyond its configuration: any number of Stores, in any number of
 // processes, can share a server.
@@ -18,7 +19,7 @@ type Store struct {
 }
 
 var (
-	_ runtime.Ledger      = (*Store)(nil)
+	_ ledger.Ledger       = (*Store)(nil)
 	_ runtime.Membership  = (*Store)(nil)
 	_ runtime.Checkpoints = (*Store)(nil)
 )

@@ -15,7 +15,9 @@ import (
 	"github.com/protctl/protctl/internal/testenv"
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/source"
 	"github.com/protctl/protctl/pkg/runtime/storetest"
 )
 
@@ -67,8 +69,8 @@ const (
 
 var lg = redisstore.TopicLeaseGroup(svc, "orders")
 
-func entry() runtime.Parked {
-	return runtime.Parked{Subscription: sub, Aggregate: agg, Source: runtime.SourceKafka, Topic: "orders", Partition: "0", Position: "7", Error: "boom", Attempts: 3}
+func entry() ledger.Parked {
+	return ledger.Parked{Subscription: sub, Aggregate: agg, Source: source.Kafka, Topic: "orders", Partition: "0", Position: "7", Error: "boom", Attempts: 3}
 }
 
 // snapshot is every key of the server with its DUMP, to prove that a
@@ -128,7 +130,7 @@ func TestWrongTypeKeysAreRefusedAndChangeNothing(t *testing.T) {
 	loadAll := op{"load all", func(s *redisstore.Store) error { _, err := s.LoadAll(ctx, lg.String(), sub); return err }}
 	park := op{"park", func(s *redisstore.Store) error { return s.Park(ctx, fence, entry()) }}
 	setStatus := op{"set status", func(s *redisstore.Store) error {
-		return s.SetStatus(ctx, fence, sub, agg, runtime.StatusRetrying)
+		return s.SetStatus(ctx, fence, sub, agg, ledger.StatusRetrying)
 	}}
 	resolve := op{"resolve", func(s *redisstore.Store) error { return s.Resolve(ctx, fence, sub, agg) }}
 	list := op{"list", func(s *redisstore.Store) error { _, err := s.ListParked(ctx, sub); return err }}
@@ -180,7 +182,7 @@ func TestWrongTypeKeysAreRefusedAndChangeNothing(t *testing.T) {
 			// Park's index entry is taken back; its subscription stays listed.
 			mayChange: []string{redisstore.ParkedSubscriptionsKey},
 			after: func(t *testing.T, s *redisstore.Store) {
-				if _, err := s.GetParked(ctx, sub, "", agg); !errors.Is(err, runtime.ErrNotParked) {
+				if _, err := s.GetParked(ctx, sub, "", agg); !errors.Is(err, ledger.ErrNotParked) {
 					t.Fatalf("get after a refused park: %v, want ErrNotParked", err)
 				}
 			},
@@ -192,7 +194,7 @@ func TestWrongTypeKeysAreRefusedAndChangeNothing(t *testing.T) {
 			ops:       []op{park, setStatus, resolve},
 			mayChange: []string{redisstore.ParkedSubscriptionsKey},
 			after: func(t *testing.T, s *redisstore.Store) {
-				if _, err := s.GetParked(ctx, sub, "", agg); !errors.Is(err, runtime.ErrNotParked) {
+				if _, err := s.GetParked(ctx, sub, "", agg); !errors.Is(err, ledger.ErrNotParked) {
 					t.Fatalf("get after a refused park: %v, want ErrNotParked", err)
 				}
 				if ps, err := s.ListParked(ctx, ""); err != nil || len(ps) != 0 {
@@ -226,7 +228,7 @@ func TestWrongTypeKeysAreRefusedAndChangeNothing(t *testing.T) {
 			key: redisstore.ParkedSubscriptionsKey,
 			ops: []op{park, listAll},
 			after: func(t *testing.T, s *redisstore.Store) {
-				if _, err := s.GetParked(ctx, sub, "", agg); !errors.Is(err, runtime.ErrNotParked) {
+				if _, err := s.GetParked(ctx, sub, "", agg); !errors.Is(err, ledger.ErrNotParked) {
 					t.Fatalf("get after a refused park: %v, want ErrNotParked", err)
 				}
 			},
@@ -277,7 +279,7 @@ func TestUnreachableServerIsUnavailable(t *testing.T) {
 		"load":       func() error { _, _, err := s.Load(ctx, lg.String(), sub, 0); return err },
 		"load all":   func() error { _, err := s.LoadAll(ctx, lg.String(), sub); return err },
 		"park":       func() error { return s.Park(ctx, f, entry()) },
-		"set status": func() error { return s.SetStatus(ctx, f, sub, agg, runtime.StatusParked) },
+		"set status": func() error { return s.SetStatus(ctx, f, sub, agg, ledger.StatusParked) },
 		"resolve":    func() error { return s.Resolve(ctx, f, sub, agg) },
 		"list":       func() error { _, err := s.ListParked(ctx, sub); return err },
 		"list all":   func() error { _, err := s.ListParked(ctx, ""); return err },
@@ -339,10 +341,10 @@ func TestDanglingIndexEntriesAreSkipped(t *testing.T) {
 	if err != nil || len(ps) != 1 || ps[0].Aggregate != agg {
 		t.Fatalf("list: %+v %v, want only %s", ps, err, agg)
 	}
-	if _, err := s.GetParked(ctx, sub, "", "order-2"); !errors.Is(err, runtime.ErrNotParked) {
+	if _, err := s.GetParked(ctx, sub, "", "order-2"); !errors.Is(err, ledger.ErrNotParked) {
 		t.Fatalf("get of a dangling entry: %v, want ErrNotParked", err)
 	}
-	if err := s.RequestRetry(ctx, sub, "", "order-2", "alice"); !errors.Is(err, runtime.ErrNotParked) {
+	if err := s.RequestRetry(ctx, sub, "", "order-2", "alice"); !errors.Is(err, ledger.ErrNotParked) {
 		t.Fatalf("retry of a dangling entry: %v, want ErrNotParked", err)
 	}
 	if n := c.Exists(ctx, redisstore.RecordKey(f.LeaseKey, sub, "order-2")).Val(); n != 0 {
@@ -361,7 +363,7 @@ func TestCorruptRecordsAreReportedNotOverwritten(t *testing.T) {
 	rec := redisstore.RecordKey(f.LeaseKey, sub, agg)
 	c.Set(ctx, rec, "not json", 0)
 	for name, err := range map[string]error{
-		"set status": s.SetStatus(ctx, f, sub, agg, runtime.StatusParked),
+		"set status": s.SetStatus(ctx, f, sub, agg, ledger.StatusParked),
 		"retry":      s.RequestRetry(ctx, sub, "", agg, "alice"),
 		"get":        func() error { _, err := s.GetParked(ctx, sub, "", agg); return err }(),
 	} {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 var inputCases = []Case{
@@ -77,13 +78,13 @@ var inputCases = []Case{
 		reserved := kafkaEntry("__subscriptions__", "order-1", t0)
 		badStatus := kafkaEntry(sub, "order-1", t0)
 		badStatus.Status = "stuck"
-		for name, p := range map[string]runtime.Parked{"no subscription": noSub, "no aggregate": noAgg, "a reserved subscription": reserved, "an unknown status": badStatus} {
+		for name, p := range map[string]ledger.Parked{"no subscription": noSub, "no aggregate": noAgg, "a reserved subscription": reserved, "an unknown status": badStatus} {
 			wantErrIs(t, "park with "+name, s.Store.Park(s.Ctx, f, p), broker.ErrInvalidArgument)
 		}
 		ok := kafkaEntry(sub, "order-1", t0)
 		wantErrIs(t, "park with no token", s.Store.Park(s.Ctx, broker.Fence{LeaseKey: lease0}, ok), broker.ErrInvalidArgument)
 		wantErrIs(t, "park with no lease key", s.Store.Park(s.Ctx, broker.Fence{Token: tokenA}, ok), broker.ErrInvalidArgument)
-		wantErrIs(t, "set status with no aggregate", s.Store.SetStatus(s.Ctx, f, sub, "", runtime.StatusParked), broker.ErrInvalidArgument)
+		wantErrIs(t, "set status with no aggregate", s.Store.SetStatus(s.Ctx, f, sub, "", ledger.StatusParked), broker.ErrInvalidArgument)
 		wantErrIs(t, "set status to an unknown status", s.Store.SetStatus(s.Ctx, f, sub, "order-1", "stuck"), broker.ErrInvalidArgument)
 		wantErrIs(t, "resolve with no subscription", s.Store.Resolve(s.Ctx, f, "", "order-1"), broker.ErrInvalidArgument)
 		_, err := s.Store.GetParked(s.Ctx, sub, "", "")

@@ -9,14 +9,15 @@ import (
 	"unicode/utf8"
 
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // kafkaEntry is a parked Kafka aggregate of sub on partition 0.
-func kafkaEntry(subscription, aggregate string, at time.Time) runtime.Parked {
-	return runtime.Parked{
+func kafkaEntry(subscription, aggregate string, at time.Time) ledger.Parked {
+	return ledger.Parked{
 		Subscription:  subscription,
-		Source:        runtime.SourceKafka,
+		Source:        source.Kafka,
 		Aggregate:     aggregate,
 		Topic:         "orders",
 		Partition:     "0",
@@ -25,18 +26,18 @@ func kafkaEntry(subscription, aggregate string, at time.Time) runtime.Parked {
 		Attempts:      3,
 		ParkedAt:      at,
 		LastAttemptAt: at,
-		Status:        runtime.StatusParked,
+		Status:        ledger.StatusParked,
 		Owner:         "node-a",
 		Generation:    1,
 	}
 }
 
-func (s *Suite) park(t *testing.T, f broker.Fence, p runtime.Parked) {
+func (s *Suite) park(t *testing.T, f broker.Fence, p ledger.Parked) {
 	t.Helper()
 	must(t, "park "+p.Aggregate, s.Store.Park(s.Ctx, f, p))
 }
 
-func (s *Suite) get(t *testing.T, subscription, aggregate string) runtime.Parked {
+func (s *Suite) get(t *testing.T, subscription, aggregate string) ledger.Parked {
 	t.Helper()
 	p, err := s.Store.GetParked(s.Ctx, subscription, "", aggregate)
 	must(t, "get "+aggregate, err)
@@ -57,7 +58,7 @@ func (s *Suite) list(t *testing.T, subscription string) []string {
 func (s *Suite) wantNotParked(t *testing.T, what, subscription, aggregate string) {
 	t.Helper()
 	_, err := s.Store.GetParked(s.Ctx, subscription, "", aggregate)
-	wantErrIs(t, what, err, runtime.ErrNotParked)
+	wantErrIs(t, what, err, ledger.ErrNotParked)
 }
 
 func wantList(t *testing.T, what string, got []string, want ...string) {
@@ -87,13 +88,13 @@ var ledgerCases = []Case{
 			t.Fatalf("listed %+v, want order-1 on partitions 0 and 1", ps)
 		}
 		_, err = s.Store.GetParked(s.Ctx, sub, "", "order-1")
-		wantErrIs(t, "get without a partition", err, runtime.ErrAmbiguousParked)
-		var amb *runtime.AmbiguousParkedError
+		wantErrIs(t, "get without a partition", err, ledger.ErrAmbiguousParked)
+		var amb *ledger.AmbiguousParkedError
 		if !errors.As(err, &amb) || strings.Join(amb.Partitions, ",") != "0,1" {
 			t.Fatalf("ambiguous error %v, want one naming partitions 0 and 1", err)
 		}
-		wantErrIs(t, "retry request without a partition", s.Store.RequestRetry(s.Ctx, sub, "", "order-1", "ops"), runtime.ErrAmbiguousParked)
-		for _, want := range []runtime.Parked{p0, p1} {
+		wantErrIs(t, "retry request without a partition", s.Store.RequestRetry(s.Ctx, sub, "", "order-1", "ops"), ledger.ErrAmbiguousParked)
+		for _, want := range []ledger.Parked{p0, p1} {
 			got, err := s.Store.GetParked(s.Ctx, sub, want.Partition, "order-1")
 			must(t, "get on partition "+want.Partition, err)
 			if got.Position != want.Position {
@@ -101,14 +102,14 @@ var ledgerCases = []Case{
 			}
 		}
 		_, err = s.Store.GetParked(s.Ctx, sub, "2", "order-1")
-		wantErrIs(t, "get on a partition with no entry", err, runtime.ErrNotParked)
+		wantErrIs(t, "get on a partition with no entry", err, ledger.ErrNotParked)
 
 		// Each partition's owner edits and resolves its own entry only.
 		must(t, "request retry on 0", s.Store.RequestRetry(s.Ctx, sub, "0", "order-1", "ops"))
-		if got, _ := s.Store.GetParked(s.Ctx, sub, "1", "order-1"); got.Request != nil || got.Status != runtime.StatusParked {
+		if got, _ := s.Store.GetParked(s.Ctx, sub, "1", "order-1"); got.Request != nil || got.Status != ledger.StatusParked {
 			t.Fatalf("partition 1's entry %+v changed by a request on partition 0", got)
 		}
-		must(t, "set status on 1", s.Store.SetStatus(s.Ctx, f1, sub, "order-1", runtime.StatusRetrying))
+		must(t, "set status on 1", s.Store.SetStatus(s.Ctx, f1, sub, "order-1", ledger.StatusRetrying))
 		if got, _ := s.Store.GetParked(s.Ctx, sub, "0", "order-1"); got.Request == nil {
 			t.Fatalf("partition 0's request %+v cleared by partition 1's owner", got)
 		}
@@ -152,10 +153,10 @@ var ledgerCases = []Case{
 		older := kafkaEntry(sub, "order-1", t0)
 		s.park(t, f, newer)
 		s.park(t, f, older)
-		redisEntry := runtime.Parked{
-			Subscription: "app.handlers.Projector", Source: runtime.SourceRedis, Aggregate: "o-1",
+		redisEntry := ledger.Parked{
+			Subscription: "app.handlers.Projector", Source: source.Redis, Aggregate: "o-1",
 			Category: "shop::order", Partition: "o-1", Position: "1700000000000-0", Stream: "shop::order:{o-1}",
-			Error: "boom", Attempts: 1, ParkedAt: t0.Add(30 * time.Second), Status: runtime.StatusParked,
+			Error: "boom", Attempts: 1, ParkedAt: t0.Add(30 * time.Second), Status: ledger.StatusParked,
 		}
 		s.park(t, broker.Fence{LeaseKey: redisLease, Token: tokenB}, redisEntry)
 
@@ -187,7 +188,7 @@ var ledgerCases = []Case{
 		p.Status = ""
 		s.park(t, broker.Fence{LeaseKey: lease0, Token: tokenA}, p)
 		got := s.get(t, sub, "order-1")
-		if got.Status != runtime.StatusParked || got.ParkedAt.IsZero() {
+		if got.Status != ledger.StatusParked || got.ParkedAt.IsZero() {
 			t.Fatalf("status %q parkedAt %v: want parked and a time", got.Status, got.ParkedAt)
 		}
 	}},
@@ -224,8 +225,8 @@ var ledgerCases = []Case{
 		p.Error = strings.Repeat("é", 3000) // 6000 bytes, 2-byte runes
 		s.park(t, broker.Fence{LeaseKey: lease0, Token: tokenA}, p)
 		got := s.get(t, sub, "order-1").Error
-		if len(got) > runtime.MaxErrorLen || !utf8.ValidString(got) || got != runtime.TruncateError(p.Error) {
-			t.Fatalf("stored error is %d bytes (valid UTF-8: %v), want TruncateError's %d", len(got), utf8.ValidString(got), len(runtime.TruncateError(p.Error)))
+		if len(got) > ledger.MaxErrorLen || !utf8.ValidString(got) || got != ledger.TruncateError(p.Error) {
+			t.Fatalf("stored error is %d bytes (valid UTF-8: %v), want TruncateError's %d", len(got), utf8.ValidString(got), len(ledger.TruncateError(p.Error)))
 		}
 	}},
 	{"StaleParkIsRefusedAndWritesNothing", func(t *testing.T, s *Suite) {
@@ -254,30 +255,30 @@ var ledgerCases = []Case{
 		a := broker.Fence{LeaseKey: lease0, Token: tokenA}
 		s.park(t, a, kafkaEntry(sub, "order-1", t0))
 		must(t, "request retry", s.Store.RequestRetry(s.Ctx, sub, "", "order-1", "ops"))
-		must(t, "set status", s.Store.SetStatus(s.Ctx, a, sub, "order-1", runtime.StatusRetrying))
+		must(t, "set status", s.Store.SetStatus(s.Ctx, a, sub, "order-1", ledger.StatusRetrying))
 		got := s.get(t, sub, "order-1")
-		if got.Status != runtime.StatusRetrying || got.Request != nil {
+		if got.Status != ledger.StatusRetrying || got.Request != nil {
 			t.Fatalf("after set status: status %q request %+v, want retrying and no request", got.Status, got.Request)
 		}
 		// The rest of the entry is kept.
 		want := kafkaEntry(sub, "order-1", t0)
-		want.Status = runtime.StatusRetrying
+		want.Status = ledger.StatusRetrying
 		if jsonOf(t, got) != jsonOf(t, want) {
 			t.Fatalf("set status changed more than the status:\n got %s\nwant %s", jsonOf(t, got), jsonOf(t, want))
 		}
 		s.SetLease(t, lease0, tokenB)
-		err := s.Store.SetStatus(s.Ctx, a, sub, "order-1", runtime.StatusUnrecoverable)
+		err := s.Store.SetStatus(s.Ctx, a, sub, "order-1", ledger.StatusUnrecoverable)
 		wantLeaseLost(t, "set status by a superseded owner", "set status", err, a)
-		if got := s.get(t, sub, "order-1").Status; got != runtime.StatusRetrying {
+		if got := s.get(t, sub, "order-1").Status; got != ledger.StatusRetrying {
 			t.Fatalf("a refused set status changed the status to %q", got)
 		}
 		b := broker.Fence{LeaseKey: lease0, Token: tokenB}
-		err = s.Store.SetStatus(s.Ctx, b, sub, "order-9", runtime.StatusParked)
-		wantErrIs(t, "set status of a missing entry", err, runtime.ErrNotParked)
+		err = s.Store.SetStatus(s.Ctx, b, sub, "order-9", ledger.StatusParked)
+		wantErrIs(t, "set status of a missing entry", err, ledger.ErrNotParked)
 		// Under another lease the entry is not there either.
 		s.SetLease(t, lease1, tokenA)
-		err = s.Store.SetStatus(s.Ctx, broker.Fence{LeaseKey: lease1, Token: tokenA}, sub, "order-1", runtime.StatusParked)
-		wantErrIs(t, "set status under another lease", err, runtime.ErrNotParked)
+		err = s.Store.SetStatus(s.Ctx, broker.Fence{LeaseKey: lease1, Token: tokenA}, sub, "order-1", ledger.StatusParked)
+		wantErrIs(t, "set status under another lease", err, ledger.ErrNotParked)
 	}},
 	{"ResolveIsFenced", func(t *testing.T, s *Suite) {
 		s.SetLease(t, lease0, tokenA)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // short is a TTL the cases let run out; Advance waits for it on a real
@@ -22,7 +23,7 @@ func (s *Suite) heartbeat(t *testing.T, node string, ttl time.Duration) runtime.
 		JoinState: runtime.JoinJoined,
 		StartedAt: t0,
 		LastSeen:  t0.Add(time.Second),
-		Held:      []runtime.HeldPartition{{Subscription: sub, Source: runtime.SourceKafka, Topic: "orders", Partition: "3", Generation: 7}},
+		Held:      []runtime.HeldPartition{{Subscription: sub, Source: source.Kafka, Topic: "orders", Partition: "3", Generation: 7}},
 		Paused:    []string{"orders/1"},
 		Throttled: []string{},
 		Parked:    2,

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 var raceCases = []Case{
@@ -80,7 +80,7 @@ var raceCases = []Case{
 			t.Fatalf("%d entries left, want 20", len(ps))
 		}
 		for _, p := range ps {
-			if p.Status != runtime.StatusRetrying || p.Request == nil {
+			if p.Status != ledger.StatusRetrying || p.Request == nil {
 				t.Fatalf("entry %s: status %q request %+v, want a retry", p.Aggregate, p.Status, p.Request)
 			}
 		}

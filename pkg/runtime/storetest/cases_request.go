@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 func (s *Suite) watch(t *testing.T, subscription string) <-chan string {
@@ -35,7 +35,7 @@ func wantSignal(t *testing.T, ch <-chan string, want string) {
 }
 
 // parkOne parks order-1 of sub under lease0 held as tokenA.
-func (s *Suite) parkOne(t *testing.T, status runtime.ParkStatus) {
+func (s *Suite) parkOne(t *testing.T, status ledger.Status) {
 	t.Helper()
 	s.SetLease(t, lease0, tokenA)
 	p := kafkaEntry(sub, "order-1", t0)
@@ -46,7 +46,7 @@ func (s *Suite) parkOne(t *testing.T, status runtime.ParkStatus) {
 // wantStamped checks that a request carries a time. Stores stamp
 // requests with their own (server or fake) clock, so only being set is
 // portable across targets.
-func wantStamped(t *testing.T, r *runtime.Request) {
+func wantStamped(t *testing.T, r *ledger.Request) {
 	t.Helper()
 	if r.RequestedAt.IsZero() {
 		t.Fatal("the request has no time")
@@ -55,15 +55,15 @@ func wantStamped(t *testing.T, r *runtime.Request) {
 
 var requestCases = []Case{
 	{"RequestRetrySetsTheRequestAndSignals", func(t *testing.T, s *Suite) {
-		s.parkOne(t, runtime.StatusParked)
+		s.parkOne(t, ledger.StatusParked)
 		ch := s.watch(t, sub)
 		must(t, "request retry", s.Store.RequestRetry(s.Ctx, sub, "", "order-1", "alice"))
 		wantSignal(t, ch, "order-1")
 		got := s.get(t, sub, "order-1")
-		if got.Status != runtime.StatusRetrying {
+		if got.Status != ledger.StatusRetrying {
 			t.Fatalf("status %q after a retry request, want retrying", got.Status)
 		}
-		if got.Request == nil || got.Request.Action != runtime.ActionRetry || got.Request.By != "alice" || got.Request.Reason != "" {
+		if got.Request == nil || got.Request.Action != ledger.ActionRetry || got.Request.By != "alice" || got.Request.Reason != "" {
 			t.Fatalf("request %+v, want a retry by alice", got.Request)
 		}
 		wantStamped(t, got.Request)
@@ -75,53 +75,53 @@ var requestCases = []Case{
 		}
 	}},
 	{"RequestSkipSetsTheRequestAndSignals", func(t *testing.T, s *Suite) {
-		s.parkOne(t, runtime.StatusParked)
+		s.parkOne(t, ledger.StatusParked)
 		ch := s.watch(t, sub)
 		must(t, "request skip", s.Store.RequestSkip(s.Ctx, sub, "", "order-1", "poison, known bug", "bob"))
 		wantSignal(t, ch, "order-1")
 		got := s.get(t, sub, "order-1")
-		if got.Status != runtime.StatusParked {
+		if got.Status != ledger.StatusParked {
 			t.Fatalf("status %q after a skip request, want parked (unchanged)", got.Status)
 		}
-		if got.Request == nil || got.Request.Action != runtime.ActionSkip || got.Request.Reason != "poison, known bug" || got.Request.By != "bob" {
+		if got.Request == nil || got.Request.Action != ledger.ActionSkip || got.Request.Reason != "poison, known bug" || got.Request.By != "bob" {
 			t.Fatalf("request %+v, want a skip by bob with the reason", got.Request)
 		}
 		wantStamped(t, got.Request)
 	}},
 	{"RetryOfAnUnrecoverableEntryIsRefused", func(t *testing.T, s *Suite) {
-		s.parkOne(t, runtime.StatusUnrecoverable)
+		s.parkOne(t, ledger.StatusUnrecoverable)
 		err := s.Store.RequestRetry(s.Ctx, sub, "", "order-1", "alice")
-		wantErrIs(t, "retry of an unrecoverable entry", err, runtime.ErrUnrecoverable)
+		wantErrIs(t, "retry of an unrecoverable entry", err, ledger.ErrUnrecoverable)
 		got := s.get(t, sub, "order-1")
-		if got.Status != runtime.StatusUnrecoverable || got.Request != nil {
+		if got.Status != ledger.StatusUnrecoverable || got.Request != nil {
 			t.Fatalf("a refused retry changed the entry: status %q request %+v", got.Status, got.Request)
 		}
 		// Skip is what resolves it.
 		must(t, "skip of an unrecoverable entry", s.Store.RequestSkip(s.Ctx, sub, "", "order-1", "gone from the topic", "alice"))
-		if got := s.get(t, sub, "order-1"); got.Request == nil || got.Request.Action != runtime.ActionSkip || got.Status != runtime.StatusUnrecoverable {
+		if got := s.get(t, sub, "order-1"); got.Request == nil || got.Request.Action != ledger.ActionSkip || got.Status != ledger.StatusUnrecoverable {
 			t.Fatalf("after a skip request: status %q request %+v", got.Status, got.Request)
 		}
 	}},
 	{"RequestsOnMissingEntriesAreNotParked", func(t *testing.T, s *Suite) {
 		err := s.Store.RequestRetry(s.Ctx, sub, "", "order-1", "alice")
-		wantErrIs(t, "retry of nothing", err, runtime.ErrNotParked)
+		wantErrIs(t, "retry of nothing", err, ledger.ErrNotParked)
 		err = s.Store.RequestSkip(s.Ctx, sub, "", "order-1", "r", "alice")
-		wantErrIs(t, "skip of nothing", err, runtime.ErrNotParked)
+		wantErrIs(t, "skip of nothing", err, ledger.ErrNotParked)
 		// Nor after a resolve.
-		s.parkOne(t, runtime.StatusParked)
+		s.parkOne(t, ledger.StatusParked)
 		must(t, "resolve", s.Store.Resolve(s.Ctx, broker.Fence{LeaseKey: lease0, Token: tokenA}, sub, "order-1"))
 		err = s.Store.RequestRetry(s.Ctx, sub, "", "order-1", "alice")
-		wantErrIs(t, "retry after resolve", err, runtime.ErrNotParked)
+		wantErrIs(t, "retry after resolve", err, ledger.ErrNotParked)
 		// A refused park leaves nothing to request on.
 		a := broker.Fence{LeaseKey: lease1, Token: tokenA}
 		if err := s.Store.Park(s.Ctx, a, kafkaEntry(sub, "order-2", t0)); err == nil {
 			t.Fatal("park without a lease succeeded")
 		}
 		err = s.Store.RequestSkip(s.Ctx, sub, "", "order-2", "r", "alice")
-		wantErrIs(t, "skip after a refused park", err, runtime.ErrNotParked)
+		wantErrIs(t, "skip after a refused park", err, ledger.ErrNotParked)
 	}},
 	{"RequestsNeedNoLease", func(t *testing.T, s *Suite) {
-		s.parkOne(t, runtime.StatusParked)
+		s.parkOne(t, ledger.StatusParked)
 		s.DropLease(t, lease0) // the owner died; nobody holds the partition
 		must(t, "request retry", s.Store.RequestRetry(s.Ctx, sub, "", "order-1", "alice"))
 		if got := s.get(t, sub, "order-1"); got.Request == nil {
@@ -158,7 +158,7 @@ var requestCases = []Case{
 		}
 	}},
 	{"ASlowWatcherNeverBlocksRequests", func(t *testing.T, s *Suite) {
-		s.parkOne(t, runtime.StatusParked)
+		s.parkOne(t, ledger.StatusParked)
 		_ = s.watch(t, sub) // never read
 		done := make(chan error, 1)
 		go func() {

@@ -1,5 +1,5 @@
 // Package storetest is the behaviour suite of the runtime's stores
-// (runtime.Ledger, runtime.Membership, runtime.Checkpoints): every
+// (ledger.Ledger, runtime.Membership, runtime.Checkpoints): every
 // implementation runs the same cases, so that the in-memory store used by
 // the demo and by fast tests cannot drift from the Redis one.
 //
@@ -17,11 +17,12 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 // Store is what the suite exercises: the three stores in one value.
 type Store interface {
-	runtime.Ledger
+	ledger.Ledger
 	runtime.Membership
 	runtime.Checkpoints
 }

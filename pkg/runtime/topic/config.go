@@ -11,6 +11,8 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/clock"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
+	"github.com/protctl/protctl/pkg/runtime/pause"
 )
 
 // Subscription is one subscription of a topic: a name (its
@@ -59,11 +61,11 @@ type Config struct {
 	Checkpoints runtime.Checkpoints
 	// Ledger records parked aggregates, fenced by the partition's lease.
 	// Required.
-	Ledger runtime.Ledger
+	Ledger ledger.Ledger
 	// Pauses holds operators' pauses (`protctl pause`), per subscription
 	// under the scope of the lease group ("<service>|topic:<Topic>"); nil:
 	// nothing is ever paused. See pause.go.
-	Pauses runtime.Pauses
+	Pauses pause.Store
 
 	// Aggregate says where a record's aggregate is. Default: the record
 	// key. A record without one is ordered with the other such records of

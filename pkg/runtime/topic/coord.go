@@ -12,6 +12,9 @@ import (
 	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
+	"github.com/protctl/protctl/pkg/runtime/placement"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // topicEvent is something the topic's coordinator reacts to.
@@ -298,7 +301,7 @@ func (c *topicCoord) sorted() []*slot {
 // were gained and lost.
 func (c *topicCoord) decide() (gained, lost int) {
 	t := c.t
-	pl := runtime.PlacementOf(t.host) // placement.go
+	pl := placement.Of(t.host) // placement.go
 	var owners map[string]string
 	if t.cfg.MaxPartitions > 0 {
 		owners = c.placed(pl)
@@ -309,7 +312,7 @@ func (c *topicCoord) decide() (gained, lost int) {
 		if owners != nil {
 			mine = owners[c.hrwKey(p)] == t.node
 		} else {
-			mine = pl.Owner(runtime.TopicScope(t.cfg.Topic), strconv.Itoa(int(p)), c.hrwKey(p), c.members, t.node, s.state == slotHeld) == t.node
+			mine = pl.Owner(placement.TopicScope(t.cfg.Topic), strconv.Itoa(int(p)), c.hrwKey(p), c.members, t.node, s.state == slotHeld) == t.node
 		}
 		if mine {
 			assigned++
@@ -453,10 +456,10 @@ func (c *topicCoord) attachLedger(ctx context.Context, tps []*topicPart) error {
 }
 
 // entriesByPartition keeps the entries of this topic, by partition.
-func (t *Consumer) entriesByPartition(entries []runtime.Parked) map[int32][]runtime.Parked {
-	m := make(map[int32][]runtime.Parked)
+func (t *Consumer) entriesByPartition(entries []ledger.Parked) map[int32][]ledger.Parked {
+	m := make(map[int32][]ledger.Parked)
 	for _, e := range entries {
-		if e.Source != runtime.SourceKafka || e.Topic != t.cfg.Topic {
+		if e.Source != source.Kafka || e.Topic != t.cfg.Topic {
 			continue
 		}
 		p, err := strconv.ParseInt(e.Partition, 10, 32)

@@ -11,6 +11,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker/memorybroker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/clock"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
 	"github.com/protctl/protctl/pkg/runtime/topic"
 )
@@ -113,7 +114,7 @@ func TestTopicFencingPark(t *testing.T) {
 				return nil
 			})
 			var parked atomic.Int32
-			obs := &runtime.Observer{OnParked: func(runtime.Parked) { parked.Add(1) }}
+			obs := &runtime.Observer{OnParked: func(ledger.Parked) { parked.Add(1) }}
 			n := e.start("stale", e.config(tsub(topicSub, rec.handler("stale"))), obs)
 			defer e.stopAll()
 			awaitStarted(t, n.ts)
@@ -122,7 +123,7 @@ func TestTopicFencingPark(t *testing.T) {
 			takeOver()
 			close(release)
 			waitFor(t, 5*time.Second, "the stale node to drop the partition", func() bool { return len(n.ts.Held()) == 0 })
-			if _, err := e.store.GetParked(context.Background(), topicSub, "", "a0000"); !errors.Is(err, runtime.ErrNotParked) {
+			if _, err := e.store.GetParked(context.Background(), topicSub, "", "a0000"); !errors.Is(err, ledger.ErrNotParked) {
 				t.Fatalf("GetParked after a stale park = %v, want ErrNotParked", err)
 			}
 			if n := parked.Load(); n != 0 {

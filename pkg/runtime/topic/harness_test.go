@@ -29,6 +29,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/clock"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/memstore"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 	"github.com/protctl/protctl/pkg/runtime/topic"
@@ -43,7 +44,7 @@ const (
 // topicStore is what the runtime keeps in Redis (or in memory).
 type topicStore interface {
 	runtime.Checkpoints
-	runtime.Ledger
+	ledger.Ledger
 	runtime.Membership
 }
 

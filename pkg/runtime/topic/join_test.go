@@ -17,6 +17,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
+	"github.com/protctl/protctl/pkg/runtime/source"
 	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
@@ -48,7 +49,7 @@ func TestTopicJoinConsumeAndStop(t *testing.T) {
 				t.Fatalf("held %v, want all 4 partitions", held)
 			}
 			st := n.ts.Status()
-			if st.Source != runtime.SourceKafka || st.Name != "topic:"+topicName || len(st.Held) != 4 {
+			if st.Source != source.Kafka || st.Name != "topic:"+topicName || len(st.Held) != 4 {
 				t.Fatalf("status %+v: want 4 held kafka partitions of topic:%s", st, topicName)
 			}
 			for _, h := range st.Held {

@@ -4,9 +4,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/protctl/protctl/pkg/runtime"
 )
 
 // subPart is one subscription on one held partition: its position, its
@@ -57,7 +56,7 @@ type subPart struct {
 
 // parkState is an aggregate parked on this partition.
 type parkState struct {
-	entry runtime.Parked
+	entry ledger.Parked
 	// retrying: a retry's records are queued (or being scanned), or a
 	// skip is resolving the entry. The aggregate's new records are then
 	// queued, not skipped.

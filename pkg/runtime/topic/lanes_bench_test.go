@@ -16,6 +16,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker/memorybroker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/clock"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 // BenchmarkTopicLanes measures what the runtime adds per record on top of
@@ -107,7 +108,7 @@ func BenchmarkTopicLanes(b *testing.B) {
 
 type noCheckpoints struct{ runtime.Checkpoints }
 
-func nil2Ledger() runtime.Ledger { return struct{ runtime.Ledger }{} }
+func nil2Ledger() ledger.Ledger { return struct{ ledger.Ledger }{} }
 
 // benchCPU is the process's CPU time (user + system): on a shared machine
 // it moves much less than wall time.

@@ -11,6 +11,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/internal/lease"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // topicLease is the lease of one held partition, shared by the renewer,
@@ -201,6 +202,6 @@ func (t *Consumer) renewAll(ctx context.Context, leases []*topicLease) ([]lease.
 
 // leaseEvent reports a lease change of partition p.
 func (t *Consumer) leaseEvent(p int32, kind runtime.LeaseEventKind, gen int64, reason string) {
-	observe.Lease(t.obs, runtime.LeaseEvent{Subscription: t.name, Source: runtime.SourceKafka, Partition: strconv.Itoa(int(p)),
+	observe.Lease(t.obs, runtime.LeaseEvent{Subscription: t.name, Source: source.Kafka, Partition: strconv.Itoa(int(p)),
 		Kind: kind, Generation: gen, Reason: reason})
 }

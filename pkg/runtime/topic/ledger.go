@@ -10,6 +10,8 @@ import (
 	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // ledgerLoop follows operator requests for sr: signals from
@@ -93,8 +95,8 @@ func (t *Consumer) ledgerLoop(ctx context.Context, sr *Runtime) {
 }
 
 // actOnEntry carries out e's request when this node holds its partition.
-func (t *Consumer) actOnEntry(ctx context.Context, sr *Runtime, e runtime.Parked) {
-	if e.Request == nil || e.Source != runtime.SourceKafka || e.Topic != t.cfg.Topic {
+func (t *Consumer) actOnEntry(ctx context.Context, sr *Runtime, e ledger.Parked) {
+	if e.Request == nil || e.Source != source.Kafka || e.Topic != t.cfg.Topic {
 		return
 	}
 	p, err := strconv.ParseInt(e.Partition, 10, 32)
@@ -114,7 +116,7 @@ func (t *Consumer) actOnEntry(ctx context.Context, sr *Runtime, e runtime.Parked
 // operate carries out an operator's retry or skip on this partition,
 // when it is held and trusted; handled is false otherwise (the caller
 // forwards the request through the ledger).
-func (tp *topicPart) operate(ctx context.Context, sr *Runtime, action runtime.Action, e runtime.Parked) (error, bool) {
+func (tp *topicPart) operate(ctx context.Context, sr *Runtime, action ledger.Action, e ledger.Parked) (error, bool) {
 	if !tp.lease.trusted(tp.t.clk.Now()) {
 		return nil, false
 	}

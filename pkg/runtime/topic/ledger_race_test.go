@@ -18,6 +18,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/internal/enginetest"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
@@ -27,26 +28,26 @@ import (
 // force an interleaving of the runtime's writes and its ledger polls on
 // the real store.
 type gateLedger struct {
-	runtime.Ledger
+	ledger.Ledger
 
 	lists atomic.Int64 // ListParked calls started
 	// beforePark runs before the real Park; afterList after the real
 	// ListParked read the store (n is the call's number, from 1), before
 	// its answer is returned. nil: no delay.
-	beforePark atomic.Pointer[func(p runtime.Parked)]
-	afterList  atomic.Pointer[func(n int64, entries []runtime.Parked)]
+	beforePark atomic.Pointer[func(p ledger.Parked)]
+	afterList  atomic.Pointer[func(n int64, entries []ledger.Parked)]
 	// beforeResolve runs before the real Resolve.
 	beforeResolve atomic.Pointer[func(aggregate string)]
 }
 
-func (g *gateLedger) Park(ctx context.Context, f broker.Fence, p runtime.Parked) error {
+func (g *gateLedger) Park(ctx context.Context, f broker.Fence, p ledger.Parked) error {
 	if h := g.beforePark.Load(); h != nil {
 		(*h)(p)
 	}
 	return g.Ledger.Park(ctx, f, p)
 }
 
-func (g *gateLedger) ListParked(ctx context.Context, subscription string) ([]runtime.Parked, error) {
+func (g *gateLedger) ListParked(ctx context.Context, subscription string) ([]ledger.Parked, error) {
 	n := g.lists.Add(1)
 	entries, err := g.Ledger.ListParked(ctx, subscription)
 	if h := g.afterList.Load(); h != nil && err == nil {
@@ -92,7 +93,7 @@ func staleListAroundPark(t *testing.T, g *gateLedger, n *topicNode, agg string, 
 		once    sync.Once
 	)
 	armedAt.Store(-1)
-	before := func(p runtime.Parked) {
+	before := func(p ledger.Parked) {
 		if p.Aggregate != agg || int(parks.Add(1)) != nth {
 			return
 		}
@@ -101,7 +102,7 @@ func staleListAroundPark(t *testing.T, g *gateLedger, n *topicNode, agg string, 
 		waitCh(t, read, "the ledger poll to read the ledger before the park")
 	}
 	parkedBefore := n.ts.Counters()[runtime.CounterParked]
-	after := func(k int64, entries []runtime.Parked) {
+	after := func(k int64, entries []ledger.Parked) {
 		select {
 		case <-armed:
 		default:
@@ -197,7 +198,7 @@ func TestTopicLedgerPollInterleavings(t *testing.T) {
 		run  func(t *testing.T, e *topicEnv, g *gateLedger, n *topicNode, rec *topicRecorder)
 	}
 	ctx := context.Background()
-	entries := func(t *testing.T, e *topicEnv) []runtime.Parked {
+	entries := func(t *testing.T, e *topicEnv) []ledger.Parked {
 		ps, err := e.store.ListParked(ctx, topicSub)
 		if err != nil {
 			t.Fatal(err)
@@ -264,7 +265,7 @@ func TestTopicLedgerPollInterleavings(t *testing.T) {
 			read := make(chan struct{})
 			skipped := make(chan struct{})
 			var once sync.Once
-			after := func(k int64, entries []runtime.Parked) {
+			after := func(k int64, entries []ledger.Parked) {
 				if len(entries) == 1 {
 					once.Do(func() {
 						close(read)
@@ -294,7 +295,7 @@ func TestTopicLedgerPollInterleavings(t *testing.T) {
 			read := make(chan struct{})
 			resolvedCh := make(chan struct{})
 			var once, ronce sync.Once
-			after := func(k int64, entries []runtime.Parked) {
+			after := func(k int64, entries []ledger.Parked) {
 				if len(entries) == 1 {
 					once.Do(func() {
 						close(read)
@@ -500,8 +501,8 @@ func TestTopicLedgerRandomized(t *testing.T) {
 				defer rmu.Unlock()
 				return time.Duration(rnd.IntN(maxMS+1)) * time.Millisecond
 			}
-			beforePark := func(runtime.Parked) { time.Sleep(jitter(30)) }
-			afterList := func(int64, []runtime.Parked) { time.Sleep(jitter(40)) }
+			beforePark := func(ledger.Parked) { time.Sleep(jitter(30)) }
+			afterList := func(int64, []ledger.Parked) { time.Sleep(jitter(40)) }
 			beforeResolve := func(string) { time.Sleep(jitter(20)) }
 			g.beforePark.Store(&beforePark)
 			g.afterList.Store(&afterList)
@@ -574,7 +575,7 @@ func TestTopicLedgerRandomized(t *testing.T) {
 						continue
 					}
 					for _, p := range ps {
-						if p.Request != nil || p.Status == runtime.StatusRetrying {
+						if p.Request != nil || p.Status == ledger.StatusRetrying {
 							continue
 						}
 						rmu.Lock()
@@ -585,12 +586,12 @@ func TestTopicLedgerRandomized(t *testing.T) {
 							smu.Lock()
 							skips[p.Partition+"/"+p.Position] = true
 							smu.Unlock()
-							if err := e.store.RequestSkip(ctx, topicSub, p.Partition, p.Aggregate, "test", "op"); err != nil && !errors.Is(err, runtime.ErrNotParked) {
+							if err := e.store.RequestSkip(ctx, topicSub, p.Partition, p.Aggregate, "test", "op"); err != nil && !errors.Is(err, ledger.ErrNotParked) {
 								t.Errorf("request skip: %v", err)
 							}
 						default:
 							if err := e.store.RequestRetry(ctx, topicSub, p.Partition, p.Aggregate, "op"); err != nil &&
-								!errors.Is(err, runtime.ErrNotParked) && !errors.Is(err, runtime.ErrUnrecoverable) {
+								!errors.Is(err, ledger.ErrNotParked) && !errors.Is(err, ledger.ErrUnrecoverable) {
 								t.Errorf("request retry: %v", err)
 							}
 						}

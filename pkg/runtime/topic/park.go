@@ -15,6 +15,8 @@ import (
 	"github.com/protctl/protctl/pkg/runtime/internal/lease"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // park records the aggregate in the ledger, fenced, before its record
@@ -29,18 +31,18 @@ func (sp *subPart) park(agg string, it *laneItem, herr error, attempts int) bool
 		attempts += st.entry.Attempts
 	}
 	tp.mu.Unlock()
-	e := runtime.Parked{
+	e := ledger.Parked{
 		Subscription:  sp.sr.cfg.Name,
-		Source:        runtime.SourceKafka,
+		Source:        source.Kafka,
 		Aggregate:     agg,
 		Topic:         t.cfg.Topic,
 		Partition:     tp.pstr,
 		Position:      strconv.FormatInt(it.rec.Offset, 10),
-		Error:         runtime.TruncateError(herr.Error()),
+		Error:         ledger.TruncateError(herr.Error()),
 		Attempts:      attempts,
 		ParkedAt:      now,
 		LastAttemptAt: now,
-		Status:        runtime.StatusParked,
+		Status:        ledger.StatusParked,
 		Owner:         t.node,
 		Generation:    tp.lease.gen,
 	}
@@ -112,17 +114,17 @@ func (sp *subPart) resolveRetry(agg string) bool {
 		pos = st.entry.Position
 	}
 	t.log.Info("parked aggregate retried", "subscription", sp.sr.cfg.Name, "partition", tp.p, "aggregate", agg, "position", pos)
-	observe.Resolved(t.obs, runtime.ResolvedEvent{Subscription: sp.sr.cfg.Name, Aggregate: agg, Position: pos, Action: runtime.ActionRetry})
+	observe.Resolved(t.obs, runtime.ResolvedEvent{Subscription: sp.sr.cfg.Name, Aggregate: agg, Position: pos, Action: ledger.ActionRetry})
 	return true
 }
 
 // act carries out an operator's action on a parked entry of this
 // partition, under the partition's fence.
-func (sp *subPart) act(ctx context.Context, action runtime.Action, e runtime.Parked) error {
+func (sp *subPart) act(ctx context.Context, action ledger.Action, e ledger.Parked) error {
 	switch action {
-	case runtime.ActionRetry:
+	case ledger.ActionRetry:
 		return sp.retry(ctx, e)
-	case runtime.ActionSkip:
+	case ledger.ActionSkip:
 		return sp.skip(ctx, e)
 	}
 	return fmt.Errorf("runtime: unknown action %q", action)
@@ -133,7 +135,7 @@ func (sp *subPart) act(ctx context.Context, action runtime.Action, e runtime.Par
 // it that arrive meanwhile. Records delivered from now on wait in the
 // aggregate's lane (hold) instead of being skipped, so the re-scan need
 // only cover [parked offset, next at this moment).
-func (sp *subPart) retry(ctx context.Context, e runtime.Parked) error {
+func (sp *subPart) retry(ctx context.Context, e ledger.Parked) error {
 	tp := sp.tp
 	t := tp.t
 	agg := e.Aggregate
@@ -168,10 +170,10 @@ func (sp *subPart) retry(ctx context.Context, e runtime.Parked) error {
 		tp.mu.Unlock()
 	}
 	octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
-	err = t.cfg.Ledger.SetStatus(octx, tp.lease.fence, sp.sr.cfg.Name, agg, runtime.StatusRetrying)
+	err = t.cfg.Ledger.SetStatus(octx, tp.lease.fence, sp.sr.cfg.Name, agg, ledger.StatusRetrying)
 	cancel()
 	switch {
-	case errors.Is(err, runtime.ErrNotParked):
+	case errors.Is(err, ledger.ErrNotParked):
 		undo(true)
 		return err
 	case errors.Is(err, broker.ErrLeaseLost):
@@ -190,9 +192,9 @@ func (sp *subPart) retry(ctx context.Context, e runtime.Parked) error {
 		return nil
 	})
 	if err != nil {
-		status := runtime.StatusParked
+		status := ledger.StatusParked
 		if errors.Is(err, kafkasource.ErrOffsetNotRetained) {
-			status = runtime.StatusUnrecoverable
+			status = ledger.StatusUnrecoverable
 		}
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.cfg.OpTimeout)
 		serr := t.cfg.Ledger.SetStatus(sctx, tp.lease.fence, sp.sr.cfg.Name, agg, status)
@@ -203,13 +205,13 @@ func (sp *subPart) retry(ctx context.Context, e runtime.Parked) error {
 		st.seen = max(st.seen, seen)
 		tp.mu.Unlock()
 		undo(false)
-		if status == runtime.StatusUnrecoverable {
+		if status == ledger.StatusUnrecoverable {
 			t.log.Error("parked aggregate is unrecoverable: its records are no longer retained; only a skip resolves it",
 				"subscription", sp.sr.cfg.Name, "partition", tp.p, "aggregate", agg, "position", from, "err", err)
 			if serr != nil {
-				return fmt.Errorf("%w: %v (and marking it failed: %v)", runtime.ErrUnrecoverable, err, serr)
+				return fmt.Errorf("%w: %v (and marking it failed: %v)", ledger.ErrUnrecoverable, err, serr)
 			}
-			return fmt.Errorf("%w: %v", runtime.ErrUnrecoverable, err)
+			return fmt.Errorf("%w: %v", ledger.ErrUnrecoverable, err)
 		}
 		return fmt.Errorf("runtime: retry %q of %q: re-scan: %w", agg, sp.sr.cfg.Name, err)
 	}
@@ -238,7 +240,7 @@ func (sp *subPart) retry(ctx context.Context, e runtime.Parked) error {
 // (hold) instead of being skipped: once the entry is gone nothing would
 // cover them. If the resolve fails they are skipped after all (the entry
 // still covers them).
-func (sp *subPart) skip(ctx context.Context, e runtime.Parked) error {
+func (sp *subPart) skip(ctx context.Context, e ledger.Parked) error {
 	tp := sp.tp
 	t := tp.t
 	agg := e.Aggregate
@@ -276,7 +278,7 @@ func (sp *subPart) skip(ctx context.Context, e runtime.Parked) error {
 	}
 	sp.sr.c.resolved.Add(1)
 	t.log.Info("parked aggregate skipped", "subscription", sp.sr.cfg.Name, "partition", tp.p, "aggregate", agg, "position", e.Position)
-	observe.Resolved(t.obs, runtime.ResolvedEvent{Subscription: sp.sr.cfg.Name, Aggregate: agg, Position: e.Position, Action: runtime.ActionSkip})
+	observe.Resolved(t.obs, runtime.ResolvedEvent{Subscription: sp.sr.cfg.Name, Aggregate: agg, Position: e.Position, Action: ledger.ActionSkip})
 	return nil
 }
 
@@ -290,7 +292,7 @@ func (sp *subPart) skip(ctx context.Context, e runtime.Parked) error {
 // left alone. Entries it does not know are not adopted: only the owner
 // parks, so such an entry can only be one this node resolved after the
 // read, and adopting it would skip records nothing covers.
-func (sp *subPart) reconcile(entries []runtime.Parked, listed int64) {
+func (sp *subPart) reconcile(entries []ledger.Parked, listed int64) {
 	tp := sp.tp
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
@@ -321,7 +323,7 @@ func (sp *subPart) reconcile(entries []runtime.Parked, listed int64) {
 // acts on every one, and returns their errors joined. ErrNotParked when
 // there is no such entry.
 func (t *Consumer) Retry(ctx context.Context, sub, aggregate string) error {
-	return t.operate(ctx, runtime.ActionRetry, sub, aggregate)
+	return t.operate(ctx, ledger.ActionRetry, sub, aggregate)
 }
 
 // Skip resolves the parked aggregate of subscription sub without handling
@@ -330,10 +332,10 @@ func (t *Consumer) Retry(ctx context.Context, sub, aggregate string) error {
 // the request for the owner, on every partition the aggregate is parked
 // on. ErrNotParked when there is no such entry.
 func (t *Consumer) Skip(ctx context.Context, sub, aggregate string) error {
-	return t.operate(ctx, runtime.ActionSkip, sub, aggregate)
+	return t.operate(ctx, ledger.ActionSkip, sub, aggregate)
 }
 
-func (t *Consumer) operate(ctx context.Context, action runtime.Action, sub, aggregate string) error {
+func (t *Consumer) operate(ctx context.Context, action ledger.Action, sub, aggregate string) error {
 	sr := t.Subscription(sub)
 	if sr == nil {
 		return fmt.Errorf("%w: %q on topic %q", ErrUnknownSubscription, sub, t.cfg.Topic)
@@ -361,19 +363,19 @@ func (t *Consumer) operate(ctx context.Context, action runtime.Action, sub, aggr
 
 // entriesOf reads the entries of aggregate: its only one, or one per
 // partition it is parked on. ErrNotParked when there is none.
-func (t *Consumer) entriesOf(ctx context.Context, sub, aggregate string) ([]runtime.Parked, error) {
+func (t *Consumer) entriesOf(ctx context.Context, sub, aggregate string) ([]ledger.Parked, error) {
 	e, err := t.cfg.Ledger.GetParked(ctx, sub, "", aggregate)
-	var amb *runtime.AmbiguousParkedError
+	var amb *ledger.AmbiguousParkedError
 	if !errors.As(err, &amb) {
 		if err != nil {
 			return nil, err
 		}
-		return []runtime.Parked{e}, nil
+		return []ledger.Parked{e}, nil
 	}
-	var out []runtime.Parked
+	var out []ledger.Parked
 	for _, p := range amb.Partitions {
 		e, err := t.cfg.Ledger.GetParked(ctx, sub, p, aggregate)
-		if errors.Is(err, runtime.ErrNotParked) {
+		if errors.Is(err, ledger.ErrNotParked) {
 			continue // resolved meanwhile
 		}
 		if err != nil {
@@ -382,15 +384,15 @@ func (t *Consumer) entriesOf(ctx context.Context, sub, aggregate string) ([]runt
 		out = append(out, e)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("runtime: %q of %q: %w", aggregate, sub, runtime.ErrNotParked)
+		return nil, fmt.Errorf("runtime: %q of %q: %w", aggregate, sub, ledger.ErrNotParked)
 	}
 	return out, nil
 }
 
 // operateOn carries out action on entry e: here when this node holds its
 // partition, otherwise by recording the request for the owner.
-func (t *Consumer) operateOn(ctx context.Context, sr *Runtime, action runtime.Action, e runtime.Parked) error {
-	if e.Source != runtime.SourceKafka || e.Topic != t.cfg.Topic {
+func (t *Consumer) operateOn(ctx context.Context, sr *Runtime, action ledger.Action, e ledger.Parked) error {
+	if e.Source != source.Kafka || e.Topic != t.cfg.Topic {
 		return fmt.Errorf("runtime: %s %q of %q: the entry is not of topic %q (source %s, topic %q)",
 			action, e.Aggregate, e.Subscription, t.cfg.Topic, e.Source, e.Topic)
 	}
@@ -402,7 +404,7 @@ func (t *Consumer) operateOn(ctx context.Context, sr *Runtime, action runtime.Ac
 		}
 	}
 	// Not ours (or not any more): the owner acts on the request.
-	if action == runtime.ActionRetry {
+	if action == ledger.ActionRetry {
 		return t.cfg.Ledger.RequestRetry(ctx, e.Subscription, e.Partition, e.Aggregate, t.node)
 	}
 	return t.cfg.Ledger.RequestSkip(ctx, e.Subscription, e.Partition, e.Aggregate, "", t.node)

@@ -16,6 +16,8 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/internal/enginetest"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
+	"github.com/protctl/protctl/pkg/runtime/source"
 	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
@@ -56,7 +58,7 @@ func TestTopicParking(t *testing.T) {
 			others := aggs[1:]
 			waitFor(t, 10*time.Second, "the other aggregates to flow", func() bool { return rec.complete(topicSub, others, 5) })
 			ctx := context.Background()
-			var entry runtime.Parked
+			var entry ledger.Parked
 			waitFor(t, 10*time.Second, "a0000 parked", func() bool {
 				var err error
 				entry, err = e.store.GetParked(ctx, topicSub, "", "a0000")
@@ -64,7 +66,7 @@ func TestTopicParking(t *testing.T) {
 			})
 			want := offsetOf(recs, "a0000", 3)
 			if entry.Position != strconv.FormatInt(want, 10) || entry.Partition != "0" || entry.Topic != topicName ||
-				entry.Source != runtime.SourceKafka || entry.Status != runtime.StatusParked || entry.Attempts != 1 ||
+				entry.Source != source.Kafka || entry.Status != ledger.StatusParked || entry.Attempts != 1 ||
 				entry.Owner != "n1" || entry.Generation < 1 || entry.Error == "" {
 				t.Fatalf("parked entry %+v, want a0000 parked at offset %d of partition 0 by n1", entry, want)
 			}
@@ -95,7 +97,7 @@ func TestTopicParking(t *testing.T) {
 			}
 			waitFor(t, 5*time.Second, "the entry resolved", func() bool {
 				_, err := e.store.GetParked(ctx, topicSub, "", "a0000")
-				return errors.Is(err, runtime.ErrNotParked)
+				return errors.Is(err, ledger.ErrNotParked)
 			})
 			e.produce(aggs, 9, 9)
 			waitFor(t, 10*time.Second, "new records after the retry", func() bool { return rec.complete(topicSub, aggs, 9) })
@@ -139,14 +141,14 @@ func TestTopicParkedUnrecoverable(t *testing.T) {
 	rec.setFail(nil)
 
 	err := n.ts.Retry(ctx, topicSub, "a0000")
-	if !errors.Is(err, runtime.ErrUnrecoverable) {
+	if !errors.Is(err, ledger.ErrUnrecoverable) {
 		t.Fatalf("Retry after DeleteRecords = %v, want ErrUnrecoverable", err)
 	}
 	entry, err := e.store.GetParked(ctx, topicSub, "", "a0000")
-	if err != nil || entry.Status != runtime.StatusUnrecoverable {
+	if err != nil || entry.Status != ledger.StatusUnrecoverable {
 		t.Fatalf("entry %+v (%v), want status unrecoverable", entry, err)
 	}
-	if err := e.store.RequestRetry(ctx, topicSub, "", "a0000", "op"); !errors.Is(err, runtime.ErrUnrecoverable) {
+	if err := e.store.RequestRetry(ctx, topicSub, "", "a0000", "op"); !errors.Is(err, ledger.ErrUnrecoverable) {
 		t.Fatalf("RequestRetry of an unrecoverable entry = %v, want ErrUnrecoverable", err)
 	}
 	e.produce([]string{"a0000"}, 5, 5)
@@ -159,14 +161,14 @@ func TestTopicParkedUnrecoverable(t *testing.T) {
 	if err := n.ts.Skip(ctx, topicSub, "a0000"); err != nil {
 		t.Fatalf("Skip: %v", err)
 	}
-	if _, err := e.store.GetParked(ctx, topicSub, "", "a0000"); !errors.Is(err, runtime.ErrNotParked) {
+	if _, err := e.store.GetParked(ctx, topicSub, "", "a0000"); !errors.Is(err, ledger.ErrNotParked) {
 		t.Fatalf("GetParked after Skip = %v, want ErrNotParked", err)
 	}
 	e.produce([]string{"a0000"}, 6, 6)
 	waitFor(t, 10*time.Second, "a0000's records after the skip", func() bool {
 		return slices.Equal(rec.handled(topicSub, "a0000"), []int{1, 6})
 	})
-	if err := n.ts.Skip(ctx, topicSub, "a0000"); !errors.Is(err, runtime.ErrNotParked) {
+	if err := n.ts.Skip(ctx, topicSub, "a0000"); !errors.Is(err, ledger.ErrNotParked) {
 		t.Fatalf("second Skip = %v, want ErrNotParked", err)
 	}
 }
@@ -209,7 +211,7 @@ func TestTopicRetryForwarded(t *testing.T) {
 	waitFor(t, 10*time.Second, "both entries resolved", func() bool {
 		_, err0 := e.store.GetParked(ctx, topicSub, "", "a0000")
 		_, err1 := e.store.GetParked(ctx, topicSub, "", "a0001")
-		return errors.Is(err0, runtime.ErrNotParked) && errors.Is(err1, runtime.ErrNotParked)
+		return errors.Is(err0, ledger.ErrNotParked) && errors.Is(err1, ledger.ErrNotParked)
 	})
 	if got := rec.handled(topicSub, "a0001"); !slices.Equal(got, []int{1}) {
 		t.Fatalf("a0001 handled %v, want [1]: a skip does not handle the parked records", got)
@@ -255,7 +257,7 @@ func TestTopicParkedSurvivesHandover(t *testing.T) {
 
 // slowResolve is a ledger whose Resolve waits for the test.
 type slowResolve struct {
-	runtime.Ledger
+	ledger.Ledger
 	entered chan struct{}
 	proceed chan struct{}
 }
@@ -333,7 +335,7 @@ func TestTopicRetryKeepsCountingAttempts(t *testing.T) {
 	parkedWith := func(want int) func() bool {
 		return func() bool {
 			p, err := e.store.GetParked(ctx, topicSub, "", "a0000")
-			return err == nil && p.Attempts == want && p.Status == runtime.StatusParked
+			return err == nil && p.Attempts == want && p.Status == ledger.StatusParked
 		}
 	}
 	first := func() int {

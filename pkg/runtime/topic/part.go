@@ -12,6 +12,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime/internal/lease"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 // topicPart is one partition this node holds under one lease generation,
@@ -84,8 +85,8 @@ type topicPart struct {
 // operator's request, or a retry a previous owner did not finish.
 type pendingAction struct {
 	sp     *subPart
-	action runtime.Action
-	entry  runtime.Parked
+	action ledger.Action
+	entry  ledger.Parked
 }
 
 func newTopicPart(t *Consumer, l *topicLease) *topicPart {
@@ -124,7 +125,7 @@ func (tp *topicPart) addSub(sr *Runtime, next, saved int64) {
 // adopt takes the subscription's parked entries of this partition, before
 // the partition starts: their aggregates are skipped, and requests (or a
 // retry a previous owner did not finish) are acted on once it runs.
-func (sp *subPart) adopt(entries []runtime.Parked) {
+func (sp *subPart) adopt(entries []ledger.Parked) {
 	tp := sp.tp
 	for _, e := range entries {
 		// Read by a list that returned before now: a later poll's list
@@ -133,9 +134,9 @@ func (sp *subPart) adopt(entries []runtime.Parked) {
 		switch {
 		case e.Request != nil:
 			tp.pending = append(tp.pending, pendingAction{sp: sp, action: e.Request.Action, entry: e})
-		case e.Status == runtime.StatusRetrying:
+		case e.Status == ledger.StatusRetrying:
 			// The previous owner took the retry up and did not finish.
-			tp.pending = append(tp.pending, pendingAction{sp: sp, action: runtime.ActionRetry, entry: e})
+			tp.pending = append(tp.pending, pendingAction{sp: sp, action: ledger.ActionRetry, entry: e})
 		}
 	}
 }

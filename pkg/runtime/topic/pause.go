@@ -10,6 +10,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
+	"github.com/protctl/protctl/pkg/runtime/pause"
 )
 
 // Operators' pauses on the Kafka topic engine
@@ -49,7 +50,7 @@ import (
 // a paused aggregate's record.
 type topicPause struct {
 	// set is nil until the first read: everything is held.
-	set atomic.Pointer[runtime.PauseSet]
+	set atomic.Pointer[pause.Set]
 	mu  sync.Mutex // serializes applyPauses
 }
 
@@ -68,7 +69,7 @@ func (p *topicPause) paused(agg string) bool {
 
 // Pauses returns the subscription's pause entries as last read (nil
 // before the first read).
-func (s *Runtime) Pauses() runtime.PauseSet {
+func (s *Runtime) Pauses() pause.Set {
 	if set := s.pause.set.Load(); set != nil {
 		return *set
 	}
@@ -77,7 +78,7 @@ func (s *Runtime) Pauses() runtime.PauseSet {
 
 // applyPauses installs set and holds or releases the lanes of every held
 // partition accordingly.
-func (s *Runtime) applyPauses(set runtime.PauseSet) {
+func (s *Runtime) applyPauses(set pause.Set) {
 	s.pause.mu.Lock()
 	defer s.pause.mu.Unlock()
 	if old := s.pause.set.Load(); old != nil && samePauses(*old, set) {
@@ -143,7 +144,7 @@ func (s *Runtime) OperatorPaused() []string {
 func (t *Consumer) pauseLoop(ctx context.Context, s *Runtime) {
 	defer t.wg.Done()
 	if t.cfg.Pauses == nil {
-		s.applyPauses(runtime.PauseSet{})
+		s.applyPauses(pause.Set{})
 		return
 	}
 	scope, name := t.group, s.cfg.Name
@@ -205,7 +206,7 @@ func (t *Consumer) pauseLoop(ctx context.Context, s *Runtime) {
 	}
 }
 
-func samePauses(a, b runtime.PauseSet) bool {
+func samePauses(a, b pause.Set) bool {
 	if len(a) != len(b) {
 		return false
 	}

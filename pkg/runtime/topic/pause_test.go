@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/pause"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
 	"github.com/protctl/protctl/pkg/runtime/topic"
 )
@@ -23,14 +23,14 @@ func (e *topicEnv) pauses() *redisstore.Store {
 	return s
 }
 
-func (e *topicEnv) pause(sub string, sel runtime.PauseSelector) {
+func (e *topicEnv) pause(sub string, sel pause.Selector) {
 	e.t.Helper()
 	if _, err := e.pauses().SetPause(context.Background(), e.leaseGroup().String(), sub, sel, "", "test", "testing"); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
-func (e *topicEnv) resume(sub string, sel runtime.PauseSelector) {
+func (e *topicEnv) resume(sub string, sel pause.Selector) {
 	e.t.Helper()
 	s := e.pauses()
 	ctx := context.Background()
@@ -82,7 +82,7 @@ func TestTopicPauseHoldsAggregate(t *testing.T) {
 	e.produce(aggs, 1, 3)
 	waitFor(t, 10*time.Second, "seq 1..3 handled", func() bool { return rec.complete(topicSub, aggs, 3) })
 
-	e.pause(topicSub, runtime.PauseKey("a0000"))
+	e.pause(topicSub, pause.Key("a0000"))
 	sr := n.ts.Subscription(topicSub)
 	waitFor(t, 10*time.Second, "the node to read the pause", func() bool { return len(sr.Pauses()) == 1 })
 	e.produce(aggs, 4, 60)
@@ -98,7 +98,7 @@ func TestTopicPauseHoldsAggregate(t *testing.T) {
 		t.Fatalf("status operatorPaused %v, want %s/a0000", st.OperatorPaused, topicSub)
 	}
 	// The checkpoint waits at the first held record.
-	e.resume(topicSub, runtime.PauseKey("a0000"))
+	e.resume(topicSub, pause.Key("a0000"))
 	waitFor(t, 20*time.Second, "everything handled after the resume", func() bool { return rec.complete(topicSub, aggs, 60) })
 	if got := rec.handled(topicSub, "a0000"); !slices.Equal(got, seqs(60)) {
 		t.Fatalf("a0000 handled %v, want 1..60 exactly once, in order", got)
@@ -131,7 +131,7 @@ func TestTopicPauseWholeSubscription(t *testing.T) {
 	const other = "search-index"
 	cfg := e.config(tsub(topicSub, rec.handler("n1")), tsub(other, rec.handler("n1")))
 	cfg.Pauses = e.pauses()
-	e.pause(topicSub, runtime.PauseAll)
+	e.pause(topicSub, pause.All)
 	n := e.start("n1", cfg, nil)
 	defer e.stopAll()
 	awaitStarted(t, n.ts)
@@ -156,7 +156,7 @@ func TestTopicPauseWholeSubscription(t *testing.T) {
 			t.Fatalf("partition %d: checkpoint %d passed held records", p, c)
 		}
 	}
-	e.resume(topicSub, runtime.PauseAll)
+	e.resume(topicSub, pause.All)
 	waitFor(t, 20*time.Second, "everything handled after the resume", func() bool { return rec.complete(topicSub, aggs, 20) })
 	for _, a := range aggs {
 		if got := rec.handled(topicSub, a); !slices.Equal(got, seqs(20)) {
@@ -183,7 +183,7 @@ func TestTopicPauseSurvivesOwnerLoss(t *testing.T) {
 	defer e.stopAll()
 	awaitStarted(t, n1.ts)
 	aggs := aggNames(4)
-	e.pause(topicSub, runtime.PauseGlob("a000[02]")) // both of partition 0
+	e.pause(topicSub, pause.Glob("a000[02]")) // both of partition 0
 	waitFor(t, 10*time.Second, "n1 to read the pause", func() bool { return len(n1.ts.Subscription(topicSub).Pauses()) == 1 })
 	e.produce(aggs, 1, 10)
 	waitFor(t, 20*time.Second, "partition 1 to flow", func() bool { return rec.complete(topicSub, []string{"a0001", "a0003"}, 10) })
@@ -203,7 +203,7 @@ func TestTopicPauseSurvivesOwnerLoss(t *testing.T) {
 			t.Fatalf("paused %s handled %v across the failover", a, got)
 		}
 	}
-	e.resume(topicSub, runtime.PauseGlob("a000[02]"))
+	e.resume(topicSub, pause.Glob("a000[02]"))
 	waitFor(t, 20*time.Second, "everything handled after the resume", func() bool { return rec.complete(topicSub, aggs, 20) })
 	for _, a := range []string{"a0000", "a0002"} {
 		if got := rec.handled(topicSub, a); !slices.Equal(got, seqs(20)) {

@@ -3,7 +3,7 @@ package topic
 import (
 	"strconv"
 
-	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/placement"
 )
 
 // Operator placement in the Kafka topic engine
@@ -16,14 +16,14 @@ import (
 // subscriptions.
 
 // placed is the capped assignment (keyed by hrwKey) with placement's
-// overrides counted against the cap (runtime.Placement.Assign). A
+// overrides counted against the cap (placement.Snapshot.Assign). A
 // cordoned node keeps only the partitions whose lease it holds now
 // (slotHeld).
-func (c *topicCoord) placed(pl *runtime.Placement) map[string]string {
-	scope := runtime.TopicScope(c.t.cfg.Topic)
-	parts := make([]runtime.PlacedPart, 0, len(c.slots))
+func (c *topicCoord) placed(pl *placement.Snapshot) map[string]string {
+	scope := placement.TopicScope(c.t.cfg.Topic)
+	parts := make([]placement.Part, 0, len(c.slots))
 	for p, s := range c.slots {
-		parts = append(parts, runtime.PlacedPart{Key: c.hrwKey(p), Scope: scope, Partition: strconv.Itoa(int(p)), Holds: s.state == slotHeld})
+		parts = append(parts, placement.Part{Key: c.hrwKey(p), Scope: scope, Partition: strconv.Itoa(int(p)), Holds: s.state == slotHeld})
 	}
 	return pl.Assign(parts, c.members, c.t.cfg.MaxPartitions, c.t.node)
 }

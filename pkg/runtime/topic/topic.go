@@ -17,6 +17,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime/clock"
 	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // Errors of topic subscriptions.
@@ -467,7 +468,7 @@ func (t *Consumer) heldPart(p int32) *topicPart {
 // numbers.
 func (t *Consumer) Status() runtime.SubscriptionStatus {
 	t.mu.Lock()
-	st := runtime.SubscriptionStatus{Name: t.name, Source: runtime.SourceKafka, State: t.stateLocked(), Err: t.fatalErr}
+	st := runtime.SubscriptionStatus{Name: t.name, Source: source.Kafka, State: t.stateLocked(), Err: t.fatalErr}
 	t.mu.Unlock()
 	st.Held = []runtime.HeldPartition{}
 	parked := 0
@@ -477,7 +478,7 @@ func (t *Consumer) Status() runtime.SubscriptionStatus {
 		}
 		tp.mu.Lock()
 		for _, sp := range tp.subs {
-			st.Held = append(st.Held, runtime.HeldPartition{Subscription: sp.sr.cfg.Name, Source: runtime.SourceKafka, Topic: t.cfg.Topic,
+			st.Held = append(st.Held, runtime.HeldPartition{Subscription: sp.sr.cfg.Name, Source: source.Kafka, Topic: t.cfg.Topic,
 				Partition: strconv.Itoa(int(tp.p)), Generation: tp.lease.gen})
 			parked += len(sp.parked)
 		}
@@ -552,7 +553,7 @@ func (t *Consumer) Members() []runtime.SubscriptionStatus {
 		for k, v := range s.Counters() {
 			counters[k] += v
 		}
-		out[i] = runtime.SubscriptionStatus{Name: s.cfg.Name, Source: runtime.SourceKafka, State: state,
+		out[i] = runtime.SubscriptionStatus{Name: s.cfg.Name, Source: source.Kafka, State: state,
 			Held: []runtime.HeldPartition{}, Paused: []string{}, Throttled: throttled, Counters: counters}
 		out[i].OperatorPaused = s.OperatorPaused() // aggregates (pause.go)
 		if err := s.Err(); err != nil {
@@ -566,7 +567,7 @@ func (t *Consumer) Members() []runtime.SubscriptionStatus {
 		tp.mu.Lock()
 		for _, sp := range tp.subs {
 			m := &out[index[sp.sr]]
-			m.Held = append(m.Held, runtime.HeldPartition{Subscription: sp.sr.cfg.Name, Source: runtime.SourceKafka, Topic: t.cfg.Topic,
+			m.Held = append(m.Held, runtime.HeldPartition{Subscription: sp.sr.cfg.Name, Source: source.Kafka, Topic: t.cfg.Topic,
 				Partition: tp.pstr, Generation: tp.lease.gen})
 			m.Parked += len(sp.parked)
 			if sp.paused {

@@ -8,6 +8,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
+	"github.com/protctl/protctl/pkg/runtime/source"
 )
 
 // laneTurn is how many records a worker takes from one lane at once: it
@@ -225,7 +226,7 @@ func (sp *subPart) process(agg string, it *laneItem, pos string) outcome {
 	}
 	msg := runtime.Message{
 		Subscription: sr.cfg.Name,
-		Source:       runtime.SourceKafka,
+		Source:       source.Kafka,
 		Topic:        t.cfg.Topic,
 		Partition:    tp.p,
 		Key:          key,
@@ -341,7 +342,7 @@ func (sp *subPart) call(msg runtime.Message) (err error) {
 			if err != nil {
 				class = sp.sr.cfg.Classify(err)
 			}
-			observe.Handled(obs, runtime.HandledEvent{Subscription: msg.Subscription, Source: runtime.SourceKafka, Partition: sp.tp.pstr,
+			observe.Handled(obs, runtime.HandledEvent{Subscription: msg.Subscription, Source: source.Kafka, Partition: sp.tp.pstr,
 				Aggregate: msg.Aggregate, Position: msg.Position, Attempt: msg.Attempt,
 				Duration: t.clk.Now().Sub(start), Err: err, Class: class})
 		}

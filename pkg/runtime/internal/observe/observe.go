@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 // Lease calls o.OnLease.
@@ -24,7 +25,7 @@ func Handled(o *runtime.Observer, e runtime.HandledEvent) {
 }
 
 // Parked calls o.OnParked.
-func Parked(o *runtime.Observer, p runtime.Parked) {
+func Parked(o *runtime.Observer, p ledger.Parked) {
 	if o != nil && o.OnParked != nil {
 		o.OnParked(p)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 // Invalid is the error of a bad argument arg of op: value as it should
@@ -60,9 +61,9 @@ func Fence(op string, f broker.Fence) error {
 }
 
 // Status refuses a status other than parked, retrying and unrecoverable.
-func Status(op string, s runtime.ParkStatus) error {
+func Status(op string, s ledger.Status) error {
 	switch s {
-	case runtime.StatusParked, runtime.StatusRetrying, runtime.StatusUnrecoverable:
+	case ledger.StatusParked, ledger.StatusRetrying, ledger.StatusUnrecoverable:
 		return nil
 	}
 	return Invalid(op, "status", strconv.Quote(string(s)), `want "parked", "retrying" or "unrecoverable"`)
@@ -125,7 +126,7 @@ func Entry(op string, f broker.Fence, subscription, aggregate string) error {
 }
 
 // Park checks Ledger.Park's arguments; an empty p.Status means parked.
-func Park(op string, f broker.Fence, p runtime.Parked) error {
+func Park(op string, f broker.Fence, p ledger.Parked) error {
 	if err := Entry(op, f, p.Subscription, p.Aggregate); err != nil {
 		return err
 	}
@@ -136,7 +137,7 @@ func Park(op string, f broker.Fence, p runtime.Parked) error {
 }
 
 // SetStatus checks Ledger.SetStatus's arguments.
-func SetStatus(op string, f broker.Fence, subscription, aggregate string, status runtime.ParkStatus) error {
+func SetStatus(op string, f broker.Fence, subscription, aggregate string, status ledger.Status) error {
 	if err := Entry(op, f, subscription, aggregate); err != nil {
 		return err
 	}
@@ -152,16 +153,16 @@ func Aggregate(op, subscription, aggregate string) error {
 	return NonEmpty(op, "aggregate", aggregate)
 }
 
-// Pinned checks LedgerPinnedRequester.RequestPinned's request: the entry,
+// Pinned checks ledger.PinnedRequester.RequestPinned's request: the entry,
 // the action, a reason for a skip, a known pinned status, and a token of
 // 1 to 64 of [A-Za-z0-9._-] (stores put it in key names).
-func Pinned(op string, r runtime.PinnedRequest) error {
+func Pinned(op string, r ledger.PinnedRequest) error {
 	if err := Aggregate(op, r.Subscription, r.Aggregate); err != nil {
 		return err
 	}
 	switch r.Action {
-	case runtime.ActionRetry:
-	case runtime.ActionSkip:
+	case ledger.ActionRetry:
+	case ledger.ActionSkip:
 		if r.Reason == "" {
 			return Invalid(op, "reason", `""`, "a skip needs a reason")
 		}
@@ -171,7 +172,7 @@ func Pinned(op string, r runtime.PinnedRequest) error {
 	if err := Status(op, r.Pin.Status); err != nil {
 		return err
 	}
-	if r.Pin.Request != "" && r.Pin.Request != runtime.ActionRetry && r.Pin.Request != runtime.ActionSkip {
+	if r.Pin.Request != "" && r.Pin.Request != ledger.ActionRetry && r.Pin.Request != ledger.ActionSkip {
 		return Invalid(op, "pinned request", strconv.Quote(string(r.Pin.Request)), `want "", "retry" or "skip"`)
 	}
 	if r.Token == "" || len(r.Token) > 64 || strings.IndexFunc(r.Token, badTokenRune) >= 0 {

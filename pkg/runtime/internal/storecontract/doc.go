@@ -1,5 +1,5 @@
 // Package storecontract holds the parts of the runtime's store contract
-// (runtime.Membership, runtime.Checkpoints, runtime.Ledger) that do not
+// (runtime.Membership, runtime.Checkpoints, ledger.Ledger) that do not
 // depend on where the data lives, so that memstore and redisstore apply
 // them from one place:
 //

@@ -7,16 +7,17 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 // ParkDefaults is the entry Ledger.Park stores for p: an empty Status
-// means runtime.StatusParked, Error is cut to runtime.MaxErrorLen bytes,
+// means ledger.StatusParked, Error is cut to ledger.MaxErrorLen bytes,
 // and a zero ParkedAt is now().
-func ParkDefaults(p runtime.Parked, now func() time.Time) runtime.Parked {
+func ParkDefaults(p ledger.Parked, now func() time.Time) ledger.Parked {
 	if p.Status == "" {
-		p.Status = runtime.StatusParked
+		p.Status = ledger.StatusParked
 	}
-	p.Error = runtime.TruncateError(p.Error)
+	p.Error = ledger.TruncateError(p.Error)
 	if p.ParkedAt.IsZero() {
 		p.ParkedAt = now()
 	}
@@ -45,8 +46,8 @@ func EncodeStatus(st runtime.NodeStatus, now func() time.Time) ([]byte, error) {
 // SortParked orders entries as Ledger.ListParked returns them: oldest
 // ParkedAt first, then by subscription, aggregate and partition, so that
 // equal times list the same way every time.
-func SortParked(ps []runtime.Parked) {
-	slices.SortFunc(ps, func(a, b runtime.Parked) int {
+func SortParked(ps []ledger.Parked) {
+	slices.SortFunc(ps, func(a, b ledger.Parked) int {
 		return cmp.Or(a.ParkedAt.Compare(b.ParkedAt),
 			cmp.Compare(a.Subscription, b.Subscription),
 			cmp.Compare(a.Aggregate, b.Aggregate),

@@ -9,6 +9,7 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/internal/storecontract"
+	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
 
 // Both stores run these checks before any I/O; the conformance suite
@@ -31,7 +32,7 @@ func TestChecksNameTheArgument(t *testing.T) {
 		{"next offset", storecontract.Save("op", f, "g", "sub", 0, -1), "next offset"},
 		{"aggregate", storecontract.Entry("op", f, "sub", ""), "aggregate"},
 		{"status", storecontract.SetStatus("op", f, "sub", "agg", "gone"), "status"},
-		{"park status", storecontract.Park("op", f, runtime.Parked{Subscription: "sub", Aggregate: "agg", Status: "gone"}), "status"},
+		{"park status", storecontract.Park("op", f, ledger.Parked{Subscription: "sub", Aggregate: "agg", Status: "gone"}), "status"},
 		{"lookup", storecontract.Aggregate("op", "", "agg"), "subscription"},
 	} {
 		var ia *broker.InvalidArgumentError
@@ -40,7 +41,7 @@ func TestChecksNameTheArgument(t *testing.T) {
 		}
 	}
 	for name, err := range map[string]error{
-		"park with no status": storecontract.Park("op", f, runtime.Parked{Subscription: "sub", Aggregate: "agg"}),
+		"park with no status": storecontract.Park("op", f, ledger.Parked{Subscription: "sub", Aggregate: "agg"}),
 		"heartbeat":           storecontract.Heartbeat("op", runtime.NodeStatus{Service: "svc", Node: "n"}, time.Second),
 		"save":                storecontract.Save("op", f, "g", "sub", 3, 0),
 	} {
@@ -52,13 +53,13 @@ func TestChecksNameTheArgument(t *testing.T) {
 
 func TestParkDefaults(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	p := storecontract.ParkDefaults(runtime.Parked{Error: strings.Repeat("x", runtime.MaxErrorLen+10)}, func() time.Time { return now })
-	if p.Status != runtime.StatusParked || !p.ParkedAt.Equal(now) || len(p.Error) > runtime.MaxErrorLen {
+	p := storecontract.ParkDefaults(ledger.Parked{Error: strings.Repeat("x", ledger.MaxErrorLen+10)}, func() time.Time { return now })
+	if p.Status != ledger.StatusParked || !p.ParkedAt.Equal(now) || len(p.Error) > ledger.MaxErrorLen {
 		t.Fatalf("defaults %+v", p)
 	}
 	set := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
-	p = storecontract.ParkDefaults(runtime.Parked{Status: runtime.StatusRetrying, ParkedAt: set}, func() time.Time { return now })
-	if p.Status != runtime.StatusRetrying || !p.ParkedAt.Equal(set) {
+	p = storecontract.ParkDefaults(ledger.Parked{Status: ledger.StatusRetrying, ParkedAt: set}, func() time.Time { return now })
+	if p.Status != ledger.StatusRetrying || !p.ParkedAt.Equal(set) {
 		t.Fatalf("given values replaced: %+v", p)
 	}
 }

@@ -1,4 +1,4 @@
-package runtime
+package ledger
 
 import (
 	"context"
@@ -6,24 +6,24 @@ import (
 	"time"
 )
 
-// ParkPin is the part of a ledger entry an operator's request was
+// Pin is the part of a ledger entry an operator's request was
 // decided on: a pinned request is recorded only while the entry still
 // has all of it. A new park of the same aggregate (after a failed retry,
 // attempts grow; after a skip, the position moves), a request by someone
 // else (the status or the request changes), or a new owner's park (the
 // generation changes) each break the pin.
-type ParkPin struct {
+type Pin struct {
 	Position   string
 	Attempts   int
 	Generation int64
-	Status     ParkStatus
+	Status     Status
 	// Request is the action of the request the entry held; "" for none.
 	Request Action
 }
 
 // PinOf returns the pin of p as read.
-func PinOf(p Parked) ParkPin {
-	pin := ParkPin{Position: p.Position, Attempts: p.Attempts, Generation: p.Generation, Status: p.Status}
+func PinOf(p Parked) Pin {
+	pin := Pin{Position: p.Position, Attempts: p.Attempts, Generation: p.Generation, Status: p.Status}
 	if p.Request != nil {
 		pin.Request = p.Request.Action
 	}
@@ -32,7 +32,7 @@ func PinOf(p Parked) ParkPin {
 
 // String is "parked at 1-0 (3 attempts, generation 7)", with the pending
 // request when there is one.
-func (p ParkPin) String() string {
+func (p Pin) String() string {
 	s := fmt.Sprintf("%s at %s (%d attempts, generation %d)", p.Status, p.Position, p.Attempts, p.Generation)
 	if p.Request != "" {
 		s += ", " + string(p.Request) + " requested"
@@ -53,7 +53,7 @@ type PinnedRequest struct {
 	Reason    string // recorded with a skip
 	By        string // the operator
 	// Pin is the entry's state the request was decided on.
-	Pin ParkPin
+	Pin Pin
 	// Token names the request: 1 to 64 of [A-Za-z0-9._-]. The store
 	// remembers, for a bounded time (see the store's documentation), that
 	// a request with this token was recorded on the entry, even after the
@@ -95,7 +95,7 @@ func (e *AlreadyRequestedError) Unwrap() error { return ErrAlreadyRequested }
 // matches the pin: nothing was changed.
 type ParkChangedError struct {
 	Subscription, Partition, Aggregate string
-	Pin                                ParkPin
+	Pin                                Pin
 	// Now is the entry as the store found it.
 	Now Parked
 }
@@ -107,11 +107,11 @@ func (e *ParkChangedError) Error() string {
 
 func (e *ParkChangedError) Unwrap() error { return ErrParkChanged }
 
-// LedgerPinnedRequester is an optional capability of a Ledger (found by
+// PinnedRequester is an optional capability of a Ledger (found by
 // type assertion): requests pinned to the state an operator saw, for
 // plans that are applied later, paced, and possibly resumed after an
 // interruption. redisstore.Store and memstore.Store implement it.
-type LedgerPinnedRequester interface {
+type PinnedRequester interface {
 	// RequestPinned records r on its entry in one atomic step that
 	// checks, in this order:
 	//

@@ -1,4 +1,11 @@
-package runtime
+// Package placement holds operator placement (protctl nodes cordon,
+// drain, uncordon; protctl partitions move): the node modes and pins as
+// stored, the Reader a Membership store implements to serve them, and the
+// Snapshot the engines decide ownership with (HRW narrowed by pins and
+// cordons). docs/decisions/0046-drain-cordon-move.md explains the design,
+// docs/decisions/0040-runtime-packages.md why it is a package of its
+// own.
+package placement
 
 import (
 	"context"
@@ -10,32 +17,32 @@ import (
 	"github.com/protctl/protctl/pkg/runtime/hrw"
 )
 
-// NodeMode is what an operator asked of a node (protctl nodes cordon,
+// Mode is what an operator asked of a node (protctl nodes cordon,
 // drain, uncordon). It is state in the store, not in the node, so it
 // survives the node's restart until it is uncordoned
 // (docs/decisions/0046-drain-cordon-move.md).
-type NodeMode string
+type Mode string
 
 const (
-	// ModeActive: no operator state; the node takes its HRW share. It is
+	// Active: no operator state; the node takes its HRW share. It is
 	// never stored (uncordon deletes the record).
-	ModeActive NodeMode = "active"
-	// ModeCordoned: the node takes no new partitions; it keeps those it
+	Active Mode = "active"
+	// Cordoned: the node takes no new partitions; it keeps those it
 	// holds a lease on now (its status record's held list) until they
 	// go idle.
-	ModeCordoned NodeMode = "cordoned"
-	// ModeDraining: the node hands every partition off at its next batch
+	Cordoned Mode = "cordoned"
+	// Draining: the node hands every partition off at its next batch
 	// boundary and takes none; it stays running, ready to be stopped. A
 	// draining node that holds nothing is reported "drained" (a word of
 	// the reports, never stored).
-	ModeDraining NodeMode = "draining"
+	Draining Mode = "draining"
 )
 
-// NodeModeRecord is a node's stored operator state. JSON names are the
+// ModeRecord is a node's stored operator state. JSON names are the
 // CLI's stable fields.
-type NodeModeRecord struct {
+type ModeRecord struct {
 	Node   string    `json:"node"`
-	Mode   NodeMode  `json:"mode"`
+	Mode   Mode      `json:"mode"`
 	By     string    `json:"by,omitempty"`
 	Reason string    `json:"reason,omitempty"`
 	At     time.Time `json:"at"`
@@ -57,10 +64,10 @@ type Pin struct {
 // TopicScope is the pin scope of topic's partitions.
 func TopicScope(topic string) string { return "topic:" + topic }
 
-// PlacementState is a service's stored operator placement: node modes
+// State is a service's stored operator placement: node modes
 // and pins.
-type PlacementState struct {
-	Modes map[string]NodeModeRecord // node -> record; absent: active
+type State struct {
+	Modes map[string]ModeRecord // node -> record; absent: active
 	Pins  []Pin
 	// Skipped are the stored records that did not decode (bad JSON, a
 	// newer schema), each naming its key and field. They are left out
@@ -68,24 +75,24 @@ type PlacementState struct {
 	Skipped []error
 }
 
-// PlacementReader is the optional capability of a Membership that stores
+// Reader is the optional capability of a Membership that stores
 // operator placement (redisstore.Store). A Node whose Membership has it
 // reads the placement with every heartbeat and on every signal from
 // WatchPlacement.
-type PlacementReader interface {
+type Reader interface {
 	// ReadPlacement returns the service's node modes and pins.
-	ReadPlacement(ctx context.Context, service string) (PlacementState, error)
+	ReadPlacement(ctx context.Context, service string) (State, error)
 	// WatchPlacement signals changes to the service's placement until ctx
 	// ends (then the channel closes). Signals are hints and may be lost:
 	// the node also re-reads on each heartbeat.
 	WatchPlacement(ctx context.Context, service string) (<-chan struct{}, error)
 }
 
-// Placement is the snapshot of operator placement the engines decide
+// Snapshot is the operator placement the engines decide
 // ownership with, beside the member list Host.Members returns (which
 // already leaves out cordoned and draining nodes). It is immutable once
 // built: engines may keep and share it.
-type Placement struct {
+type Snapshot struct {
 	// kept: scope -> partition -> the cordoned node that keeps it (it
 	// held the lease at its last heartbeat).
 	kept map[string]map[string]string
@@ -94,18 +101,18 @@ type Placement struct {
 	pins map[string]map[string]string
 }
 
-// PlacementHost is the optional capability of a Host that applies
-// operator placement (Node implements it). Engines that find it ask it
-// for the owner of each partition instead of plain HRW.
-type PlacementHost interface {
+// Host is the optional capability of a runtime.Host that applies
+// operator placement (the Node's host implements it). Engines that find
+// it ask it for the owner of each partition instead of plain HRW.
+type Host interface {
 	// Placement returns the current snapshot (nil: none, plain HRW). It
 	// changes only together with a close of the Members channel.
-	Placement() *Placement
+	Placement() *Snapshot
 }
 
 // Owner returns the node that should own partition of scope: the pinned
 // node when the pin's node is eligible, else the cordoned node that keeps
-// it, else HRW over members under hrwKey. A nil Placement is plain HRW.
+// it, else HRW over members under hrwKey. A nil Snapshot is plain HRW.
 //
 // self and holds make the keep exact on the cordoned node itself: the
 // other nodes know what it holds only from its last status record, but
@@ -115,7 +122,7 @@ type PlacementHost interface {
 // next heartbeat; HRW over members, which leave a cordoned node out,
 // names another node, which takes it once self's next record no longer
 // lists it.
-func (pl *Placement) Owner(scope, partition, hrwKey string, members []string, self string, holds bool) string {
+func (pl *Snapshot) Owner(scope, partition, hrwKey string, members []string, self string, holds bool) string {
 	if n, ok := pl.override(scope, partition, self, holds); ok {
 		return n
 	}
@@ -125,16 +132,16 @@ func (pl *Placement) Owner(scope, partition, hrwKey string, members []string, se
 // KeptBy is the cordoned node that keeps (scope, partition) according to
 // the status records, "" when none does. An engine re-decides such a
 // partition of its own when it releases the lease (Owner's holds).
-func (pl *Placement) KeptBy(scope, partition string) string {
+func (pl *Snapshot) KeptBy(scope, partition string) string {
 	if pl == nil {
 		return ""
 	}
 	return pl.kept[scope][partition]
 }
 
-// override returns the owner Placement imposes on (scope, partition), if
+// override returns the owner Snapshot imposes on (scope, partition), if
 // any: what Owner returns before falling back to HRW.
-func (pl *Placement) override(scope, partition, self string, holds bool) (string, bool) {
+func (pl *Snapshot) override(scope, partition, self string, holds bool) (string, bool) {
 	if pl == nil {
 		return "", false
 	}
@@ -148,23 +155,31 @@ func (pl *Placement) override(scope, partition, self string, holds bool) (string
 	return n, ok
 }
 
-// equal reports whether two snapshots decide the same.
-func (pl *Placement) equal(o *Placement) bool {
+// Equal reports whether two snapshots decide the same: a node re-decides
+// its assignment only when the placement changed.
+func (pl *Snapshot) Equal(o *Snapshot) bool {
 	if pl == nil || o == nil {
 		return pl == o || (pl.empty() && o.empty())
 	}
 	return maps.EqualFunc(pl.kept, o.kept, maps.Equal) && maps.EqualFunc(pl.pins, o.pins, maps.Equal)
 }
 
-func (pl *Placement) empty() bool {
+func (pl *Snapshot) empty() bool {
 	return pl == nil || (len(pl.kept) == 0 && len(pl.pins) == 0)
 }
 
-// buildPlacement derives the snapshot from the stored state and the live
-// members' status records: eligible are the live members that are
-// neither cordoned nor draining.
-func buildPlacement(st PlacementState, live []NodeStatus, eligible []string) *Placement {
-	pl := &Placement{kept: map[string]map[string]string{}, pins: map[string]map[string]string{}}
+// Kept is one partition a cordoned node keeps: it held the lease at its
+// last heartbeat (its status record's held list).
+type Kept struct {
+	Node, Scope, Partition string
+}
+
+// Build derives the snapshot from the stored state, the partitions
+// cordoned nodes keep, and the eligible members: the live members that
+// are neither cordoned nor draining. A pin to a node that is not eligible
+// is left out, so its partition falls back to HRW.
+func Build(st State, kept []Kept, eligible []string) *Snapshot {
+	pl := &Snapshot{kept: map[string]map[string]string{}, pins: map[string]map[string]string{}}
 	ok := make(map[string]bool, len(eligible))
 	for _, n := range eligible {
 		ok[n] = true
@@ -178,37 +193,29 @@ func buildPlacement(st PlacementState, live []NodeStatus, eligible []string) *Pl
 		}
 		pl.pins[p.Scope][p.Partition] = p.Node
 	}
-	for _, m := range live {
-		if st.Modes[m.Node].Mode != ModeCordoned {
-			continue
+	for _, k := range kept {
+		if pl.kept[k.Scope] == nil {
+			pl.kept[k.Scope] = map[string]string{}
 		}
-		for _, h := range m.Held {
-			scope := h.Subscription
-			if h.Source == SourceKafka {
-				scope = TopicScope(h.Topic)
-			}
-			if pl.kept[scope] == nil {
-				pl.kept[scope] = map[string]string{}
-			}
-			pl.kept[scope][h.Partition] = m.Node
-		}
+		pl.kept[k.Scope][k.Partition] = k.Node
 	}
 	return pl
 }
 
-// PlacementOf returns host's placement, nil when it has none (the host
-// is not a PlacementHost).
-func PlacementOf(host Host) *Placement {
-	if ph, ok := host.(PlacementHost); ok {
+// Of returns the placement of host (a runtime.Host), nil when it has
+// none (it is not a Host). It takes any so that this package need not
+// import the runtime's root, which imports it.
+func Of(host any) *Snapshot {
+	if ph, ok := host.(Host); ok {
 		return ph.Placement()
 	}
 	return nil
 }
 
-// PlacedPart is one partition a capped assignment decides: its key in
+// Part is one partition a capped assignment decides: its key in
 // the assignment (the HRW key), its placement scope and name, and whether
 // this node holds its lease now (see Owner).
-type PlacedPart struct {
+type Part struct {
 	Key, Scope, Partition string
 	Holds                 bool
 }
@@ -222,7 +229,7 @@ type PlacedPart struct {
 // partitions of a subscription, pinned or not
 // (docs/decisions/0046-drain-cordon-move.md). The result maps key to
 // node; a key left out has no owner for now. A nil pl is hrw.Assign.
-func (pl *Placement) Assign(parts []PlacedPart, members []string, capPerNode int, self string) map[string]string {
+func (pl *Snapshot) Assign(parts []Part, members []string, capPerNode int, self string) map[string]string {
 	keys := make([]string, 0, len(parts))
 	for _, pt := range parts {
 		keys = append(keys, pt.Key)
@@ -231,10 +238,10 @@ func (pl *Placement) Assign(parts []PlacedPart, members []string, capPerNode int
 		return hrw.Assign(keys, members, capPerNode)
 	}
 	parts = slices.Clone(parts)
-	slices.SortFunc(parts, func(a, b PlacedPart) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortFunc(parts, func(a, b Part) int { return strings.Compare(a.Key, b.Key) })
 	owners := make(map[string]string, len(parts))
 	used := map[string]int{}
-	take := func(pt PlacedPart, n string) {
+	take := func(pt Part, n string) {
 		if _, done := owners[pt.Key]; done || used[n] >= capPerNode {
 			return
 		}
