@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,6 +18,7 @@ import (
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/internal/present"
+	"github.com/protctl/protctl/internal/repair"
 	"github.com/protctl/protctl/internal/tui"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 )
@@ -443,6 +445,32 @@ func dashboardTopics(s *config.Settings, timeout time.Duration, ins *inspect.Ins
 			out = append(out, tuiTopicPartitions(topics)...)
 		}
 		return out, nil
+	}
+}
+
+// dashboardKafka is the Kafka reader the dashboard's topic seek plans
+// with, as `topics seek` does: created on the first seek planned and kept
+// for the process (a plan and a topics read may run at once, hence the
+// lock). It returns nil (the action says there is no reader) without
+// Kafka brokers.
+func dashboardKafka(s *config.Settings, timeout time.Duration) func(context.Context) (repair.TopicOffsets, error) {
+	if len(s.Kafka) == 0 {
+		return nil
+	}
+	var (
+		mu  sync.Mutex
+		src *kafkasource.Source
+	)
+	return func(context.Context) (repair.TopicOffsets, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if src == nil {
+			var err error
+			if src, err = newKafkaSource(s, timeout); err != nil {
+				return nil, err
+			}
+		}
+		return src, nil
 	}
 }
 

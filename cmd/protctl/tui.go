@@ -54,11 +54,13 @@ now); a view is never read twice at once, and a failed read shows an error
 line above the last data read.
 
 Actions are on capital letters: R reap, L release, T trim, D dead-letter the
-head (skip-head), Y retry and S skip a parked entry. Each one builds the plan
-the equivalent CLI command builds, shows that command line and the plan,
-and applies only on y (in a protected context: on typing its name); each
-item's result is shown after. With --read-only or a read-only context the
-actions are disabled.
+head (skip-head), E replay and X purge a partition's dead letters, W seek (a
+partition's group; on the topics view, a subscription on one partition: as
+partitions seek and topics seek), Y retry and S skip a parked entry. Each
+one builds the plan the equivalent CLI command builds, shows that command
+line and the plan, and applies only on y (in a protected context: on typing
+its name); each item's result is shown after. With --read-only or a
+read-only context the actions are disabled.
 
 It needs a terminal: without one it exits 2. A --category or --service that
 Redis has no trace of exits 4 before the dashboard starts. To watch from a
@@ -169,6 +171,7 @@ func dashboardOptions(ctx context.Context, opts *tuiOptions) (tui.Options, error
 		Scan:       len(opts.Categories) == 0, // like partitions ls without CATEGORY
 		Services:   opts.Services,
 		Topics:     dashboardTopics(s, DefaultTimeout, ins, opts.Services),
+		Kafka:      dashboardKafka(s, DefaultTimeout),
 	})
 	r := lipgloss.NewRenderer(opts.IO.Out)
 	if !opts.IO.ColorEnabled() {

@@ -179,20 +179,24 @@ type dashboard struct {
 
 func newDashboard(t *testing.T, e *opsEnv) *dashboard {
 	t.Helper()
+	return newDashboardEnv(t, map[string]string{"PROTCTL_REDIS": e.srv.URL()}, func(*tuiOptions) {})
+}
+
+// newDashboardEnv is newDashboard with env as the process environment
+// (PROTCTL_REDIS, PROTCTL_KAFKA, ...) and the `protctl tui` flags set by
+// flags.
+func newDashboardEnv(t *testing.T, env map[string]string, flags func(*tuiOptions)) *dashboard {
+	t.Helper()
 	ios, _, _, _ := output.Test()
 	ios.SetTTY(true)
 	f := newFactory(ios)
-	f.Getenv = func(k string) string {
-		if k == "PROTCTL_REDIS" {
-			return e.srv.URL()
-		}
-		return ""
-	}
+	f.Getenv = func(k string) string { return env[k] }
 	t.Cleanup(f.close)
 	root := newRootCmd(f) // binds the global flags' defaults
 	_ = root
 	opts := &tuiOptions{IO: ios, Settings: f.Settings, Inspector: f.Inspector, Repairer: f.Repairer,
 		Operator: "protctl:test", Refresh: time.Hour, View: "partitions", ReapMinIdle: tui.DefaultReapMinIdle}
+	flags(opts)
 	dash, err := dashboardOptions(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)

@@ -35,19 +35,51 @@ func (r *Repairer) apply(ctx context.Context, p *Plan, opts ApplyOptions) (Outco
 func (r *Repairer) applyItems(ctx context.Context, p *Plan, opts ApplyOptions, attempted *int) (Outcome, error) {
 	var applied, conflict, refused, tried int
 	paced := false // the last item tried made a change
+	// batched holds the items a free-seek batch already carried out
+	// (applySeekBatch), with their error: the loop books them in order.
+	batched := map[int]error{}
 	for i := range p.Items {
 		it := &p.Items[i]
 		if err := ctx.Err(); err != nil {
 			return outcome(applied, conflict, refused, 0), err
 		}
-		it.Detail = ""
+		berr, inBatch := batched[i]
+		if !inBatch {
+			it.Detail = ""
+		}
 		switch {
+		case inBatch:
+			*attempted++
+			if berr != nil {
+				it.Result, it.Detail = ResultNone, "not applied: "+berr.Error()
+				return outcome(applied, conflict, refused, 0), fmt.Errorf("repair: %s %s: %w", it.Action, it.Target, berr)
+			}
+			tried++
 		case it.Result == ResultSkipped && !it.Allowed:
 			// Nothing to do, decided by the plan.
 		case !it.Allowed:
 			it.Result, it.Detail = ResultRefused, it.Reason
 		case opts.Max > 0 && tried >= opts.Max:
 			it.Result, it.Detail = ResultNone, fmt.Sprintf("left for a later run: this one was bounded to %d items", opts.Max)
+		case opts.Interval == 0 && r.seekBatchable(it):
+			// Unpaced free seeks run in pipelined batches: one round
+			// trip per batch instead of several per partition.
+			idx := []int{i}
+			for j := i + 1; j < len(p.Items) && len(idx) < seekBatch && (opts.Max == 0 || tried+len(idx) < opts.Max); j++ {
+				if !r.seekBatchable(&p.Items[j]) {
+					break
+				}
+				idx = append(idx, j)
+			}
+			for k, err := range r.applySeekBatch(ctx, p, idx) {
+				batched[idx[k]] = err
+			}
+			*attempted++
+			if err := batched[i]; err != nil {
+				it.Result, it.Detail = ResultNone, "not applied: "+err.Error()
+				return outcome(applied, conflict, refused, 0), fmt.Errorf("repair: %s %s: %w", it.Action, it.Target, err)
+			}
+			tried++
 		default:
 			if paced && opts.Interval > 0 {
 				t := time.NewTimer(opts.Interval)

@@ -767,3 +767,123 @@ func (r *Repairer) seekClosed(ctx context.Context, s Seeker, it *Item, id string
 	}
 	r.seekDone(ctx, it, st.Lanes, st.DoneAt, st.Generation)
 }
+
+// seekBatch bounds how many free seeks one pipeline carries.
+const seekBatch = 500
+
+// seekBatcher is the optional capability of a Seeker to run many free
+// seeks in one pipeline (redisbroker.Broker).
+type seekBatcher interface {
+	SeekFreeBatch(ctx context.Context, calls []redisbroker.SeekFreeCall) ([]redisbroker.SeekOutcome, []error)
+}
+
+// seekBatchable says it is a seek of a partition nobody held at the plan
+// (one step, no request to wait for, no lease to release), which Apply
+// runs in a batch when the broker can and nothing paces the apply.
+func (r *Repairer) seekBatchable(it *Item) bool {
+	if it.Action != ActionSeek || !it.Allowed || it.Precondition.Seek == nil || it.Precondition.Seek.Owner != SeekOwnerNone {
+		return false
+	}
+	_, ok := r.broker.(seekBatcher)
+	return ok
+}
+
+// applySeekBatch carries out the free seeks p.Items[idx...] as applySeek
+// does one, with the round trips shared: the ledger check per item (as
+// applySeek), the seeks in one pipeline, one TIME for when they were done,
+// and one pipeline of wake-ups (a PUBLISH per key, one SADD of every wake
+// member). It records each item's result and returns each one's error
+// (the items after a failed one are still recorded: they ran).
+func (r *Repairer) applySeekBatch(ctx context.Context, p *Plan, idx []int) []error {
+	errs := make([]error, len(idx))
+	s := r.broker.(seekBatcher)
+	var (
+		calls []redisbroker.SeekFreeCall
+		sent  []int // positions in idx of calls
+	)
+	for k, i := range idx {
+		it := &p.Items[i]
+		it.Result, it.Detail = ResultNone, ""
+		if !it.Params.Force {
+			parked, err := r.seekParked(ctx, it.Target.Group, it.Target.Key)
+			if err != nil {
+				errs[k] = err
+				continue
+			}
+			if parked != "" {
+				it.Result, it.Detail = ResultConflict, parked+" since the plan: nothing changed"
+				continue
+			}
+		}
+		var lanes []redisbroker.SeekLane
+		for _, ls := range it.Precondition.Seek.Lanes {
+			if ls.From != nil {
+				lanes = append(lanes, redisbroker.SeekLane{Stream: ls.Stream, From: *ls.From, To: ls.To})
+			}
+		}
+		calls = append(calls, redisbroker.SeekFreeCall{Group: it.Target.Group, Key: it.Target.Key, Generation: it.Precondition.Generation, Lanes: lanes})
+		sent = append(sent, k)
+	}
+	if len(calls) == 0 {
+		return errs
+	}
+	outs, cerrs := s.SeekFreeBatch(ctx, calls)
+	var done []int // positions in idx applied
+	applied := make([]bool, len(idx))
+	for j, k := range sent {
+		it := &p.Items[idx[k]]
+		o, err := outs[j], cerrs[j]
+		switch {
+		case err != nil:
+			errs[k] = err
+		case o.Status == redisbroker.SeekApplied:
+			done, applied[k] = append(done, k), true
+		case o.Status == redisbroker.SeekLeased:
+			it.Result, it.Detail = ResultConflict, "a lease appeared since the plan: "+o.Detail
+		default:
+			it.Result, it.Detail = ResultConflict, "the group's position moved since the plan: "+o.Detail
+		}
+	}
+	if len(done) == 0 {
+		return errs
+	}
+	at := time.Time{}
+	if now, err := r.client.Time(ctx).Result(); err == nil {
+		at = now
+	}
+	l := r.broker.Layout()
+	wakes := map[string][]any{} // group -> wake members
+	for j, k := range sent {
+		if !applied[k] {
+			continue
+		}
+		it := &p.Items[idx[k]]
+		at = r.seekDone(ctx, it, outs[j].Lanes, at, derefInt(it.Precondition.Generation))
+		wakes[it.Target.Group] = append(wakes[it.Target.Group], redisbroker.SeekWakeMember(at, it.Target.Key))
+	}
+	// The wake-ups of applySeek, for the whole batch: the messages are
+	// the fast way, the members the durable one.
+	wctx := context.WithoutCancel(ctx)
+	cmds, _ := r.client.Pipelined(wctx, func(pl redis.Pipeliner) error {
+		for _, k := range done {
+			t := p.Items[idx[k]].Target
+			pl.Publish(wctx, l.WakeChannel(t.Category), t.Key)
+		}
+		for g, m := range wakes {
+			pl.SAdd(wctx, redisbroker.SeekRequestsKey(g), m...)
+		}
+		return nil
+	})
+	var werr error
+	for _, c := range cmds {
+		if c.Name() == "sadd" && c.Err() != nil {
+			werr = c.Err()
+		}
+	}
+	if werr != nil {
+		for _, k := range done {
+			p.Items[idx[k]].Detail += fmt.Sprintf(" (the wake-up of the group's nodes was not recorded: %v; an idle node reads the partition at its next append or restart)", werr)
+		}
+	}
+	return errs
+}

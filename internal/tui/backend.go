@@ -117,8 +117,12 @@ type TopicSubscription struct {
 //	skip         Subscription, Aggregate, Partition, Reason [parked skip]
 //	dlq-replay   Category, Key                [dlq replay --key]
 //	dlq-purge    Category, Key                [dlq purge --key]
+//	seek         Category, Key, Group, SeekTo [partitions seek]
+//	topic-seek   Service, Topic, Partition, Subscription, SeekTo [topics seek]
 type ActionRequest struct {
 	Action       repair.Action
+	Service      string
+	Topic        string
 	Category     string
 	Key          string
 	Group        string
@@ -129,13 +133,15 @@ type ActionRequest struct {
 	Subscription string
 	Aggregate    string
 	// Partition names a Kafka entry's partition (an aggregate can be
-	// parked on several); "" for Redis entries.
+	// parked on several; a topic seek's partition), in decimal; "" for
+	// Redis entries.
 	Partition string
 	Reason    string
 	// By names the operator in the failure ledger (retry, skip).
 	By string
-	// SeekTo is a seek's --to (an id, a time, DURATION-ago, earliest,
-	// latest).
+	// SeekTo is a seek's --to: for a partition seek an id, a time,
+	// DURATION-ago, earliest or latest; for a topic seek an offset, a
+	// time, a DURATION (ago), earliest or latest.
 	SeekTo string
 }
 
@@ -168,6 +174,9 @@ func (r ActionRequest) CommandLine(context string) string {
 		args = []string{"dlq", verb, q(r.Category), "--key", q(keyGlob(r.Key))}
 	case repair.ActionSeek:
 		args = []string{"partitions", "seek", q(r.Category), q(r.Key), "--group", q(r.Group), "--to", q(r.SeekTo)}
+	case repair.ActionTopicSeek:
+		args = []string{"topics", "seek", q(r.Topic), "--service", q(r.Service), "--subscription", q(r.Subscription),
+			"--partition", q(r.Partition), "--to", q(r.SeekTo)}
 	case repair.ActionRetry:
 		args = []string{"parked", "retry", q(r.Subscription), q(r.Aggregate)}
 		if r.Partition != "" {
@@ -212,12 +221,28 @@ func (r ActionRequest) Validate() error {
 		return need("a stream", r.Stream)
 	case repair.ActionSeek:
 		return errors.Join(need("a category", r.Category), need("a key", r.Key), need("a group", r.Group), need("a target", r.SeekTo))
+	case repair.ActionTopicSeek:
+		err := errors.Join(need("a service", r.Service), need("a topic", r.Topic), need("a subscription", r.Subscription),
+			need("a partition", r.Partition), need("a target", r.SeekTo))
+		if _, perr := r.topicPartition(); err == nil && perr != nil {
+			err = perr
+		}
+		return err
 	case repair.ActionRetry:
 		return errors.Join(need("a subscription", r.Subscription), need("an aggregate", r.Aggregate))
 	case repair.ActionSkip:
 		return errors.Join(need("a subscription", r.Subscription), need("an aggregate", r.Aggregate), need("a reason", r.Reason))
 	}
 	return fmt.Errorf("tui: unknown action %q", r.Action)
+}
+
+// topicPartition is Partition as a Kafka partition number.
+func (r ActionRequest) topicPartition() (int32, error) {
+	n, err := strconv.ParseInt(r.Partition, 10, 32)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("tui: %s needs a partition number, not %q", r.Action, r.Partition)
+	}
+	return int32(n), nil
 }
 
 // keyGlob is the --key glob that matches key alone: the glob's

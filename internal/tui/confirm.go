@@ -63,6 +63,8 @@ func actionTitle(r ActionRequest) string {
 		return "Purge the dead letters of " + r.Category + "/" + r.Key
 	case repair.ActionSeek:
 		return "Seek " + r.Group + " on " + r.Category + "/" + r.Key + " to " + r.SeekTo
+	case repair.ActionTopicSeek:
+		return "Seek " + r.Subscription + " on " + r.Topic + "/" + r.Partition + " (service " + r.Service + ") to " + r.SeekTo
 	case repair.ActionRetry:
 		return "Retry parked " + r.Subscription + "/" + r.Aggregate
 	case repair.ActionSkip:

@@ -139,6 +139,8 @@ func hintedActions(km KeyMap, view viewKind) []key.Binding {
 		return []key.Binding{km.Release}
 	case viewParked:
 		return []key.Binding{km.Retry, km.Skip}
+	case viewTopics:
+		return []key.Binding{km.Seek}
 	}
 	return nil
 }

@@ -22,7 +22,8 @@ type KeyMap struct {
 	// Actions (capital letters): each opens a plan.
 	Reap, Release, Trim, SkipHead, Retry, Skip key.Binding
 	ReplayDLQ, PurgeDLQ                        key.Binding
-	// Seek moves the row's group (partitions seek).
+	// Seek moves the row's group (partitions seek) or the topic row's
+	// subscription on its partition (topics seek).
 	Seek key.Binding
 	// In the confirm dialog.
 	Confirm, Cancel key.Binding
@@ -111,7 +112,7 @@ var help = map[string]string{
 	"skip":        "skip the parked entry (parked skip)",
 	"replay":      "replay its dead letters (dlq replay)",
 	"purge":       "purge its dead letters (dlq purge)",
-	"seek":        "move the group to an id or a time (partitions seek)",
+	"seek":        "move a group or checkpoint (partitions/topics seek)",
 }
 
 // describe is b's description on the help page.

@@ -730,6 +730,27 @@ func (m *Model) action(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 			Action: repair.ActionRelease, Category: l.Category, Key: l.Key, Group: l.Group,
 			Force: l.State == "held",
 		})
+	case viewTopics:
+		tp := snap.topics[r.item]
+		if r.group == "" {
+			m.setStatus(true, "%s: %s/%d has no subscription", name, tp.Topic, tp.Partition)
+			return m, nil
+		}
+		part := strconv.Itoa(int(tp.Partition))
+		m.ask(&prompt{
+			label:    "seek " + r.group + " on " + tp.Topic + "/" + part + " to (an offset, an RFC 3339 time, a duration ago like 15m, earliest, latest): ",
+			required: true,
+			submit: func(a string) tea.Cmd {
+				if _, err := repair.ParseTopicSeekTo("--to", a, time.Now()); err != nil {
+					m.setStatus(true, "seek: %v; nothing was planned", err)
+					return nil
+				}
+				return m.openConfirm(ActionRequest{
+					Action: repair.ActionTopicSeek, Service: tp.Service, Topic: tp.Topic, Partition: part,
+					Subscription: r.group, SeekTo: a, By: m.opts.Operator,
+				})
+			},
+		})
 	case viewParked:
 		pk := snap.parked[r.item]
 		base := ActionRequest{Subscription: pk.Subscription, Aggregate: pk.Aggregate, By: m.opts.Operator}

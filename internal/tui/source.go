@@ -29,6 +29,11 @@ type RedisOptions struct {
 	// Topics reads the Kafka lease groups for the topics view; nil means
 	// the backend has no Kafka reader (the view says so).
 	Topics func(ctx context.Context) ([]TopicPartition, error)
+	// Kafka hands the Kafka reader a topic seek plans with (offsets by
+	// time, earliest and head), as `topics seek` does; nil means the
+	// topic seek action fails with ErrUnsupported. It is called from
+	// tea.Cmds and must be safe for concurrent use.
+	Kafka func(ctx context.Context) (repair.TopicOffsets, error)
 }
 
 // RedisBackend is the production Source and Actions: it reads through an
@@ -174,6 +179,8 @@ func (b *RedisBackend) Plan(ctx context.Context, req ActionRequest) (*repair.Pla
 			return nil, err
 		}
 		return b.rep.PlanSeek(ctx, repair.SeekRequest{Category: req.Category, Keys: []string{req.Key}, Group: req.Group, Target: to, By: req.By})
+	case repair.ActionTopicSeek:
+		return b.planTopicSeek(ctx, req)
 	case repair.ActionRetry, repair.ActionSkip:
 		return b.rep.PlanParked(ctx, repair.ParkedRequest{
 			Action: req.Action, Subscription: req.Subscription, Aggregate: req.Aggregate,
@@ -181,6 +188,30 @@ func (b *RedisBackend) Plan(ctx context.Context, req ActionRequest) (*repair.Pla
 		})
 	}
 	return nil, fmt.Errorf("tui: unknown action %q", req.Action)
+}
+
+// planTopicSeek is `topics seek TOPIC --service S --subscription SUB
+// --partition N --to WHERE`'s plan.
+func (b *RedisBackend) planTopicSeek(ctx context.Context, req ActionRequest) (*repair.Plan, error) {
+	if b.opts.Kafka == nil {
+		return nil, fmt.Errorf("%w: no Kafka reader configured for topic seek", ErrUnsupported)
+	}
+	to, err := repair.ParseTopicSeekTo("--to", req.SeekTo, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	part, err := req.topicPartition()
+	if err != nil {
+		return nil, err
+	}
+	k, err := b.opts.Kafka(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return b.rep.PlanTopicSeek(ctx, repair.TopicSeekRequest{
+		Service: req.Service, Topic: req.Topic, Subscription: req.Subscription,
+		Partitions: []int32{part}, To: to, By: req.By, Kafka: k,
+	})
 }
 
 // Apply applies p with the Repairer (each item's precondition re-checked
