@@ -16,6 +16,7 @@ import (
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 )
 
 type checkOptions struct {
@@ -23,8 +24,14 @@ type checkOptions struct {
 	Printer   *output.Printer
 	Inspector func() (*inspect.Inspector, error)
 	Settings  func() (*config.Settings, error)
+	// Kafka returns a new Source for the --topic checks; closed after.
+	Kafka func() (*kafkasource.Source, error)
 
-	Categories      []string
+	Categories []string
+	// Topics (SERVICE/TOPIC) and Subscriptions: the Kafka topic
+	// partitions the status checks also read.
+	Topics          []string
+	Subscriptions   []string
 	Services        []string
 	MaxParked       int64
 	MaxLag          int64
@@ -49,7 +56,7 @@ type checkOptions struct {
 const maxOffenders = 20
 
 func newCheckCmd(f *Factory) *cobra.Command {
-	opts := &checkOptions{IO: f.IOStreams, Inspector: f.Inspector, Settings: f.Settings}
+	opts := &checkOptions{IO: f.IOStreams, Inspector: f.Inspector, Settings: f.Settings, Kafka: f.KafkaSource}
 	cmd := &cobra.Command{
 		Use:   "check",
 		Short: "Check health against thresholds; exit 8 when one is crossed (for CI and monitoring)",
@@ -80,6 +87,12 @@ flag is given; without any, check runs --max-parked 0 --no-expired-leases
                         two readings --eta-sample apart (a backlog that
                         does not shrink has no ETA and fails)
 
+The last three (and the default status check) also apply to the Kafka topic
+partitions of each --topic SERVICE/TOPIC, per subscription (default those
+with checkpoints; --subscription narrows them), as checks topicStatus,
+topicLagSeconds and topicEta whose offenders are "SERVICE/TOPIC PARTITION
+SUBSCRIPTION". An unknown topic exits 4, an unreachable Kafka 3.
+
 Partitions are read from the categories given with --category, else from the
 context's and those a paced SCAN finds. The result lists each check with its
 limit, the value found and up to 20 offenders. An unknown --category or
@@ -91,7 +104,8 @@ partitions named in the offenders), 2 bad flags, 3 Redis unreachable.`,
   protctl check --no-paused --service shop -o json
   protctl check -w --watch-interval 30s
   protctl check --fail-on-status HALTED,ORPHANED --max-lag-seconds 10m
-  protctl check --max-eta 15m --eta-sample 30s`,
+  protctl check --max-eta 15m --eta-sample 30s
+  protctl check --topic shop/orders --fail-on-status HALTED,ORPHANED,LAGGING`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fl := cmd.Flags()
@@ -124,8 +138,15 @@ partitions named in the offenders), 2 bad flags, 3 Redis unreachable.`,
 				return usageError(fmt.Errorf("invalid --max-eta %s: want more than 0", opts.MaxETA))
 			case opts.ETASample <= 0:
 				return usageError(fmt.Errorf("invalid --eta-sample %s: want more than 0", opts.ETASample))
+			case len(opts.Subscriptions) > 0 && len(opts.Topics) == 0:
+				return usageError(errors.New("--subscription needs --topic"))
 			case opts.NoPaused && len(opts.Services) == 0:
 				return usageError(fmt.Errorf("--no-paused needs --service: node status records are per service"))
+			}
+			for _, t := range opts.Topics {
+				if s, tp, ok := strings.Cut(t, "/"); !ok || s == "" || tp == "" {
+					return usageError(fmt.Errorf("invalid --topic %q: want SERVICE/TOPIC", t))
+				}
 			}
 			if err := opts.watch.validate(); err != nil {
 				return err
@@ -148,6 +169,8 @@ partitions named in the offenders), 2 bad flags, 3 Redis unreachable.`,
 	fl.DurationVar(&opts.ETASample, "eta-sample", 10*time.Second, "time between the two readings --max-eta compares")
 	addThresholdFlags(cmd, &opts.Thresholds)
 	fl.StringArrayVar(&opts.Categories, "category", nil, "check these categories (repeatable); default the context's and those found by a scan")
+	fl.StringArrayVar(&opts.Topics, "topic", nil, "also run the status checks on this Kafka topic's partitions, as SERVICE/TOPIC (repeatable)")
+	fl.StringArrayVar(&opts.Subscriptions, "subscription", nil, "check only these subscriptions of the --topic topics (repeatable)")
 	fl.StringArrayVar(&opts.Services, "service", nil, "service whose nodes --no-paused checks (repeatable)")
 	addWatchFlags(cmd, &opts.watch)
 	return cmd
@@ -197,6 +220,13 @@ func runCheck(ctx context.Context, opts *checkOptions) error {
 	}
 	if opts.checkLag || opts.checkLagAge || opts.NoExpiredLeases || opts.statusChecks() {
 		res, err := checkPartitions(ctx, opts, ins)
+		if err != nil {
+			return err
+		}
+		rep.Checks = append(rep.Checks, res...)
+	}
+	if len(opts.Topics) > 0 && opts.statusChecks() {
+		res, err := checkTopics(ctx, opts, ins)
 		if err != nil {
 			return err
 		}

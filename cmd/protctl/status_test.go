@@ -11,8 +11,11 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/protctl/protctl/internal/testenv"
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/runtime/redisstore"
 )
 
 // TestCheckWithoutFlagsFailsOnAProteanHaltedPartition is the acceptance
@@ -153,5 +156,97 @@ func TestExporterCommand(t *testing.T) {
 		cl2 := newCLI(t)
 		cl2.env["PROTCTL_REDIS"] = srv.URL()
 		cl2.run(args...).wantCode(t, 2)
+	}
+}
+
+// TestCheckStatusThresholdsOnKafkaTopics: --fail-on-status,
+// --max-lag-seconds and --max-eta apply to a --topic's partitions per
+// subscription as to Redis groups, and check with no threshold flag
+// fails on an orphaned topic partition: exit 8 with the topic partition
+// named. kfake topic "events": partition 0 lagging (records 10 minutes
+// old, lease held, checkpoint at 0), partition 1 orphaned (the same,
+// lease gone).
+func TestCheckStatusThresholdsOnKafkaTopics(t *testing.T) {
+	ctx := context.Background()
+	k := testenv.StartKafka(t, 2, "events")
+	kc := k.Client(t)
+	old := time.Now().Add(-10 * time.Minute)
+	for p := int32(0); p < 2; p++ {
+		k.Produce(t, kc, &kgo.Record{Topic: "events", Partition: p, Value: []byte("a"), Timestamp: old},
+			&kgo.Record{Topic: "events", Partition: p, Value: []byte("b"), Timestamp: old})
+	}
+	srv := testenv.StartRedis(t)
+	c := srv.Client(t)
+	store := redisstore.New(c)
+	g := redisstore.TopicLeaseGroup("shop", "events")
+	for p := int32(0); p < 2; p++ {
+		f := broker.Fence{LeaseKey: g.LeaseKey(p), Token: "node-a:1"}
+		if err := c.Set(ctx, f.LeaseKey, f.Token, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Save(ctx, f, g.String(), "ledger", p, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Set(ctx, g.GenerationKey(1), "1", 0)
+	c.Del(ctx, g.LeaseKey(1)) // expired with work left: ORPHANED
+	cl := newCLI(t)
+	cl.env["PROTCTL_REDIS"] = srv.URL()
+	cl.env["PROTCTL_KAFKA"] = strings.Join(k.Brokers, ",")
+	for _, tc := range []struct {
+		args      []string
+		code      int
+		check     string
+		offenders []string
+	}{
+		{[]string{"--topic", "shop/events"}, 8, "topicStatus", []string{"shop/events 1 ledger: ORPHANED (lag 2, oldest 10m"}},
+		{[]string{"--topic", "shop/events", "--fail-on-status", "LAGGING"}, 8, "topicStatus", []string{"shop/events 0 ledger: LAGGING (lag 2"}},
+		{[]string{"--topic", "shop/events", "--subscription", "ledger", "--fail-on-status", "LAGGING,ORPHANED"}, 8, "topicStatus",
+			[]string{"shop/events 0 ledger: LAGGING", "shop/events 1 ledger: ORPHANED"}},
+		{[]string{"--topic", "shop/events", "--fail-on-status", "HALTED"}, 0, "topicStatus", nil},
+		{[]string{"--topic", "shop/events", "--max-lag-seconds", "5m"}, 8, "topicLagSeconds",
+			[]string{"shop/events 0 ledger: oldest unhandled entry 10m", "shop/events 1 ledger: oldest unhandled entry 10m"}},
+		{[]string{"--topic", "shop/events", "--max-lag-seconds", "1h"}, 0, "topicLagSeconds", nil},
+		{[]string{"--topic", "shop/events", "--max-eta", "1h", "--eta-sample", "10ms"}, 8, "topicEta",
+			[]string{"shop/events 0 ledger: 2 waiting and not draining", "shop/events 1 ledger: 2 waiting and not draining"}},
+		{[]string{"--topic", "shop/events", "--fail-on-status", "LAGGING", "--lagging-after", "1h"}, 0, "topicStatus", nil},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			r := cl.run(append([]string{"check", "-o", "json"}, tc.args...)...)
+			r.wantCode(t, tc.code)
+			var doc checkDoc
+			decode(t, r.stdout, &doc)
+			at := -1
+			for i := range doc.Checks {
+				if doc.Checks[i].Name == tc.check {
+					at = i
+				}
+			}
+			if at < 0 {
+				t.Fatalf("no %s check: %s", tc.check, r.stdout)
+			}
+			got := doc.Checks[at]
+			if got.OK != (len(tc.offenders) == 0) || len(got.Offenders) != len(tc.offenders) {
+				t.Fatalf("%s: ok %v, offenders %q, want %q", tc.check, got.OK, got.Offenders, tc.offenders)
+			}
+			for i, want := range tc.offenders {
+				if !strings.HasPrefix(got.Offenders[i], want) {
+					t.Errorf("offender %q, want it to start with %q", got.Offenders[i], want)
+				}
+			}
+		})
+	}
+	for _, args := range [][]string{
+		{"check", "--subscription", "ledger"},
+		{"check", "--topic", "events"},
+	} {
+		cl.run(args...).wantCode(t, 2)
+	}
+	for _, args := range [][]string{
+		{"check", "--topic", "shop/nope"},
+		{"check", "--topic", "nope/events"},
+		{"check", "--topic", "shop/events", "--subscription", "nope"},
+	} {
+		cl.run(args...).wantCode(t, 4)
 	}
 }

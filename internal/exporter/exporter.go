@@ -11,14 +11,17 @@
 // Snapshot, so a scrape costs the same on 10 partitions and on 100,000,
 // and a slow Redis makes collections late (seen in
 // protctl_exporter_last_collect_seconds), never scrapes.
+// The Snapshot's families are encoded once, at the end of the
+// collection that made it, so a scrape writes bytes (Handler; decision
+// 0049).
 //
 // # Cardinality
 //
 // Per (kind, scope, group) aggregates are always exported. Per-key
 // series (protctl_partition_*) exist only for every partition whose
 // status is not OK or IDLE and for the TopN partitions by lag in seconds
-// (then entries), so the series count is bounded by groups x (7 + 6) +
-// 2 x TopN + 1 x non-OK partitions however many partitions there are.
+// (then entries), so the series count is bounded by groups x (7 + 7) +
+// 4 x (TopN + non-OK partitions) however many partitions there are.
 // Decision 0042 explains the choice.
 //
 // # Successive observations
@@ -41,6 +44,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/protctl/protctl/internal/inspect"
 )
@@ -116,6 +122,11 @@ type GroupSeries struct {
 	OldestPendingSeconds float64
 	Parked               int
 	Consumers            int64
+	// ETASeconds is how long the group's backlog (LagEntries) takes to
+	// drain at the net rate it shrank by since the previous collection:
+	// 0 when nothing waits, +Inf when it did not shrink, NaN after one
+	// collection (inspect.DrainOf on the group's totals).
+	ETASeconds float64
 	// Generations is the counter of generation increments seen since
 	// the exporter started (lease churn).
 	Generations int64
@@ -127,6 +138,10 @@ type KeySeries struct {
 	Status                  inspect.Status
 	LagEntries              int64
 	LagSeconds              float64
+	// ETASeconds is the partition's drain ETA from the previous
+	// collection's observation (inspect.Health.ETASeconds): +Inf when
+	// its backlog did not shrink, NaN without a previous observation.
+	ETASeconds float64
 }
 
 // Snapshot is one collection: what scrapes serve until the next.
@@ -140,6 +155,10 @@ type Snapshot struct {
 	// Errors counts failed collections of a source ("redis", "kafka")
 	// since the start.
 	Errors map[string]int64
+
+	// expo is the families above encoded once (Collector.encode): what
+	// a scrape writes.
+	expo *exposition
 }
 
 // Source is where a Collector reads: the inspector and, for topics,
@@ -155,6 +174,12 @@ type Collector struct {
 	cfg  Config
 	src  Source
 	last atomic.Pointer[Snapshot]
+	// runtime holds the Go and process collectors; runtimeExpo is their
+	// last gathering, refreshed by scrapes (runtimeExposition), and
+	// refreshing is set while a refresh runs.
+	runtime     *prometheus.Registry
+	runtimeExpo atomic.Pointer[runtimeFamilies]
+	refreshing  atomic.Bool
 
 	// Touched only by the collecting goroutine (Collect is not run
 	// concurrently with itself: mu).
@@ -162,6 +187,7 @@ type Collector struct {
 	prev   map[seriesKey]observed
 	gens   map[seriesKey]int64
 	churn  map[groupKey]int64
+	totals map[groupKey]inspect.Observation // each group's backlog at the previous collection
 	errors map[string]int64
 	scopes map[groupKey]scopeResult // last good result per scope, carried over on errors
 }
@@ -198,9 +224,17 @@ func New(src Source, cfg Config) (*Collector, error) {
 	c := &Collector{
 		cfg: cfg, src: src,
 		prev: map[seriesKey]observed{}, gens: map[seriesKey]int64{}, churn: map[groupKey]int64{},
+		totals: map[groupKey]inspect.Observation{},
 		errors: map[string]int64{"redis": 0, "kafka": 0}, scopes: map[groupKey]scopeResult{},
+		runtime: prometheus.NewRegistry(),
 	}
-	c.last.Store(&Snapshot{Errors: map[string]int64{"redis": 0, "kafka": 0}})
+	c.runtime.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	first := &Snapshot{Errors: map[string]int64{"redis": 0, "kafka": 0}}
+	var err error
+	if first.expo, err = c.encode(first); err != nil {
+		return nil, err
+	}
+	c.last.Store(first)
 	return c, nil
 }
 
@@ -293,6 +327,14 @@ func (c *Collector) Collect(ctx context.Context) error {
 		g := &snap.Groups[i]
 		g.Generations = c.churn[groupKey{g.Kind, g.Scope, g.Group}]
 	}
+	// Encoded here, once, so that scrapes during the next collection
+	// write bytes (Handler). An error is a programming error (duplicate
+	// series); the exposition then holds what could be gathered.
+	snap.expo, err = c.encode(snap)
+	if err != nil {
+		errs = append(errs, err)
+		c.cfg.Logger.Error("encoding the exposition failed", "err", err)
+	}
 	c.last.Store(snap)
 	return errors.Join(errs...)
 }
@@ -377,7 +419,8 @@ func (a *aggregator) add(o observation) {
 	c := a.c
 	h := o.health
 	cur := h.Observation(a.now)
-	if p, ok := c.prev[o.sk]; ok {
+	p, seenBefore := c.prev[o.sk]
+	if seenBefore {
 		since := p.since
 		if cur.Position != p.obs.Position {
 			since = a.now
@@ -422,7 +465,16 @@ func (a *aggregator) add(o observation) {
 		g.Parked++
 	}
 	g.Consumers += h.Consumers
-	ks := KeySeries{Kind: a.kind, Scope: a.scope, Group: o.sk.group, Key: o.sk.key, Status: h.Status, LagEntries: lagEntries, LagSeconds: lagSeconds}
+	eta := unknownETA
+	switch {
+	case h.ETASeconds != nil:
+		eta = *h.ETASeconds
+	case lagEntries == 0:
+		eta = 0
+	case seenBefore:
+		eta = notDraining
+	}
+	ks := KeySeries{Kind: a.kind, Scope: a.scope, Group: o.sk.group, Key: o.sk.key, Status: h.Status, LagEntries: lagEntries, LagSeconds: lagSeconds, ETASeconds: eta}
 	if h.Status != inspect.StatusOK && h.Status != inspect.StatusIdle {
 		a.bad = append(a.bad, ks)
 	} else if lagEntries > 0 {
@@ -440,10 +492,35 @@ func (a *aggregator) result() scopeResult {
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		r.groups = append(r.groups, *a.groups[n])
+		g := a.groups[n]
+		g.ETASeconds = a.c.groupETA(groupKey{a.kind, a.scope, n}, inspect.Observation{At: a.now, Unhandled: g.LagEntries})
+		r.groups = append(r.groups, *g)
 	}
 	r.keys = append(a.bad, a.top.sorted()...)
 	return r
+}
+
+// groupETA is a group's drain ETA in seconds from its backlog at the
+// previous collection and now (cur), and remembers cur: the group's
+// backlog over its net drain rate, 0 when nothing waits, +Inf when the
+// backlog did not shrink, NaN without a previous collection.
+func (c *Collector) groupETA(gk groupKey, cur inspect.Observation) float64 {
+	prev, ok := c.totals[gk]
+	c.totals[gk] = cur
+	switch {
+	case cur.Unhandled == 0:
+		return 0
+	case !ok:
+		return unknownETA
+	}
+	d, ok := inspect.DrainOf(prev, cur)
+	switch {
+	case !ok:
+		return unknownETA
+	case d.ETA == nil:
+		return notDraining
+	}
+	return d.ETA.Seconds()
 }
 
 func (c *Collector) collectCategory(ctx context.Context, cat string) (scopeResult, error) {

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,10 +56,14 @@ func bulkPartitions(t *testing.T, c redis.UniversalClient, cat, g string, n, orp
 	}
 }
 
+// scrapeClient bounds a scrape, so that a scrape blocked (by a running
+// collection, say) fails the test instead of hanging it.
+var scrapeClient = &http.Client{Timeout: time.Minute}
+
 // scrape GETs url and parses the exposition with expfmt.
 func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, err := scrapeClient.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,10 +152,12 @@ func TestExporterCardinalityOn10000Partitions(t *testing.T) {
 		"protctl_group_oldest_pending_seconds":      1,
 		"protctl_group_parked":                      1,
 		"protctl_group_consumers":                   1,
+		"protctl_group_eta_seconds":                 1,
 		"protctl_lease_generations_total":           1,
 		"protctl_partition_lag_entries":             perKey,
 		"protctl_partition_lag_seconds":             perKey,
 		"protctl_partition_status":                  perKey,
+		"protctl_partition_eta_seconds":             perKey,
 		"protctl_exporter_last_collect_seconds":     1,
 		"protctl_exporter_collect_duration_seconds": 1,
 		"protctl_exporter_collect_errors_total":     2,
@@ -163,7 +172,7 @@ func TestExporterCardinalityOn10000Partitions(t *testing.T) {
 			total += len(f.Metric)
 		}
 	}
-	bound := 13 + 6 + 3*perKey
+	bound := 14 + 6 + 4*perKey
 	if total > bound {
 		t.Errorf("%d protctl_ series on %d partitions, bound %d", total, n, bound)
 	}
@@ -298,5 +307,163 @@ func TestExporterConfigErrors(t *testing.T) {
 		if _, err := exporter.New(exporter.Source{Inspector: in}, cfg); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// gate holds a client's commands while armed: the first held call
+// closes entered, and every held call waits for release. It stands for
+// a collection stuck mid-way on a slow Redis.
+type gate struct {
+	armed    atomic.Bool
+	once     sync.Once
+	entered  chan struct{}
+	released chan struct{}
+}
+
+func newGate() *gate { return &gate{entered: make(chan struct{}), released: make(chan struct{})} }
+
+func (g *gate) hold() {
+	if g.armed.Load() {
+		g.once.Do(func() { close(g.entered) })
+		<-g.released
+	}
+}
+
+func (g *gate) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { g.hold(); return next(ctx, cmd) }
+}
+func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { g.hold(); return next(ctx, cmds) }
+}
+
+// statusCount is protctl_partitions{status=st} of a scrape.
+func statusCount(t *testing.T, fams map[string]*dto.MetricFamily, st inspect.Status) float64 {
+	t.Helper()
+	for _, m := range fams["protctl_partitions"].GetMetric() {
+		if labels(m)["status"] == string(st) {
+			return value(m)
+		}
+	}
+	t.Fatalf("no protctl_partitions{status=%q}", st)
+	return 0
+}
+
+// TestExporterScrapeDuringCollectionServesThePrevious: a collection held
+// mid-way (its Redis calls blocked by a hook) neither blocks a scrape nor
+// shows in it: the scrape returns the last complete collection's values,
+// and after the held collection ends, a scrape returns the new ones.
+func TestExporterScrapeDuringCollectionServesThePrevious(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.StartRedis(t).Client(t)
+	const cat, g = "shop::order", "app.Projector"
+	f := testenv.Protean(t, c)
+	f.Category(cat).Partition("h1").Entries(3).Group(g).Lease("node-a", 2, time.Minute).Read(1).Deliveries(4, time.Second)
+	gt := newGate()
+	c.AddHook(gt)
+	col, err := exporter.New(exporter.Source{Inspector: inspect.New(c, broker.ProteanLayout)}, exporter.Config{Categories: []string{cat}, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := col.Collect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- col.Serve(sctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	url := "http://" + ln.Addr().String() + "/metrics"
+	first := scrape(t, url)
+	if n := statusCount(t, first, inspect.StatusHalted); n != 1 {
+		t.Fatalf("first collection: %v HALTED, want 1", n)
+	}
+
+	// A second halted partition, then a collection held at its first
+	// Redis call.
+	f.Category(cat).Partition("h2").Entries(3).Group(g).Lease("node-a", 2, time.Minute).Read(1).Deliveries(4, time.Second)
+	gt.armed.Store(true)
+	collected := make(chan error, 1)
+	go func() { collected <- col.Collect(ctx) }()
+	<-gt.entered
+	during := scrape(t, url)
+	if n := statusCount(t, during, inspect.StatusHalted); n != 1 {
+		t.Errorf("scrape during the held collection: %v HALTED, want the previous collection's 1", n)
+	}
+	last := func(fams map[string]*dto.MetricFamily) float64 {
+		return value(fams["protctl_exporter_last_collect_seconds"].GetMetric()[0])
+	}
+	if last(during) != last(first) {
+		t.Errorf("last_collect_seconds moved during the held collection: %v, was %v", last(during), last(first))
+	}
+	gt.armed.Store(false)
+	close(gt.released)
+	if err := <-collected; err != nil {
+		t.Fatal(err)
+	}
+	after := scrape(t, url)
+	if n := statusCount(t, after, inspect.StatusHalted); n != 2 {
+		t.Errorf("after the collection: %v HALTED, want 2", n)
+	}
+	if last(after) <= last(first) {
+		t.Errorf("last_collect_seconds %v did not move past %v", last(after), last(first))
+	}
+}
+
+// TestExporterETAFromTwoCollections: the ETA gauges are NaN after one
+// collection; after a second, a draining partition has a finite ETA
+// (its backlog over the rate it shrank by), one whose backlog did not
+// shrink +Inf, and the group its whole backlog over its net rate.
+func TestExporterETAFromTwoCollections(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.StartRedis(t).Client(t)
+	const cat, g = "shop::order", "app.Projector"
+	f := testenv.Protean(t, c)
+	draining := f.Category(cat).Partition("draining").Entries(10).Group(g).Lease("node-a", 1, time.Minute)
+	f.Category(cat).Partition("still").Entries(4).Group(g).Lease("node-a", 1, time.Minute)
+	col, url := startExporter(t, exporter.Source{Inspector: inspect.New(c, broker.ProteanLayout)}, exporter.Config{Categories: []string{cat}, Interval: time.Hour})
+	testenv.Eventually(t, 30*time.Second, "first collection", func() (bool, string) {
+		return !col.Snapshot().At.IsZero(), fmt.Sprint(col.Snapshot().Errors)
+	})
+	eta := func(fams map[string]*dto.MetricFamily, name, key string) float64 {
+		t.Helper()
+		for _, m := range fams[name].GetMetric() {
+			if l := labels(m); l["group"] == g && (key == "" || l["key"] == key) {
+				return value(m)
+			}
+		}
+		t.Fatalf("no %s for %q", name, key)
+		return 0
+	}
+	one := scrape(t, url)
+	for _, v := range []float64{eta(one, "protctl_group_eta_seconds", ""), eta(one, "protctl_partition_eta_seconds", "draining")} {
+		if !math.IsNaN(v) {
+			t.Errorf("ETA after one collection %v, want NaN", v)
+		}
+	}
+	draining.Read(6).Ack(6) // 10 -> 4 waiting
+	if err := col.Collect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	two := scrape(t, url)
+	if v := eta(two, "protctl_partition_eta_seconds", "draining"); math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
+		t.Errorf("draining partition's ETA %v, want a finite positive number", v)
+	}
+	if v := eta(two, "protctl_partition_eta_seconds", "still"); !math.IsInf(v, 1) {
+		t.Errorf("still partition's ETA %v, want +Inf", v)
+	}
+	// The group: 8 waiting, 6 handled between the collections. Its ETA
+	// is 8 / (6/dt) and the draining partition's 4 / (6/dt): twice it.
+	ge, pe := eta(two, "protctl_group_eta_seconds", ""), eta(two, "protctl_partition_eta_seconds", "draining")
+	if math.Abs(ge-2*pe) > 1e-3*ge+0.002 {
+		t.Errorf("group ETA %v, want twice the draining partition's %v", ge, pe)
 	}
 }
