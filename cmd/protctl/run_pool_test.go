@@ -23,6 +23,15 @@ func TestRunNodePoolSize(t *testing.T) {
 	if got := nodePoolSize(cfg); got != want {
 		t.Fatalf("pool for two Redis subscriptions = %d, want %d", got, want)
 	}
+	// The waits are sharded when the pool holds them, not when redis.url
+	// sets a smaller pool_size.
+	for _, tc := range []struct{ pool, want int }{{want, 4}, {20, 1}} {
+		c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", PoolSize: tc.pool})
+		if got := nodeWaitShards(c, 2); got != tc.want {
+			t.Errorf("wait shards with a pool of %d = %d, want %d", tc.pool, got, tc.want)
+		}
+		_ = c.Close()
+	}
 	for _, tc := range []struct {
 		url  string
 		want int

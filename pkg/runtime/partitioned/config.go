@@ -99,7 +99,7 @@ type Config struct {
 	// a WaitShards-th of the streams. Each shard's wait holds a pooled
 	// connection while it blocks (two while partitions drain: its fresh
 	// tier), so the client's pool must hold them beside the workers'.
-	// Default: 4.
+	// Default: 1 (DefaultWaitShards).
 	WaitShards int
 	// WaitRestart is the shortest time between two restarts of the wait
 	// on the partitions that joined the watched set since the wait on the

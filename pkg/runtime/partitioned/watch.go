@@ -197,8 +197,11 @@ type watchLanes struct {
 	isBackfill func(key, stream string) bool
 }
 
-// DefaultWaitShards is Config.WaitShards' default.
-const DefaultWaitShards = 4
+// DefaultWaitShards is Config.WaitShards' default: one wait, which a
+// client's default pool (10 per CPU, half of which backlog readers may
+// pin) holds beside everything else. Raise it with the pool (protctl
+// run node uses 4 and sizes its pool for them).
+const DefaultWaitShards = 1
 
 func newWatchLanes(shards int, isBackfill func(key, stream string) bool) *watchLanes {
 	l := &watchLanes{main: make([]*watchSet, max(1, shards)), backfill: newWatchSet(), isBackfill: isBackfill}
