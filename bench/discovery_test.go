@@ -24,9 +24,11 @@ import (
 // of PROTCTL_BENCH_DISCOVERY_KEYS keys (default 10000; e.g.
 // 10000,1000000) and new keys at PROTCTL_BENCH_DISCOVERY_RATES per second
 // (default 100,1000) for PROTCTL_BENCH_DISCOVERY_WINDOW (default 10s),
-// with the index poll (the server publishes no keyspace events) and with
-// keyspace events (notify-keyspace-events Et): PROTCTL_BENCH_DISCOVERY_MODES
-// (default poll,events).
+// with client tracking (a default server: redisbroker.WatchAppends), with
+// the index poll (a server whose default user may not turn tracking on,
+// and that publishes no keyspace events) and with keyspace events
+// (tracking refused, notify-keyspace-events Et):
+// PROTCTL_BENCH_DISCOVERY_MODES (default tracking,poll,events).
 //
 // The keys of the index have no stream (only the index is large). So
 // that the node holds at most 10,000 of them, as one of a service's nodes
@@ -60,10 +62,10 @@ func BenchmarkDiscoveryCost(b *testing.B) {
 		}
 		rates = append(rates, n)
 	}
-	modes := strings.Split(envOr("PROTCTL_BENCH_DISCOVERY_MODES", "poll,events"), ",")
+	modes := strings.Split(envOr("PROTCTL_BENCH_DISCOVERY_MODES", "tracking,poll,events"), ",")
 	for _, mode := range modes {
-		if mode != "poll" && mode != "events" {
-			b.Fatalf("PROTCTL_BENCH_DISCOVERY_MODES: %q is neither poll nor events", mode)
+		if mode != "tracking" && mode != "poll" && mode != "events" {
+			b.Fatalf("PROTCTL_BENCH_DISCOVERY_MODES: %q is none of tracking, poll, events", mode)
 		}
 		for _, size := range sizes {
 			b.Run(fmt.Sprintf("%s/%d", mode, size), func(b *testing.B) {
@@ -78,8 +80,13 @@ func BenchmarkDiscoveryCost(b *testing.B) {
 func discoveryRun(b *testing.B, mode string, size int, rates []int, window time.Duration) {
 	ctx := context.Background()
 	var opts []testenv.RedisOption
-	if mode == "events" {
-		opts = append(opts, testenv.WithArgs("--notify-keyspace-events", "Et"))
+	// noTracking: a default user that may not turn client tracking on.
+	noTracking := []string{"--user", "default", "on", "nopass", "~*", "&*", "+@all", "-client|tracking"}
+	switch mode {
+	case "poll":
+		opts = append(opts, testenv.WithArgs(noTracking...))
+	case "events":
+		opts = append(opts, testenv.WithArgs(append(noTracking, "--notify-keyspace-events", "Et")...))
 	}
 	srv := testenv.StartRedis(b, opts...)
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})

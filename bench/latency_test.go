@@ -554,7 +554,9 @@ func latRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis.
 			rtRec.record(m.Data)
 			return nil
 		})
-		n, s, c, rc := rtNode(b, srv.Addr, "node-1", category, h, nil, nil)
+		// PROTCTL_BENCH_LATENCY_SHARDS sets WaitShards (0: the default).
+		shards := rtEnvInt(b, "PROTCTL_BENCH_LATENCY_SHARDS", 0)
+		n, s, c, rc := rtNode(b, srv.Addr, "node-1", category, h, func(c *partitioned.Config) { c.WaitShards = shards }, nil)
 		sub, calls = s, c
 		defer rtStop(b, n, rc, time.Minute)
 	} else {

@@ -114,6 +114,12 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 	var subs []runtime.Subscription
 	topics := map[string]*topic.Config{}
 	var topicOrder []string
+	redisSubs := 0
+	for _, sc := range cfg.Subscriptions {
+		if sc.Redis != nil {
+			redisSubs++
+		}
+	}
 	for i, sc := range cfg.Subscriptions {
 		// The handlers name the subscription in each line themselves
 		// (from the message): a logger With it would repeat it.
@@ -142,6 +148,7 @@ func buildNode(cfg *nodeconfig.Config, log *slog.Logger, out io.Writer) (_ *runn
 				MaxPartitions:  sc.MaxPartitions,
 				Retry:          retry,
 				ReapAfter:      sc.Redis.ReapAfter.D(),
+				WaitShards:     nodeWaitShards(n.redis, redisSubs),
 			})
 			if err != nil {
 				return nil, clierr.Usage.Errorf("subscriptions[%d]: %w", i, err)
@@ -323,9 +330,10 @@ func buildHandler(h nodeconfig.Handler, slots *handlers.Slots, log *slog.Logger,
 // redis.url sets none (pool_size): go-redis's default (10 per CPU), or
 // more when the subscriptions need it. Half of the pool may be pinned by
 // workers reading backlogs (redisbroker.NewPinLimit); the other half must
-// hold, for each Redis subscription, its blocking waits (up to four: two
-// tiers over the main lanes, two over the backfill lanes), its live
-// path's round trips (two) and a spare, and for the node its renewals,
+// hold, for each Redis subscription, its blocking waits (two tiers over
+// each shard of the main lanes, runWaitShards of them, and
+// two over the backfill lanes), its live path's round trips (two) and a
+// spare, and for the node its renewals,
 // heartbeats, ledger reads, discovery and lag reads. A pool too small for
 // them makes calls wait for a connection (PoolTimeout), renewals
 // included.
@@ -336,7 +344,33 @@ func nodePoolSize(cfg *nodeconfig.Config) int {
 			subs++
 		}
 	}
-	return max(10*goruntime.GOMAXPROCS(0), 2*(7*subs+16))
+	return max(10*goruntime.GOMAXPROCS(0), 2*(waitConns(runWaitShards)*subs+16))
+}
+
+// runWaitShards is the WaitShards of run node's Redis subscriptions when
+// its pool holds them (nodeWaitShards): an entry re-issues a quarter of
+// the main lanes' wait (docs/decisions/0031-new-key-discovery.md).
+const runWaitShards = 4
+
+// waitConns is what one Redis subscription holds of the pool besides its
+// workers' pins: two tiers of waits per main-lane shard and over the
+// backfill lanes, the live path's two round trips and a spare.
+func waitConns(shards int) int { return 2*shards + 2 + 2 + 1 }
+
+// nodeWaitShards is the WaitShards of the node's Redis subscriptions:
+// runWaitShards when the client's pool holds their waits beside the half
+// that workers may pin (the pool nodePoolSize sizes), else 1, so that a
+// smaller pool_size set in redis.url does not starve renewals. On a
+// Cluster the waits poll and hold no connection: the shards cost nothing.
+func nodeWaitShards(c redis.UniversalClient, subs int) int {
+	cl, ok := c.(*redis.Client)
+	if !ok || subs == 0 {
+		return runWaitShards
+	}
+	if cl.Options().PoolSize/2 >= waitConns(runWaitShards)*subs+16 {
+		return runWaitShards
+	}
+	return 1
 }
 
 // nodeRedisClient builds the client of the node's Redis section

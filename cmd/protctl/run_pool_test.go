@@ -11,16 +11,26 @@ import (
 )
 
 // The node's Redis pool holds what its subscriptions need besides the
-// half that workers reading backlogs may pin (per Redis subscription, up
-// to four blocking waits, the live path's two round trips and a spare),
+// half that workers reading backlogs may pin (per Redis subscription, two
+// blocking waits per shard of the main lanes and two over the backfill
+// lanes, the live path's two round trips and a spare: 13 with 4 shards),
 // unless redis.url sets pool_size, which wins.
 func TestRunNodePoolSize(t *testing.T) {
 	cfg := &nodeconfig.Config{Subscriptions: []nodeconfig.Subscription{
 		{Redis: &nodeconfig.RedisSource{}}, {Redis: &nodeconfig.RedisSource{}}, {Kafka: &nodeconfig.KafkaSource{}},
 	}}
-	want := max(10*goruntime.GOMAXPROCS(0), 2*(7*2+16))
+	want := max(10*goruntime.GOMAXPROCS(0), 2*(13*2+16))
 	if got := nodePoolSize(cfg); got != want {
 		t.Fatalf("pool for two Redis subscriptions = %d, want %d", got, want)
+	}
+	// The waits are sharded when the pool holds them, not when redis.url
+	// sets a smaller pool_size.
+	for _, tc := range []struct{ pool, want int }{{want, 4}, {20, 1}} {
+		c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", PoolSize: tc.pool})
+		if got := nodeWaitShards(c, 2); got != tc.want {
+			t.Errorf("wait shards with a pool of %d = %d, want %d", tc.pool, got, tc.want)
+		}
+		_ = c.Close()
 	}
 	for _, tc := range []struct {
 		url  string

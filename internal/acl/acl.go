@@ -185,7 +185,10 @@ var (
 	// lease writes with lease.waitReplicas (and publishes with
 	// redisbroker.WithPublishReplicas). seek.lua carries out operators'
 	// seek requests (HEXISTS, HSET, XGROUP SETID), followed through
-	// SMEMBERS and a subscription.
+	// SMEMBERS and a subscription. CLIENT ID and CLIENT TRACKING turn on
+	// the broadcast tracking of a category's prefix that announces new
+	// keys of any publisher (redisbroker.WatchAppends, decision 0031): a
+	// connection-scoped setting that reads nothing.
 	nodeCommands = []string{
 		"+time", "+type", "+exists",
 		"+get", "+mget", "+set", "+del", "+incr", "+pexpire", "+pttl",
@@ -199,6 +202,7 @@ var (
 		"+evalsha", "+eval", "+script|load",
 		"+watch", "+unwatch", "+multi", "+exec",
 		"+wait",
+		"+client|id", "+client|tracking",
 	}
 )
 
@@ -278,12 +282,18 @@ func For(role Role, o Options) (Profile, error) {
 		if !covered(keys, waitStreams) {
 			p.Keys = append(p.Keys, "~"+waitStreams)
 		}
-		p.Channels = channelPatterns(o)
+		// The invalidation messages of the node's tracking connection
+		// (redisbroker.WatchAppends), redirected to itself.
+		p.Channels = append(channelPatterns(o), "&"+trackingChannel)
 	}
 	p.SetUser = "ACL SETUSER " + strings.Join(append([]string{p.User, "reset", "on"}, p.Rules()...), " ")
 	p.ACLFileLine = "user " + strings.Join(append([]string{p.User, "reset", "on"}, p.Rules()...), " ")
 	return p, nil
 }
+
+// trackingChannel is where Redis sends a RESP2 tracking connection's
+// invalidation messages.
+const trackingChannel = "__redis__:invalidate"
 
 // membersKeys matches redisstore.MembersKey of every service.
 const membersKeys = "protctl:{*}:members"

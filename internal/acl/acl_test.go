@@ -167,7 +167,7 @@ func TestOptions(t *testing.T) {
 	if !slices.Equal(p.Keys, wantKeys) {
 		t.Fatalf("keys %v, want %v", p.Keys, wantKeys)
 	}
-	wantChannels := []string{"&shop::order:__wake__", `&a\*b:__wake__`, "&protctl:parked:*:requests", "&protctl:seeks:*:requests", "&protctl:{*}:seeks", "&protctl:{*}:placement", "&protctl:pauses:*"}
+	wantChannels := []string{"&shop::order:__wake__", `&a\*b:__wake__`, "&protctl:parked:*:requests", "&protctl:seeks:*:requests", "&protctl:{*}:seeks", "&protctl:{*}:placement", "&protctl:pauses:*", "&__redis__:invalidate"}
 	if !slices.Equal(p.Channels, wantChannels) {
 		t.Fatalf("channels %v, want %v", p.Channels, wantChannels)
 	}

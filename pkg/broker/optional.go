@@ -48,8 +48,9 @@ type PartitionCounter interface {
 
 // AppendWatcher is an optional broker capability: the names of the
 // streams of a category anybody appends to, as the server announces them
-// (the Redis adapter's keyspace events, when the server publishes them),
-// and a check of candidate keys against the index. WatchAppends fails
+// (the Redis adapter's client tracking of the category's prefix, or
+// keyspace events where tracking is refused and the server publishes
+// them), and a check of candidate keys against the index. WatchAppends fails
 // when the server announces nothing; the subscription then relies on the
 // index poll and asks again every DiscoverEvery. The channel closes when
 // ctx ends or the announcements stop (a lost connection); names are

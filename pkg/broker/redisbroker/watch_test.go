@@ -13,7 +13,7 @@ import (
 // forwarder, redisadapter.Forward, or go-redis's Pub/Sub reader), "" when
 // there is none.
 func watchGoroutine() string {
-	return testenv.Goroutine("redisadapter.Forward", "go-redis/v9.(*channel)")
+	return testenv.Goroutine("redisadapter.Forward", "redisbroker.forwardNames", "go-redis/v9.(*channel)")
 }
 
 // wantNoWatchGoroutines waits until no watch goroutine is left running.

@@ -93,6 +93,14 @@ type Config struct {
 	// WaitTimeout bounds one blocking wait on the watched streams.
 	// Default: 5s.
 	WaitTimeout time.Duration
+	// WaitShards splits the blocking wait on the main lanes into this many
+	// waits, each over the partitions whose key hashes to it: an entry
+	// returns (and costs a re-issue of) its shard's wait only, which names
+	// a WaitShards-th of the streams. Each shard's wait holds a pooled
+	// connection while it blocks (two while partitions drain: its fresh
+	// tier), so the client's pool must hold them beside the workers'.
+	// Default: 1 (DefaultWaitShards).
+	WaitShards int
 	// WaitRestart is the shortest time between two restarts of the wait
 	// on the partitions that joined the watched set since the wait on the
 	// whole set was issued (the fresh tier: see Subscription's waitLoop);
@@ -163,7 +171,7 @@ func (c *Config) validate() error {
 			return errors.New(op + ": durations must not be negative")
 		}
 	}
-	if c.BatchSize < 0 || c.Workers < 0 || c.MaxPartitions < 0 || c.Retry.Attempts < 0 {
+	if c.BatchSize < 0 || c.Workers < 0 || c.MaxPartitions < 0 || c.Retry.Attempts < 0 || c.WaitShards < 0 {
 		return errors.New(op + ": counts must not be negative")
 	}
 	def := func(d *time.Duration, v time.Duration) {
@@ -185,6 +193,9 @@ func (c *Config) validate() error {
 	}
 	if c.Workers == 0 {
 		c.Workers = 16
+	}
+	if c.WaitShards == 0 {
+		c.WaitShards = DefaultWaitShards
 	}
 	if c.Retry.Attempts == 0 {
 		c.Retry.Attempts = 3

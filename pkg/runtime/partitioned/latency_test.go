@@ -36,17 +36,22 @@ func protean(t testing.TB, c redis.Cmdable, key string, seq int) {
 // server publishes no keyspace events, by the events when it does (the
 // poll then set to an hour too). On 16f1112 only the scan found them.
 func TestRedisNewKeysOfAnyPublisherAreFound(t *testing.T) {
+	// noTracking: a default user that may not turn client tracking on (an
+	// ACL without client|tracking, or a server older than Redis 6).
+	noTracking := []string{"--user", "default", "on", "nopass", "~*", "&*", "+@all", "-client|tracking"}
 	for _, tc := range []struct {
-		name   string
+		name string
+		args []string
+		// events: the server announces writes, and the test stops the
+		// index poll so that only the announcements can find the keys.
 		events bool
-	}{{"index poll", false}, {"keyspace events", true}} {
+	}{
+		{"index poll", noTracking, false},
+		{"client tracking", nil, true},
+		{"keyspace events", append(append([]string{}, noTracking...), "--notify-keyspace-events", "Et"), true},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var e *redisEnv
-			if tc.events {
-				e = newRedisEnvOn(t, testenv.StartRedis(t, testenv.WithArgs("--notify-keyspace-events", "Et")))
-			} else {
-				e = newRedisEnv(t)
-			}
+			e := newRedisEnvOn(t, testenv.StartRedis(t, testenv.WithArgs(tc.args...)))
 			rec := newRecorder(t)
 			e.start("node-1", rec.handler("node-1"), func(c *partitioned.Config) {
 				c.DiscoverEvery = time.Hour

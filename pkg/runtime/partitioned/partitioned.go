@@ -146,7 +146,7 @@ func New(cfg Config) (*Subscription, error) {
 		rediscover: make(chan struct{}, 1),
 		pauses:     newPauseState(),
 	}
-	p.watch = newWatchLanes(p.isBackfill)
+	p.watch = newWatchLanes(p.cfg.WaitShards, p.isBackfill)
 	w, wok := cfg.Broker.(broker.EntryWaiter)
 	t, tok := cfg.Broker.(broker.StreamTailer)
 	if wok && tok {
@@ -230,9 +230,15 @@ func (p *Subscription) Start(ctx context.Context, host runtime.Host) error {
 		}
 	}
 	if p.waiter != nil {
-		p.wg.Add(2)
-		go p.waitLoop(p.bgCtx, p.watch.main)
-		go p.waitLoop(p.bgCtx, p.watch.backfill)
+		// The main lanes' shards share one budget: sharding makes each
+		// issue cheaper, not the issues' sum larger.
+		var budget, restarts waitBudget
+		for _, ws := range p.watch.main {
+			p.wg.Add(1)
+			go p.waitLoop(p.bgCtx, ws, &budget, &restarts)
+		}
+		p.wg.Add(1)
+		go p.waitLoop(p.bgCtx, p.watch.backfill, new(waitBudget), new(waitBudget))
 	}
 	if p.pwatch != nil {
 		for _, cat := range p.cfg.Categories {

@@ -184,14 +184,44 @@ func (s *watchSet) fired(streams []string, from map[string]string) []string {
 // and without the fresh tier each addition restarted the wait over every
 // backfill lane, up to a thousand times a second (BenchmarkRuntimeThroughput:
 // the server's CPU per message rose by 80%).
+//
+// The main lanes are sharded by key (Config.WaitShards): a flow re-issues
+// the wait of the shard its entry is in, over a shard's streams only. One
+// wait over every main lane cost the server ~1.4ms per re-issue over 1,000
+// streams (INFO commandstats, BenchmarkLatencyRedis idle at 500/s), 70% of
+// a Redis core at 500 events/s, which every other command queued behind.
 type watchLanes struct {
-	main, backfill *watchSet
+	main     []*watchSet
+	backfill *watchSet
 	// isBackfill says whether stream is a backfill lane of key.
 	isBackfill func(key, stream string) bool
 }
 
-func newWatchLanes(isBackfill func(key, stream string) bool) *watchLanes {
-	return &watchLanes{main: newWatchSet(), backfill: newWatchSet(), isBackfill: isBackfill}
+// DefaultWaitShards is Config.WaitShards' default: one wait, which a
+// client's default pool (10 per CPU, half of which backlog readers may
+// pin) holds beside everything else. Raise it with the pool (protctl
+// run node uses 4 and sizes its pool for them).
+const DefaultWaitShards = 1
+
+func newWatchLanes(shards int, isBackfill func(key, stream string) bool) *watchLanes {
+	l := &watchLanes{main: make([]*watchSet, max(1, shards)), backfill: newWatchSet(), isBackfill: isBackfill}
+	for i := range l.main {
+		l.main[i] = newWatchSet()
+	}
+	return l
+}
+
+// mainOf is the shard of key's main lanes (FNV-1a of the key).
+func (l *watchLanes) mainOf(key string) *watchSet {
+	if len(l.main) == 1 {
+		return l.main[0]
+	}
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return l.main[h%uint32(len(l.main))]
 }
 
 // add watches key's streams from the given ids, each in its set.
@@ -208,19 +238,19 @@ func (l *watchLanes) add(key string, after map[string]string) {
 		}
 		main[st] = id
 	}
-	l.main.add(key, main)
+	l.mainOf(key).add(key, main)
 	if bf != nil {
 		l.backfill.add(key, bf)
 	}
 }
 
 // remove stops watching key's main lanes (its worker reads them).
-func (l *watchLanes) remove(key string) { l.main.remove(key) }
+func (l *watchLanes) remove(key string) { l.mainOf(key).remove(key) }
 
 // forget stops watching every lane of key (it is no longer the node's,
 // or parked).
 func (l *watchLanes) forget(key string) {
-	l.main.remove(key)
+	l.mainOf(key).remove(key)
 	l.backfill.remove(key)
 }
 
@@ -260,13 +290,12 @@ func (l *watchLanes) forget(key string) {
 // (TestClusterIdlePartitionsWakeOnEveryMaster). Entries announced by a
 // wake-up signal are still noticed at once; the poll is the safety net
 // for the others.
-func (p *Subscription) waitLoop(ctx context.Context, ws *watchSet) {
+func (p *Subscription) waitLoop(ctx context.Context, ws *watchSet, budget, restarts *waitBudget) {
 	defer p.wg.Done()
 	backoff := backoff.New(100*time.Millisecond, p.cfg.WaitTimeout, p.jit)
 	// budget spaces the base wait's issues, restarts the fresh wait's
 	// restarts for additions (a re-issue after a return is not counted:
-	// entries pay for it).
-	var budget, restarts waitBudget
+	// entries pay for it); the main lanes' shards share theirs.
 	for ctx.Err() == nil {
 		base, epoch, added := ws.snapshot()
 		if len(base) == 0 {
@@ -285,7 +314,7 @@ func (p *Subscription) waitLoop(ctx context.Context, ws *watchSet) {
 				continue
 			}
 		}
-		if failed := p.waitTiers(ctx, ws, base, epoch, added, &restarts); failed {
+		if failed := p.waitTiers(ctx, ws, base, epoch, added, restarts); failed {
 			if !p.sleep(ctx, backoff.Next()) {
 				return
 			}
@@ -309,7 +338,10 @@ func (p *Subscription) waitLoop(ctx context.Context, ws *watchSet) {
 // streams). It was 8µs until the live path: the issues then took up to
 // 16 ms for 2,000 streams, which made the wait itself the largest part
 // of the latency at 500 events/s (docs/decisions/0035-live-reads.md).
-type waitBudget struct{ at time.Time }
+type waitBudget struct {
+	mu sync.Mutex
+	at time.Time
+}
 
 const (
 	waitIssueCost = time.Microsecond
@@ -319,6 +351,8 @@ const (
 // spend counts an issue over n streams at now and returns how long to
 // wait before it.
 func (b *waitBudget) spend(now time.Time, n int) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if floor := now.Add(-waitBurst); b.at.Before(floor) {
 		b.at = floor
 	}
@@ -328,6 +362,8 @@ func (b *waitBudget) spend(now time.Time, n int) time.Duration {
 
 // due is how long an issue would wait now, without counting it.
 func (b *waitBudget) due(now time.Time) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	return max(0, b.at.Sub(now))
 }
 
