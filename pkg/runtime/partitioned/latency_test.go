@@ -2,6 +2,7 @@ package partitioned_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -149,6 +150,15 @@ func TestRedisHotPartitionsBeyondWorkersAllProgress(t *testing.T) {
 // so no entry can be found by a wait that merely timed out and started
 // again). Randomized; the seed is logged.
 func TestRedisAppendsRaceIdleReleaseAndWaitRestart(t *testing.T) {
+	// One wait over the main lanes, and the wait sharded by key (run
+	// node's 4): a partition's streams move between shards' watch sets
+	// never, between held, draining, idle and watched always.
+	for _, shards := range []int{1, 4} {
+		t.Run(fmt.Sprintf("%d shards", shards), func(t *testing.T) { appendsRaceIdleRelease(t, shards) })
+	}
+}
+
+func appendsRaceIdleRelease(t *testing.T, shards int) {
 	e := newRedisEnv(t)
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
@@ -159,6 +169,7 @@ func TestRedisAppendsRaceIdleReleaseAndWaitRestart(t *testing.T) {
 		c.WaitTimeout = time.Hour
 		c.DiscoverEvery = time.Hour
 		c.Workers = 4
+		c.WaitShards = shards
 	}, nil)
 	keys := keyNames(12)
 	next := map[string]int{}
