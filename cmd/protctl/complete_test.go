@@ -176,7 +176,7 @@ func TestDynamicCompletionIsWiredByUseLine(t *testing.T) {
 		"protctl parked retry":         {"args", "--subscription"},
 		"protctl parked skip":          {"args", "--subscription"},
 		"protctl nodes ls":             {"--service"},
-		"protctl check":                {"--category", "--service"},
+		"protctl check":                {"--category", "--subscription", "--service"},
 		"protctl publish":              {"args"},
 		"protctl tui":                  {"--category", "--service"},
 		"protctl topics ls":            {"args", "--subscription", "--service"},

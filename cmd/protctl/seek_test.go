@@ -98,3 +98,29 @@ func TestSeekCLIStalePlanExits5(t *testing.T) {
 		t.Fatalf("after the apply the group is at %s, want 3-0", got)
 	}
 }
+
+// TestSeekCLIToATimeBeforeTheFirstEntry: a time before the stream's first
+// entry replays it all when nothing was trimmed; when entries were
+// trimmed the replay could not start at the time, and the seek is refused
+// (exit 6, saying so and how to replay what is left), changing nothing.
+func TestSeekCLIToATimeBeforeTheFirstEntry(t *testing.T) {
+	cl, c := seekCLI(t)
+	// Entries 1-0 .. 6-0 are at 1 .. 6 ms after the epoch.
+	before := time.UnixMilli(0).UTC().Format(time.RFC3339Nano)
+	r := cl.run("partitions", "seek", "shop::order", "--group", "g", "--to", before, "--dry-run", "-o", "json")
+	r.wantCode(t, 0)
+	if !strings.Contains(r.stdout, `"rehandle": 6`) && !strings.Contains(r.stdout, `"rehandle":6`) {
+		t.Errorf("a time before the first entry does not replay all 6:\n%s", r.stdout)
+	}
+	if err := c.XTrimMaxLen(t.Context(), "shop::order:o-1", 3).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r = cl.run("partitions", "seek", "shop::order", "--group", "g", "--to", time.UnixMilli(2).UTC().Format(time.RFC3339Nano), "--yes")
+	r.wantCode(t, 6)
+	if !strings.Contains(r.stdout+r.stderr, "were trimmed or deleted") || !strings.Contains(r.stdout+r.stderr, "--to earliest") {
+		t.Errorf("the refusal does not say why and what to do:\n%s\n%s", r.stdout, r.stderr)
+	}
+	if got := seekPosition(t, c); got != "6-0" {
+		t.Fatalf("the group moved to %s", got)
+	}
+}

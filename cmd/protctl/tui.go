@@ -49,7 +49,7 @@ way partitions show does); esc goes back; ? lists every key.
 
 The header shows the context, the endpoints, the node count and totals over
 every category (partitions, leased, expired, parked, lag) with a lag
-sparkline per category. Views refresh every --refresh (p pauses, r reads
+sparkline per category. Views refresh every --refresh (p freezes them: FROZEN in the header; r reads
 now); a view is never read twice at once, and a failed read shows an error
 line above the last data read.
 

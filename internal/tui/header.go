@@ -19,7 +19,7 @@ type header struct {
 	info     Info
 	width    int
 	readOnly bool
-	paused   bool
+	frozen   bool
 
 	nodes  int // -1 until the nodes view has read once
 	parked int // -1 until the parked view has read once
@@ -80,8 +80,8 @@ func (h *header) view(st *Styles) string {
 	if h.readOnly {
 		first = append(first, st.Flag.Render("READ-ONLY"))
 	}
-	if h.paused {
-		first = append(first, st.Flag.Render("PAUSED"))
+	if h.frozen {
+		first = append(first, st.Flag.Render("FROZEN"))
 	}
 
 	var tot catStats

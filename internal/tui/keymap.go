@@ -16,9 +16,9 @@ type KeyMap struct {
 	// Navigation.
 	Up, Down, PageUp, PageDown, Top, Bottom key.Binding
 	// Views and modes.
-	Command, Filter, Detail, Back, Help, Refresh, Pause key.Binding
-	SortNext, SortReverse                               key.Binding
-	Quit                                                key.Binding
+	Command, Filter, Detail, Back, Help, Refresh, Freeze key.Binding
+	SortNext, SortReverse                                key.Binding
+	Quit                                                 key.Binding
 	// Actions (capital letters): each opens a plan.
 	Reap, Release, Trim, SkipHead, Retry, Skip key.Binding
 	ReplayDLQ, PurgeDLQ                        key.Binding
@@ -49,7 +49,7 @@ func DefaultKeyMap() KeyMap {
 		Back:        b("back", "esc"),
 		Help:        b("help", "?"),
 		Refresh:     b("refresh", "r"),
-		Pause:       b("pause", "p"),
+		Freeze:      b("freeze", "p"),
 		SortNext:    b("sort", "s"),
 		SortReverse: b("invert", "i"),
 		Quit:        b("quit", "q", "ctrl+c"),
@@ -100,7 +100,7 @@ var help = map[string]string{
 	"back":        "close the page; clear the filter",
 	"help":        "this page",
 	"refresh":     "read the view now",
-	"pause":       "pause or resume auto-refresh",
+	"freeze":      "freeze or resume auto-refresh",
 	"sort":        "sort by the next column",
 	"invert":      "invert the sort order",
 	"quit":        "quit",
@@ -133,12 +133,12 @@ type helpSection struct {
 func (k KeyMap) sections() []helpSection {
 	return []helpSection{
 		{title: "Navigate", bindings: []key.Binding{k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom}},
-		{title: "View", bindings: []key.Binding{k.Command, k.Filter, k.Detail, k.Back, k.SortNext, k.SortReverse, k.Refresh, k.Pause, k.Help, k.Quit}},
+		{title: "View", bindings: []key.Binding{k.Command, k.Filter, k.Detail, k.Back, k.SortNext, k.SortReverse, k.Refresh, k.Freeze, k.Help, k.Quit}},
 		{title: "Act (capital letters)", bindings: []key.Binding{k.Reap, k.Release, k.Trim, k.SkipHead, k.ReplayDLQ, k.PurgeDLQ, k.Seek, k.Retry, k.Skip}, actions: true},
 	}
 }
 
 // hints are the bindings on the bottom line of a list view.
 func (k KeyMap) hints() []key.Binding {
-	return []key.Binding{k.Command, k.Filter, k.Detail, k.SortNext, k.Refresh, k.Pause, k.Help, k.Quit}
+	return []key.Binding{k.Command, k.Filter, k.Detail, k.SortNext, k.Refresh, k.Freeze, k.Help, k.Quit}
 }

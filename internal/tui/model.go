@@ -129,7 +129,7 @@ type Model struct {
 	dialog        *confirm
 	status        string
 	statusErr     bool
-	paused        bool
+	frozen        bool
 	tickSeq       int
 	reqs          int // sequence of explain/plan/apply requests
 	quitting      bool
@@ -293,7 +293,7 @@ func (m *Model) onTick(msg tickMsg) tea.Cmd {
 		return nil
 	}
 	cmds := []tea.Cmd{m.tick(m.refresh, m.tickSeq)}
-	if !m.paused {
+	if !m.frozen {
 		for _, v := range m.liveViews() {
 			cmds = append(cmds, m.startLoad(v))
 		}
@@ -420,11 +420,11 @@ func (m *Model) handleKey(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 			m.setStatus(false, "a read of %s is already in flight", viewDefs[m.active].name)
 		}
 		return m, cmd
-	case key.Matches(msg, m.keys.Pause):
-		m.paused = !m.paused
-		m.header.paused = m.paused
-		if m.paused {
-			m.setStatus(false, "auto-refresh paused (p resumes; r refreshes now)")
+	case key.Matches(msg, m.keys.Freeze):
+		m.frozen = !m.frozen
+		m.header.frozen = m.frozen
+		if m.frozen {
+			m.setStatus(false, "auto-refresh frozen (p resumes; r refreshes now)")
 		} else {
 			m.setStatus(false, "auto-refresh every %s", m.refresh)
 		}

@@ -188,12 +188,12 @@ func TestKeysDriveState(t *testing.T) {
 				t.Fatalf("selected %v", h.selected().cells)
 			}
 		}},
-		{"p pauses auto-refresh", nil, []string{"p"}, func(t *testing.T, h *harness) {
-			if !h.m.paused || !strings.Contains(h.view(), "PAUSED") {
+		{"p freezes auto-refresh", nil, []string{"p"}, func(t *testing.T, h *harness) {
+			if !h.m.frozen || !strings.Contains(h.view(), "FROZEN") {
 				t.Fatal("not paused")
 			}
 			h.keys("p")
-			if h.m.paused {
+			if h.m.frozen {
 				t.Fatal("p did not resume")
 			}
 		}},

@@ -26,7 +26,7 @@ type Styles struct {
 	Title      lipgloss.Style
 	Label      lipgloss.Style
 	Value      lipgloss.Style
-	Flag       lipgloss.Style // PAUSED, READ-ONLY
+	Flag       lipgloss.Style // FROZEN, READ-ONLY
 	ViewTitle  lipgloss.Style
 	TableHead  lipgloss.Style
 	Selected   lipgloss.Style

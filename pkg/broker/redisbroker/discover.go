@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -133,9 +135,12 @@ func (b *Broker) WatchAppends(ctx context.Context, category string) (<-chan stri
 		return nil, mapErr(call{Op: op}, err)
 	}
 	out := make(chan string, b.cfg.watchBuffer)
-	// The category's own sets share its prefix; tracking names them
-	// (SADD of a new key), and they are no stream.
-	skip := map[string]bool{b.cfg.layout.IndexKey(category): true, b.cfg.layout.GroupsKey(category): true}
+	// The category's groups set shares its prefix and is no stream. The
+	// index is named (a SADD of a new key, with tracking): a publisher
+	// that appends before it indexes (the cluster layout) has its key
+	// announced before the index holds it, and the caller checks such
+	// keys again when the index changes.
+	skip := map[string]bool{b.cfg.layout.GroupsKey(category): true}
 	var wg sync.WaitGroup
 	for _, src := range srcs {
 		wg.Add(1)
@@ -144,7 +149,7 @@ func (b *Broker) WatchAppends(ctx context.Context, category string) (<-chan stri
 			// The first source to end ends the watch: the caller scans
 			// when it calls again.
 			defer cancel()
-			forwardNames(wctx, src, prefix, skip, out, b.cfg.watchBuffer)
+			forwardNames(wctx, src, prefix, skip, out)
 		}()
 	}
 	go func() {
@@ -173,47 +178,71 @@ func (s appendSource) close() {
 }
 
 // forwardNames sends the names src announces that start with prefix, but
-// for those in skip, to out (without blocking: they are hints) until ctx
-// ends, src's subscription ends or its connection is re-established.
-func forwardNames(ctx context.Context, src appendSource, prefix string, skip map[string]bool, out chan<- string, size int) {
+// for those in skip, to out until ctx ends or a name may have been
+// missed: src's connection failed (go-redis would re-establish it, but
+// writes made meanwhile were not announced, and on a Cluster a failed-over
+// master's address may never answer again), it went quiet past a ping
+// (a half-open connection), or out was full and a name was dropped. The
+// caller then watches again, which asks for a scan.
+func forwardNames(ctx context.Context, src appendSource, prefix string, skip map[string]bool, out chan<- string) {
 	defer src.close()
-	msgs := src.ps.Channel(redis.WithChannelSize(size))
-	defer func() {
-		// go-redis's reader may be blocked handing us a message: drain
-		// until it sees the close (redisadapter.Forward does the same).
-		_ = src.ps.Close()
-		for range msgs {
-		}
-	}()
-	send := func(name string) {
+	// ReceiveTimeout does not watch ctx: closing the subscription ends a
+	// read in progress.
+	stop := context.AfterFunc(ctx, func() { _ = src.ps.Close() })
+	defer stop()
+	send := func(name string) bool {
 		if !strings.HasPrefix(name, prefix) || skip[name] {
-			return
+			return true
 		}
 		select {
 		case out <- name:
-		default: // a hint: dropped rather than block the reader
+			return true
+		default:
+			return false // dropped: end the watch, so that the caller scans
 		}
 	}
+	pinged := false
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-src.reconnected:
-			return
-		case m, ok := <-msgs:
-			if !ok {
-				return
-			}
-			if m.PayloadSlice != nil {
-				for _, name := range m.PayloadSlice {
-					send(name)
+		msg, err := src.ps.ReceiveTimeout(ctx, watchPingEvery)
+		if err != nil {
+			var ne net.Error
+			if ctx.Err() == nil && errors.As(err, &ne) && ne.Timeout() && !pinged {
+				// Quiet: a ping proves the connection (its pong is the
+				// next reply); quiet again after it ends the watch.
+				if src.ps.Ping(ctx) != nil {
+					return
 				}
+				pinged = true
 				continue
 			}
-			send(m.Payload)
+			return
+		}
+		pinged = false
+		select {
+		case <-src.reconnected:
+			return
+		default:
+		}
+		m, ok := msg.(*redis.Message)
+		if !ok {
+			continue // a pong, or the subscription's confirmation
+		}
+		names := m.PayloadSlice
+		if names == nil {
+			names = []string{m.Payload}
+		}
+		for _, name := range names {
+			if !send(name) {
+				return
+			}
 		}
 	}
 }
+
+// watchPingEvery is how long an announcement watch may be quiet before it
+// pings its connection, and how long the pong may take before the watch
+// ends.
+const watchPingEvery = 15 * time.Second
 
 // errNoTracking says a server refused client tracking (an ACL without
 // client|tracking, a server older than Redis 6).
@@ -254,6 +283,9 @@ func track(ctx context.Context, c *redis.Client, prefix string) (appendSource, e
 	// fails (the maintenance notifications' mode): the copy must not
 	// share them with c. A RESP2 connection has no such notifications.
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	opt.PushNotificationProcessor = nil
+	opt.ClientSideCacheConfig = nil
+	opt.AutoPipelineOptions = nil
 	opt.Protocol = 2
 	opt.PoolSize = 1
 	opt.MinIdleConns = 0
@@ -293,6 +325,12 @@ func track(ctx context.Context, c *redis.Client, prefix string) (appendSource, e
 		_ = own.Close()
 		if r := refused.Load(); r != nil {
 			return appendSource{}, fmt.Errorf("%w: %v", errNoTracking, *r)
+		}
+		var rerr redis.Error
+		if errors.As(err, &rerr) {
+			// Tracking on, the channel refused (an ACL that resets
+			// channels): as good as no tracking.
+			return appendSource{}, fmt.Errorf("%w: %v", errNoTracking, err)
 		}
 		return appendSource{}, err
 	}

@@ -3,6 +3,7 @@ package redisbroker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -27,9 +28,12 @@ func TestWatchAppendsNamesWritesOfAnyPublisher(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args []string
+		// indexNamed: the index's SADD of a new key is announced too
+		// (tracking names every key written under the prefix).
+		indexNamed bool
 	}{
-		{"client tracking", nil},
-		{"keyspace events", append(append([]string{}, noTracking...), "--notify-keyspace-events", "Et")},
+		{"client tracking", nil, true},
+		{"keyspace events", append(append([]string{}, noTracking...), "--notify-keyspace-events", "Et"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := testenv.StartRedis(t, testenv.WithArgs(tc.args...))
@@ -51,6 +55,9 @@ func TestWatchAppendsNamesWritesOfAnyPublisher(t *testing.T) {
 			}
 			if err := c.XAdd(bg, &redis.XAddArgs{Stream: stream, Values: []any{"a", 1}}).Err(); err != nil {
 				t.Fatal(err)
+			}
+			if tc.indexNamed {
+				wantName(t, ch, layout.IndexKey(cat))
 			}
 			wantName(t, ch, stream)
 			// The runtime's own group commands, then a marker append: the
@@ -97,6 +104,27 @@ func TestWatchAppendsEndsWhenItsConnectionIsLost(t *testing.T) {
 	}
 	must(t, c.Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub").Err())
 	testenv.Eventually(t, 10*time.Second, "the watch to end after its connection was killed", testenv.Closed(ch))
+	wantNoWatchGoroutines(t)
+}
+
+// A watch whose reader fell behind (a name dropped) ends, so that the
+// caller watches again and scans for what it missed.
+func TestWatchAppendsEndsWhenANameIsDropped(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := srv.Client(t)
+	ch, err := redisbroker.New(c, redisbroker.WithWatchBuffer(1)).WatchAppends(t.Context(), cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One pipeline: the server announces its 50 appends in one turn,
+	// more than the reader (which reads nothing here) has room for.
+	pipe := c.Pipeline()
+	for i := range 50 {
+		pipe.XAdd(context.Background(), &redis.XAddArgs{Stream: layout.Stream(cat, fmt.Sprintf("o-%d", i)), Values: []any{"a", 1}})
+	}
+	_, err = pipe.Exec(context.Background())
+	must(t, err)
+	testenv.Eventually(t, 10*time.Second, "the watch to end after dropping a name", testenv.Closed(ch))
 	wantNoWatchGoroutines(t)
 }
 

@@ -74,7 +74,7 @@ type SeekOutcome struct {
 // from spelling one key.
 func SeekRequestKey(l broker.Layout, group, key string) string {
 	rest := "seek:" + strconv.Itoa(len(group)) + ":" + group + ":" + key
-	if tag := hashTag(l.LeaseKey(group, key)); tag != "" {
+	if tag := redisadapter.HashTag(l.LeaseKey(group, key)); tag != "" {
 		return "protctl:{" + tag + "}:" + rest
 	}
 	return "protctl:" + rest
@@ -85,7 +85,7 @@ func SeekRequestKey(l broker.Layout, group, key string) string {
 // operator, polling late, still reads what became of it.
 func SeekPreviousKey(l broker.Layout, group, key string) string {
 	rest := "seekprev:" + strconv.Itoa(len(group)) + ":" + group + ":" + key
-	if tag := hashTag(l.LeaseKey(group, key)); tag != "" {
+	if tag := redisadapter.HashTag(l.LeaseKey(group, key)); tag != "" {
 		return "protctl:{" + tag + "}:" + rest
 	}
 	return "protctl:" + rest
@@ -141,19 +141,6 @@ func parseSeekMember(m string) (kind byte, id string, at int64, key string) {
 // SeekRequestsChannel is the Pub/Sub channel on which RequestSeek
 // announces the partition key of group it recorded a request for.
 func SeekRequestsChannel(group string) string { return "protctl:seeks:" + group + ":requests" }
-
-// hashTag is the part of key Redis Cluster hashes, "" for none.
-func hashTag(key string) string {
-	open := strings.IndexByte(key, '{')
-	if open < 0 {
-		return ""
-	}
-	end := strings.IndexByte(key[open+1:], '}')
-	if end <= 0 {
-		return ""
-	}
-	return key[open+1 : open+1+end]
-}
 
 // SeekFree moves group's position on the lanes of partition key to each
 // lane's To and settles the pending entries (see seek.lua), in one step,

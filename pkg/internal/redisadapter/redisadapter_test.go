@@ -183,3 +183,19 @@ func TestWatchRefusedIsReturned(t *testing.T) {
 		t.Fatalf("subscribe to a stopped server: %v, want an unavailable error", err)
 	}
 }
+
+func TestHashTag(t *testing.T) {
+	for key, want := range map[string]string{
+		"g:{o-1}:__lease__":  "o-1",
+		"g:o-1:__lease__":    "",
+		"{}x{y}":             "",
+		"a{b":                "",
+		"a}{b}":              "b",
+		"{o-1}{o-2}":         "o-1",
+		"protctl:{svc}:pins": "svc",
+	} {
+		if got := redisadapter.HashTag(key); got != want {
+			t.Errorf("HashTag(%q) = %q, want %q", key, got, want)
+		}
+	}
+}

@@ -77,8 +77,11 @@ func (p *Subscription) appendLoop(ctx context.Context, category string) {
 	defer p.wg.Done()
 	backoff := backoff.New(time.Second, p.cfg.DiscoverEvery, p.jit)
 	// indexed remembers keys already checked against the index (bounded:
-	// cleared when it grows past 100,000).
+	// cleared when it grows past 100,000); unindexed the candidates an
+	// announcement named before the index held them (a publisher that
+	// appends before it indexes), checked again when the index changes.
 	indexed := make(map[string]bool)
+	unindexed := make(map[string]time.Time)
 	for ctx.Err() == nil {
 		ch, err := p.appends.WatchAppends(ctx, category)
 		if err != nil {
@@ -111,7 +114,7 @@ func (p *Subscription) appendLoop(ctx context.Context, category string) {
 					break drain
 				}
 			}
-			keys := p.appendedKeys(ctx, category, names, indexed)
+			keys := p.appendedKeys(ctx, category, names, indexed, unindexed)
 			if len(keys) > 0 && !p.send(evSignal{keys: keys}) {
 				return
 			}
@@ -125,9 +128,26 @@ func (p *Subscription) appendLoop(ctx context.Context, category string) {
 // may contain the separator, so every reading is a candidate; the index
 // decides (one SMISMEMBER for candidates not checked before; a key
 // remembered not indexed is checked again, as it may be indexed now).
-func (p *Subscription) appendedKeys(ctx context.Context, category string, names map[string]bool, indexed map[string]bool) []string {
+// The index's own name (announced when it gains a key) has the candidates
+// found not indexed in the last unindexedFor checked again: their
+// publisher appended before it indexed.
+func (p *Subscription) appendedKeys(ctx context.Context, category string, names map[string]bool, indexed map[string]bool, unindexed map[string]time.Time) []string {
 	var keys, check []string
 	seen := make(map[string]bool)
+	now := p.clk.Now()
+	if names[p.layout.IndexKey(category)] {
+		delete(names, p.layout.IndexKey(category))
+		for k, at := range unindexed {
+			if now.Sub(at) > unindexedFor {
+				delete(unindexed, k)
+				continue
+			}
+			if !seen[k] {
+				seen[k] = true
+				check = append(check, k)
+			}
+		}
+	}
 	for name := range names {
 		for _, k := range streamKeys(p.layout, category, p.cfg.BackfillSuffix, name) {
 			if seen[k] {
@@ -157,11 +177,24 @@ func (p *Subscription) appendedKeys(ctx context.Context, category string, names 
 	for i, k := range check {
 		if i < len(in) && in[i] {
 			indexed[k] = true
+			delete(unindexed, k)
 			keys = append(keys, k)
+		} else if len(unindexed) < maxUnindexed {
+			unindexed[k] = now
 		}
 	}
 	return keys
 }
+
+// unindexedFor is how long a candidate found not indexed is checked again
+// when the index changes, and maxUnindexed how many are remembered: a
+// publisher indexes a key right after its first append, and a candidate
+// that is no key at all (a lane of another key, a key name containing
+// the separator) must not be checked forever.
+const (
+	unindexedFor = 10 * time.Second
+	maxUnindexed = 10_000
+)
 
 // streamKeys returns the partition keys stream name of category may
 // belong to: in the Protean layout C:K, C:K:<backfill> and C:K:dlq all
@@ -177,7 +210,11 @@ func streamKeys(l broker.Layout, category, backfill, name string) []string {
 		if !ok {
 			return nil
 		}
-		if k, _, ok := strings.Cut(tag, "}"); ok && k != "" {
+		// Only the lanes: C:{K} and C:{K}:<backfill>. Other keys share the
+		// prefix when a subscription (a group) is named like its category
+		// (C:{K}:__lease__, C:{K}:__generation__); waking K for its own
+		// lease writes would wake it forever.
+		if k, lane, ok := strings.Cut(tag, "}"); ok && k != "" && (lane == "" || lane == ":"+backfill) {
 			return []string{k}
 		}
 		return nil

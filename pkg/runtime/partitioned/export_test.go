@@ -6,3 +6,6 @@ import "context"
 // round; blocking in it stalls renewals (a node whose renewals are
 // blocked). Call it before Start.
 func SetRenewGate(p *Subscription, gate func(ctx context.Context)) { p.renewGate = gate }
+
+// StreamKeys exposes streamKeys (discover.go) to the tests.
+var StreamKeys = streamKeys

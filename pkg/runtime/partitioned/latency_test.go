@@ -2,7 +2,9 @@ package partitioned_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -45,10 +47,14 @@ func TestRedisNewKeysOfAnyPublisherAreFound(t *testing.T) {
 		// events: the server announces writes, and the test stops the
 		// index poll so that only the announcements can find the keys.
 		events bool
+		// streamFirst: the publisher appends before it indexes, so the
+		// append is announced while the index lacks the key.
+		streamFirst bool
 	}{
-		{"index poll", noTracking, false},
-		{"client tracking", nil, true},
-		{"keyspace events", append(append([]string{}, noTracking...), "--notify-keyspace-events", "Et"), true},
+		{"index poll", noTracking, false, false},
+		{"client tracking", nil, true, false},
+		{"client tracking, stream before index", nil, true, true},
+		{"keyspace events", append(append([]string{}, noTracking...), "--notify-keyspace-events", "Et"), true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newRedisEnvOn(t, testenv.StartRedis(t, testenv.WithArgs(tc.args...)))
@@ -65,7 +71,18 @@ func TestRedisNewKeysOfAnyPublisherAreFound(t *testing.T) {
 			})
 			keys := keyNames(20)
 			for i, k := range keys {
-				protean(t, e.c, k, 1)
+				if tc.streamFirst {
+					l := broker.ProteanLayout
+					if err := e.c.XAdd(context.Background(), &redis.XAddArgs{Stream: l.Stream(cat, k), Values: []any{broker.DataField, envelope(k, 1)}}).Err(); err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(time.Millisecond) // the append's announcement is checked first
+					if err := e.c.SAdd(context.Background(), l.IndexKey(cat), k).Err(); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					protean(t, e.c, k, 1)
+				}
 				if i%5 == 4 {
 					time.Sleep(20 * time.Millisecond)
 				}
@@ -149,6 +166,15 @@ func TestRedisHotPartitionsBeyondWorkersAllProgress(t *testing.T) {
 // so no entry can be found by a wait that merely timed out and started
 // again). Randomized; the seed is logged.
 func TestRedisAppendsRaceIdleReleaseAndWaitRestart(t *testing.T) {
+	// One wait over the main lanes, and the wait sharded by key (run
+	// node's 4): a partition's streams move between shards' watch sets
+	// never, between held, draining, idle and watched always.
+	for _, shards := range []int{1, 4} {
+		t.Run(fmt.Sprintf("%d shards", shards), func(t *testing.T) { appendsRaceIdleRelease(t, shards) })
+	}
+}
+
+func appendsRaceIdleRelease(t *testing.T, shards int) {
 	e := newRedisEnv(t)
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
@@ -159,6 +185,7 @@ func TestRedisAppendsRaceIdleReleaseAndWaitRestart(t *testing.T) {
 		c.WaitTimeout = time.Hour
 		c.DiscoverEvery = time.Hour
 		c.Workers = 4
+		c.WaitShards = shards
 	}, nil)
 	keys := keyNames(12)
 	next := map[string]int{}
@@ -189,5 +216,31 @@ func TestRedisAppendsRaceIdleReleaseAndWaitRestart(t *testing.T) {
 	rec.checkOrder(t, want)
 	if n := rec.overlap.Load(); n > 0 {
 		t.Fatalf("%d overlapping handler calls", n)
+	}
+}
+
+// An announced name is read as the partition keys it may be a lane of.
+// In the cluster layout only the lanes count: a subscription named like
+// its category writes C:{K}:__lease__ under the category's prefix, and
+// reading that as K would wake K for its own lease writes forever.
+func TestStreamKeysOfAnnouncedNames(t *testing.T) {
+	for _, tc := range []struct {
+		layout broker.Layout
+		name   string
+		want   []string
+	}{
+		{broker.ProteanLayout, "shop::order:o-1", []string{"o-1"}},
+		{broker.ProteanLayout, "shop::order:o-1:backfill", []string{"o-1:backfill", "o-1"}},
+		{broker.ProteanLayout, "other:o-1", nil},
+		{broker.ClusterLayout, "shop::order:{o-1}", []string{"o-1"}},
+		{broker.ClusterLayout, "shop::order:{o-1}:backfill", []string{"o-1"}},
+		{broker.ClusterLayout, "shop::order:{o-1}:__lease__", nil},
+		{broker.ClusterLayout, "shop::order:{o-1}:__generation__", nil},
+		{broker.ClusterLayout, "shop::order:o-1", nil},
+	} {
+		got := partitioned.StreamKeys(tc.layout, "shop::order", "backfill", tc.name)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s %q: %q, want %q", tc.layout, tc.name, got, tc.want)
+		}
 	}
 }

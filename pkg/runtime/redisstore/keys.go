@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/internal/redisadapter"
 	"github.com/protctl/protctl/pkg/runtime/internal/storecontract"
 )
 
@@ -82,24 +83,10 @@ func RequestTokensKey(token string) string { return prefix + "requests:" + token
 func RequestMarkerKey(rec, token string) string {
 	sum := sha256.Sum256([]byte(rec))
 	h := hex.EncodeToString(sum[:16])
-	if tag := hashTag(rec); tag != "" {
+	if tag := redisadapter.HashTag(rec); tag != "" {
 		return prefix + "{" + tag + "}:requested:" + token + ":" + h
 	}
 	return prefix + "requested:" + token + ":" + h
-}
-
-// hashTag returns the part of key Redis Cluster hashes when key has one:
-// what is between the first '{' and the first '}' after it, if not empty.
-func hashTag(key string) string {
-	open := strings.IndexByte(key, '{')
-	if open < 0 {
-		return ""
-	}
-	end := strings.IndexByte(key[open+1:], '}')
-	if end <= 0 {
-		return ""
-	}
-	return key[open+1 : open+1+end]
 }
 
 // RecordKey holds the parked entry of (subscription, aggregate) that is
