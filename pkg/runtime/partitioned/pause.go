@@ -55,24 +55,12 @@ func (s *pauseState) markReady() { s.readyOnce.Do(func() { close(s.ready) }) }
 func (s *pauseState) update(set pause.Set) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if samePauses(s.set, set) {
+	if s.set.SameSelectors(set) {
 		return
 	}
 	s.set = set
 	close(s.changed)
 	s.changed = make(chan struct{})
-}
-
-func samePauses(a, b pause.Set) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].Selector != b[i].Selector {
-			return false
-		}
-	}
-	return true
 }
 
 // paused reports whether key is paused now, and the channel closed on

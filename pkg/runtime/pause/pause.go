@@ -122,6 +122,21 @@ func (ps Set) All() bool {
 	return false
 }
 
+// SameSelectors reports whether ps and other hold back the same selectors
+// in the same order (both as stores return them: Sort), whoever set them
+// and why: a runtime re-reading its pauses acts only when this changes.
+func (ps Set) SameSelectors(other Set) bool {
+	if len(ps) != len(other) {
+		return false
+	}
+	for i := range ps {
+		if ps[i].Selector != other[i].Selector {
+			return false
+		}
+	}
+	return true
+}
+
 // Sort orders entries by selector, the order stores return them in.
 func Sort(ps Set) {
 	sort.Slice(ps, func(i, j int) bool { return ps[i].Selector < ps[j].Selector })

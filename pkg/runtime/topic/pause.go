@@ -81,7 +81,7 @@ func (s *Runtime) Pauses() pause.Set {
 func (s *Runtime) applyPauses(set pause.Set) {
 	s.pause.mu.Lock()
 	defer s.pause.mu.Unlock()
-	if old := s.pause.set.Load(); old != nil && samePauses(*old, set) {
+	if old := s.pause.set.Load(); old != nil && old.SameSelectors(set) {
 		return
 	}
 	// Stored before the partitions are walked: a lane made meanwhile
@@ -205,16 +205,4 @@ func (t *Consumer) pauseLoop(ctx context.Context, s *Runtime) {
 		}
 		tm.Reset(t.cfg.RenewEvery)
 	}
-}
-
-func samePauses(a, b pause.Set) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].Selector != b[i].Selector {
-			return false
-		}
-	}
-	return true
 }
