@@ -24,6 +24,22 @@ type StreamTailer interface {
 	LastEntryIDs(ctx context.Context, streams []string) (map[string]string, error)
 }
 
+// EntryChecker is an optional broker capability (found by type
+// assertion): a non-blocking EntryWaiter. While a category's appends are
+// announced (AppendWatcher), the subscription wakes idle partitions from
+// the announcements and checks its watched streams with EntriesAfter
+// only as a safety net, instead of keeping a blocking wait issued over
+// them, which a flow makes return, and costs a re-issue over every
+// watched stream, at every entry
+// (docs/decisions/0049-announced-wake-ups.md).
+type EntryChecker interface {
+	// EntriesAfter returns the streams of after that have an entry with
+	// an id greater than the id after maps it to (a missing stream counts
+	// as empty), at once, without waiting. It reads nothing on behalf of
+	// any group.
+	EntriesAfter(ctx context.Context, after map[string]string) ([]string, error)
+}
+
 // BatchRenewer is an optional broker capability (found by type assertion):
 // it renews many leases in one round trip, so that a node renews all its
 // leases with one call per renewal period. Without it the renewer calls

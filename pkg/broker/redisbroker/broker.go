@@ -35,6 +35,7 @@ var (
 	_ broker.PartitionedBroker = (*Broker)(nil)
 	_ broker.PartitionWatcher  = (*Broker)(nil)
 	_ broker.EntryWaiter       = (*Broker)(nil)
+	_ broker.EntryChecker      = (*Broker)(nil)
 	_ broker.ConsumerReleaser  = (*Broker)(nil)
 	_ broker.AckReader         = (*Broker)(nil)
 	_ broker.BatchReader       = (*Broker)(nil)

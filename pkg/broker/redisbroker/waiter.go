@@ -59,21 +59,12 @@ const nudgeAgain = 250 * time.Millisecond
 // an entry comes, the timeout passes or ctx ends.
 func (b *Broker) WaitForEntries(ctx context.Context, after map[string]string, timeout time.Duration) ([]string, error) {
 	const op = "wait for entries"
-	if len(after) == 0 {
-		return nil, &broker.InvalidArgumentError{Op: op, Arg: "after", Value: "{}", Reason: "must name at least one stream"}
-	}
 	if timeout < 0 {
 		return nil, &broker.InvalidArgumentError{Op: op, Arg: "timeout", Value: timeout.String(), Reason: "must not be negative"}
 	}
-	streams := make([]string, 0, len(after))
-	for s, id := range after {
-		if err := nonEmpty(op, "stream", s); err != nil {
-			return nil, err
-		}
-		if _, err := broker.ParseStreamID(id); err != nil {
-			return nil, &broker.InvalidArgumentError{Op: op, Arg: "id", Value: strconv.Quote(id), Reason: `want "<ms>-<seq>"`}
-		}
-		streams = append(streams, s)
+	streams, err := waitStreams(op, after)
+	if err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, mapErr(call{Op: op}, err)
@@ -192,6 +183,51 @@ func (b *Broker) WaitForEntries(ctx context.Context, after map[string]string, ti
 	return ready, nil
 }
 
+// waitStreams checks the streams and ids of a wait or a check and
+// returns the streams.
+func waitStreams(op string, after map[string]string) ([]string, error) {
+	if len(after) == 0 {
+		return nil, &broker.InvalidArgumentError{Op: op, Arg: "after", Value: "{}", Reason: "must name at least one stream"}
+	}
+	streams := make([]string, 0, len(after))
+	for s, id := range after {
+		if err := nonEmpty(op, "stream", s); err != nil {
+			return nil, err
+		}
+		if _, err := broker.ParseStreamID(id); err != nil {
+			return nil, &broker.InvalidArgumentError{Op: op, Arg: "id", Value: strconv.Quote(id), Reason: `want "<ms>-<seq>"`}
+		}
+		streams = append(streams, s)
+	}
+	return streams, nil
+}
+
+// EntriesAfter returns, in lexical order, the streams of after that have
+// an entry with an id greater than the one after maps it to (a missing
+// stream counts as empty), without blocking: one XREAD COUNT 1 per
+// waitChunk streams (per slot on a Redis Cluster), pipelined. It reads
+// nothing on behalf of any group. Unlike WaitForEntries it registers
+// nothing on the server, so it costs the server a lookup per stream and
+// nothing when a stream is appended to later.
+func (b *Broker) EntriesAfter(ctx context.Context, after map[string]string) ([]string, error) {
+	const op = "entries after"
+	streams, err := waitStreams(op, after)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, mapErr(call{Op: op}, err)
+	}
+	slices.Sort(streams)
+	var groups [][]string
+	if _, ok := b.client.(*redis.ClusterClient); ok {
+		groups = bySlot(streams)
+	} else {
+		groups = slices.Collect(slices.Chunk(streams, waitChunk))
+	}
+	return b.pollOnce(ctx, op, groups, after)
+}
+
 // Polling on a cluster: every clusterPollEvery, or every
 // clusterPollPerStream per stream when that is longer. A poll sends one
 // XREAD per slot, so a node's polls cost at most about 1,000 XREADs a
@@ -222,7 +258,7 @@ func (b *Broker) pollForEntries(ctx context.Context, streams []string, after map
 	}
 	groups := bySlot(streams)
 	for {
-		ready, err := b.pollOnce(ctx, groups, after)
+		ready, err := b.pollOnce(ctx, op, groups, after)
 		if err != nil || len(ready) > 0 {
 			return ready, err
 		}
@@ -242,8 +278,7 @@ func (b *Broker) pollForEntries(ctx context.Context, streams []string, after map
 // pollOnce reads, for each group of same-slot streams, whether any has
 // an entry after its id in after, and returns those streams in lexical
 // order.
-func (b *Broker) pollOnce(ctx context.Context, groups [][]string, after map[string]string) ([]string, error) {
-	const op = "wait for entries"
+func (b *Broker) pollOnce(ctx context.Context, op string, groups [][]string, after map[string]string) ([]string, error) {
 	var ready []string
 	for chunk := range slices.Chunk(groups, 1000) {
 		cmds := make([]*redis.XStreamSliceCmd, len(chunk))

@@ -424,3 +424,83 @@ func TestWaitForEntriesLostNudge(t *testing.T) {
 		t.Errorf("blocked clients after cancel = %s, want 0", v)
 	}
 }
+
+// EntriesAfter is WaitForEntries that never waits: it names the streams
+// with entries after their ids at once, registers no blocked client, and
+// refuses what WaitForEntries refuses.
+func TestEntriesAfter(t *testing.T) {
+	b, c := newBroker(t)
+	ctx := context.Background()
+	a, bs := cat+":a", cat+":b"
+	id, err := b.Append(ctx, a, []byte("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.EntriesAfter(ctx, map[string]string{a: "0-0", bs: "0-0", cat + ":missing": "0-0"})
+	if err != nil || !slices.Equal(got, []string{a}) {
+		t.Fatalf("EntriesAfter = %v, %v; want [%s]", got, err, a)
+	}
+	got, err = b.EntriesAfter(ctx, map[string]string{a: id, bs: "0-0"})
+	if err != nil || got != nil {
+		t.Fatalf("EntriesAfter past the last entry = %v, %v; want nil", got, err)
+	}
+	if v := blockedClients(t, c); v != "0" {
+		t.Fatalf("blocked clients after a check: %s, want 0", v)
+	}
+	// More streams than one XREAD names: every chunk is read.
+	after := map[string]string{}
+	for i := range 2*8192 + 10 {
+		after[fmt.Sprintf("%s:s%05d", cat, i)] = "0-0"
+	}
+	last := fmt.Sprintf("%s:s%05d", cat, 2*8192+9)
+	if _, err := b.Append(ctx, last, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	after[a] = "0-0"
+	got, err = b.EntriesAfter(ctx, after)
+	if err != nil || !slices.Equal(got, []string{a, last}) {
+		t.Fatalf("EntriesAfter over %d streams = %v, %v; want [%s %s]", len(after), got, err, a, last)
+	}
+	for name, after := range map[string]map[string]string{
+		"empty":     {},
+		"no stream": {"": "0-0"},
+		"bad id":    {"s": "x"},
+	} {
+		if _, err := b.EntriesAfter(ctx, after); !errors.Is(err, broker.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if err := c.Set(ctx, "str", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.EntriesAfter(ctx, map[string]string{"str": "0-0"}); !errors.Is(err, broker.ErrWrongType) {
+		t.Errorf("string key: %v, want ErrWrongType", err)
+	}
+}
+
+// On a Redis Cluster a check reads every slot's streams, on every master.
+func TestClusterEntriesAfterSpansSlots(t *testing.T) {
+	cl := sharedCluster(t)
+	cl.FlushAll(t)
+	c := cl.Client(t)
+	l := broker.ClusterLayout
+	b := redisbroker.New(c, redisbroker.WithLayout(l))
+	ctx := t.Context()
+	after := map[string]string{}
+	var want []string
+	for i := range 64 {
+		s := l.Stream(cat, fmt.Sprintf("w%d", i))
+		after[s] = "0-0"
+		if i%7 == 0 {
+			if _, err := b.Append(ctx, s, []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, s)
+		}
+	}
+	slices.Sort(want)
+	got, err := b.EntriesAfter(ctx, after)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("EntriesAfter = %v, %v; want %v", got, err, want)
+	}
+}
