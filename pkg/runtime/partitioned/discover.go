@@ -83,8 +83,10 @@ func (p *Subscription) appendLoop(ctx context.Context, category string) {
 	indexed := make(map[string]bool)
 	unindexed := make(map[string]time.Time)
 	for ctx.Err() == nil {
-		ch, err := p.appends.WatchAppends(ctx, category)
+		wctx, cancel := context.WithCancel(ctx)
+		ch, err := p.appends.WatchAppends(wctx, category)
 		if err != nil {
+			cancel()
 			if ctx.Err() != nil {
 				return
 			}
@@ -96,31 +98,54 @@ func (p *Subscription) appendLoop(ctx context.Context, category string) {
 		}
 		backoff.Reset()
 		p.appendEvents.Store(true)
+		p.announced.set(category, true)
 		select {
 		case p.rediscover <- struct{}{}:
 		default:
 		}
-		for name := range ch {
-			names := map[string]bool{name: true}
-		drain:
-			for len(names) < 1024 {
-				select {
-				case n, ok := <-ch:
-					if !ok {
-						break drain
-					}
-					names[n] = true
-				default:
+		stopped := p.followAppends(ctx, category, ch, indexed, unindexed)
+		// Whatever ended the watch, names may have been missed: the wait
+		// loops wait again, from the ids they watch from, before the
+		// next watch is asked for.
+		p.announced.set(category, false)
+		p.appendEvents.Store(false)
+		cancel()
+		for range ch { // the watch's goroutines close it once ended
+		}
+		if stopped {
+			return
+		}
+	}
+}
+
+// followAppends wakes the partitions of the names ch announces until it
+// closes, or until a name cannot be mapped to its key (the index check
+// failed): that name is lost, and the watch must end so that the node
+// waits again. stopped: the subscription is stopping.
+func (p *Subscription) followAppends(ctx context.Context, category string, ch <-chan string, indexed map[string]bool, unindexed map[string]time.Time) (stopped bool) {
+	for name := range ch {
+		names := map[string]bool{name: true}
+	drain:
+		for len(names) < 1024 {
+			select {
+			case n, ok := <-ch:
+				if !ok {
 					break drain
 				}
-			}
-			keys := p.appendedKeys(ctx, category, names, indexed, unindexed)
-			if len(keys) > 0 && !p.send(evSignal{keys: keys}) {
-				return
+				names[n] = true
+			default:
+				break drain
 			}
 		}
-		p.appendEvents.Store(false)
+		keys, ok := p.appendedKeys(ctx, category, names, indexed, unindexed)
+		if len(keys) > 0 && !p.send(evSignal{keys: keys}) {
+			return true
+		}
+		if !ok {
+			return ctx.Err() != nil
+		}
 	}
+	return ctx.Err() != nil
 }
 
 // appendedKeys maps announced stream names to the partition keys of the
@@ -131,8 +156,8 @@ func (p *Subscription) appendLoop(ctx context.Context, category string) {
 // The index's own name (announced when it gains a key) has the candidates
 // found not indexed in the last unindexedFor checked again: their
 // publisher appended before it indexed.
-func (p *Subscription) appendedKeys(ctx context.Context, category string, names map[string]bool, indexed map[string]bool, unindexed map[string]time.Time) []string {
-	var keys, check []string
+func (p *Subscription) appendedKeys(ctx context.Context, category string, names map[string]bool, indexed map[string]bool, unindexed map[string]time.Time) (keys []string, ok bool) {
+	var check []string
 	seen := make(map[string]bool)
 	now := p.clk.Now()
 	if names[p.layout.IndexKey(category)] {
@@ -162,14 +187,14 @@ func (p *Subscription) appendedKeys(ctx context.Context, category string, names 
 		}
 	}
 	if len(check) == 0 {
-		return keys
+		return keys, true
 	}
 	in, err := p.appends.PartitionKeysIndexed(ctx, category, check)
 	if err != nil {
 		if ctx.Err() == nil {
 			observe.Error(p.obs, runtime.ErrorEvent{Subscription: p.cfg.Name, Op: "partition keys indexed", Err: err})
 		}
-		return keys
+		return keys, false
 	}
 	if len(indexed)+len(check) > 100_000 {
 		clear(indexed)
@@ -183,7 +208,7 @@ func (p *Subscription) appendedKeys(ctx context.Context, category string, names 
 			unindexed[k] = now
 		}
 	}
-	return keys
+	return keys, true
 }
 
 // unindexedFor is how long a candidate found not indexed is checked again

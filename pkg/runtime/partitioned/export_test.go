@@ -9,3 +9,10 @@ func SetRenewGate(p *Subscription, gate func(ctx context.Context)) { p.renewGate
 
 // StreamKeys exposes streamKeys (discover.go) to the tests.
 var StreamKeys = streamKeys
+
+// Announced says whether every category's appends are announced, so
+// that the wait loops check instead of waiting (announce.go).
+func Announced(p *Subscription) bool {
+	live, _ := p.announced.state()
+	return live
+}

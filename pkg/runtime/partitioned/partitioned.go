@@ -46,6 +46,11 @@ type Subscription struct {
 	// appendEvents is set while append events arrive (AppendWatcher):
 	// the index poll then slows down.
 	appendEvents atomic.Bool
+	// announced says whether every category's appends are announced
+	// (nil without an AppendWatcher); with checker, the wait loops then
+	// check rather than wait (announce.go).
+	announced *announceState
+	checker   broker.EntryChecker
 	// lastScanned is the number of keys the last complete scan found,
 	// which spaces the scans a changed index brings forward.
 	lastScanned atomic.Int64
@@ -161,6 +166,10 @@ func New(cfg Config) (*Subscription, error) {
 	p.seeker, _ = cfg.Broker.(broker.PartitionSeeker)
 	p.counter, _ = cfg.Broker.(broker.PartitionCounter)
 	p.appends, _ = cfg.Broker.(broker.AppendWatcher)
+	if p.appends != nil {
+		p.announced = newAnnounceState(cfg.Categories)
+		p.checker, _ = cfg.Broker.(broker.EntryChecker)
+	}
 	if p.live = newLiveIO(cfg.Broker); p.live != nil {
 		p.ahead = make(chan struct{}, aheadPerWorker*cfg.Workers)
 	}

@@ -60,6 +60,7 @@ type redisEnv struct {
 	store   *redisstore.Store
 	pub     *partitioned.Publisher
 	nodes   []*runtime.Node
+	subs    []*partitioned.Subscription // each node's, in start order
 }
 
 func newRedisEnv(t *testing.T) *redisEnv {
@@ -133,6 +134,7 @@ func (e *redisEnv) start(id string, h runtime.Handler, mutate func(*partitioned.
 		e.t.Fatal(err)
 	}
 	e.nodes = append(e.nodes, n)
+	e.subs = append(e.subs, sub)
 	return n
 }
 

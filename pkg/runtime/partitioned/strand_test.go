@@ -97,7 +97,7 @@ func TestRedisNoEntryStranded(t *testing.T) {
 		ac := redis.NewClient(&redis.Options{Addr: e.addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute, PoolTimeout: time.Minute})
 		defer ac.Close()
 		runStrand(t, seed, strandEnv{
-			ttl: redisTTL, renew: redisRenew, appendFor: 6 * time.Second,
+			ttl: redisTTL, renew: redisRenew, appendFor: 6 * time.Second, announced: true,
 			node: func(g *gate) (broker.PartitionedBroker, strandStore) {
 				c := e.client()
 				rb := redisbroker.New(c)
@@ -171,6 +171,9 @@ type gate struct {
 	// batches counts the batched calls (the live path's reads and
 	// acquisitions) that passed the gate.
 	batches atomic.Int64
+	// checks counts the checks of watched streams (EntriesAfter) that
+	// passed the gate: the wait loops ran announced (Redis only).
+	checks atomic.Int64
 }
 
 func newGate(seed int64, n int) *gate {
@@ -398,6 +401,59 @@ func (b gatedRedis) CountPartitionKeys(ctx context.Context, category string) (in
 	return gated(ctx, b.g, func() (int64, error) { return b.rb.CountPartitionKeys(ctx, category) })
 }
 
+// WatchAppends is the Redis broker's append watch (client tracking),
+// which the test's breaks end as they end the waits: the wait loops then
+// go from checking (announce.go) back to blocking waits, and come back
+// when the next watch is established. A name the gate loses ends the
+// watch too, as the adapter's watch ends when it drops one.
+func (b gatedRedis) WatchAppends(ctx context.Context, category string) (<-chan string, error) {
+	in, err := gated(ctx, b.g, func() (<-chan string, error) { return b.rb.WatchAppends(ctx, category) })
+	if err != nil {
+		return nil, err
+	}
+	b.g.mu.Lock()
+	cut := b.g.cut
+	b.g.mu.Unlock()
+	out := make(chan string)
+	go func() {
+		defer func() {
+			close(out)
+			for range in { // the adapter closes it once ctx ends
+			}
+		}()
+		for {
+			select {
+			case <-cut:
+				return
+			case name, ok := <-in:
+				if !ok {
+					return
+				}
+				if b.g.pass(ctx) != nil || b.g.lost() {
+					return
+				}
+				select {
+				case out <- name:
+				case <-cut:
+					return
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
+func (b gatedRedis) PartitionKeysIndexed(ctx context.Context, category string, keys []string) ([]bool, error) {
+	return gated(ctx, b.g, func() ([]bool, error) { return b.rb.PartitionKeysIndexed(ctx, category, keys) })
+}
+
+func (b gatedRedis) EntriesAfter(ctx context.Context, after map[string]string) ([]string, error) {
+	b.g.checks.Add(1)
+	return gated(ctx, b.g, func() ([]string, error) { return b.rb.EntriesAfter(ctx, after) })
+}
+
 func (b gatedRedis) PinnedReader() (broker.AckReader, func(context.Context) error) {
 	r, closeFn := b.rb.PinnedReader()
 	return gatedPinned{r: r.(pinnedReader), g: b.g}, closeFn
@@ -572,6 +628,9 @@ type strandEnv struct {
 	// state describes key's partition (lease, group, pending entries)
 	// when an entry is stranded.
 	state func(key string) string
+	// announced: the broker announces appends (its nodes' wait loops
+	// check rather than wait while the watch is established).
+	announced bool
 }
 
 func runStrand(t *testing.T, seed int64, env strandEnv) {
@@ -822,12 +881,16 @@ func runStrand(t *testing.T, seed int64, env strandEnv) {
 	}
 	m.mu.Unlock()
 	st := testenv.CheckCalls(t, calls, testenv.CallRules{MaxInFlight: batch})
-	var batches int64
+	var batches, checks int64
 	for _, nd := range all {
 		batches += nd.g.batches.Load()
+		checks += nd.g.checks.Load()
 	}
 	if batches == 0 {
 		t.Error("no batched read or acquisition passed a gate: the live path did not run")
 	}
-	t.Logf("%d calls for %d entries, %d replays, %d batched calls", st.Calls, total, st.Replays, batches)
+	if env.announced && checks == 0 {
+		t.Error("no check of the watched streams passed a gate: the wait loops never ran announced")
+	}
+	t.Logf("%d calls for %d entries, %d replays, %d batched calls, %d checks", st.Calls, total, st.Replays, batches, checks)
 }

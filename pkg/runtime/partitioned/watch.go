@@ -297,12 +297,26 @@ func (p *Subscription) waitLoop(ctx context.Context, ws *watchSet, budget, resta
 	// restarts for additions (a re-issue after a return is not counted:
 	// entries pay for it); the main lanes' shards share theirs.
 	for ctx.Err() == nil {
+		announced, changed := p.announced.state()
+		if announced && p.checker != nil {
+			// Appends are announced: check, do not wait (announce.go).
+			if failed := p.checkLoop(ctx, ws, changed); failed {
+				if !p.sleep(ctx, backoff.Next()) {
+					return
+				}
+				continue
+			}
+			backoff.Reset()
+			continue
+		}
 		base, epoch, added := ws.snapshot()
 		if len(base) == 0 {
 			select {
 			case <-ctx.Done():
 				return
 			case <-added:
+				continue
+			case <-changed:
 				continue
 			}
 		}
@@ -314,7 +328,7 @@ func (p *Subscription) waitLoop(ctx context.Context, ws *watchSet, budget, resta
 				continue
 			}
 		}
-		if failed := p.waitTiers(ctx, ws, base, epoch, added, restarts); failed {
+		if failed := p.waitTiers(ctx, ws, base, epoch, added, changed, restarts); failed {
 			if !p.sleep(ctx, backoff.Next()) {
 				return
 			}
@@ -425,8 +439,9 @@ func (p *Subscription) reportWait(ctx context.Context, ws *watchSet, d waitDone)
 
 // waitTiers runs one base wait on base (the watch set as of epoch), and
 // fresh waits beside it on what is added after, until the base wait
-// returns or must take the fresh streams in. failed: a wait failed.
-func (p *Subscription) waitTiers(ctx context.Context, ws *watchSet, base map[string]string, epoch uint64, added <-chan struct{}, restarts *waitBudget) (failed bool) {
+// returns or must take the fresh streams in, or the announcements change
+// (changed closed). failed: a wait failed.
+func (p *Subscription) waitTiers(ctx context.Context, ws *watchSet, base map[string]string, epoch uint64, added, changed <-chan struct{}, restarts *waitBudget) (failed bool) {
 	bw := p.startWait(ctx, base)
 	var (
 		fw        *pendingWait
@@ -457,6 +472,10 @@ func (p *Subscription) waitTiers(ctx context.Context, ws *watchSet, base map[str
 			bw.finish()
 			stopFresh()
 			return false
+		case <-changed:
+			// Announcements began (or changed): the loop checks instead.
+			stopFresh()
+			return p.reportWait(ctx, ws, bw.finish()) || failed
 		case d := <-bw.done:
 			stopFresh()
 			return p.reportWait(ctx, ws, d) || failed
