@@ -253,7 +253,9 @@ type latOutcome struct {
 	// serverUS is the server's time in commands per event over the same
 	// span, both consumers and the publisher together (INFO
 	// commandstats).
-	serverUS     float64
+	serverUS float64
+	// serverTop names the commands that took most of it.
+	serverTop    string
 	load0, load1 string // 1-minute load average before and after
 }
 
@@ -390,10 +392,10 @@ func latReport(b *testing.B, what string, o latOutcome) {
 	b.Logf("%s (publisher reached %.0f/s; load average %s -> %s):\n"+
 		"  runtime %s\n  plain   %s\n"+
 		"  p99 ratio %.2f (target <= 2: %s), runtime p50 %.2f ms (target <= 2 ms: %s), runtime not handled %d, plain not handled %d\n"+
-		"  runtime client %s; server %.1f us of commands per event (both consumers and the publisher)",
+		"  runtime client %s; server %.1f us of commands per event (both consumers and the publisher; %s)",
 		what, o.published, o.load0, o.load1, o.rt, o.plain,
 		ratio, verdict(ratio <= 2), ms(o.rt.p50), verdict(o.rt.p50 <= 2*time.Millisecond), o.rt.missing, o.plain.missing,
-		trips, o.serverUS)
+		trips, o.serverUS, o.serverTop)
 }
 
 func envOr(name, def string) string {
@@ -628,7 +630,7 @@ func latRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis.
 	for time.Now().Before(deadline) && (rtRec.n.Load() < total || plainRec.n.Load() < total) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	o.serverUS = float64(latServerUS(ctx, b, admin)-stats0) / float64(events)
+	o.serverUS, o.serverTop = latServerSpent(stats0, latServerUS(ctx, b, admin), events)
 	if calls != nil {
 		o.rtTrips = float64(calls.trips.Load()-trips0) / float64(events)
 		o.rtCmds = float64(calls.n.Load()-cmds0) / float64(events)
@@ -638,27 +640,52 @@ func latRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis.
 	return o
 }
 
-// latServerUS is the server's time in commands so far, in µs (the sum of
-// INFO commandstats usec).
-func latServerUS(ctx context.Context, b *testing.B, c *redis.Client) int64 {
+// latServerUS is the server's time in commands so far, in µs, per
+// command (INFO commandstats usec).
+func latServerUS(ctx context.Context, b *testing.B, c *redis.Client) map[string]int64 {
 	info, err := c.Info(ctx, "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total int64
+	us := map[string]int64{}
 	for _, line := range strings.Split(info, "\r\n") {
-		if !strings.HasPrefix(line, "cmdstat_") {
+		name, ok := strings.CutPrefix(line, "cmdstat_")
+		if !ok {
 			continue
 		}
-		_, rest, _ := strings.Cut(line, ":")
+		name, rest, _ := strings.Cut(name, ":")
 		for _, f := range strings.Split(rest, ",") {
 			if v, ok := strings.CutPrefix(f, "usec="); ok {
 				n, _ := strconv.ParseInt(v, 10, 64)
-				total += n
+				us[name] += n
 			}
 		}
 	}
-	return total
+	return us
+}
+
+// latServerSpent is the server's time per event between two
+// latServerUS readings: in total, and the three most expensive commands
+// ("xreadgroup 120.5, xadd 20.1, ...", µs per event).
+func latServerSpent(before, after map[string]int64, events int) (total float64, top string) {
+	type spent struct {
+		name string
+		us   int64
+	}
+	var all []spent
+	var sum int64
+	for name, us := range after {
+		if d := us - before[name]; d > 0 {
+			all = append(all, spent{name, d})
+			sum += d
+		}
+	}
+	slices.SortFunc(all, func(a, b spent) int { return int(b.us - a.us) })
+	var parts []string
+	for _, s := range all[:min(3, len(all))] {
+		parts = append(parts, fmt.Sprintf("%s %.1f", s.name, float64(s.us)/float64(events)))
+	}
+	return float64(sum) / float64(events), strings.Join(parts, ", ")
 }
 
 // BenchmarkLatencyKafka measures produce-to-handler latency of the Kafka
