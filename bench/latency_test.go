@@ -183,29 +183,45 @@ func latPlain(ctx context.Context, c *redis.Client, streams []string, group stri
 // event with the time it is sent.
 func latPublish(ctx context.Context, tb testing.TB, c *redis.Client, category string, keys []string, rate int) time.Duration {
 	tb.Helper()
-	return latPublishCounted(ctx, tb, c, category, keys, rate, nil)
+	return latPublishTo(ctx, tb, []*redis.Client{c}, category, keys, rate, nil)
 }
 
 // latPublishCounted is latPublish that keeps in sent (when not nil) how
 // many events it has written so far.
 func latPublishCounted(ctx context.Context, tb testing.TB, c *redis.Client, category string, keys []string, rate int, sent *atomic.Int64) time.Duration {
 	tb.Helper()
+	return latPublishTo(ctx, tb, []*redis.Client{c}, category, keys, rate, sent)
+}
+
+// latPublishTo is latPublishCounted writing every event to each server of
+// cs (BenchmarkLatencyRedis's separate servers), each server's copy
+// stamped with the time its pipeline is sent, the servers taken in turn
+// first.
+func latPublishTo(ctx context.Context, tb testing.TB, cs []*redis.Client, category string, keys []string, rate int, sent *atomic.Int64) time.Duration {
+	tb.Helper()
 	l := broker.ProteanLayout
 	interval := time.Second / time.Duration(rate)
 	start := time.Now()
-	for i := 0; i < len(keys); {
+	for i, turn := 0, 0; i < len(keys); turn++ {
 		due := start.Add(time.Duration(i) * interval)
 		if d := time.Until(due); d > 0 {
 			time.Sleep(d)
 		}
-		now := time.Now()
-		pipe := c.Pipeline()
-		for ; i < len(keys) && !start.Add(time.Duration(i)*interval).After(now); i++ {
-			pipe.SAdd(ctx, l.IndexKey(category), keys[i])
-			pipe.XAdd(ctx, &redis.XAddArgs{Stream: l.Stream(category, keys[i]), Values: []string{broker.DataField, latEnvelope(i, now.UnixNano())}})
+		from, now := i, time.Now()
+		for i < len(keys) && !start.Add(time.Duration(i)*interval).After(now) {
+			i++
 		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			tb.Fatal(err)
+		for j := range cs {
+			c := cs[(turn+j)%len(cs)]
+			at := time.Now().UnixNano()
+			pipe := c.Pipeline()
+			for k := from; k < i; k++ {
+				pipe.SAdd(ctx, l.IndexKey(category), keys[k])
+				pipe.XAdd(ctx, &redis.XAddArgs{Stream: l.Stream(category, keys[k]), Values: []string{broker.DataField, latEnvelope(k, at)}})
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				tb.Fatal(err)
+			}
 		}
 		if sent != nil {
 			sent.Store(int64(i))
@@ -255,8 +271,28 @@ type latOutcome struct {
 	// commandstats).
 	serverUS float64
 	// serverTop names the commands that took most of it.
-	serverTop    string
+	serverTop string
+	// plainServerUS and plainServerTop are the same for the plain loop's
+	// server when each consumer has its own (serverUS is then the
+	// runtime's server's, the publisher's writes to it included).
+	plainServerUS  float64
+	plainServerTop string
 	load0, load1 string // 1-minute load average before and after
+}
+
+// latServers are BenchmarkLatencyRedis's redis-servers: the runtime's and
+// the plain loop's, the same one with PROTCTL_BENCH_LATENCY_SERVERS=1.
+type latServers struct {
+	rt, plain           *testenv.Redis
+	rtAdmin, plainAdmin *redis.Client
+}
+
+// admins are the servers' clients, each server once.
+func (s latServers) admins() []*redis.Client {
+	if s.plain == s.rt {
+		return []*redis.Client{s.rtAdmin}
+	}
+	return []*redis.Client{s.rtAdmin, s.plainAdmin}
 }
 
 // latRedisVariant is how BenchmarkLatencyRedis runs the runtime and calls
@@ -289,6 +325,16 @@ type latRedisVariant struct {
 // 40s) after the last publish are reported as not handled.
 // PROTCTL_BENCH_LATENCY_SCENARIOS picks scenarios (e.g. idle,zipf).
 //
+// Both consumers read one redis-server, as the issue measured them. With
+// PROTCTL_BENCH_LATENCY_SERVERS=2 each reads its own, and the publisher
+// writes every event to both, in turn first, each copy stamped when it is
+// sent: the plain loop names every stream in each XREADGROUP, which costs
+// the server in proportion to the streams at every entry (up to 80µs an
+// event at 5,000/s over 1,000 keys), and on a shared server that cost
+// queues the runtime's commands too, and the runtime's the plain loop's.
+// Two servers take more of a small machine's CPU, which both consumers
+// share either way.
+//
 // PROTCTL_BENCH_LATENCY_NOTIFY sets the server's notify-keyspace-events
 // (e.g. Et: the runtime then learns of appends from keyspace events; by
 // default the server publishes none and the runtime polls the index).
@@ -311,9 +357,22 @@ func BenchmarkLatencyRedis(b *testing.B) {
 	if events := os.Getenv("PROTCTL_BENCH_LATENCY_NOTIFY"); events != "" {
 		opts = append(opts, testenv.WithArgs("--notify-keyspace-events", events))
 	}
-	srv := testenv.StartRedis(b, opts...)
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer admin.Close()
+	srvs := latServers{rt: testenv.StartRedis(b, opts...)}
+	srvs.plain = srvs.rt
+	switch n := rtEnvInt(b, "PROTCTL_BENCH_LATENCY_SERVERS", 1); n {
+	case 1:
+	case 2:
+		srvs.plain = testenv.StartRedis(b, opts...)
+	default:
+		b.Fatalf("PROTCTL_BENCH_LATENCY_SERVERS=%d: want 1 (one server for both consumers) or 2 (one each)", n)
+	}
+	srvs.rtAdmin = redis.NewClient(&redis.Options{Addr: srvs.rt.Addr})
+	defer srvs.rtAdmin.Close()
+	srvs.plainAdmin = srvs.rtAdmin
+	if srvs.plain != srvs.rt {
+		srvs.plainAdmin = redis.NewClient(&redis.Options{Addr: srvs.plain.Addr})
+		defer srvs.plainAdmin.Close()
+	}
 	window := rtEnvDuration(b, "PROTCTL_BENCH_LATENCY_WINDOW", 2*time.Second)
 	drain := rtEnvDuration(b, "PROTCTL_BENCH_LATENCY_DRAIN", 40*time.Second)
 	newCap := rtEnvInt(b, "PROTCTL_BENCH_LATENCY_NEWKEYS", 2000)
@@ -339,7 +398,7 @@ func BenchmarkLatencyRedis(b *testing.B) {
 					if sc.keys == 0 {
 						events = min(events, newCap)
 					}
-					o = latRun(ctx, b, srv, admin, v, sc, rate, events, drain, rng)
+					o = latRun(ctx, b, srvs, v, sc, rate, events, drain, rng)
 				}
 				latReport(b, fmt.Sprintf("%s at %d/s", sc.name, rate), o)
 			})
@@ -385,6 +444,12 @@ func latReport(b *testing.B, what string, o latOutcome) {
 		}
 		return "NOT met"
 	}
+	server := fmt.Sprintf("server %.1f us of commands per event (both consumers and the publisher; %s)", o.serverUS, o.serverTop)
+	if o.plainServerTop != "" {
+		server = fmt.Sprintf("runtime's server %.1f us of commands per event (%s), plain's %.1f (%s), the publisher's writes included",
+			o.serverUS, o.serverTop, o.plainServerUS, o.plainServerTop)
+		b.ReportMetric(o.plainServerUS, "plain-server-us/event")
+	}
 	trips := "n/a (another process)"
 	if o.rtTrips >= 0 {
 		trips = fmt.Sprintf("%.2f round trips, %.2f commands per event", o.rtTrips, o.rtCmds)
@@ -392,10 +457,10 @@ func latReport(b *testing.B, what string, o latOutcome) {
 	b.Logf("%s (publisher reached %.0f/s; load average %s -> %s):\n"+
 		"  runtime %s\n  plain   %s\n"+
 		"  p99 ratio %.2f (target <= 2: %s), runtime p50 %.2f ms (target <= 2 ms: %s), runtime not handled %d, plain not handled %d\n"+
-		"  runtime client %s; server %.1f us of commands per event (both consumers and the publisher; %s)",
+		"  runtime client %s; %s",
 		what, o.published, o.load0, o.load1, o.rt, o.plain,
 		ratio, verdict(ratio <= 2), ms(o.rt.p50), verdict(o.rt.p50 <= 2*time.Millisecond), o.rt.missing, o.plain.missing,
-		trips, o.serverUS, o.serverTop)
+		trips, server)
 }
 
 func envOr(name, def string) string {
@@ -499,10 +564,13 @@ subscriptions:
 // latRun is one run of a scenario at a rate: a fresh category, the keys
 // that exist before written and handled by both consumers, then events
 // events published at rate while both consume.
-func latRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis.Client, v latRedisVariant, sc latScenario, rate, events int, drain time.Duration, rng *rand.Rand) (o latOutcome) {
+func latRun(ctx context.Context, b *testing.B, srvs latServers, v latRedisVariant, sc latScenario, rate, events int, drain time.Duration, rng *rand.Rand) (o latOutcome) {
 	b.Helper()
-	if err := admin.FlushAll(ctx).Err(); err != nil {
-		b.Fatal(err)
+	admins := srvs.admins()
+	for _, a := range admins {
+		if err := a.FlushAll(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
 	}
 	const category = "lat::order"
 	const plainGroup = "plain.Consumer"
@@ -527,7 +595,7 @@ func latRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis.
 			streams = append(streams, l.Stream(category, k))
 		}
 	}
-	pipe := admin.Pipeline()
+	pipe := srvs.plainAdmin.Pipeline()
 	for _, s := range streams {
 		pipe.XGroupCreateMkStream(ctx, s, plainGroup, "0")
 	}
@@ -536,13 +604,15 @@ func latRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis.
 	}
 	// The keys that exist before: one entry each, sequence numbers past
 	// the run's, so neither recorder counts them.
-	pipe = admin.Pipeline()
-	for p := 0; p < sc.keys; p++ {
-		pipe.SAdd(ctx, l.IndexKey(category), rtKey(p))
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: l.Stream(category, rtKey(p)), Values: []string{broker.DataField, latEnvelope(events+p, 0)}})
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		b.Fatal(err)
+	for _, a := range admins {
+		pipe = a.Pipeline()
+		for p := 0; p < sc.keys; p++ {
+			pipe.SAdd(ctx, l.IndexKey(category), rtKey(p))
+			pipe.XAdd(ctx, &redis.XAddArgs{Stream: l.Stream(category, rtKey(p)), Values: []string{broker.DataField, latEnvelope(events+p, 0)}})
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
 	}
 
 	rtRec, plainRec := newLatRecorder(events), newLatRecorder(events)
@@ -558,7 +628,7 @@ func latRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis.
 		})
 		// PROTCTL_BENCH_LATENCY_SHARDS sets WaitShards (0: the default).
 		shards := rtEnvInt(b, "PROTCTL_BENCH_LATENCY_SHARDS", 0)
-		n, s, c, rc := rtNode(b, srv.Addr, "node-1", category, h, func(c *partitioned.Config) { c.WaitShards = shards }, nil)
+		n, s, c, rc := rtNode(b, srvs.rt.Addr, "node-1", category, h, func(c *partitioned.Config) { c.WaitShards = shards }, nil)
 		sub, calls = s, c
 		defer rtStop(b, n, rc, time.Minute)
 	} else {
@@ -567,9 +637,9 @@ func latRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis.
 		defer v.handlers.rt.Store(nil)
 		defer v.handlers.plain.Store(nil)
 		plainHandle = latHTTPCaller(b, v.handler.URL+"/plain")
-		defer latRunNode(b, v.bin, srv.URL(), category, v.handler.URL+"/runtime")()
+		defer latRunNode(b, v.bin, srvs.rt.URL(), category, v.handler.URL+"/runtime")()
 	}
-	pc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	pc := redis.NewClient(&redis.Options{Addr: srvs.plain.Addr})
 	defer pc.Close()
 	pctx, pcancel := context.WithCancel(ctx)
 	var pwg sync.WaitGroup
@@ -596,7 +666,7 @@ func latRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis.
 				return len(st.Held) == 0 && st.Counters[runtime.CounterWatched] == pre,
 					fmt.Sprintf("%d held, %d watched", len(st.Held), st.Counters[runtime.CounterWatched])
 			}
-			pipe := admin.Pipeline()
+			pipe := srvs.rtAdmin.Pipeline()
 			for p := 0; p < sc.keys; p++ {
 				pipe.Exists(ctx, l.LeaseKey(rtGroup, rtKey(p)))
 			}
@@ -615,14 +685,18 @@ func latRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis.
 	o.rtTrips, o.rtCmds = -1, -1
 	o.load0 = loadAverage()
 	b.ResetTimer()
-	pub := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer pub.Close()
-	stats0 := latServerUS(ctx, b, admin)
+	var pubs []*redis.Client
+	for _, a := range admins {
+		pub := redis.NewClient(&redis.Options{Addr: a.Options().Addr})
+		defer pub.Close()
+		pubs = append(pubs, pub)
+	}
+	rtStats0, plainStats0 := latServerUS(ctx, b, srvs.rtAdmin), latServerUS(ctx, b, srvs.plainAdmin)
 	var trips0, cmds0 int64
 	if calls != nil {
 		trips0, cmds0 = calls.trips.Load(), calls.n.Load()
 	}
-	took := latPublish(ctx, b, pub, category, keys, rate)
+	took := latPublishTo(ctx, b, pubs, category, keys, rate, nil)
 	b.StopTimer()
 	o.published = float64(events) / took.Seconds()
 	total := pre + int64(events)
@@ -630,7 +704,10 @@ func latRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis.
 	for time.Now().Before(deadline) && (rtRec.n.Load() < total || plainRec.n.Load() < total) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	o.serverUS, o.serverTop = latServerSpent(stats0, latServerUS(ctx, b, admin), events)
+	o.serverUS, o.serverTop = latServerSpent(rtStats0, latServerUS(ctx, b, srvs.rtAdmin), events)
+	if srvs.plain != srvs.rt {
+		o.plainServerUS, o.plainServerTop = latServerSpent(plainStats0, latServerUS(ctx, b, srvs.plainAdmin), events)
+	}
 	if calls != nil {
 		o.rtTrips = float64(calls.trips.Load()-trips0) / float64(events)
 		o.rtCmds = float64(calls.n.Load()-cmds0) / float64(events)

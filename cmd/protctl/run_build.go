@@ -418,6 +418,7 @@ type timedRedisBroker struct {
 // runtime warns at start about any it lacks).
 var (
 	_ broker.EntryWaiter      = timedRedisBroker{}
+	_ broker.EntryChecker     = timedRedisBroker{}
 	_ broker.StreamTailer     = timedRedisBroker{}
 	_ broker.PartitionWatcher = timedRedisBroker{}
 	_ broker.AckReader        = timedRedisBroker{}

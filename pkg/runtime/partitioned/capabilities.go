@@ -30,6 +30,7 @@ func capabilities(b broker.PartitionedBroker) []capability {
 	_, batchAcquirer := b.(broker.BatchAcquirer)
 	_, counter := b.(broker.PartitionCounter)
 	_, appends := b.(broker.AppendWatcher)
+	_, checker := b.(broker.EntryChecker)
 	_, pinner := b.(broker.ReaderPinner)
 	_, seeker := b.(broker.PartitionSeeker)
 	return []capability{
@@ -42,6 +43,7 @@ func capabilities(b broker.PartitionedBroker) []capability {
 		{"broker.BatchAcquirer", is(batchAcquirer), "partitions woken together are read one by one, each on a worker slot (needs BatchReader too)"},
 		{"broker.PartitionCounter", is(counter), "keys other publishers add are found at the next DiscoverEvery scan"},
 		{"broker.AppendWatcher", is(appends), "appends are not announced: new keys come from the index poll or scan"},
+		{"broker.EntryChecker", is(checker), "idle partitions are waited on with blocking reads even while appends are announced, a re-issue per entry"},
 		{"broker.ReaderPinner", is(pinner), "each read takes a connection from the client's pool"},
 		{"broker.PartitionSeeker", is(seeker), "operators' seek requests for partitions this node holds are not carried out"},
 	}

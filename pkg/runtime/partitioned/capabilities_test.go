@@ -91,7 +91,7 @@ func startLogged(t *testing.T, b broker.PartitionedBroker, store *memstore.Store
 func TestStartWarnsOfMissingCapabilities(t *testing.T) {
 	all := []string{"broker.EntryWaiter", "broker.StreamTailer", "broker.PartitionWatcher", "broker.BatchRenewer",
 		"broker.AckReader", "broker.BatchReader", "broker.BatchAcquirer", "broker.PartitionCounter",
-		"broker.AppendWatcher", "broker.ReaderPinner", "broker.PartitionSeeker"}
+		"broker.AppendWatcher", "broker.EntryChecker", "broker.ReaderPinner", "broker.PartitionSeeker"}
 	for _, tc := range []struct {
 		name    string
 		wrap    func(*memorybroker.Broker) broker.PartitionedBroker
@@ -99,7 +99,7 @@ func TestStartWarnsOfMissingCapabilities(t *testing.T) {
 	}{
 		{"wrapped broker", func(b *memorybroker.Broker) broker.PartitionedBroker { return wrapped{b} }, all},
 		{"memory broker", func(b *memorybroker.Broker) broker.PartitionedBroker { return b },
-			[]string{"broker.PartitionCounter", "broker.AppendWatcher", "broker.ReaderPinner", "broker.PartitionSeeker"}},
+			[]string{"broker.PartitionCounter", "broker.AppendWatcher", "broker.EntryChecker", "broker.ReaderPinner", "broker.PartitionSeeker"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := memorybroker.New()

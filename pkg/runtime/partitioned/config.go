@@ -90,8 +90,10 @@ type Config struct {
 	// for more entries before it releases it and joins the watched set.
 	// Default: RenewEvery.
 	IdleAfter time.Duration
-	// WaitTimeout bounds one blocking wait on the watched streams.
-	// Default: 5s.
+	// WaitTimeout bounds one blocking wait on the watched streams. While
+	// every category's appends are announced (no blocking wait: see
+	// announce.go), the whole watched set is checked every
+	// max(WaitTimeout, 1ms per stream) instead. Default: 5s.
 	WaitTimeout time.Duration
 	// WaitShards splits the blocking wait on the main lanes into this many
 	// waits, each over the partitions whose key hashes to it: an entry
@@ -99,7 +101,8 @@ type Config struct {
 	// a WaitShards-th of the streams. Each shard's wait holds a pooled
 	// connection while it blocks (two while partitions drain: its fresh
 	// tier), so the client's pool must hold them beside the workers'.
-	// Default: 1 (DefaultWaitShards).
+	// Only blocking waits are sharded: while appends are announced none
+	// is issued (announce.go). Default: 1 (DefaultWaitShards).
 	WaitShards int
 	// WaitRestart is the shortest time between two restarts of the wait
 	// on the partitions that joined the watched set since the wait on the
