@@ -277,7 +277,7 @@ type latOutcome struct {
 	// runtime's server's, the publisher's writes to it included).
 	plainServerUS  float64
 	plainServerTop string
-	load0, load1 string // 1-minute load average before and after
+	load0, load1   string // 1-minute load average before and after
 }
 
 // latServers are BenchmarkLatencyRedis's redis-servers: the runtime's and
