@@ -2,6 +2,7 @@ package partitioned_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
@@ -184,5 +185,78 @@ func TestRedisAppendsRaceTheEndOfAnnouncements(t *testing.T) {
 				t.Fatalf("%d subscribed connections dropped, want the watch ended at least 16 times", killed)
 			}
 		})
+	}
+}
+
+// A key's watched lanes span every category of the subscription, and an
+// append to one whose category's index does not hold the key (a process
+// manager's second category, written without its index) is still
+// announced: it wakes the known key. Before, the index check dropped the
+// name, and with no blocking wait issued the entry waited for the
+// safety net (an hour here). Found by a reviewer.
+func TestRedisAnnouncedAppendToAnUnindexedLaneWakesItsKey(t *testing.T) {
+	const cat2 = "shop::payment"
+	e := newRedisEnv(t)
+	rec := newRecorder(t)
+	e.start("node-1", rec.handler("node-1"), func(c *partitioned.Config) {
+		c.Categories = []string{cat, cat2}
+		c.IdleAfter = 20 * time.Millisecond
+		c.WaitTimeout = time.Hour
+		c.DiscoverEvery = time.Hour
+	}, nil)
+	keys := []string{"k"}
+	publishAll(t, e.pub, keys, 1, 1)
+	idleAndAnnounced(t, e.subs[0], rec, wantAll(keys, 1))
+	err := e.c.XAdd(context.Background(), &redis.XAddArgs{Stream: broker.ProteanLayout.Stream(cat2, "k"), Values: []any{broker.DataField, envelope("k", 2)}}).Err()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, 10*time.Millisecond, "the other category's entry handled", func() bool { return rec.complete(wantAll(keys, 2)) })
+}
+
+// failingIndexCheck is the Redis broker whose index checks of announced
+// names always fail.
+type failingIndexCheck struct {
+	*redisbroker.Broker
+	watches atomic.Int64
+}
+
+func (b *failingIndexCheck) WatchAppends(ctx context.Context, category string) (<-chan string, error) {
+	b.watches.Add(1)
+	return b.Broker.WatchAppends(ctx, category)
+}
+
+func (b *failingIndexCheck) PartitionKeysIndexed(context.Context, string, []string) ([]bool, error) {
+	return nil, errors.New("index check refused")
+}
+
+// A failing index check wakes the known keys it was for and keeps the
+// watch: ending it made every failed batch re-establish the watch, with
+// no back-off (134 watches for 200 appends, found by a reviewer), and
+// flip every wait loop out of and back into announced mode.
+func TestRedisFailingIndexCheckKeepsTheWatch(t *testing.T) {
+	e := newRedisEnv(t)
+	rec := newRecorder(t)
+	fb := &failingIndexCheck{Broker: redisbroker.New(e.client())}
+	e.start("node-1", rec.handler("node-1"), func(c *partitioned.Config) {
+		c.Broker = fb
+		c.IdleAfter = 20 * time.Millisecond
+		c.WaitTimeout = time.Hour
+	}, nil)
+	keys := keyNames(10)
+	publishAll(t, e.pub, keys, 1, 1)
+	idleAndAnnounced(t, e.subs[0], rec, wantAll(keys, 1))
+	w0 := fb.watches.Load()
+	want := wantAll(keys, 1)
+	for i := range 200 {
+		k := keys[i%len(keys)]
+		want[k]++
+		appendPlain(t, e.c, k, want[k])
+		time.Sleep(time.Millisecond)
+	}
+	eventually(t, 30*time.Second, 10*time.Millisecond, "every entry handled", func() bool { return rec.complete(want) })
+	rec.checkOrder(t, want)
+	if n := fb.watches.Load() - w0; n != 0 {
+		t.Fatalf("%d append watches established during 200 appends, want the first kept", n)
 	}
 }

@@ -23,6 +23,10 @@ type (
 	}
 	// evSignal: partitions published to (PartitionWatcher).
 	evSignal struct{ keys []string }
+	// evAnnounced: partition keys an announced append may be for that
+	// the category's index did not confirm (a lane of another category,
+	// a reaped key, or a failed check): woken if known, never taken on.
+	evAnnounced struct{ keys []string }
 	// evWake: watched partitions with entries (EntryWaiter).
 	evWake struct{ keys []string }
 	// evResync: wake-up signals may have been lost.
@@ -53,6 +57,7 @@ type (
 
 func (evDiscovered) isEvent()   {}
 func (evSignal) isEvent()       {}
+func (evAnnounced) isEvent()    {}
 func (evWake) isEvent()         {}
 func (evResync) isEvent()       {}
 func (evLedgerList) isEvent()   {}
@@ -379,6 +384,12 @@ func (c *coordinator) handle(ev event) {
 		}
 		if len(added) > 0 {
 			c.reassign(added)
+		}
+	case evAnnounced:
+		for _, k := range ev.keys {
+			if pt := c.parts[k]; pt != nil {
+				c.wake(pt, false)
+			}
 		}
 	case evWake:
 		for _, k := range ev.keys {

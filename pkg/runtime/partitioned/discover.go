@@ -103,26 +103,24 @@ func (p *Subscription) appendLoop(ctx context.Context, category string) {
 		case p.rediscover <- struct{}{}:
 		default:
 		}
-		stopped := p.followAppends(ctx, category, ch, indexed, unindexed)
-		// Whatever ended the watch, names may have been missed: the wait
-		// loops wait again, from the ids they watch from, before the
-		// next watch is asked for.
+		p.followAppends(ctx, category, ch, indexed, unindexed)
+		// Names may have been missed: the wait loops wait again, from the
+		// ids they watch from, before the next watch is asked for.
 		p.announced.set(category, false)
 		p.appendEvents.Store(false)
 		cancel()
 		for range ch { // the watch's goroutines close it once ended
 		}
-		if stopped {
-			return
-		}
 	}
 }
 
 // followAppends wakes the partitions of the names ch announces until it
-// closes, or until a name cannot be mapped to its key (the index check
-// failed): that name is lost, and the watch must end so that the node
-// waits again. stopped: the subscription is stopping.
-func (p *Subscription) followAppends(ctx context.Context, category string, ch <-chan string, indexed map[string]bool, unindexed map[string]time.Time) (stopped bool) {
+// closes or the subscription stops. A candidate key the index does not
+// confirm is still woken if the node knows it (evAnnounced): the watched
+// lanes of a key span every category, and only a new key needs its
+// category's index. When the index check fails, the known candidates are
+// woken and a scan is asked for, which finds the new ones.
+func (p *Subscription) followAppends(ctx context.Context, category string, ch <-chan string, indexed map[string]bool, unindexed map[string]time.Time) {
 	for name := range ch {
 		names := map[string]bool{name: true}
 	drain:
@@ -137,15 +135,20 @@ func (p *Subscription) followAppends(ctx context.Context, category string, ch <-
 				break drain
 			}
 		}
-		keys, ok := p.appendedKeys(ctx, category, names, indexed, unindexed)
+		keys, unconfirmed, ok := p.appendedKeys(ctx, category, names, indexed, unindexed)
 		if len(keys) > 0 && !p.send(evSignal{keys: keys}) {
-			return true
+			return
+		}
+		if len(unconfirmed) > 0 && !p.send(evAnnounced{keys: unconfirmed}) {
+			return
 		}
 		if !ok {
-			return ctx.Err() != nil
+			select {
+			case p.rediscover <- struct{}{}:
+			default:
+			}
 		}
 	}
-	return ctx.Err() != nil
 }
 
 // appendedKeys maps announced stream names to the partition keys of the
@@ -156,7 +159,7 @@ func (p *Subscription) followAppends(ctx context.Context, category string, ch <-
 // The index's own name (announced when it gains a key) has the candidates
 // found not indexed in the last unindexedFor checked again: their
 // publisher appended before it indexed.
-func (p *Subscription) appendedKeys(ctx context.Context, category string, names map[string]bool, indexed map[string]bool, unindexed map[string]time.Time) (keys []string, ok bool) {
+func (p *Subscription) appendedKeys(ctx context.Context, category string, names map[string]bool, indexed map[string]bool, unindexed map[string]time.Time) (keys, unconfirmed []string, ok bool) {
 	var check []string
 	seen := make(map[string]bool)
 	now := p.clk.Now()
@@ -187,14 +190,14 @@ func (p *Subscription) appendedKeys(ctx context.Context, category string, names 
 		}
 	}
 	if len(check) == 0 {
-		return keys, true
+		return keys, nil, true
 	}
 	in, err := p.appends.PartitionKeysIndexed(ctx, category, check)
 	if err != nil {
 		if ctx.Err() == nil {
 			observe.Error(p.obs, runtime.ErrorEvent{Subscription: p.cfg.Name, Op: "partition keys indexed", Err: err})
 		}
-		return keys, false
+		return keys, check, false
 	}
 	if len(indexed)+len(check) > 100_000 {
 		clear(indexed)
@@ -204,11 +207,14 @@ func (p *Subscription) appendedKeys(ctx context.Context, category string, names 
 			indexed[k] = true
 			delete(unindexed, k)
 			keys = append(keys, k)
-		} else if len(unindexed) < maxUnindexed {
-			unindexed[k] = now
+		} else {
+			unconfirmed = append(unconfirmed, k)
+			if len(unindexed) < maxUnindexed {
+				unindexed[k] = now
+			}
 		}
 	}
-	return keys, true
+	return keys, unconfirmed, true
 }
 
 // unindexedFor is how long a candidate found not indexed is checked again
