@@ -320,8 +320,10 @@ type latRedisVariant struct {
 // starts, events to random keys), hot (12 keys, round robin) and zipf
 // (1,000 keys, Zipf s=1.1). Rates: PROTCTL_BENCH_LATENCY_RATES (default
 // 50,500,5000 events/s), each for PROTCTL_BENCH_LATENCY_WINDOW (default
-// 2s; new keys are capped at PROTCTL_BENCH_LATENCY_NEWKEYS, default
-// 2,000 events). Events not handled PROTCTL_BENCH_LATENCY_DRAIN (default
+// 2s) or PROTCTL_BENCH_LATENCY_MIN_EVENTS events (default 1,000), which
+// is longer (20 s at 50/s: over 100 events, the 2 s window's, the p99 was
+// the second-largest latency, one scheduling hiccup), new keys capped
+// at PROTCTL_BENCH_LATENCY_NEWKEYS (default 2,000 events). Events not handled PROTCTL_BENCH_LATENCY_DRAIN (default
 // 40s) after the last publish are reported as not handled.
 // PROTCTL_BENCH_LATENCY_SCENARIOS picks scenarios (e.g. idle,zipf).
 //
@@ -376,6 +378,7 @@ func BenchmarkLatencyRedis(b *testing.B) {
 	window := rtEnvDuration(b, "PROTCTL_BENCH_LATENCY_WINDOW", 2*time.Second)
 	drain := rtEnvDuration(b, "PROTCTL_BENCH_LATENCY_DRAIN", 40*time.Second)
 	newCap := rtEnvInt(b, "PROTCTL_BENCH_LATENCY_NEWKEYS", 2000)
+	minEvents := rtEnvInt(b, "PROTCTL_BENCH_LATENCY_MIN_EVENTS", 1000)
 	rates := latRates(b)
 	var v latRedisVariant
 	if os.Getenv("PROTCTL_BENCH_LATENCY_RUNNODE") == "1" {
@@ -394,7 +397,7 @@ func BenchmarkLatencyRedis(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%d", sc.name, rate), func(b *testing.B) {
 				var o latOutcome
 				for i := 0; i < b.N; i++ {
-					events := max(1, int(float64(rate)*window.Seconds()))
+					events := max(minEvents, int(float64(rate)*window.Seconds()))
 					if sc.keys == 0 {
 						events = min(events, newCap)
 					}
