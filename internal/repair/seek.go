@@ -678,10 +678,20 @@ func (r *Repairer) applySeekRequest(ctx context.Context, s Seeker, planID string
 		}
 		return nil
 	}
+	if wait <= 0 {
+		wait = r.cfg.seekWait
+	}
 	// The lanes carry the positions the plan saw: they give the seek its
 	// direction, whatever the owner read meanwhile (seek.lua).
 	status, detail, err := s.RequestSeek(ctx, t.Group, t.Key, redisbroker.SeekRequest{ID: id, Token: *it.Precondition.Lease, By: it.Params.By, Lanes: lanes})
 	if err != nil {
+		// The request may have been recorded before the call failed (the
+		// operator's Ctrl-C, a lost reply): withdraw it, as an
+		// interrupted wait does, rather than leave it for the owner.
+		r.withdrawSeek(ctx, s, it, id, wait)
+		if it.Result == ResultApplied {
+			return nil
+		}
 		return err
 	}
 	switch status {
@@ -692,9 +702,6 @@ func (r *Repairer) applySeekRequest(ctx context.Context, s Seeker, planID string
 	default:
 		it.Result, it.Detail = ResultConflict, fmt.Sprintf("another seek request (%s) waits for the owner: nothing requested", detail)
 		return nil
-	}
-	if wait <= 0 {
-		wait = r.cfg.seekWait
 	}
 	// Whatever ends the wait (the deadline, an error, the operator's
 	// Ctrl-C cancelling ctx), a request still open is withdrawn: nobody

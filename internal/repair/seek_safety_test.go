@@ -214,3 +214,39 @@ func TestSeekFreeRewindReachesAnIdleNodeWithoutItsSignal(t *testing.T) {
 		return slices.Equal(handled, want), fmt.Sprint(handled)
 	})
 }
+
+// lostSeekReply is the Redis broker whose seek requests are recorded but
+// whose replies are lost, as when Ctrl-C cancels the call after the
+// server ran it.
+type lostSeekReply struct{ *redisbroker.Broker }
+
+func (b lostSeekReply) RequestSeek(ctx context.Context, group, key string, req redisbroker.SeekRequest) (string, string, error) {
+	if _, _, err := b.Broker.RequestSeek(context.WithoutCancel(ctx), group, key, req); err != nil {
+		return "", "", err
+	}
+	return "", "", context.Canceled
+}
+
+// A request the server recorded but whose reply never came back (the
+// operator's Ctrl-C landing during the call) is withdrawn like an
+// interrupted wait: before, the failed call returned at once and left
+// the request for the owner to carry out later, unreported
+// (TestSeekInterruptedWaitWithdrawsTheRequest failed so, now and then).
+func TestSeekRequestWithALostReplyIsWithdrawn(t *testing.T) {
+	ctx, c, _ := seekEnv(t, 10, 10)
+	r := repair.New(c, lostSeekReply{redisbroker.New(c)})
+	protctlOwned(t, ctx, c)
+	p, err := r.PlanSeek(ctx, repair.SeekRequest{Category: seekCat, Group: seekGroup, Target: repair.SeekTarget{Kind: repair.SeekToEarliest}})
+	if it := one(t, p, err); !it.Allowed {
+		t.Fatalf("not planned: %+v", it)
+	}
+	if _, err := r.Apply(ctx, p, repair.ApplyOptions{SeekWait: time.Hour}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("apply: %v, want context.Canceled", err)
+	}
+	if n := c.Exists(ctx, redisbroker.SeekRequestKey(broker.ProteanLayout, seekGroup, "k1")).Val(); n != 0 {
+		t.Fatal("the request whose reply was lost is still there")
+	}
+	if m := c.SMembers(ctx, redisbroker.SeekRequestsKey(seekGroup)).Val(); len(m) != 0 {
+		t.Fatalf("the seeks set still lists %v", m)
+	}
+}

@@ -347,7 +347,9 @@ func (r *Repairer) applyTopicSeek(ctx context.Context, planID string, it *Item, 
 	}
 	now, err := store.RequestSeek(ctx, g, t.Subscription, p, req, wait+seekRequestSlack)
 	if err != nil {
-		return err
+		// The call may have been recorded before it failed (a Ctrl-C
+		// or a lost reply): withdraw it rather than leave it behind.
+		return r.withdrawTopicSeek(ctx, store, g, it, req, token, err)
 	}
 	switch now {
 	case "":
