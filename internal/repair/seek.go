@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -207,16 +208,11 @@ func (r *Repairer) PlanSeek(ctx context.Context, req SeekRequest) (*Plan, error)
 	if plan.ID, err = newPlanID(); err != nil {
 		return nil, err
 	}
-	owners := map[string]bool{}
-	known := false
-	for _, k := range keys {
-		it, seen, err := r.planSeekItem(ctx, req, k, owners)
-		if err != nil {
-			return nil, err
-		}
-		known = known || seen
-		plan.Items = append(plan.Items, it)
+	items, known, err := r.planSeekItems(ctx, req, keys)
+	if err != nil {
+		return nil, err
 	}
+	plan.Items = items
 	if !known {
 		reg, err := r.client.SIsMember(ctx, l.GroupsKey(req.Category), req.Group).Result()
 		if err != nil {
@@ -227,6 +223,79 @@ func (r *Repairer) PlanSeek(ctx context.Context, req SeekRequest) (*Plan, error)
 		}
 	}
 	return plan, nil
+}
+
+// planSeekParallel is how many partitions a seek plan reads at once. Each
+// partition's plan is about eight round trips (its lease, its owner, each
+// lane's group, pending entries and bounds), and one after the other they
+// took 13.6 s for 10,000 partitions (BenchmarkSeek10k), the time of the
+// round trips, not the server's work.
+const planSeekParallel = 16
+
+// planSeekItems plans keys' items, planSeekParallel partitions at a time,
+// in keys' order; known says whether the group reads any of them.
+func (r *Repairer) planSeekItems(ctx context.Context, req SeekRequest, keys []string) (items []Item, known bool, err error) {
+	items = make([]Item, len(keys))
+	seen := make([]bool, len(keys))
+	owners := &ownerCache{known: map[string]bool{}}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(planSeekParallel, len(keys)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				it, ok, err := r.planSeekItem(ctx, req, keys[i], owners)
+				if err != nil {
+					cancel(err)
+					continue
+				}
+				items[i], seen[i] = it, ok
+			}
+		}()
+	}
+feed:
+	for i := range keys {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return nil, false, err
+	}
+	return items, slices.Contains(seen, true), nil
+}
+
+// ownerCache remembers whether each lease owner is a protctl node, for
+// the planners of one plan.
+type ownerCache struct {
+	mu    sync.Mutex
+	known map[string]bool
+}
+
+// protctl says whether owner is a known protctl node, asking inspect the
+// first time.
+func (c *ownerCache) protctl(ctx context.Context, r *Repairer, owner string) (bool, error) {
+	c.mu.Lock()
+	v, ok := c.known[owner]
+	c.mu.Unlock()
+	if ok {
+		return v, nil
+	}
+	v, err := r.inspect.NodeKnown(ctx, owner)
+	if err != nil {
+		return false, err
+	}
+	c.mu.Lock()
+	c.known[owner] = v
+	c.mu.Unlock()
+	return v, nil
 }
 
 // seekKeys lists the partitions a seek names: the keys given (each must
@@ -283,7 +352,7 @@ func wrongType(ctx context.Context, c redis.UniversalClient, op, key, want strin
 
 // planSeekItem plans the seek of one partition. seen says the group is
 // known on it (a lane's group, a lease or a generation).
-func (r *Repairer) planSeekItem(ctx context.Context, req SeekRequest, key string, owners map[string]bool) (Item, bool, error) {
+func (r *Repairer) planSeekItem(ctx context.Context, req SeekRequest, key string, owners *ownerCache) (Item, bool, error) {
 	const op = "plan seek"
 	l := r.broker.Layout()
 	it := Item{
@@ -305,12 +374,9 @@ func (r *Repairer) planSeekItem(ctx context.Context, req SeekRequest, key string
 			owner = *lease.Owner
 		}
 		st.OwnerID = owner
-		protctl, ok := owners[owner]
-		if !ok {
-			if protctl, err = r.inspect.NodeKnown(ctx, owner); err != nil {
-				return it, false, err
-			}
-			owners[owner] = protctl
+		protctl, err := owners.protctl(ctx, r, owner)
+		if err != nil {
+			return it, false, err
 		}
 		st.Owner = SeekOwnerForeign
 		if protctl {

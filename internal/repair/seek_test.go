@@ -209,3 +209,46 @@ func TestSeekBadInput(t *testing.T) {
 		t.Fatalf("wrong key type: %v (exit %d), want exit 9", err, code)
 	}
 }
+
+// A plan over many partitions is read several partitions at a time and
+// keeps the keys' order, each item planned for its own key, with the
+// foreign owner looked up once for all.
+func TestSeekPlanOfManyPartitionsKeepsTheirOrder(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.StartRedis(t).Client(t)
+	l := broker.ProteanLayout
+	var keys []string
+	for i := range 100 {
+		k := fmt.Sprintf("k%03d", i)
+		keys = append(keys, k)
+		stream := l.Stream(seekCat, k)
+		if err := c.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "1-0", Values: []string{"data", "{}"}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		c.SAdd(ctx, l.IndexKey(seekCat), k)
+		c.XGroupCreate(ctx, stream, seekGroup, "$")
+		if i%3 == 0 {
+			c.Set(ctx, l.LeaseKey(seekGroup, k), "other-node:1", time.Minute)
+		}
+	}
+	r := repair.New(c, redisbroker.New(c))
+	p, err := r.PlanSeek(ctx, repair.SeekRequest{Category: seekCat, Group: seekGroup, Target: repair.SeekTarget{Kind: repair.SeekToEarliest}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Items) != len(keys) {
+		t.Fatalf("%d items, want %d", len(p.Items), len(keys))
+	}
+	for i, it := range p.Items {
+		if it.Target.Key != keys[i] {
+			t.Fatalf("item %d is %q, want %q", i, it.Target.Key, keys[i])
+		}
+		leased := i%3 == 0
+		if got := it.Precondition.Seek.Owner == repair.SeekOwnerForeign; got != leased {
+			t.Errorf("%s: owner %q, leased by another node: %v", it.Target.Key, it.Precondition.Seek.Owner, leased)
+		}
+		if leased == it.Allowed {
+			t.Errorf("%s: allowed %v, leased by another node %v (a foreign lease needs --force)", it.Target.Key, it.Allowed, leased)
+		}
+	}
+}
