@@ -29,7 +29,10 @@ import (
 //     was being established);
 //   - the whole set every max(WaitTimeout, 1ms x streams), a safety net
 //     that bounds what an announcement lost without its watch ending
-//     could cost.
+//     could cost; in the cluster layout every max(1s, 1ms x streams),
+//     the cadence of the adapter's poll there before announcements:
+//     a master added after the watch began is announced by nobody, and
+//     its partitions' entries wait no longer than they did then.
 //
 // When a watch ends (a lost connection, a name dropped, a failed index
 // check) the loops issue blocking waits again, from the ids each stream is
@@ -89,6 +92,9 @@ const (
 	// lookup per stream, and on a Redis Cluster a read per slot (the same
 	// spacing as the adapter's poll there).
 	announcedCheckPerStream = time.Millisecond
+	// announcedClusterCheck is the safety net's shortest period in the
+	// cluster layout (see checkEvery).
+	announcedClusterCheck = time.Second
 )
 
 // checkLoop is waitLoop while every category's appends are announced: it
@@ -119,7 +125,7 @@ func (p *Subscription) checkLoop(ctx context.Context, ws *watchSet, changed <-ch
 		if full != nil {
 			full.Stop()
 		}
-		full = p.clk.NewTimer(max(p.cfg.WaitTimeout, time.Duration(len(base))*announcedCheckPerStream))
+		full = p.clk.NewTimer(p.checkEvery(len(base)))
 		fullC = full.C()
 		return false
 	}
@@ -162,6 +168,15 @@ func (p *Subscription) checkLoop(ctx context.Context, ws *watchSet, changed <-ch
 			}
 		}
 	}
+}
+
+// checkEvery is the safety net's period for a watched set of n streams.
+func (p *Subscription) checkEvery(n int) time.Duration {
+	floor := p.cfg.WaitTimeout
+	if p.layout.IsCluster() {
+		floor = min(floor, announcedClusterCheck)
+	}
+	return max(floor, time.Duration(n)*announcedCheckPerStream)
 }
 
 // checkEntries checks from's streams for entries at once and hands the

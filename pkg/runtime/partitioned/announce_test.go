@@ -35,7 +35,7 @@ func (b *waitCounter) WaitForEntries(ctx context.Context, after map[string]strin
 // watch cannot notice.
 type dropAppends struct {
 	*redisbroker.Broker
-	key string
+	drop map[string]bool // stream names
 }
 
 func (b dropAppends) WatchAppends(ctx context.Context, category string) (<-chan string, error) {
@@ -44,11 +44,10 @@ func (b dropAppends) WatchAppends(ctx context.Context, category string) (<-chan 
 		return nil, err
 	}
 	out := make(chan string, cap(in))
-	drop := broker.ProteanLayout.Stream(category, b.key)
 	go func() {
 		defer close(out)
 		for name := range in {
-			if name != drop {
+			if !b.drop[name] {
 				out <- name
 			}
 		}
@@ -122,7 +121,7 @@ func TestRedisLostAnnouncementIsFoundByTheCheck(t *testing.T) {
 	rec := newRecorder(t)
 	wb := &waitCounter{Broker: redisbroker.New(e.client())}
 	e.start("node-1", rec.handler("node-1"), func(c *partitioned.Config) {
-		c.Broker = dropAppends{Broker: wb.Broker, key: "lost"}
+		c.Broker = dropAppends{Broker: wb.Broker, drop: map[string]bool{broker.ProteanLayout.Stream(cat, "lost"): true}}
 		c.IdleAfter = 20 * time.Millisecond
 		c.WaitTimeout = 300 * time.Millisecond
 	}, nil)

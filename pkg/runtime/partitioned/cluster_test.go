@@ -25,6 +25,7 @@ type clusterEnv struct {
 	c       *redis.ClusterClient
 	pub     *partitioned.Publisher
 	nodes   []*runtime.Node
+	subs    []*partitioned.Subscription // each node's, in start order
 }
 
 func newClusterEnv(t *testing.T, opts ...testenv.ClusterOption) *clusterEnv {
@@ -99,6 +100,7 @@ func (e *clusterEnv) startWith(id string, h runtime.Handler, mutate func(*partit
 		e.t.Fatal(err)
 	}
 	e.nodes = append(e.nodes, n)
+	e.subs = append(e.subs, sub)
 	return n
 }
 
@@ -304,4 +306,52 @@ func TestClusterIdlePartitionsWakeOnEveryMaster(t *testing.T) {
 		want[k] = 3
 	}
 	rec.checkOrder(t, want)
+}
+
+// In the cluster layout an append nobody announces (a master added after
+// the append watch began is watched by nobody) is found by the safety
+// net within about a second, the cadence of the poll the adapter ran on
+// a Cluster before announcements, however long WaitTimeout is (an hour
+// here: with it the entry would have waited an hour).
+func TestClusterUnannouncedAppendIsFoundWithinTheClusterPoll(t *testing.T) {
+	e := newClusterEnv(t)
+	rec := newRecorder(t)
+	ctx := context.Background()
+	l := broker.ClusterLayout
+	var keys []string
+	drop := map[string]bool{}
+	seen := map[int]bool{}
+	for i := 0; len(seen) < len(e.cl.Masters); i++ {
+		k := fmt.Sprintf("quiet%03d", i)
+		if m := e.masterOf(l.Stream(cat, k)); !seen[m] {
+			seen[m] = true
+			keys = append(keys, k)
+			drop[l.Stream(cat, k)] = true
+		}
+	}
+	e.startWith("node-1", rec.handler("node-1"), func(c *partitioned.Config) {
+		c.Broker = dropAppends{Broker: c.Broker.(*redisbroker.Broker), drop: drop}
+		c.IdleAfter = 50 * time.Millisecond
+		c.WaitTimeout = time.Hour
+		c.SweepEvery = time.Hour
+		c.DiscoverEvery = time.Hour
+	})
+	publishAll(t, e.pub, keys, 1, 1)
+	eventually(t, 30*time.Second, 10*time.Millisecond, "the first entries handled, idle and announced", func() bool {
+		if !rec.complete(wantAll(keys, 1)) || !partitioned.Announced(e.subs[0]) {
+			return false
+		}
+		for _, k := range keys {
+			if n, err := e.c.Exists(ctx, l.LeaseKey(group, k)).Result(); err != nil || n != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, k := range keys {
+		if err := e.c.XAdd(ctx, &redis.XAddArgs{Stream: l.Stream(cat, k), Values: []string{"data", string(envelope(k, 2))}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, 10*time.Millisecond, "the unannounced entries handled", func() bool { return rec.complete(wantAll(keys, 2)) })
 }
