@@ -259,3 +259,53 @@ func TestRedisFailingIndexCheckKeepsTheWatch(t *testing.T) {
 		t.Fatalf("%d append watches established during 200 appends, want the first kept", n)
 	}
 }
+
+// A key woken by an announced append its category's index lacks is
+// remembered, to be checked again when that index changes; such a check
+// finds nothing appended and must wake nothing. Before, every change of
+// the index (a publisher adding keys) woke the key again, and each wake
+// took its lease: 301 wakes in 15 s with nothing to read, found by a
+// reviewer.
+func TestRedisIndexChangesDoNotWakeAnUnindexedKeyAgain(t *testing.T) {
+	const cat2 = "shop::payment"
+	e := newRedisEnv(t)
+	rec := newRecorder(t)
+	e.start("node-1", rec.handler("node-1"), func(c *partitioned.Config) {
+		c.Categories = []string{cat, cat2}
+		c.IdleAfter = 10 * time.Millisecond
+		c.WaitTimeout = time.Hour
+		c.DiscoverEvery = time.Hour
+	}, nil)
+	keys := []string{"k"}
+	publishAll(t, e.pub, keys, 1, 1)
+	idleAndAnnounced(t, e.subs[0], rec, wantAll(keys, 1))
+	ctx := context.Background()
+	l := broker.ProteanLayout
+	if err := e.c.XAdd(ctx, &redis.XAddArgs{Stream: l.Stream(cat2, "k"), Values: []any{broker.DataField, envelope("k", 2)}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, 10*time.Millisecond, "the entry handled, idle again", func() bool {
+		return rec.complete(wantAll(keys, 2)) && len(e.subs[0].Status().Held) == 0
+	})
+	gen := func() int64 {
+		n, err := e.c.Get(ctx, l.GenerationKey(group, "k")).Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := gen()
+	for i := range 40 {
+		// Another publisher's new keys in cat2's index, nothing for k.
+		if err := e.c.SAdd(ctx, l.IndexKey(cat2), fmt.Sprintf("other%02d", i)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The new keys are taken on (each index change is announced); k's
+	// lease is not taken again for them.
+	time.Sleep(200 * time.Millisecond)
+	if n := gen() - before; n > 1 {
+		t.Fatalf("k's lease was taken %d times while only the index changed, want at most once", n)
+	}
+}

@@ -93,7 +93,8 @@ type Config struct {
 	// WaitTimeout bounds one blocking wait on the watched streams. While
 	// every category's appends are announced (no blocking wait: see
 	// announce.go), the whole watched set is checked every
-	// max(WaitTimeout, 1ms per stream) instead. Default: 5s.
+	// max(WaitTimeout, 1ms per stream) instead (max(1s, 1ms per stream)
+	// at most in the cluster layout). Default: 5s.
 	WaitTimeout time.Duration
 	// WaitShards splits the blocking wait on the main lanes into this many
 	// waits, each over the partitions whose key hashes to it: an entry

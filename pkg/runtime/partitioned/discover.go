@@ -162,6 +162,10 @@ func (p *Subscription) followAppends(ctx context.Context, category string, ch <-
 func (p *Subscription) appendedKeys(ctx context.Context, category string, names map[string]bool, indexed map[string]bool, unindexed map[string]time.Time) (keys, unconfirmed []string, ok bool) {
 	var check []string
 	seen := make(map[string]bool)
+	// recheck marks the candidates checked again only because the index
+	// changed: nothing was appended to them now, so they are taken on if
+	// indexed, and woken for nothing otherwise.
+	recheck := make(map[string]bool)
 	now := p.clk.Now()
 	if names[p.layout.IndexKey(category)] {
 		delete(names, p.layout.IndexKey(category))
@@ -172,6 +176,7 @@ func (p *Subscription) appendedKeys(ctx context.Context, category string, names 
 			}
 			if !seen[k] {
 				seen[k] = true
+				recheck[k] = true
 				check = append(check, k)
 			}
 		}
@@ -179,6 +184,7 @@ func (p *Subscription) appendedKeys(ctx context.Context, category string, names 
 	for name := range names {
 		for _, k := range streamKeys(p.layout, category, p.cfg.BackfillSuffix, name) {
 			if seen[k] {
+				delete(recheck, k) // appended now, not only checked again
 				continue
 			}
 			seen[k] = true
@@ -197,7 +203,12 @@ func (p *Subscription) appendedKeys(ctx context.Context, category string, names 
 		if ctx.Err() == nil {
 			observe.Error(p.obs, runtime.ErrorEvent{Subscription: p.cfg.Name, Op: "partition keys indexed", Err: err})
 		}
-		return keys, check, false
+		for _, k := range check {
+			if !recheck[k] {
+				unconfirmed = append(unconfirmed, k)
+			}
+		}
+		return keys, unconfirmed, false
 	}
 	if len(indexed)+len(check) > 100_000 {
 		clear(indexed)
@@ -207,9 +218,11 @@ func (p *Subscription) appendedKeys(ctx context.Context, category string, names 
 			indexed[k] = true
 			delete(unindexed, k)
 			keys = append(keys, k)
-		} else {
+		} else if !recheck[k] {
 			unconfirmed = append(unconfirmed, k)
-			if len(unindexed) < maxUnindexed {
+			// Remembered from its first announcement: checks again do not
+			// extend its time.
+			if _, ok := unindexed[k]; !ok && len(unindexed) < maxUnindexed {
 				unindexed[k] = now
 			}
 		}
