@@ -237,7 +237,7 @@ const planSeekParallel = 16
 func (r *Repairer) planSeekItems(ctx context.Context, req SeekRequest, keys []string) (items []Item, known bool, err error) {
 	items = make([]Item, len(keys))
 	seen := make([]bool, len(keys))
-	owners := &ownerCache{known: map[string]bool{}}
+	owners := &ownerCache{known: map[string]*ownerLookup{}}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	next := make(chan int)
@@ -273,29 +273,50 @@ feed:
 }
 
 // ownerCache remembers whether each lease owner is a protctl node, for
-// the planners of one plan.
+// the planners of one plan. An owner is looked up once, whoever asks
+// first, and the others wait for that answer: for an owner that is no
+// protctl node the lookup scans the keyspace (inspect.NodeKnown), and
+// sixteen planners missing the cache together scanned it sixteen times.
 type ownerCache struct {
 	mu    sync.Mutex
-	known map[string]bool
+	known map[string]*ownerLookup
 }
 
-// protctl says whether owner is a known protctl node, asking inspect the
-// first time.
+type ownerLookup struct {
+	done    chan struct{} // closed once protctl and err are set
+	protctl bool
+	err     error
+}
+
+// protctl says whether owner is a known protctl node. A failed lookup is
+// not remembered: the next planner to ask tries again.
 func (c *ownerCache) protctl(ctx context.Context, r *Repairer, owner string) (bool, error) {
 	c.mu.Lock()
-	v, ok := c.known[owner]
+	l, ok := c.known[owner]
+	if !ok {
+		l = &ownerLookup{done: make(chan struct{})}
+		c.known[owner] = l
+	}
 	c.mu.Unlock()
 	if ok {
-		return v, nil
+		select {
+		case <-l.done:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+		if l.err == nil {
+			return l.protctl, nil
+		}
+		return c.protctl(ctx, r, owner)
 	}
-	v, err := r.inspect.NodeKnown(ctx, owner)
-	if err != nil {
-		return false, err
+	l.protctl, l.err = r.inspect.NodeKnown(ctx, owner)
+	if l.err != nil {
+		c.mu.Lock()
+		delete(c.known, owner)
+		c.mu.Unlock()
 	}
-	c.mu.Lock()
-	c.known[owner] = v
-	c.mu.Unlock()
-	return v, nil
+	close(l.done)
+	return l.protctl, l.err
 }
 
 // seekKeys lists the partitions a seek names: the keys given (each must
@@ -754,7 +775,9 @@ func (r *Repairer) applySeekRequest(ctx context.Context, s Seeker, planID string
 		// The request may have been recorded before the call failed (the
 		// operator's Ctrl-C, a lost reply): withdraw it, as an
 		// interrupted wait does, rather than leave it for the owner.
-		r.withdrawSeek(ctx, s, it, id, wait)
+		if werr := r.withdrawSeek(ctx, s, it, id, wait); werr != nil {
+			return withdrawFailed(err, werr)
+		}
 		if it.Result == ResultApplied {
 			return nil
 		}
@@ -775,8 +798,13 @@ func (r *Repairer) applySeekRequest(ctx context.Context, s Seeker, planID string
 	closed := false
 	defer func() {
 		if !closed {
-			r.withdrawSeek(ctx, s, it, id, wait)
-			if it.Result == ResultApplied {
+			werr := r.withdrawSeek(ctx, s, it, id, wait)
+			switch {
+			case werr != nil && err != nil:
+				// Apply reports the error, not the item's detail: it
+				// must say that the request may still be carried out.
+				err = withdrawFailed(err, werr)
+			case it.Result == ResultApplied:
 				err = nil // carried out before the withdrawal: say so
 			}
 		}
@@ -808,8 +836,9 @@ func (r *Repairer) applySeekRequest(ctx context.Context, s Seeker, planID string
 // withdrawSeek withdraws request id unless the owner carried it out
 // first (atomically: seekcancel.lua), and records which in it. It runs
 // without ctx's cancellation: it is what an interrupted wait leaves
-// behind.
-func (r *Repairer) withdrawSeek(ctx context.Context, s Seeker, it *Item, id string, wait time.Duration) {
+// behind. It returns the withdrawal's error: the request may then still
+// be carried out, and it says so in it.
+func (r *Repairer) withdrawSeek(ctx context.Context, s Seeker, it *Item, id string, wait time.Duration) error {
 	t := it.Target
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -820,15 +849,23 @@ func (r *Repairer) withdrawSeek(ctx context.Context, s Seeker, it *Item, id stri
 	got, err := s.CancelSeekRequest(bg, t.Group, t.Key, id)
 	if err != nil {
 		it.Result, it.Detail = ResultConflict, fmt.Sprintf("%s, and withdrawing the request failed (%v): the owner may still carry it out; see protctl partitions ls", why, err)
-		return
+		return err
 	}
 	if got != "cancelled" {
 		if st, ok, err := s.SeekRequestStatus(bg, t.Group, t.Key, id); err == nil && ok && st.Status != "" {
 			r.seekClosed(bg, s, it, id, st)
-			return
+			return nil
 		}
 	}
 	it.Result, it.Detail = ResultConflict, why+": the request was withdrawn, nothing changed"
+	return nil
+}
+
+// withdrawFailed is err, which ended a seek request's call or wait, once
+// withdrawing the request failed too (werr): the owner may still carry
+// it out, and the operator must hear it.
+func withdrawFailed(err, werr error) error {
+	return fmt.Errorf("%w; withdrawing the seek request failed too (%v): the owner may still carry it out, see protctl partitions ls", err, werr)
 }
 
 // seekClosed records what the owner did with the request and forgets it.
