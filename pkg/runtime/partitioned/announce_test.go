@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -307,5 +308,50 @@ func TestRedisIndexChangesDoNotWakeAnUnindexedKeyAgain(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if n := gen() - before; n > 1 {
 		t.Fatalf("k's lease was taken %d times while only the index changed, want at most once", n)
+	}
+}
+
+// An append to a lane that was empty, announced while the worker waits
+// out a handler's retry, is read by the same generation once the retry
+// succeeds. The retry's wait used to drop the wake and keep skipping the
+// lane as empty; while appends are announced nothing woke it again, and
+// the entry waited for the idle release (IdleAfter) and a new lease: a
+// later generation handled it. Found by a review (waitOut in drain.go).
+func TestRedisAppendToAnEmptyLaneDuringARetryIsReadAtOnce(t *testing.T) {
+	e := newRedisEnv(t)
+	rec := newRecorder(t)
+	e.start("node-1", rec.handler("node-1"), func(c *partitioned.Config) {
+		c.IdleAfter = 2 * time.Second
+		c.WaitTimeout = time.Hour // no safety net: only the wake finds it
+		c.DiscoverEvery = time.Hour
+		c.Retry = runtime.RetryPolicy{Attempts: 5, Backoff: 300 * time.Millisecond, MaxBackoff: 300 * time.Millisecond}
+	}, nil)
+	keys := []string{"k"}
+	publishAll(t, e.pub, keys, 1, 1)
+	idleAndAnnounced(t, e.subs[0], rec, wantAll(keys, 1))
+
+	failed := make(chan struct{})
+	var failedOnce atomic.Bool
+	var gens sync.Map // seq -> generation it was handled under
+	rec.setFail(func(m runtime.Message) error {
+		seq := seqOf(t, m.Data)
+		if seq == 2 && failedOnce.CompareAndSwap(false, true) {
+			close(failed)
+			return errors.New("transient")
+		}
+		gens.Store(seq, m.Generation)
+		return nil
+	})
+	appendPlain(t, e.c, "k", 2)
+	<-failed // the worker waits out the retry (or is about to)
+	bf := broker.ProteanLayout.LaneStream(cat, "k", broker.DefaultBackfillSuffix)
+	if err := e.c.XAdd(context.Background(), &redis.XAddArgs{Stream: bf, Values: []any{broker.DataField, envelope("k", 3)}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, 5*time.Millisecond, "seq 3 handled", func() bool { return rec.complete(wantAll(keys, 3)) })
+	g2, _ := gens.Load(2)
+	g3, _ := gens.Load(3)
+	if g2 != g3 {
+		t.Errorf("the backfill entry appended during the retry was handled under generation %v, the retried one under %v: it waited for the idle release", g3, g2)
 	}
 }

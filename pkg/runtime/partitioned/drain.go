@@ -151,6 +151,11 @@ func (w *worker) waitOut(d time.Duration) (result, bool) {
 			}
 			return w.takeSlot()
 		case <-w.wake:
+			// News for the key, on any lane: the rounds after the wait
+			// read them all. Dropping the wake without this would leave
+			// a lane that was empty skipped until the next wake, which
+			// may never come (the append was announced once).
+			clear(w.empty)
 			continue
 		case <-w.handover:
 			return w.releaseAcked(result{kind: resHandedOff}, "handover")
