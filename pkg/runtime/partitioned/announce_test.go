@@ -355,3 +355,61 @@ func TestRedisAppendToAnEmptyLaneDuringARetryIsReadAtOnce(t *testing.T) {
 		t.Errorf("the backfill entry appended during the retry was handled under generation %v, the retried one under %v: it waited for the idle release", g3, g2)
 	}
 }
+
+// indexCheckLog is the Redis broker with the candidates of its index
+// checks recorded.
+type indexCheckLog struct {
+	*redisbroker.Broker
+	mu      sync.Mutex
+	checked map[string]int
+}
+
+func (b *indexCheckLog) PartitionKeysIndexed(ctx context.Context, category string, keys []string) ([]bool, error) {
+	b.mu.Lock()
+	for _, k := range keys {
+		b.checked[k]++
+	}
+	b.mu.Unlock()
+	return b.Broker.PartitionKeysIndexed(ctx, category, keys)
+}
+
+func (b *indexCheckLog) count(key string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.checked[key]
+}
+
+// Appends to a known key's backfill lane are that key's: the lane's name
+// read as a key of its own ("k:backfill") is not checked against the
+// index at each append (a review found every lane append costing an
+// index check and filling the unindexed candidates with names that are
+// no keys).
+func TestRedisAnnouncedLaneAppendsOfAKnownKeyCheckNoIndex(t *testing.T) {
+	e := newRedisEnv(t)
+	rec := newRecorder(t)
+	ib := &indexCheckLog{Broker: redisbroker.New(e.client()), checked: map[string]int{}}
+	e.start("node-1", rec.handler("node-1"), func(c *partitioned.Config) {
+		c.Broker = ib
+		c.IdleAfter = 20 * time.Millisecond
+		c.WaitTimeout = time.Hour
+		c.DiscoverEvery = time.Hour
+	}, nil)
+	keys := []string{"k"}
+	publishAll(t, e.pub, keys, 1, 1)
+	idleAndAnnounced(t, e.subs[0], rec, wantAll(keys, 1))
+	// The main lane's announcement made "k" known indexed.
+	appendPlain(t, e.c, "k", 2)
+	eventually(t, 30*time.Second, 5*time.Millisecond, "seq 2 handled", func() bool { return rec.complete(wantAll(keys, 2)) })
+	eventually(t, 30*time.Second, 5*time.Millisecond, "k checked", func() bool { return ib.count("k") > 0 })
+
+	bf := broker.ProteanLayout.LaneStream(cat, "k", broker.DefaultBackfillSuffix)
+	for seq := 3; seq <= 12; seq++ {
+		if err := e.c.XAdd(context.Background(), &redis.XAddArgs{Stream: bf, Values: []any{broker.DataField, envelope("k", seq)}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, 5*time.Millisecond, fmt.Sprintf("seq %d handled", seq), func() bool { return rec.complete(wantAll(keys, seq)) })
+	}
+	if n := ib.count("k:" + broker.DefaultBackfillSuffix); n != 0 {
+		t.Errorf("the backfill lane's name was checked as a key %d times for 10 appends to a known key's lane", n)
+	}
+}

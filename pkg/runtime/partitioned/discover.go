@@ -2,6 +2,7 @@ package partitioned
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -182,7 +183,16 @@ func (p *Subscription) appendedKeys(ctx context.Context, category string, names 
 		}
 	}
 	for name := range names {
-		for _, k := range streamKeys(p.layout, category, p.cfg.BackfillSuffix, name) {
+		readings := streamKeys(p.layout, category, p.cfg.BackfillSuffix, name)
+		// A name one of whose readings is a key known indexed is that
+		// key's (C:K:backfill is K's lane): its other readings are not
+		// checked, or each append to a lane would cost an index check
+		// and remember a name that is no key among the unindexed.
+		known := slices.ContainsFunc(readings, func(k string) bool { return indexed[k] })
+		for _, k := range readings {
+			if known && !indexed[k] {
+				continue
+			}
 			if seen[k] {
 				delete(recheck, k) // appended now, not only checked again
 				continue
