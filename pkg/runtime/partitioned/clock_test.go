@@ -295,3 +295,63 @@ func TestFakeClockTrustDeadlineEndsTheHandlersContext(t *testing.T) {
 		t.Errorf("handled %v: entry 2 must not start past the trust deadline", got)
 	}
 }
+
+// shortWatches is the memory broker with an append watch that ends as
+// soon as it is asked for, counted.
+type shortWatches struct {
+	*memorybroker.Broker
+	watches atomic.Int64
+}
+
+func (b *shortWatches) WatchAppends(context.Context, string) (<-chan string, error) {
+	b.watches.Add(1)
+	ch := make(chan string)
+	close(ch)
+	return ch, nil
+}
+
+func (b *shortWatches) PartitionKeysIndexed(_ context.Context, _ string, keys []string) ([]bool, error) {
+	return make([]bool, len(keys)), nil
+}
+
+// An append watch that ends at once is asked for again after a back-off
+// on the node's clock, not at once: with the clock stopped the node asks
+// once more at most. It asked in a loop before (a review found a Cluster
+// naming no master would), each time flipping every wait loop out of
+// announced mode and back.
+func TestFakeClockAWatchThatEndsAtOnceIsRetriedAfterABackoff(t *testing.T) {
+	ctx := context.Background()
+	fake := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	b := &shortWatches{Broker: memorybroker.New(memorybroker.WithClock(fake))}
+	store := memstore.New(b.Faults(), memstore.WithClock(fake))
+	rec := newRecorder(t)
+	sub, err := partitioned.New(partitioned.Config{
+		Name: group, Categories: []string{cat}, Handler: rec.handler("node-1"), Broker: b, Ledger: store,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := runtime.NewNode(runtime.NodeConfig{Service: service, NodeID: "node-1", Membership: store, Clock: fake, HeartbeatEvery: time.Second}, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = n.Stop(sctx)
+	}()
+	eventually(t, 10*time.Second, time.Millisecond, "the append watch asked for", func() bool { return b.watches.Load() >= 1 })
+	// Real time passes; the node's clock does not.
+	time.Sleep(200 * time.Millisecond)
+	if got := b.watches.Load(); got > 1 {
+		t.Fatalf("the watch was asked for %d times with the clock stopped: it must wait out a back-off", got)
+	}
+	// Once the back-off has passed on the node's clock, it asks again.
+	eventually(t, 10*time.Second, time.Millisecond, "the watch asked for again", func() bool {
+		fake.Advance(time.Second)
+		return b.watches.Load() >= 2
+	})
+}

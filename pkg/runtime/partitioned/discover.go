@@ -97,7 +97,7 @@ func (p *Subscription) appendLoop(ctx context.Context, category string) {
 			}
 			continue
 		}
-		backoff.Reset()
+		began := p.clk.Now()
 		p.appendEvents.Store(true)
 		p.announced.set(category, true)
 		select {
@@ -112,8 +112,24 @@ func (p *Subscription) appendLoop(ctx context.Context, category string) {
 		cancel()
 		for range ch { // the watch's goroutines close it once ended
 		}
+		// A watch that ends as soon as it began (a connection dropped at
+		// once, a Cluster that names no master) is asked for again after
+		// a back-off, not at once: each attempt costs the server a
+		// connection and turns every wait loop out of announced mode and
+		// back.
+		if p.clk.Now().Sub(began) < watchSettled {
+			if !p.sleep(ctx, backoff.Next()) {
+				return
+			}
+			continue
+		}
+		backoff.Reset()
 	}
 }
+
+// watchSettled is how long an append watch must have lasted for the next
+// one to be asked for at once when it ends.
+const watchSettled = time.Second
 
 // followAppends wakes the partitions of the names ch announces until it
 // closes or the subscription stops. A candidate key the index does not
