@@ -39,7 +39,10 @@
 // while each lease still holds the value seen (none for a free one), and
 // deletes those lease keys with the lanes.
 //
-// release: fenced on the lease value seen in the plan
+// release: the plan and the apply first check that the category, the
+// partition and the group are known (a lease key names no category, so a
+// typo would otherwise release another category's lease); then it is
+// fenced on the lease value seen in the plan
 // (ReleasePartitionLease with that token). A free lease is skipped; a
 // held lease is refused unless planned with Force, because releasing
 // takes the partition from its owner. If the lease changed since the

@@ -121,6 +121,48 @@ func (r *Repairer) requirePartitions(ctx context.Context, category string, parts
 	return nil
 }
 
+// requirePartitionGroup fails with an error wrapping inspect.ErrNotFound
+// unless category is known (requireCategory), key is one of its
+// partitions (in its index or with a lane: requirePartitions) and, when
+// group is not empty, group reads it: created on a lane, registered for
+// the category, or with a lease or generation counter on it. It is the
+// check every command naming a partition and a group makes before it
+// plans, so that a typo exits NOT_FOUND with nothing written, instead of
+// acting on keys that only look alike (G:K:__lease__ names no category).
+func (r *Repairer) requirePartitionGroup(ctx context.Context, category, key, group string) error {
+	l := r.broker.Layout()
+	if err := l.ValidateName("plan", "category", category); err != nil {
+		return err
+	}
+	if err := l.ValidateKey(key, r.cfg.backfill); err != nil {
+		return err
+	}
+	if _, err := r.requireCategory(ctx, category); err != nil {
+		return err
+	}
+	parts, err := r.inspect.PartitionsByKey(ctx, category, []string{key}, inspect.PartitionOptions{Group: group})
+	if err != nil {
+		return err
+	}
+	if len(parts) != 1 {
+		return fmt.Errorf("%w: category %q has no partition %q", inspect.ErrNotFound, category, key)
+	}
+	if err := parts[0].Err(); errors.Is(err, broker.ErrWrongType) {
+		return err
+	}
+	if err := r.requirePartitions(ctx, category, parts); err != nil {
+		return err
+	}
+	if group == "" {
+		return nil
+	}
+	if g, ok := parts[0].Group(group); ok && (g.Created || g.Registered || g.Lease != nil || g.Generation != nil) {
+		return nil
+	}
+	return fmt.Errorf("%w: group %q has never leased or read partition %q of %q (no lease or generation key, not on its lanes, not registered)",
+		inspect.ErrNotFound, group, key, category)
+}
+
 func compareStrings(a, b string) int {
 	switch {
 	case a < b:

@@ -19,11 +19,19 @@ func (r *Repairer) planRelease(ctx context.Context, req ReleaseRequest) (*Plan, 
 	if req.Key == "" {
 		return nil, &broker.InvalidArgumentError{Op: op, Arg: "partition key", Value: `""`, Reason: "must not be empty"}
 	}
+	// The lease key names the group and the key, not the category: an
+	// unchecked category (a typo) would release the lease of another
+	// category's partition of the same key.
+	if req.Category != "" {
+		if err := r.requirePartitionGroup(ctx, req.Category, req.Key, req.Group); err != nil {
+			return nil, err
+		}
+	}
 	lease, err := r.inspect.Lease(ctx, req.Group, req.Key)
 	if err != nil {
 		return nil, err
 	}
-	if lease.Token == nil && lease.Counter == nil {
+	if req.Category == "" && lease.Token == nil && lease.Counter == nil {
 		if err := r.requireGroup(ctx, req.Category, req.Group, req.Key); err != nil {
 			return nil, err
 		}
@@ -91,6 +99,12 @@ func (r *Repairer) applyRelease(ctx context.Context, it *Item) error {
 	if it.Precondition.Lease == nil {
 		return fmt.Errorf("%w: release item without a planned lease", ErrInvalidPlan)
 	}
+	if gone, err := r.partitionGone(ctx, it.Target); err != nil || gone != "" {
+		if err == nil {
+			it.Result, it.Detail = ResultConflict, gone
+		}
+		return err
+	}
 	f := broker.Fence{LeaseKey: r.broker.Layout().LeaseKey(it.Target.Group, it.Target.Key), Token: *it.Precondition.Lease}
 	ok, err := r.broker.ReleasePartitionLease(ctx, f)
 	if err != nil {
@@ -102,6 +116,26 @@ func (r *Repairer) applyRelease(ctx context.Context, it *Item) error {
 	}
 	it.Result, it.Detail = ResultApplied, "released "+f.Token
 	return nil
+}
+
+// partitionGone re-checks, at apply, that t's category, partition and group
+// are still known (requirePartitionGroup): it returns what is gone, for a
+// conflict's detail, or "" when everything is there (or t names no
+// category: a plan made by the library without one). The plan checked it
+// too, but a plan file may be old, or edited.
+func (r *Repairer) partitionGone(ctx context.Context, t Target) (string, error) {
+	if t.Category == "" {
+		return "", nil
+	}
+	err := r.requirePartitionGroup(ctx, t.Category, t.Key, t.Group)
+	var invalid *broker.InvalidArgumentError
+	switch {
+	case err == nil:
+		return "", nil
+	case errors.Is(err, inspect.ErrNotFound), errors.As(err, &invalid):
+		return err.Error() + ": nothing was changed", nil
+	}
+	return "", err
 }
 
 // leaseMoved describes the lease now, for a conflict's detail.
