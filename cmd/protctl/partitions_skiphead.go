@@ -38,8 +38,10 @@ ledger entry for it, so "parked skip" does not apply.
 When the plan saw the lease held (the instance stuck on the head), the step
 runs only if the lease still holds that value; when it saw no lease, protctl
 takes a short operator lease for the step, so no owner starts on the
-partition meanwhile. Either way, a lease that moved between plan and apply
-is a conflict (exit 5) and nothing changes.
+partition meanwhile, and takes it only while the lease is still free at the
+generation the plan saw (one atomic step). Either way, a lease that moved
+between plan and apply is a conflict (exit 5) and nothing changes, the
+generation counter included.
 
 The plan refuses an entry delivered fewer than --min-deliveries times (its
 owner may be handling it right now) unless --force is given. Afterwards,

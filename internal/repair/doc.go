@@ -70,11 +70,13 @@
 //     (AcquirePartitionLease with owner WithOperator, TTL
 //     WithOperatorLeaseTTL) so that no owner can start on the partition
 //     while the head moves, fences the dead-letter on it, and releases it.
-//     If the lease is held by then, or the generation it gets is not the
-//     plan's + 1 (someone leased the partition in between), it is a
-//     conflict (the operator lease, if taken, is released at once). The
-//     operator lease bumps the generation like any acquire: generations
-//     only grow, and any owner from before is fenced out.
+//     The lease is taken only while it is still free and the generation
+//     counter is still the plan's, checked and taken in one step
+//     (redisbroker's AcquirePartitionLeaseAt): a lease held by then, or a
+//     counter that moved (someone leased the partition in between), is a
+//     conflict that changes nothing, the counter included. The operator
+//     lease bumps the generation like any acquire: generations only grow,
+//     and any owner from before is fenced out.
 //
 // Right before the fenced call Apply also checks that the entry is still
 // pending for the group (XPENDING) with at least the delivery count the

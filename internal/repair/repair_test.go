@@ -275,6 +275,39 @@ func TestDeadLetterWithoutLeaseTakesAnOperatorLease(t *testing.T) {
 	}
 }
 
+// A skip-head planned on a free partition whose generation moved since
+// (leased and released, or set by hand) is a conflict that changes
+// nothing: not the pending entry, not the dead-letter stream, and not the
+// generation counter, which an operator lease taken before the check
+// would have bumped.
+func TestDeadLetterConflictLeavesTheGenerationAlone(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t)
+	c := e.c
+	cat := testenv.Protean(t, c).Category("shop::order")
+	cat.Partition("o-3").Entries(3).Group("g").Consumer("gone:6").Read(1).Deliveries(4, time.Minute).ExpiredLease(6)
+
+	p, err := e.r.PlanDeadLetter(ctx, repair.DeadLetterRequest{Category: "shop::order", Key: "o-3", Group: "g"})
+	it := one(t, p, err)
+	if !it.Allowed || it.Precondition.Lease != nil || *it.Precondition.Generation != 6 {
+		t.Fatalf("item %+v", it)
+	}
+	p = roundTrip(t, p)
+	c.Set(ctx, "g:o-3:__generation__", 9, 0)
+	if o := apply(t, e, p); o != repair.OutcomeConflict || !strings.Contains(p.Items[0].Detail, "generation 9") {
+		t.Fatalf("outcome %s: %+v", o, p.Items[0])
+	}
+	if g := get(t, c, "g:o-3:__generation__"); g != "9" {
+		t.Fatalf("generation %s after a conflict, want 9 (unchanged)", g)
+	}
+	if get(t, c, "g:o-3:__lease__") != "<none>" || c.Exists(ctx, "shop::order:o-3:dlq").Val() != 0 {
+		t.Fatal("a conflicting dead-letter changed something")
+	}
+	if ids := pendingIDs(t, c, "shop::order:o-3", "g"); len(ids) != 1 {
+		t.Fatalf("pending %v", ids)
+	}
+}
+
 func TestDeadLetterGuards(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t)
