@@ -78,3 +78,41 @@ func TestReleaseAndMoveRequireAKnownPartition(t *testing.T) {
 		t.Fatal("the release of a real partition left its lease")
 	}
 }
+
+// apply -f re-derives every refusal from the plan's recorded parameters
+// and the state now: a refused plan edited to "allowed": true is refused
+// again (exit 6), and nothing changes.
+func TestApplyIgnoresAnEditedAllowed(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	s := testenv.ProteanStandard(t, c)
+	cli := newCLI(t)
+	run := func(args ...string) result {
+		t.Helper()
+		return cli.run(append(args, "--redis", srv.URL())...)
+	}
+	for name, args := range map[string][]string{
+		"release without --force":          {"partitions", "release", s.Orders, s.Halted, "--group", s.Projector},
+		"skip-head delivered fewer than 2": {"partitions", "skip-head", s.Orders, s.Backfill, "--group", s.Projector},
+	} {
+		r := run(append(args, "--dry-run", "-o", "json")...)
+		r.wantCode(t, clierr.ExitRefused)
+		if !strings.Contains(r.stdout, `"allowed": false`) {
+			t.Fatalf("%s: the plan allows it:\n%s", name, r.stdout)
+		}
+		plan := t.TempDir() + "/edited.json"
+		writeFile(t, plan, strings.Replace(r.stdout, `"allowed": false`, `"allowed": true`, 1))
+		r = run("apply", "-f", plan, "--yes")
+		r.wantCode(t, clierr.ExitRefused)
+		if !strings.Contains(r.stdout, "refused") || !strings.Contains(r.stdout, "--force") {
+			t.Errorf("%s: the result does not say it was refused and why:\n%s", name, r.stdout)
+		}
+	}
+	if v := c.Get(ctx, s.Projector+":"+s.Halted+":__lease__").Val(); v != s.HaltedToken {
+		t.Fatalf("the edited release plan released the lease (now %q)", v)
+	}
+	if n := c.Exists(ctx, s.Orders+":"+s.Backfill+":dlq").Val(); n != 0 {
+		t.Fatal("the edited skip-head plan dead-lettered the entry")
+	}
+}

@@ -51,7 +51,7 @@ func (r *Repairer) planDeadLetter(ctx context.Context, req DeadLetterRequest) (*
 	it := Item{
 		Action: ActionDeadLetter,
 		Target: Target{Category: req.Category, Key: req.Key, Group: req.Group, Stream: d.Stream, ID: req.ID},
-		Params: Params{Force: req.Force, Reason: req.Reason, DLQStream: l.DLQStream(req.Category, req.Key)},
+		Params: Params{Force: req.Force, MinDeliveries: req.MinDeliveries, Reason: req.Reason, DLQStream: l.DLQStream(req.Category, req.Key)},
 	}
 	plan := r.newPlan()
 	defer func() { plan.Items = append(plan.Items, it) }()
@@ -113,6 +113,13 @@ func (r *Repairer) applyDeadLetter(ctx context.Context, it *Item) error {
 		it.Result, it.Detail = ResultConflict, fmt.Sprintf("entry %s is no longer pending for group %q as planned", t.ID, t.Group)
 		return nil
 	}
+	// The plan's guard, derived again from its parameters and the count
+	// now (guards.go): an edited plan file's allowed is not a --force.
+	if min := minDeliveries(it.Params); pend[0].RetryCount < min && !it.Params.Force {
+		it.Result, it.Detail = ResultRefused, fmt.Sprintf("entry %s has been delivered %d times (fewer than %d): its owner may be handling it; plan it with --force",
+			t.ID, pend[0].RetryCount, min)
+		return nil
+	}
 
 	var f broker.Fence
 	if pc.Lease != nil {
@@ -141,6 +148,15 @@ func (r *Repairer) applyDeadLetter(ctx context.Context, it *Item) error {
 	it.Result = ResultApplied
 	it.Detail = fmt.Sprintf("moved %s to %s as %s and acked it, fenced on %s", t.ID, it.Params.DLQStream, id, f.Token)
 	return nil
+}
+
+// minDeliveries is a dead-letter item's guard, the default for a plan
+// that does not record it.
+func minDeliveries(p Params) int64 {
+	if p.MinDeliveries > 0 {
+		return p.MinDeliveries
+	}
+	return 2
 }
 
 // leaseAtAcquirer is the optional capability of a Broker to take a free

@@ -22,6 +22,14 @@
 // refused, 7 when some applied (or were done) and some did not, or a run
 // bounded by ApplyOptions.Max left items for a later one.
 //
+// # Guards are derived again
+//
+// An item's Allowed is the plan's verdict, and a plan file can be edited:
+// Apply refuses an item the plan refused without trying it, and derives
+// the guards of every other item again, from its Params (Force,
+// MinDeliveries, ...), the state it records and the state now, before
+// trying it (guards.go lists them by action).
+//
 // # What each action re-checks
 //
 // reap: the plan evaluates the broker's reap rules (every group on every

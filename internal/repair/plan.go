@@ -305,6 +305,10 @@ type Params struct {
 	// Force overrode a guard when planning (release, reap or dead-letter
 	// of a live owner's partition).
 	Force bool `json:"force,omitempty"`
+	// MinDeliveries is the dead-letter's guard: an entry delivered fewer
+	// times is refused unless Force (0, in a plan from before it was
+	// recorded: the default, 2). Apply checks it again.
+	MinDeliveries int64 `json:"minDeliveries,omitempty"`
 	// Reason is recorded with a dead-letter or skip.
 	Reason string `json:"reason,omitempty"`
 	// DLQStream is where dead-letter copies the head (C:K:dlq).

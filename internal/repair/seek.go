@@ -661,6 +661,14 @@ func (r *Repairer) applySeek(ctx context.Context, planID string, it *Item, wait 
 			lanes = append(lanes, redisbroker.SeekLane{Stream: ls.Stream, From: *ls.From, To: ls.To})
 		}
 	}
+	why, err := r.seekRefusals(ctx, []*Item{it})
+	if err != nil {
+		return err
+	}
+	if why[0] != "" {
+		it.Result, it.Detail = ResultRefused, why[0]
+		return nil
+	}
 	if !it.Params.Force {
 		// Parked since the plan (which refuses a parked partition): the
 		// ledger is in other keys than the seek's, so this is checked
@@ -911,9 +919,24 @@ func (r *Repairer) applySeekBatch(ctx context.Context, p *Plan, idx []int) []err
 		calls []redisbroker.SeekFreeCall
 		sent  []int // positions in idx of calls
 	)
+	batch := make([]*Item, len(idx))
+	for k, i := range idx {
+		batch[k] = &p.Items[i]
+	}
+	why, err := r.seekRefusals(ctx, batch)
+	if err != nil {
+		for k := range errs {
+			errs[k] = err
+		}
+		return errs
+	}
 	for k, i := range idx {
 		it := &p.Items[i]
 		it.Result, it.Detail = ResultNone, ""
+		if why[k] != "" {
+			it.Result, it.Detail = ResultRefused, why[k]
+			continue
+		}
 		if !it.Params.Force {
 			parked, err := r.seekParked(ctx, it.Target.Group, it.Target.Key)
 			if err != nil {
