@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
@@ -310,6 +311,21 @@ func LeaseStates() []StateInfo {
 		{string(LeaseFree), "no lease key and no generation counter: never leased"},
 		{string(LeaseUnheld), "no lease key, leased before, waiting work unknown: leases ls without --category cannot read the streams, so cannot tell released from expired"},
 	}
+}
+
+// NotHeldText says a lease that is not held in the words every screen
+// uses: the state (LeaseStateOf), then the generation no lease has been
+// held since: "released (none held since generation 10)", "free (never
+// leased)". A state not known (read by key alone, or by an older plan)
+// is said as "not held" rather than guessed.
+func NotHeldText(state LeaseState, generation *int64) string {
+	switch {
+	case generation == nil:
+		return string(LeaseFree) + " (never leased)"
+	case state == LeaseReleased || state == LeaseExpired:
+		return fmt.Sprintf("%s (none held since generation %d)", state, *generation)
+	}
+	return fmt.Sprintf("not held (none held since generation %d)", *generation)
 }
 
 // LeaseStateOf derives a group's lease state on a partition: the one rule

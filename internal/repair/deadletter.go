@@ -60,6 +60,7 @@ func (r *Repairer) planDeadLetter(ctx context.Context, req DeadLetterRequest) (*
 		it.Precondition.Lease = &g.Lease.Token
 	}
 	it.Precondition.Generation = g.Generation
+	it.Precondition.LeaseState = g.LeaseState
 	var pend *inspect.PendingEntry
 	for i, p := range g.PendingEntries {
 		if req.ID == "" || p.ID == req.ID {
@@ -139,7 +140,7 @@ func (r *Repairer) applyDeadLetter(ctx context.Context, it *Item) error {
 	}
 	id, err := r.broker.DeadLetterPartitionFenced(ctx, f, t.Stream, t.Group, t.ID, it.Params.DLQStream, it.Params.Reason)
 	if errors.Is(err, broker.ErrLeaseLost) {
-		it.Result, it.Detail = ResultConflict, r.leaseMoved(ctx, t.Group, t.Key, f.Token)
+		it.Result, it.Detail = ResultConflict, r.leaseMoved(ctx, t.Category, t.Group, t.Key, f.Token)
 		return nil
 	}
 	if err != nil {

@@ -202,7 +202,7 @@ func (r *Repairer) PlanPin(ctx context.Context, req PinRequest) (*Plan, error) {
 	// written as a pin no node ever reads. Removing a stored pin needs no
 	// such check (the partition may have been reaped since).
 	if req.Category != "" && (!req.Unpin || seen.Record == nil) {
-		if err := r.requirePartitionGroup(ctx, req.Category, req.Key, req.Scope); err != nil {
+		if _, err := r.requirePartitionGroup(ctx, req.Category, req.Key, req.Scope); err != nil {
 			return nil, err
 		}
 	}

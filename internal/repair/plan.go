@@ -203,6 +203,11 @@ type Precondition struct {
 	Lease *string `json:"lease"`
 	// Generation is the fence counter seen; null when never leased.
 	Generation *int64 `json:"generation"`
+	// LeaseState is the group's lease state on the partition seen, in the
+	// words of partitions ls and show (inspect.LeaseStateOf: held,
+	// released, expired, free); absent for actions without a lease, and
+	// in plans from before it was recorded.
+	LeaseState inspect.LeaseState `json:"leaseState,omitempty"`
 	// LastEntryID is the newest entry of the target stream (main lane).
 	LastEntryID *string `json:"lastEntryId"`
 	// Lanes are the partition's lanes with the groups' positions.

@@ -22,10 +22,13 @@ func (r *Repairer) planRelease(ctx context.Context, req ReleaseRequest) (*Plan, 
 	// The lease key names the group and the key, not the category: an
 	// unchecked category (a typo) would release the lease of another
 	// category's partition of the same key.
+	var state inspect.LeaseState // as partitions ls says it; "" without a category
 	if req.Category != "" {
-		if err := r.requirePartitionGroup(ctx, req.Category, req.Key, req.Group); err != nil {
+		g, err := r.requirePartitionGroup(ctx, req.Category, req.Key, req.Group)
+		if err != nil {
 			return nil, err
 		}
+		state = g.LeaseState
 	}
 	lease, err := r.inspect.Lease(ctx, req.Group, req.Key)
 	if err != nil {
@@ -36,6 +39,9 @@ func (r *Repairer) planRelease(ctx context.Context, req ReleaseRequest) (*Plan, 
 			return nil, err
 		}
 	}
+	if lease.Token != nil {
+		state = inspect.LeaseHeld
+	}
 	it := Item{
 		Action: ActionRelease,
 		Target: Target{Category: req.Category, Group: req.Group, Key: req.Key},
@@ -43,16 +49,13 @@ func (r *Repairer) planRelease(ctx context.Context, req ReleaseRequest) (*Plan, 
 		Precondition: Precondition{
 			Lease:      lease.Token,
 			Generation: lease.Counter,
+			LeaseState: state,
 		},
 	}
 	switch {
-	case lease.State == inspect.LeaseUnheld && lease.Counter != nil:
-		// Read by key alone: released and expired look the same here.
+	case lease.Token == nil:
 		it.Result = ResultSkipped
-		it.Reason = fmt.Sprintf("the lease is not held (it expired or was released at generation %d): nothing to release", *lease.Counter)
-	case lease.State != inspect.LeaseHeld:
-		it.Result = ResultSkipped
-		it.Reason = "the lease is not held (" + string(lease.State) + "): nothing to release"
+		it.Reason = "the lease is " + inspect.NotHeldText(state, lease.Counter) + ": nothing to release"
 	case !req.Force:
 		it.Reason = "the lease " + heldText(*lease.Token, lease.TTLMs) + "; releasing takes the partition from its owner: use --force"
 	default:
@@ -111,7 +114,7 @@ func (r *Repairer) applyRelease(ctx context.Context, it *Item) error {
 		return err
 	}
 	if !ok {
-		it.Result, it.Detail = ResultConflict, r.leaseMoved(ctx, it.Target.Group, it.Target.Key, f.Token)
+		it.Result, it.Detail = ResultConflict, r.leaseMoved(ctx, it.Target.Category, it.Target.Group, it.Target.Key, f.Token)
 		return nil
 	}
 	it.Result, it.Detail = ResultApplied, "released "+f.Token
@@ -127,7 +130,7 @@ func (r *Repairer) partitionGone(ctx context.Context, t Target) (string, error) 
 	if t.Category == "" {
 		return "", nil
 	}
-	err := r.requirePartitionGroup(ctx, t.Category, t.Key, t.Group)
+	_, err := r.requirePartitionGroup(ctx, t.Category, t.Key, t.Group)
 	var invalid *broker.InvalidArgumentError
 	switch {
 	case err == nil:
@@ -138,8 +141,9 @@ func (r *Repairer) partitionGone(ctx context.Context, t Target) (string, error) 
 	return "", err
 }
 
-// leaseMoved describes the lease now, for a conflict's detail.
-func (r *Repairer) leaseMoved(ctx context.Context, group, key, planned string) string {
+// leaseMoved describes the lease now, for a conflict's detail, in the
+// words of partitions ls when category is known.
+func (r *Repairer) leaseMoved(ctx context.Context, category, group, key, planned string) string {
 	now, err := r.inspect.Lease(ctx, group, key)
 	switch {
 	case err != nil:
@@ -147,7 +151,13 @@ func (r *Repairer) leaseMoved(ctx context.Context, group, key, planned string) s
 	case now.Token != nil:
 		return fmt.Sprintf("the lease is now %s, the plan saw %s", *now.Token, planned)
 	}
-	return fmt.Sprintf("the lease is now %s, the plan saw %s", now.State, planned)
+	var state inspect.LeaseState
+	if category != "" {
+		if gs, err := r.groupOn(ctx, category, group, []string{key}); err == nil {
+			state = gs[key].LeaseState
+		}
+	}
+	return fmt.Sprintf("the lease is now %s, the plan saw %s", inspect.NotHeldText(state, now.Counter), planned)
 }
 
 var errNoLedger = errors.New("repair: no failure ledger configured")

@@ -364,7 +364,7 @@ func TestReleaseGuards(t *testing.T) {
 	if get(t, e.c, e.l.LeaseKey(s.Projector, s.Healthy)) != s.HealthyToken {
 		t.Fatal("refused release changed the lease")
 	}
-	p, err = e.r.PlanRelease(ctx, repair.ReleaseRequest{Group: s.Projector, Key: s.Lagging})
+	p, err = e.r.PlanRelease(ctx, repair.ReleaseRequest{Category: s.Orders, Group: s.Projector, Key: s.Lagging})
 	it = one(t, p, err)
 	if it.Result != repair.ResultSkipped || !strings.Contains(it.Reason, "expired") || apply(t, e, p) != repair.OutcomeApplied {
 		t.Fatalf("expired lease item %+v", p.Items[0])

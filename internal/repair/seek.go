@@ -212,6 +212,32 @@ func (r *Repairer) PlanSeek(ctx context.Context, req SeekRequest) (*Plan, error)
 	if err != nil {
 		return nil, err
 	}
+	// Each group's lease state in the words of partitions ls: a lease
+	// not held is released or expired by whether work waits, which only
+	// the listing reads (one pipelined pass over the keys that need it).
+	var unheld []string
+	for i := range items {
+		pc := &items[i].Precondition
+		switch {
+		case pc.Lease != nil:
+			pc.LeaseState = inspect.LeaseHeld
+		case pc.Generation == nil:
+			pc.LeaseState = inspect.LeaseFree
+		default:
+			unheld = append(unheld, items[i].Target.Key)
+		}
+	}
+	if len(unheld) > 0 {
+		gs, err := r.groupOn(ctx, req.Category, req.Group, unheld)
+		if err != nil {
+			return nil, err
+		}
+		for i := range items {
+			if g, ok := gs[items[i].Target.Key]; ok && items[i].Precondition.LeaseState == "" {
+				items[i].Precondition.LeaseState = g.LeaseState
+			}
+		}
+	}
 	plan.Items = items
 	if !known {
 		reg, err := r.client.SIsMember(ctx, l.GroupsKey(req.Category), req.Group).Result()
@@ -457,7 +483,7 @@ func (r *Repairer) planSeekItem(ctx context.Context, req SeekRequest, key string
 		it.Reason = fmt.Sprintf("the protctl node %s (generation %d) carries the seek out between two batches under its lease: %s (counted now; the node moves on meanwhile)", st.OwnerID, derefInt(lease.Generation), counts)
 	default:
 		it.Allowed = true
-		it.Reason = fmt.Sprintf("no lease is held: seek in one step while it stays free at generation %s: %s", genText(lease.Counter), counts)
+		it.Reason = fmt.Sprintf("no lease is held: seek in one step while none is taken and the generation stays %s: %s", genText(lease.Counter), counts)
 	}
 	return it, seen, nil
 }
@@ -692,7 +718,7 @@ func (r *Repairer) applySeek(ctx context.Context, planID string, it *Item, wait 
 			return err
 		}
 		if !released {
-			it.Result, it.Detail = ResultConflict, r.leaseMoved(ctx, t.Group, t.Key, f.Token)
+			it.Result, it.Detail = ResultConflict, r.leaseMoved(ctx, t.Category, t.Group, t.Key, f.Token)
 			return nil
 		}
 		// The foreign owner read on until the release: its positions
