@@ -116,3 +116,15 @@ func TestApplyIgnoresAnEditedAllowed(t *testing.T) {
 		t.Fatal("the edited skip-head plan dead-lettered the entry")
 	}
 }
+
+// skip-head --id takes a stream id: anything else is a usage error
+// naming --id (exit 2), not an entry that "is not pending" (exit 6).
+func TestSkipHeadMalformedIDIsAUsageError(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	s := testenv.ProteanStandard(t, srv.Client(t))
+	r := newCLI(t).run("partitions", "skip-head", s.Orders, s.Halted, "--group", s.Projector, "--id", "garbage", "--dry-run", "--redis", srv.URL())
+	r.wantCode(t, clierr.ExitUsage)
+	if !strings.Contains(r.stderr, `invalid --id "garbage"`) {
+		t.Fatalf("stderr does not name --id:\n%s", r.stderr)
+	}
+}

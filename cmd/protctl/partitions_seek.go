@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -124,9 +125,14 @@ excludes it.`,
 
 func runPartitionsSeek(ctx context.Context, opts *partitionsSeekOptions) error {
 	return runMutation(ctx, opts.Mutation, func(ctx context.Context, r *repair.Repairer) (*repair.Plan, error) {
-		return r.PlanSeek(ctx, repair.SeekRequest{
+		p, err := r.PlanSeek(ctx, repair.SeekRequest{
 			Category: opts.Category, Keys: opts.Keys, Match: opts.Match, Group: opts.Group,
 			Target: opts.target, Lane: opts.Lane, Force: opts.Force, By: opts.By,
 		})
+		if errors.Is(err, repair.ErrBadSeekTarget) {
+			// An id in the future, which only the server's clock tells.
+			return nil, usageError(fmt.Errorf("invalid --to: %w", err))
+		}
+		return p, err
 	})
 }

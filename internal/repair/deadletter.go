@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,6 +29,13 @@ func (r *Repairer) planDeadLetter(ctx context.Context, req DeadLetterRequest) (*
 	}
 	if req.Key == "" {
 		return nil, &broker.InvalidArgumentError{Op: op, Arg: "partition key", Value: `""`, Reason: "must not be empty"}
+	}
+	if req.ID != "" {
+		// A malformed id is the caller's mistake, not an entry that is
+		// not pending.
+		if _, err := broker.ParseStreamID(req.ID); err != nil {
+			return nil, &broker.InvalidArgumentError{Op: op, Arg: "id", Value: strconv.Quote(req.ID), Reason: "want a stream id <ms>-<seq>"}
+		}
 	}
 	if req.MinDeliveries <= 0 {
 		req.MinDeliveries = 2

@@ -2,8 +2,10 @@ package repair_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/protctl/protctl/internal/repair"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
@@ -67,11 +69,11 @@ func TestApplyDerivesRefusalsAgainIgnoringAllowed(t *testing.T) {
 			setup: freeCold,
 			plan: func() (*repair.Plan, error) {
 				return e.r.PlanSeek(ctx, repair.SeekRequest{Category: s.Orders, Keys: []string{s.Cold}, Group: s.Projector,
-					Target: repair.SeekTarget{Kind: repair.SeekToID, ID: "9999999999999-0"}})
+					Target: repair.SeekTarget{Kind: repair.SeekToID, ID: strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10) + "-0"}})
 			},
 			unchanged: func(t *testing.T) {
 				g, err := e.c.XInfoGroups(ctx, e.l.Stream(s.Orders, s.Cold)).Result()
-				if err != nil || len(g) != 1 || strings.HasPrefix(g[0].LastDeliveredID, "9999999999999") {
+				if err != nil || len(g) != 1 || !strings.HasPrefix(g[0].LastDeliveredID, strconv.FormatInt(s.ColdEntriesAt.UnixMilli(), 10)) {
 					t.Fatalf("groups %+v, %v", g, err)
 				}
 			},

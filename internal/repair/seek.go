@@ -69,7 +69,8 @@ func (t SeekTarget) String() string {
 }
 
 // ErrBadSeekTarget is returned (wrapped, naming the value) by
-// ParseSeekTo for a --to that is none of the forms.
+// ParseSeekTo for a --to that is none of the forms or a time in the
+// future, and by PlanSeek for a stream id after the server's clock.
 var ErrBadSeekTarget = errors.New("repair: bad seek target")
 
 // ParseSeekTo parses --to: a stream id (ms or ms-seq), an RFC 3339 time,
@@ -198,6 +199,23 @@ func (r *Repairer) PlanSeek(ctx context.Context, req SeekRequest) (*Plan, error)
 	if req.Match != "" {
 		if _, err := path.Match(req.Match, ""); err != nil {
 			return nil, &broker.InvalidArgumentError{Op: op, Arg: "match", Value: strconv.Quote(req.Match), Reason: "not a glob pattern"}
+		}
+	}
+	if req.Target.Kind == SeekToID {
+		// An id after the server's clock is in the future, as a time
+		// after it is (ParseSeekTo): no entry has it yet, and moving a
+		// group there would skip entries not even written. The server's
+		// clock is the one that stamps the ids.
+		id, err := broker.ParseStreamID(req.Target.ID)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %q: want a stream id (1700000000000-0)", ErrBadSeekTarget, req.Target.ID)
+		}
+		now, err := r.inspect.ServerTime(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ms := now.UnixMilli(); ms >= 0 && id.Ms > uint64(ms) {
+			return nil, fmt.Errorf("%w: %q is in the future (the Redis server's time is %s)", ErrBadSeekTarget, req.Target.ID, output.Timestamp(now))
 		}
 	}
 	keys, err := r.seekKeys(ctx, req)
