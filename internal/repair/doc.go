@@ -12,9 +12,10 @@
 //	conflict  the state the plan saw has moved; nothing was changed
 //	refused   a guard said no (the plan already said so, or a guard in
 //	          the store refused for the reason the plan predicted)
-//	skipped   nothing to do (a lease already free, a trim removing 0)
+//	skipped   nothing to do (a lease not held, a trim removing 0)
 //	done      an earlier apply of the same plan made the change (a
-//	          resumed run; parked retry and skip): nothing changed now
+//	          resumed run; parked retry and skip, seek, dlq replay):
+//	          nothing changed now
 //
 // Apply's Outcome maps to the CLI's exit codes (Outcome.ExitCode): 0 when
 // every item applied, was done, or was skipped, 5 when nothing applied
@@ -63,7 +64,8 @@
 // conflict), then calls the broker's Trim, which recomputes the floor and
 // trims in one script, so it never removes an entry a group has not
 // read and acked, whatever moved. Groups advancing between plan and apply
-// are expected on a hot stream and are not a conflict.
+// are expected on a hot stream and are not a conflict. A trim that
+// removes nothing now (applied again, or no group advanced) is skipped.
 //
 // dead-letter: moves one pending entry (by default the group's oldest,
 // the head a halted partition is stuck on) to C:K:dlq and acks it with
@@ -114,7 +116,7 @@
 // deletes it. The script also remembers (C:K:dlq:__replayed__, for
 // redisbroker.ReplayedMemory) what each replayed dead letter became, so
 // that a plan applied again, or resumed after a failure, reports the items
-// it replayed before as skipped ("already replayed, as X"), not as
+// it replayed before as done ("already replayed, as X"), not as
 // conflicts. A dead letter gone otherwise (purged) is a conflict. The
 // replayed entry is the original (without _dlq_metadata) with
 // _replayed_from naming the dead-letter stream and id; it lands after

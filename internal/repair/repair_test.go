@@ -490,6 +490,11 @@ func TestTrimKeepsUnackedAndNamesThePinningGroup(t *testing.T) {
 	if pend := pendingIDs(t, e.c, stream, s.Audit); len(pend) != 1 || pend[0] != s.Pay1IDs[1] {
 		t.Fatalf("unacked entry lost: %v", pend)
 	}
+	// The same plan applied again removes nothing: skipped, not applied.
+	if o := apply(t, e, p); o != repair.OutcomeApplied || p.Items[0].Result != repair.ResultSkipped ||
+		p.Items[0].Detail != "nothing to remove now (the plan expected 1)" {
+		t.Fatalf("re-applied trim: outcome %s, item %s %q", o, p.Items[0].Result, p.Items[0].Detail)
+	}
 	// Again: nothing may go; skipped, naming the group.
 	p, err = e.r.PlanTrim(ctx, repair.TrimRequest{Stream: stream, MaxLen: 1})
 	it = one(t, p, err)

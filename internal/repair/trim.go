@@ -62,6 +62,12 @@ func (r *Repairer) applyTrim(ctx context.Context, it *Item) error {
 	if err != nil {
 		return err
 	}
+	if n == 0 {
+		// Nothing left to remove (an earlier apply, or groups that
+		// have not advanced): a no-op is skipped, not applied.
+		it.Result, it.Detail = ResultSkipped, fmt.Sprintf("nothing to remove now (the plan expected %d)", planned.Removes)
+		return nil
+	}
 	it.Result, it.Detail = ResultApplied, fmt.Sprintf("removed %d entries (the plan expected %d)", n, planned.Removes)
 	return nil
 }
