@@ -61,3 +61,31 @@ func TestPlansUseTheLeaseStateWords(t *testing.T) {
 		t.Errorf("the conflict does not say the lease expired:\n%s", r.stdout)
 	}
 }
+
+// Plan documents follow the JSON conventions: a value that is unknown or
+// absent is null, never "" (docs/cli.md, JSON field conventions).
+func TestPlanJSONAbsentValuesAreNull(t *testing.T) {
+	e := newOpsEnv(t)
+	e.park()
+	s := e.s
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		// No group pins the floor of a stream without groups.
+		{[]string{"streams", "trim", s.Orders + ":" + s.Never, "--maxlen", "1"}, []string{`"pinnedBy": null`}},
+		// --all without a filter: every entry; the entry holds no request.
+		{[]string{"parked", "retry", "--all"}, []string{`"filter": null`, `"request": null`}},
+	} {
+		r := e.run(append(c.args, "--dry-run", "-o", "json")...)
+		r.wantCode(t, 0)
+		for _, w := range c.want {
+			if !strings.Contains(r.stdout, w) {
+				t.Errorf("%s: the plan lacks %s:\n%s", strings.Join(c.args[:2], " "), w, r.stdout)
+			}
+		}
+		if strings.Contains(r.stdout, `": ""`) {
+			t.Errorf("%s: the plan has an empty string value:\n%s", strings.Join(c.args[:2], " "), r.stdout)
+		}
+	}
+}

@@ -410,8 +410,8 @@ type TrimInfo struct {
 	// Floor is the smallest group floor; null when no group exists.
 	Floor *string `json:"floor"`
 	// PinnedBy names the group whose floor is Floor (or the first missing
-	// registered group); empty when maxLen alone decides.
-	PinnedBy string `json:"pinnedBy"`
+	// registered group); null when maxLen alone decides.
+	PinnedBy *string `json:"pinnedBy"`
 	// Removes is how many entries the trim would remove now.
 	Removes int64 `json:"removes"`
 	// Reason explains Removes in a sentence.

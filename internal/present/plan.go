@@ -23,8 +23,8 @@ func Seen(it repair.Item) string {
 				floor = *t.Floor
 			}
 			s := "floor " + floor
-			if t.PinnedBy != "" {
-				s += " pinned by " + t.PinnedBy
+			if t.PinnedBy != nil {
+				s += " pinned by " + *t.PinnedBy
 			}
 			parts = append(parts, s, fmt.Sprintf("removes %d of %d", t.Removes, t.Length))
 		}

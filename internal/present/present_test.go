@@ -23,7 +23,7 @@ func TestSeen(t *testing.T) {
 	}{
 		{"nothing seen", repair.Item{Action: repair.ActionTrim}, "-"},
 		{"trim pinned", repair.Item{Action: repair.ActionTrim, Precondition: repair.Precondition{
-			Trim: &inspect.TrimInfo{Floor: str("5-0"), PinnedBy: "g", Removes: 3, Length: 10}}},
+			Trim: &inspect.TrimInfo{Floor: str("5-0"), PinnedBy: str("g"), Removes: 3, Length: 10}}},
 			"floor 5-0 pinned by g; removes 3 of 10"},
 		{"trim without floor", repair.Item{Action: repair.ActionTrim, Precondition: repair.Precondition{
 			Trim: &inspect.TrimInfo{Removes: 0, Length: 2}}},

@@ -69,7 +69,7 @@ func TestFilteredParkedPlanPinsItsSet(t *testing.T) {
 	}
 	sel := p.Selection
 	if sel == nil || sel.Count != 4 || sel.Matched != 6 || sel.Max != 4 || len(p.Items) != 4 || p.ID == "" ||
-		!strings.Contains(sel.Filter, `--error-class 'http POST http://billing'`) || !strings.Contains(sel.Filter, "--older-than 30m0s") {
+		sel.Filter == nil || !strings.Contains(*sel.Filter, `--error-class 'http POST http://billing'`) || !strings.Contains(*sel.Filter, "--older-than 30m0s") {
 		t.Fatalf("selection %+v, id %q, %d items", sel, p.ID, len(p.Items))
 	}
 	// Oldest first: --max keeps the four oldest.

@@ -292,10 +292,11 @@ type ParkedState struct {
 	Attempts   int    `json:"attempts"`
 	Generation int64  `json:"generation"`
 	// Request is the action of the request the entry held ("retry",
-	// "skip"); "" for none.
-	Request string `json:"request,omitempty"`
-	// ParkedAt is in the CLI's timestamp format (output.Timestamp).
-	ParkedAt *string `json:"parkedAt,omitempty"`
+	// "skip"); null for none.
+	Request *string `json:"request"`
+	// ParkedAt is in the CLI's timestamp format (output.Timestamp); null
+	// when unknown.
+	ParkedAt *string `json:"parkedAt"`
 	Error    string  `json:"error,omitempty"`
 }
 
@@ -383,8 +384,8 @@ type Selection struct {
 	Matched int `json:"matched"`
 	// Max is the cap asked for (--max); 0 for none.
 	Max int `json:"max,omitempty"`
-	// Filter is the filter as the CLI's flags; "" for every entry.
-	Filter string `json:"filter"`
+	// Filter is the filter as the CLI's flags; null for every entry.
+	Filter *string `json:"filter"`
 	// At is the server's time the ages were measured at, in the CLI's
 	// timestamp format (output.Timestamp).
 	At string `json:"at"`

@@ -475,7 +475,7 @@ func TestTrimKeepsUnackedAndNamesThePinningGroup(t *testing.T) {
 	stream := e.l.Stream(s.Payments, s.Pay1)
 	p, err := e.r.PlanTrim(ctx, repair.TrimRequest{Stream: stream, MaxLen: 1})
 	it := one(t, p, err)
-	if !it.Allowed || it.Precondition.Trim.PinnedBy != s.Audit || it.Precondition.Trim.Removes != 1 ||
+	if !it.Allowed || it.Precondition.Trim.PinnedBy == nil || *it.Precondition.Trim.PinnedBy != s.Audit || it.Precondition.Trim.Removes != 1 ||
 		*it.Precondition.Trim.Floor != s.Pay1IDs[1] || !strings.Contains(it.Reason, `pinned by group "audit"`) {
 		t.Fatalf("trim item %+v / %+v", it, it.Precondition.Trim)
 	}

@@ -27,8 +27,8 @@ func (r *Repairer) planTrim(ctx context.Context, req TrimRequest) (*Plan, error)
 	default:
 		it.Allowed, it.Reason = true, ti.Reason
 	}
-	if ti.Floor != nil && it.Reason != "" && ti.PinnedBy != "" {
-		it.Reason += fmt.Sprintf(" (floor %s pinned by group %q)", *ti.Floor, ti.PinnedBy)
+	if ti.Floor != nil && it.Reason != "" && ti.PinnedBy != nil {
+		it.Reason += fmt.Sprintf(" (floor %s pinned by group %q)", *ti.Floor, *ti.PinnedBy)
 	}
 	plan := r.newPlan()
 	plan.Items = append(plan.Items, it)
