@@ -46,6 +46,10 @@ func TestEveryExitCodeOfTheContract(t *testing.T) {
 		{"refused: live owner without --force", []string{"partitions", "release", s.Orders, s.Halted, "--group", s.Projector, "--yes"}, clierr.ExitRefused, "REFUSED"},
 		{"refused: no --yes without a terminal", []string{"partitions", "release", s.Orders, s.Halted, "--group", s.Projector, "--force"}, clierr.ExitRefused, "REFUSED"},
 		{"partial: a dry run with a refused item", []string{"partitions", "reap", s.Orders, s.Cold, s.Lagging, "--dry-run"}, clierr.ExitPartial, "PARTIAL"},
+		// docs/cli.md, Changes and guard rails: a dry run exits with the
+		// plan's predicted outcome, and changes nothing even read-only.
+		{"refused: a dry run whose only item would be refused", []string{"partitions", "release", s.Orders, s.Halted, "--group", s.Projector, "--dry-run"}, clierr.ExitRefused, "REFUSED"},
+		{"success: a dry run in read-only mode", []string{"partitions", "release", s.Orders, s.Halted, "--group", s.Projector, "--force", "--dry-run", "--read-only"}, clierr.ExitOK, ""},
 		{"check failed", []string{"check", "--max-lag", "0", "--category", s.Orders}, clierr.ExitCheckFailed, "CHECK_FAILED"},
 	}
 	for _, c := range cases {
