@@ -54,7 +54,8 @@ and how they are settled, and the lease it saw:
                  its lease, so it keeps running and never handles a key twice at
                  once; apply waits for it (--wait) and says when it was done;
   foreign owner  (a Protean worker) refused (exit 6) unless --force, which
-                 releases its lease, fenced on the value seen, and then seeks.
+                 deletes its lease and seeks in one step, only while the
+                 lease still holds the value seen (exit 5, lease kept, if not).
 
 A partition parked in the failure ledger is refused (exit 6): parked retry or
 skip it first, or --force to seek anyway and leave its ledger entry as it is.

@@ -130,7 +130,8 @@ type SeekRequest struct {
 	// Lane is LaneMain, LaneBackfill or LaneAll (default).
 	Lane string
 	// Force allows seeking a partition a foreign worker (not a protctl
-	// node) holds: apply releases its lease, fenced, first.
+	// node) holds: apply deletes its lease in the seek's own step, only
+	// while it still holds the value the plan saw.
 	Force bool
 	By    string
 }
@@ -495,7 +496,7 @@ func (r *Repairer) planSeekItem(ctx context.Context, req SeekRequest, key string
 		it.Reason = "the lease " + heldText(*lease.Token, lease.TTLMs) + ", not a protctl node (a Protean worker?): seeking takes the partition from it; use --force"
 	case st.Owner == SeekOwnerForeign:
 		it.Allowed = true
-		it.Reason = fmt.Sprintf("release the foreign lease %s (fenced), then seek while the partition is free: %s", *lease.Token, counts)
+		it.Reason = fmt.Sprintf("take the partition from the foreign lease %s and seek, in one step while the lease still holds that value: %s", *lease.Token, counts)
 	case st.Owner == SeekOwnerProtctl:
 		it.Allowed = true
 		it.Reason = fmt.Sprintf("the protctl node %s (generation %d) carries the seek out between two batches under its lease: %s (counted now; the node moves on meanwhile)", st.OwnerID, derefInt(lease.Generation), counts)
@@ -726,26 +727,23 @@ func (r *Repairer) applySeek(ctx context.Context, planID string, it *Item, wait 
 			return nil
 		}
 	}
+	var o redisbroker.SeekOutcome
 	switch st.Owner {
 	case SeekOwnerProtctl:
 		return r.applySeekRequest(ctx, s, planID, it, lanes, wait)
 	case SeekOwnerForeign:
-		f := broker.Fence{LeaseKey: r.broker.Layout().LeaseKey(t.Group, t.Key), Token: *it.Precondition.Lease}
-		released, err := r.broker.ReleasePartitionLease(ctx, f)
-		if err != nil {
-			return err
-		}
-		if !released {
-			it.Result, it.Detail = ResultConflict, r.leaseMoved(ctx, t.Category, t.Group, t.Key, f.Token)
-			return nil
-		}
-		// The foreign owner read on until the release: its positions
-		// are not the plan's (From still gives the direction).
+		// The foreign owner reads on until it loses the lease: its
+		// positions are not the plan's (From still gives the direction).
 		for i := range lanes {
 			lanes[i].AnyFrom = true
 		}
+		var done bool
+		if o, done, err = r.seekForeign(ctx, it, lanes); err != nil || done {
+			return err
+		}
+	default:
+		o, err = s.SeekFree(ctx, t.Group, t.Key, it.Precondition.Generation, lanes)
 	}
-	o, err := s.SeekFree(ctx, t.Group, t.Key, it.Precondition.Generation, lanes)
 	if err != nil {
 		return err
 	}
@@ -769,6 +767,40 @@ func (r *Repairer) applySeek(ctx context.Context, planID string, it *Item, wait 
 		it.Detail += fmt.Sprintf(" (the wake-up of the group's nodes was not recorded: %v; an idle node reads the partition at its next append or restart)", err)
 	}
 	return nil
+}
+
+// seekReleaser is the optional capability of a Seeker to take a
+// partition from a lease's holder and seek it in one step
+// (redisbroker.Broker's SeekFreeReleasing).
+type seekReleaser interface {
+	SeekFreeReleasing(ctx context.Context, c redisbroker.SeekFreeCall) (redisbroker.SeekOutcome, error)
+}
+
+var _ seekReleaser = (*redisbroker.Broker)(nil)
+
+// seekForeign seeks a partition a foreign worker held at the plan (with
+// --force): the lease is deleted only in the step that seeks, while it
+// still holds the plan's token and every check passes, so a conflict
+// leaves the owner its lease. A broker without that step releases the
+// lease fenced first, then seeks: done reports a conflict recorded in it
+// already (the release failed).
+func (r *Repairer) seekForeign(ctx context.Context, it *Item, lanes []redisbroker.SeekLane) (o redisbroker.SeekOutcome, done bool, err error) {
+	t, token := it.Target, *it.Precondition.Lease
+	if sr, ok := r.broker.(seekReleaser); ok {
+		o, err = sr.SeekFreeReleasing(ctx, redisbroker.SeekFreeCall{Group: t.Group, Key: t.Key, Generation: it.Precondition.Generation, Lanes: lanes, Release: token})
+		return o, false, err
+	}
+	f := broker.Fence{LeaseKey: r.broker.Layout().LeaseKey(t.Group, t.Key), Token: token}
+	released, err := r.broker.ReleasePartitionLease(ctx, f)
+	if err != nil {
+		return o, false, err
+	}
+	if !released {
+		it.Result, it.Detail = ResultConflict, r.leaseMoved(ctx, t.Category, t.Group, t.Key, f.Token)
+		return o, true, nil
+	}
+	o, err = r.broker.(Seeker).SeekFree(ctx, t.Group, t.Key, it.Precondition.Generation, lanes)
+	return o, false, err
 }
 
 // seekDone records an applied seek in it, and returns when it was done.
