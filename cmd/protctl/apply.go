@@ -44,7 +44,9 @@ tries (items found done do not count); the rest is left for the next run.
 Exits 0 when every item applied (or had nothing to do, or was done), 5 when
 nothing applied and something conflicted, 6 when nothing applied and
 something was refused, 7 when some applied and some did not, or --max left
-items for a later run. A plan made for another key layout is refused (exit
+items for a later run. An item done by an earlier apply of the same plan
+counts as applied: its change is in place, so a resumed plan whose items
+are done or conflict now exits 7 (partly applied), not 5. A plan made for another key layout is refused (exit
 2). -f - reads the plan from stdin.`,
 		Example: `  protctl partitions release shop::order o-1 --group G --force --dry-run -o json > plan.json
   protctl apply -f plan.json

@@ -57,7 +57,7 @@ func (fl *dlqFilter) addFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&fl.Key, "key", "", "only the dead letters of partitions whose key matches this glob (*, ?, [...]); leaves out the category's own C:dlq")
 	f.StringVar(&fl.Reason, "reason", "", "only the dead letters whose reason matches this regular expression (RE2)")
-	f.StringVar(&fl.Group, "group", "", "only this consumer group's dead letters")
+	f.StringVar(&fl.Group, "group", "", "only this consumer group's dead letters (a group nothing records exits 4)")
 	f.DurationVar(&fl.OlderThan, "older-than", 0, "only dead letters at least this old (e.g. 1h)")
 	f.DurationVar(&fl.NewerThan, "newer-than", 0, "only dead letters less than this old (e.g. 30m)")
 	f.StringSliceVar(&fl.IDs, "id", nil, "only these dead-letter ids (repeat or comma-separate)")

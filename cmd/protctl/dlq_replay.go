@@ -62,8 +62,8 @@ says so per item, with the partition's newest entry now.
 
 Each dead letter is appended and deleted in one atomic step, only while it
 is still the entry the plan saw: one changed since is a conflict (exit 5),
-and one already replayed by an earlier apply of the same plan is reported
-as such and not replayed again (resuming a plan file is safe). A dead
+and one already replayed by an earlier apply is reported done ("already
+replayed, as ID") and not replayed again (resuming a plan file is safe). A dead
 letter whose body was gone is refused: purge it.`,
 		Example: `  protctl dlq replay shop::order --key o-1 --dry-run
   protctl dlq replay shop::order --reason 'amount must be positive' --dry-run -o json > replay.json

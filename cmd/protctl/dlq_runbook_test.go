@@ -66,7 +66,7 @@ func dlqRunbookDefs() map[string]runbookDef {
 					}
 				}},
 				{cmd: "protctl apply -f replay.json --yes", check: func(rb *rbEnv, r result) {
-					rb.wantRow(r, "dlq-replay", `.*`, "yes", "skipped", "already replayed, as .*")
+					rb.wantRow(r, "dlq-replay", `.*`, "yes", "done", "already replayed, as .*")
 					if haltedLen(rb) != 6 {
 						rb.t.Error("the second apply replayed again")
 					}

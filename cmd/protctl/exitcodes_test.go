@@ -35,6 +35,8 @@ func TestEveryExitCodeOfTheContract(t *testing.T) {
 		{"usage: missing --group", []string{"partitions", "release", s.Orders, s.Halted}, clierr.ExitUsage, "USAGE"},
 		{"usage: an invalid plan file", []string{"apply", "-f", writeTemp(t, `{"apiVersion":"protctl.dev/v1","kind":"Plan","layout":"protean","items":[{"action":"explode"}]}`)}, clierr.ExitUsage, "USAGE"},
 		{"usage: a plan of another layout", []string{"apply", "-f", writeTemp(t, `{"apiVersion":"protctl.dev/v1","kind":"Plan","layout":"cluster","createdAt":"2026-03-01T12:00:00.000Z","items":[]}`), "--yes"}, clierr.ExitUsage, "USAGE"},
+		{"usage: skip-head --id that is not a stream id", []string{"partitions", "skip-head", s.Orders, s.Halted, "--group", s.Projector, "--id", "garbage", "--yes"}, clierr.ExitUsage, "USAGE"},
+		{"usage: seek --to an id in the future", []string{"partitions", "seek", s.Orders, s.Halted, "--group", s.Projector, "--to", "9999999999999-0", "--yes"}, clierr.ExitUsage, "USAGE"},
 		{"usage: publish of something not an envelope", []string{"publish", s.Orders, "k", "--data", "[1]", "--yes"}, clierr.ExitUsage, "USAGE"},
 		{"unavailable", []string{"partitions", "ls", s.Orders, "--redis", closed}, clierr.ExitUnavailable, "UNAVAILABLE"},
 		{"not found: category", []string{"partitions", "ls", "no::such"}, clierr.ExitNotFound, "NOT_FOUND"},
@@ -44,6 +46,10 @@ func TestEveryExitCodeOfTheContract(t *testing.T) {
 		{"refused: live owner without --force", []string{"partitions", "release", s.Orders, s.Halted, "--group", s.Projector, "--yes"}, clierr.ExitRefused, "REFUSED"},
 		{"refused: no --yes without a terminal", []string{"partitions", "release", s.Orders, s.Halted, "--group", s.Projector, "--force"}, clierr.ExitRefused, "REFUSED"},
 		{"partial: a dry run with a refused item", []string{"partitions", "reap", s.Orders, s.Cold, s.Lagging, "--dry-run"}, clierr.ExitPartial, "PARTIAL"},
+		// docs/cli.md, Changes and guard rails: a dry run exits with the
+		// plan's predicted outcome, and changes nothing even read-only.
+		{"refused: a dry run whose only item would be refused", []string{"partitions", "release", s.Orders, s.Halted, "--group", s.Projector, "--dry-run"}, clierr.ExitRefused, "REFUSED"},
+		{"success: a dry run in read-only mode", []string{"partitions", "release", s.Orders, s.Halted, "--group", s.Projector, "--force", "--dry-run", "--read-only"}, clierr.ExitOK, ""},
 		{"check failed", []string{"check", "--max-lag", "0", "--category", s.Orders}, clierr.ExitCheckFailed, "CHECK_FAILED"},
 	}
 	for _, c := range cases {

@@ -52,8 +52,11 @@ HRW (the pin stays, ignored, until NODE is back or the pin is removed).
 --unpin removes it: ownership goes back to HRW.
 
 A pin to a node that is not live, or is cordoned or draining, is refused
-(exit 6). If the pin changed between the plan and the apply, nothing is
-written and the command exits 5.`,
+(exit 6). An unknown category, a key that is neither in the category's index
+nor has a stream, or a group that never leased or read the partition exits 4
+with nothing written (removing a stored pin needs none of them). If the pin
+changed between the plan and the apply, nothing is written and the command
+exits 5.`,
 		Example: `  protctl partitions move shop::order o-1 --group projector --service shop --to node-2
   protctl partitions move shop::order o-1 --group projector --service shop --unpin
   protctl partitions move shop::order o-1 --group projector --service shop --to node-2 --dry-run -o json > move.json`,

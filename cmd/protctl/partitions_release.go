@@ -31,7 +31,13 @@ A lease that is held belongs to a live owner, so releasing it needs --force;
 without it the plan refuses (exit 6). A free lease has nothing to release
 (skipped, exit 0). If the lease changed between the plan and the apply (it
 expired, was renewed under a new generation, or was taken by another
-owner) nothing is deleted and the item is a conflict (exit 5).`,
+owner) nothing is deleted and the item is a conflict (exit 5).
+
+The lease key names the group and the key, not the category, so CATEGORY,
+KEY and G are checked first, as every partition command does: an unknown
+category, a key that is neither in the category's index nor has a stream,
+or a group that never leased or read the partition exits 4 with nothing
+changed. An apply checks them again: one gone since the plan is a conflict.`,
 		Example: `  protctl partitions release shop::order o-1 --group app.OrderProjector --force
   protctl partitions release shop::order o-1 --group app.OrderProjector --dry-run -o json > release.json`,
 		Args: categoryKeyArgs,

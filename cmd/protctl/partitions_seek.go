@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -53,7 +54,8 @@ and how they are settled, and the lease it saw:
                  its lease, so it keeps running and never handles a key twice at
                  once; apply waits for it (--wait) and says when it was done;
   foreign owner  (a Protean worker) refused (exit 6) unless --force, which
-                 releases its lease, fenced on the value seen, and then seeks.
+                 deletes its lease and seeks in one step, only while the
+                 lease still holds the value seen (exit 5, lease kept, if not).
 
 A partition parked in the failure ledger is refused (exit 6): parked retry or
 skip it first, or --force to seek anyway and leave its ledger entry as it is.
@@ -124,9 +126,14 @@ excludes it.`,
 
 func runPartitionsSeek(ctx context.Context, opts *partitionsSeekOptions) error {
 	return runMutation(ctx, opts.Mutation, func(ctx context.Context, r *repair.Repairer) (*repair.Plan, error) {
-		return r.PlanSeek(ctx, repair.SeekRequest{
+		p, err := r.PlanSeek(ctx, repair.SeekRequest{
 			Category: opts.Category, Keys: opts.Keys, Match: opts.Match, Group: opts.Group,
 			Target: opts.target, Lane: opts.Lane, Force: opts.Force, By: opts.By,
 		})
+		if errors.Is(err, repair.ErrBadSeekTarget) {
+			// An id in the future, which only the server's clock tells.
+			return nil, usageError(fmt.Errorf("invalid --to: %w", err))
+		}
+		return p, err
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/protctl/protctl/internal/repair"
+	"github.com/protctl/protctl/pkg/broker"
 )
 
 type partitionsSkipHeadOptions struct {
@@ -38,8 +39,10 @@ ledger entry for it, so "parked skip" does not apply.
 When the plan saw the lease held (the instance stuck on the head), the step
 runs only if the lease still holds that value; when it saw no lease, protctl
 takes a short operator lease for the step, so no owner starts on the
-partition meanwhile. Either way, a lease that moved between plan and apply
-is a conflict (exit 5) and nothing changes.
+partition meanwhile, and takes it only while the lease is still free at the
+generation the plan saw (one atomic step). Either way, a lease that moved
+between plan and apply is a conflict (exit 5) and nothing changes, the
+generation counter included.
 
 The plan refuses an entry delivered fewer than --min-deliveries times (its
 owner may be handling it right now) unless --force is given. Afterwards,
@@ -54,13 +57,18 @@ the next entry: protctl partitions release CATEGORY KEY --group G --force.`,
 			if opts.MinDeliveries < 1 {
 				return usageError(fmt.Errorf("invalid --min-deliveries %d: want 1 or more", opts.MinDeliveries))
 			}
+			if opts.ID != "" {
+				if _, err := broker.ParseStreamID(opts.ID); err != nil {
+					return usageError(fmt.Errorf("invalid --id %q: want a stream id <ms>-<seq>", opts.ID))
+				}
+			}
 			opts.Mutation = newMutation(f)
 			return runPartitionsSkipHead(cmd.Context(), opts)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Group, "group", "", "the consumer group (subscription) stuck on the head")
-	fl.StringVar(&opts.ID, "id", "", "the pending entry to dead-letter (default: the group's oldest pending entry)")
+	fl.StringVar(&opts.ID, "id", "", "the pending entry to dead-letter, a stream id <ms>-<seq> (default: the group's oldest pending entry)")
 	fl.StringVar(&opts.Reason, "reason", "", "why, recorded with the dead-letter entry")
 	fl.Int64Var(&opts.MinDeliveries, "min-deliveries", 2, "refuse an entry delivered fewer times than this, unless --force")
 	fl.BoolVar(&opts.Force, "force", false, "dead-letter an entry delivered fewer than --min-deliveries times")

@@ -115,8 +115,8 @@ func printSelection(ios *output.IOStreams, pr *output.Printer, p *repair.Plan) e
 		return nil
 	}
 	what := "every parked entry"
-	if sel.Filter != "" {
-		what = "parked entries matching " + sel.Filter
+	if sel.Filter != nil && *sel.Filter != "" {
+		what = "parked entries matching " + *sel.Filter
 	}
 	line := fmt.Sprintf("Selected %d %s", sel.Count, what)
 	if sel.Matched > sel.Count {

@@ -57,7 +57,7 @@ func seekRunbookDefs() map[string]runbookDef {
 			steps: []rbStep{
 				{cmd: "protctl partitions seek shop::order --group app.OrderProjector --to 2023-11-14T22:15:00Z --dry-run", check: func(rb *rbEnv, r result) {
 					for _, k := range []string{"o-1", "o-2"} {
-						rb.wantRow(r, "seek", regexp.QuoteMeta(group+" on "+cat+"/"+k), regexp.QuoteMeta("main 1700000300000-0 -> "+target+"; lease free (generation 1)"), "yes",
+						rb.wantRow(r, "seek", regexp.QuoteMeta(group+" on "+cat+"/"+k), regexp.QuoteMeta("main 1700000300000-0 -> "+target+"; lease released (none held since generation 1)"), "yes",
 							"no lease is held: seek in one step .*4 entries handled again, 0 skipped, 0 pending acked")
 						if position(rb, k) != "1700000300000-0" {
 							rb.t.Errorf("the dry run moved %s", k)

@@ -53,6 +53,8 @@ func TestSeekCLIExitCodes(t *testing.T) {
 		{"unknown group", []string{"--group", "nobody", "--to", "earliest"}, 4, `group "nobody" reads none`},
 		{"malformed --to", []string{"--group", "g", "--to", "yesterday"}, 2, "--to"},
 		{"--to in the future", []string{"--group", "g", "--to", time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}, 2, "in the future"},
+		// A stream id after the server's clock is in the future too.
+		{"--to id in the future", []string{"--group", "g", "--to", "9999999999999-0"}, 2, "invalid --to"},
 		{"--to and --shift", []string{"--group", "g", "--to", "earliest", "--shift", "-1"}, 2, "exactly one of --to and --shift"},
 		{"bad --lane", []string{"--group", "g", "--to", "earliest", "--lane", "side"}, 2, "--lane"},
 		{"unknown key", []string{"o-9", "--group", "g", "--to", "earliest"}, 4, `partition "o-9"`},

@@ -74,7 +74,7 @@ var kinds = []KindInfo{
 	{NotFound, ExitNotFound, "not found (category, stream, partition key, group, subscription, service, node, aggregate), in an argument or a list filter"},
 	{Conflict, ExitConflict, "conflict: state changed since the plan; that item was not applied"},
 	{Refused, ExitRefused, "refused by a guard: read-only, live owner without `--force`, unsafe, no `--yes` without a TTY, declined"},
-	{Partial, ExitPartial, "partial: some items applied, some not (per-item results in the output)"},
+	{Partial, ExitPartial, "partial: some items applied (by this apply, or `done` by an earlier apply of the same plan), some not (per-item results in the output)"},
 	{CheckFailed, ExitCheckFailed, "`check` failed"},
 	{WrongType, ExitWrongType, "a key holds the wrong Redis type (a string where a stream belongs, ...): the message names the key, its type and the type expected; nothing was changed"},
 	{Interrupted, ExitInterrupted, "interrupted (SIGINT or SIGTERM)"},

@@ -88,8 +88,10 @@ func (in *Inspector) DeadLetters(ctx context.Context, q DeadLetterQuery) ([]Dead
 		return nil, in.typed(ctx, err)
 	}
 	var out []DeadLetter
+	groupSeen := false // a dead letter read names q.Group
 	for _, s := range streams {
 		err := in.readDLQ(ctx, q.Category, s, now, func(d DeadLetter) bool {
+			groupSeen = groupSeen || (q.Group != "" && d.ConsumerGroup == q.Group)
 			if q.keep(d) {
 				out = append(out, d)
 			}
@@ -108,7 +110,51 @@ func (in *Inspector) DeadLetters(ctx context.Context, q DeadLetterQuery) ([]Dead
 			break
 		}
 	}
+	if q.Group != "" && !groupSeen && wrong == nil {
+		if err := in.requireDLQGroup(ctx, q.Category, q.Group); err != nil {
+			return nil, in.typed(ctx, err)
+		}
+	}
 	return out, in.typed(ctx, wrong)
+}
+
+// requireDLQGroup fails with an error wrapping ErrNotFound unless group,
+// which no dead letter of category names, is a group anyway: a lease or
+// generation key or a group registry names it (GroupKnown), or it reads
+// the category's own stream (an unpartitioned subscription, which has
+// none of those) or a lane of one of its partitions. A --group filter that selects nothing is then a group
+// with no dead letters, not a typo that would plan nothing and exit 0.
+func (in *Inspector) requireDLQGroup(ctx context.Context, category, group string) error {
+	known, err := in.GroupKnown(ctx, group)
+	if err != nil || known {
+		return err
+	}
+	groups, err := in.client.XInfoGroups(ctx, category).Result()
+	if err != nil && !isNoSuchKey(err) && !strings.HasPrefix(err.Error(), "WRONGTYPE") {
+		return wrapErr("find group", category, "stream", err)
+	}
+	for _, g := range groups {
+		if g.Name == group {
+			return nil
+		}
+	}
+	// Created on a partition's lane, never leased: walk the partitions,
+	// stopping at the first that has it.
+	errSeen := errors.New("seen")
+	err = in.EachPartition(ctx, category, PartitionOptions{Group: group}, func(p Partition) error {
+		if g, ok := p.Group(group); ok && (g.Created || g.Registered) {
+			return errSeen
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errSeen):
+		return nil
+	case err != nil:
+		return err
+	}
+	return fmt.Errorf("%w: group %q not found: no dead letter of %q names it, no lease or generation key %s and no group registry lists it, and it reads neither %s nor its partitions (check the spelling)",
+		ErrNotFound, group, category, in.layout.LeaseKey(group, "*"), category)
 }
 
 func (q DeadLetterQuery) keep(d DeadLetter) bool {

@@ -103,19 +103,19 @@ func (in *Inspector) trimInfo(ctx context.Context, stream string, maxLen int64) 
 		}
 		ti.Groups = append(ti.Groups, pos)
 		if ti.Floor == nil || idCompare(pos.Floor, *ti.Floor) < 0 {
-			ti.Floor, ti.PinnedBy = ptr(pos.Floor), g.Name
+			ti.Floor, ti.PinnedBy = ptr(pos.Floor), ptr(g.Name)
 		}
 	}
 	slices.SortFunc(ti.Groups, func(a, b GroupPosition) int { return strings.Compare(a.Name, b.Name) })
 
 	switch {
 	case ti.Length <= maxLen:
-		ti.PinnedBy = ""
+		ti.PinnedBy = nil
 		ti.Reason = fmt.Sprintf("the stream has %d entries, not more than maxLen %d", ti.Length, maxLen)
 		return ti, nil
 	case len(ti.MissingGroups) > 0:
-		ti.PinnedBy = ti.MissingGroups[0]
-		ti.Reason = fmt.Sprintf("registered group %q has not read the stream yet (it will read from 0): nothing may be removed", ti.PinnedBy)
+		ti.PinnedBy = ptr(ti.MissingGroups[0])
+		ti.Reason = fmt.Sprintf("registered group %q has not read the stream yet (it will read from 0): nothing may be removed", ti.MissingGroups[0])
 		return ti, nil
 	case len(gs) == 0:
 		ti.Removes = ti.Length - maxLen
@@ -140,7 +140,7 @@ func (in *Inspector) trimInfo(ctx context.Context, stream string, maxLen int64) 
 	}
 	if idCompare(*ti.Floor, cutoff) >= 0 {
 		ti.Removes = drop
-		ti.PinnedBy = ""
+		ti.PinnedBy = nil
 		ti.Reason = fmt.Sprintf("every group has read and acked past the cutoff %s: the oldest %d entries go", cutoff, drop)
 		return ti, nil
 	}
@@ -150,7 +150,7 @@ func (in *Inspector) trimInfo(ctx context.Context, stream string, maxLen int64) 
 	}
 	ti.Removes = n
 	ti.Reason = fmt.Sprintf("group %q still needs entries from %s (its floor): %d of the %d entries beyond maxLen %d go",
-		ti.PinnedBy, *ti.Floor, n, drop, maxLen)
+		*ti.PinnedBy, *ti.Floor, n, drop, maxLen)
 	return ti, nil
 }
 

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
@@ -312,6 +313,21 @@ func LeaseStates() []StateInfo {
 	}
 }
 
+// NotHeldText says a lease that is not held in the words every screen
+// uses: the state (LeaseStateOf), then the generation no lease has been
+// held since: "released (none held since generation 10)", "free (never
+// leased)". A state not known (read by key alone, or by an older plan)
+// is said as "not held" rather than guessed.
+func NotHeldText(state LeaseState, generation *int64) string {
+	switch {
+	case generation == nil:
+		return string(LeaseFree) + " (never leased)"
+	case state == LeaseReleased || state == LeaseExpired:
+		return fmt.Sprintf("%s (none held since generation %d)", state, *generation)
+	}
+	return fmt.Sprintf("not held (none held since generation %d)", *generation)
+}
+
 // LeaseStateOf derives a group's lease state on a partition: the one rule
 // behind every lease word protctl prints (see LeaseState).
 func LeaseStateOf(g *Group) LeaseState {
@@ -394,8 +410,8 @@ type TrimInfo struct {
 	// Floor is the smallest group floor; null when no group exists.
 	Floor *string `json:"floor"`
 	// PinnedBy names the group whose floor is Floor (or the first missing
-	// registered group); empty when maxLen alone decides.
-	PinnedBy string `json:"pinnedBy"`
+	// registered group); null when maxLen alone decides.
+	PinnedBy *string `json:"pinnedBy"`
 	// Removes is how many entries the trim would remove now.
 	Removes int64 `json:"removes"`
 	// Reason explains Removes in a sentence.

@@ -112,10 +112,8 @@ func Lease(g *inspect.Group) string {
 		return fmt.Sprintf("released (parked; none held since generation %d)", *gen)
 	case gen != nil && g.LeaseState == inspect.LeaseReleased:
 		return fmt.Sprintf("released (idle; none held since generation %d)", *gen)
-	case gen != nil:
-		return fmt.Sprintf("%s (none held since generation %d)", g.LeaseState, *gen)
 	}
-	return "free (never leased)"
+	return inspect.NotHeldText(g.LeaseState, gen)
 }
 
 // Lag is a group's lag, or why it is unknown.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/internal/repair"
 )
@@ -22,8 +23,8 @@ func Seen(it repair.Item) string {
 				floor = *t.Floor
 			}
 			s := "floor " + floor
-			if t.PinnedBy != "" {
-				s += " pinned by " + t.PinnedBy
+			if t.PinnedBy != nil {
+				s += " pinned by " + *t.PinnedBy
 			}
 			parts = append(parts, s, fmt.Sprintf("removes %d of %d", t.Removes, t.Length))
 		}
@@ -98,11 +99,9 @@ func Seen(it repair.Item) string {
 		if pc.Lease != nil {
 			parts = append(parts, "lease "+*pc.Lease)
 		} else {
-			gen := "never leased"
-			if pc.Generation != nil {
-				gen = fmt.Sprintf("generation %d", *pc.Generation)
-			}
-			parts = append(parts, "lease free ("+gen+")")
+			// The words of partitions ls and show (a plan from before
+			// leaseState was recorded says "not held").
+			parts = append(parts, "lease "+inspect.NotHeldText(pc.LeaseState, pc.Generation))
 		}
 	}
 	if len(parts) == 0 {

@@ -23,7 +23,7 @@ func TestSeen(t *testing.T) {
 	}{
 		{"nothing seen", repair.Item{Action: repair.ActionTrim}, "-"},
 		{"trim pinned", repair.Item{Action: repair.ActionTrim, Precondition: repair.Precondition{
-			Trim: &inspect.TrimInfo{Floor: str("5-0"), PinnedBy: "g", Removes: 3, Length: 10}}},
+			Trim: &inspect.TrimInfo{Floor: str("5-0"), PinnedBy: str("g"), Removes: 3, Length: 10}}},
 			"floor 5-0 pinned by g; removes 3 of 10"},
 		{"trim without floor", repair.Item{Action: repair.ActionTrim, Precondition: repair.Precondition{
 			Trim: &inspect.TrimInfo{Removes: 0, Length: 2}}},
@@ -34,8 +34,16 @@ func TestSeen(t *testing.T) {
 		{"dead-letter under a lease", repair.Item{Action: repair.ActionDeadLetter, Precondition: repair.Precondition{
 			Pending: &inspect.PendingEntry{Deliveries: 7, Consumer: "w-1:5"}, Lease: str("w-1:5")}},
 			"delivered 7 times to w-1:5; lease w-1:5"},
-		{"release of a free lease", repair.Item{Action: repair.ActionRelease, Precondition: repair.Precondition{Generation: i64(4)}},
-			"lease free (generation 4)"},
+		// Not held with a generation: the state as partitions ls says it,
+		// never "free" (that is never leased).
+		{"release of a released lease", repair.Item{Action: repair.ActionRelease, Precondition: repair.Precondition{
+			Generation: i64(4), LeaseState: inspect.LeaseReleased}},
+			"lease released (none held since generation 4)"},
+		{"release of an expired lease", repair.Item{Action: repair.ActionRelease, Precondition: repair.Precondition{
+			Generation: i64(4), LeaseState: inspect.LeaseExpired}},
+			"lease expired (none held since generation 4)"},
+		{"release planned before leaseState was recorded", repair.Item{Action: repair.ActionRelease, Precondition: repair.Precondition{Generation: i64(4)}},
+			"lease not held (none held since generation 4)"},
 		{"release never leased", repair.Item{Action: repair.ActionRelease}, "lease free (never leased)"},
 		{"prune-consumer", repair.Item{Action: repair.ActionPruneConsumer, Precondition: repair.Precondition{
 			ConsumerPending: i64(0), Lease: str("w-2:9")}},

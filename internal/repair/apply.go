@@ -92,34 +92,15 @@ func (r *Repairer) applyItems(ctx context.Context, p *Plan, opts ApplyOptions, a
 			}
 			it.Result = ResultNone
 			*attempted++
-			var err error
-			switch it.Action {
-			case ActionReap:
-				err = r.applyReap(ctx, it)
-			case ActionRelease:
-				err = r.applyRelease(ctx, it)
-			case ActionTrim:
-				err = r.applyTrim(ctx, it)
-			case ActionDeadLetter:
-				err = r.applyDeadLetter(ctx, it)
-			case ActionRetry, ActionSkip:
-				err = r.applyParked(ctx, p.ID, it)
-			case ActionPruneConsumer:
-				err = r.applyPruneConsumer(ctx, it)
-			case ActionDLQReplay:
-				err = r.applyDLQReplay(ctx, it)
-			case ActionDLQPurge:
-				err = r.applyDLQPurge(ctx, it)
-			case ActionTopicSeek:
-				err = r.applyTopicSeek(ctx, p.ID, it, opts.SeekWait)
-			case ActionSeek:
-				err = r.applySeek(ctx, p.ID, it, opts.SeekWait)
-			case ActionCordon, ActionDrain, ActionUncordon:
-				err = r.applyNodeMode(ctx, it)
-			case ActionPin, ActionUnpin:
-				err = r.applyPin(ctx, it)
-			case ActionPause, ActionResume:
-				err = r.applyPause(ctx, it)
+			// The plan's Allowed is not trusted (a plan file can be
+			// edited): the guards are derived again first (guards.go).
+			why, err := r.refusal(ctx, it)
+			switch {
+			case err != nil:
+			case why != "":
+				it.Result, it.Detail = ResultRefused, why
+			default:
+				err = r.applyItem(ctx, p.ID, it, opts.SeekWait)
 			}
 			if err != nil {
 				it.Result, it.Detail = ResultNone, "not applied: "+err.Error()
@@ -149,4 +130,37 @@ func (r *Repairer) applyItems(ctx context.Context, p *Plan, opts ApplyOptions, a
 		}
 	}
 	return outcome(applied, conflict, refused, left), nil
+}
+
+// applyItem carries out one item the guards allow, by its action.
+func (r *Repairer) applyItem(ctx context.Context, planID string, it *Item, wait time.Duration) error {
+	switch it.Action {
+	case ActionReap:
+		return r.applyReap(ctx, it)
+	case ActionRelease:
+		return r.applyRelease(ctx, it)
+	case ActionTrim:
+		return r.applyTrim(ctx, it)
+	case ActionDeadLetter:
+		return r.applyDeadLetter(ctx, it)
+	case ActionRetry, ActionSkip:
+		return r.applyParked(ctx, planID, it)
+	case ActionPruneConsumer:
+		return r.applyPruneConsumer(ctx, it)
+	case ActionDLQReplay:
+		return r.applyDLQReplay(ctx, it)
+	case ActionDLQPurge:
+		return r.applyDLQPurge(ctx, it)
+	case ActionTopicSeek:
+		return r.applyTopicSeek(ctx, planID, it, wait)
+	case ActionSeek:
+		return r.applySeek(ctx, planID, it, wait)
+	case ActionCordon, ActionDrain, ActionUncordon:
+		return r.applyNodeMode(ctx, it)
+	case ActionPin, ActionUnpin:
+		return r.applyPin(ctx, it)
+	case ActionPause, ActionResume:
+		return r.applyPause(ctx, it)
+	}
+	return fmt.Errorf("%w: unknown action %q", ErrInvalidPlan, it.Action)
 }

@@ -67,20 +67,39 @@ func (r *Repairer) PlanPruneConsumers(ctx context.Context, req PruneConsumersReq
 		return nil, err
 	}
 	plan := r.newPlan()
+	var stale []inspect.StaleConsumer
+	keysOf := map[string][]string{} // group -> keys of its stale consumers
 	for _, c := range rep.StaleConsumers {
 		if (req.Group != "" && c.Group != req.Group) || (len(req.Keys) > 0 && !slices.Contains(req.Keys, c.Key)) {
 			continue
 		}
+		stale = append(stale, c)
+		if !slices.Contains(keysOf[c.Group], c.Key) {
+			keysOf[c.Group] = append(keysOf[c.Group], c.Key)
+		}
+	}
+	// The group's lease state on each partition, in the words of
+	// partitions ls (a lease not held is released or expired by whether
+	// work waits, which fsck does not read).
+	groups := map[string]map[string]inspect.Group{}
+	for g, keys := range keysOf {
+		if groups[g], err = r.groupOn(ctx, req.Category, g, keys); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range stale {
 		var zero int64
 		idle := (time.Duration(c.IdleMs) * time.Millisecond).Round(time.Second)
-		lease := "the lease is free"
+		g := groups[c.Group][c.Key]
+		state := g.LeaseState
+		lease := "the lease is " + inspect.NotHeldText(state, g.Generation)
 		if c.Lease != nil {
-			lease = "the live lease is " + *c.Lease
+			lease, state = "the live lease is "+*c.Lease, inspect.LeaseHeld
 		}
 		plan.Items = append(plan.Items, Item{
 			Action:       ActionPruneConsumer,
 			Target:       Target{Category: c.Category, Key: c.Key, Group: c.Group, Stream: c.Stream, Consumer: c.Consumer},
-			Precondition: Precondition{Lease: c.Lease, ConsumerPending: &zero},
+			Precondition: Precondition{Lease: c.Lease, Generation: g.Generation, LeaseState: state, ConsumerPending: &zero},
 			Allowed:      true,
 			Reason:       fmt.Sprintf("no pending entries, idle %s, and %s: deleted if it still has none and is not the live lease's", idle, lease),
 		})

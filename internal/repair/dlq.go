@@ -233,7 +233,7 @@ func (r *Repairer) applyDLQReplay(ctx context.Context, it *Item) error {
 	case redisbroker.ReplayDone:
 		it.Result, it.Detail = ResultApplied, fmt.Sprintf("replayed to %s as %s and deleted from %s", it.Params.ReplayTo, id, t.Stream)
 	case redisbroker.ReplayAlready:
-		it.Result, it.Detail = ResultSkipped, fmt.Sprintf("already replayed, as %s (by an earlier apply): not replayed again", id)
+		it.Result, it.Detail = ResultDone, fmt.Sprintf("already replayed, as %s, by an earlier apply: not replayed again", id)
 	case redisbroker.ReplayGone:
 		return r.replayGone(ctx, it)
 	case redisbroker.ReplayChanged:
@@ -251,7 +251,7 @@ func (r *Repairer) replayGone(ctx context.Context, it *Item) error {
 	prev, err := r.client.HGet(ctx, t.Stream+redisbroker.ReplayedMarkerSuffix, t.ID).Result()
 	switch {
 	case err == nil:
-		it.Result, it.Detail = ResultSkipped, fmt.Sprintf("already replayed, as %s (by an earlier apply): not replayed again", prev)
+		it.Result, it.Detail = ResultDone, fmt.Sprintf("already replayed, as %s, by an earlier apply: not replayed again", prev)
 	case errors.Is(err, redis.Nil), strings.HasPrefix(err.Error(), "WRONGTYPE"):
 		it.Result, it.Detail = ResultConflict, fmt.Sprintf("entry %s is no longer in %s (purged, or replayed more than %s ago): nothing replayed",
 			t.ID, t.Stream, fmt.Sprintf("%d days", int(redisbroker.ReplayedMemory.Hours()/24)))

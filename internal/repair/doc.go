@@ -12,15 +12,24 @@
 //	conflict  the state the plan saw has moved; nothing was changed
 //	refused   a guard said no (the plan already said so, or a guard in
 //	          the store refused for the reason the plan predicted)
-//	skipped   nothing to do (a lease already free, a trim removing 0)
+//	skipped   nothing to do (a lease not held, a trim removing 0)
 //	done      an earlier apply of the same plan made the change (a
-//	          resumed run; parked retry and skip): nothing changed now
+//	          resumed run; parked retry and skip, seek, dlq replay):
+//	          nothing changed now
 //
 // Apply's Outcome maps to the CLI's exit codes (Outcome.ExitCode): 0 when
 // every item applied, was done, or was skipped, 5 when nothing applied
 // and something conflicted, 6 when nothing applied and something was
 // refused, 7 when some applied (or were done) and some did not, or a run
 // bounded by ApplyOptions.Max left items for a later one.
+//
+// # Guards are derived again
+//
+// An item's Allowed is the plan's verdict, and a plan file can be edited:
+// Apply refuses an item the plan refused without trying it, and derives
+// the guards of every other item again, from its Params (Force,
+// MinDeliveries, ...), the state it records and the state now, before
+// trying it (guards.go lists them by action).
 //
 // # What each action re-checks
 //
@@ -39,7 +48,10 @@
 // while each lease still holds the value seen (none for a free one), and
 // deletes those lease keys with the lanes.
 //
-// release: fenced on the lease value seen in the plan
+// release: the plan and the apply first check that the category, the
+// partition and the group are known (a lease key names no category, so a
+// typo would otherwise release another category's lease); then it is
+// fenced on the lease value seen in the plan
 // (ReleasePartitionLease with that token). A free lease is skipped; a
 // held lease is refused unless planned with Force, because releasing
 // takes the partition from its owner. If the lease changed since the
@@ -52,7 +64,8 @@
 // conflict), then calls the broker's Trim, which recomputes the floor and
 // trims in one script, so it never removes an entry a group has not
 // read and acked, whatever moved. Groups advancing between plan and apply
-// are expected on a hot stream and are not a conflict.
+// are expected on a hot stream and are not a conflict. A trim that
+// removes nothing now (applied again, or no group advanced) is skipped.
 //
 // dead-letter: moves one pending entry (by default the group's oldest,
 // the head a halted partition is stuck on) to C:K:dlq and acks it with
@@ -67,11 +80,13 @@
 //     (AcquirePartitionLease with owner WithOperator, TTL
 //     WithOperatorLeaseTTL) so that no owner can start on the partition
 //     while the head moves, fences the dead-letter on it, and releases it.
-//     If the lease is held by then, or the generation it gets is not the
-//     plan's + 1 (someone leased the partition in between), it is a
-//     conflict (the operator lease, if taken, is released at once). The
-//     operator lease bumps the generation like any acquire: generations
-//     only grow, and any owner from before is fenced out.
+//     The lease is taken only while it is still free and the generation
+//     counter is still the plan's, checked and taken in one step
+//     (redisbroker's AcquirePartitionLeaseAt): a lease held by then, or a
+//     counter that moved (someone leased the partition in between), is a
+//     conflict that changes nothing, the counter included. The operator
+//     lease bumps the generation like any acquire: generations only grow,
+//     and any owner from before is fenced out.
 //
 // Right before the fenced call Apply also checks that the entry is still
 // pending for the group (XPENDING) with at least the delivery count the
@@ -101,7 +116,7 @@
 // deletes it. The script also remembers (C:K:dlq:__replayed__, for
 // redisbroker.ReplayedMemory) what each replayed dead letter became, so
 // that a plan applied again, or resumed after a failure, reports the items
-// it replayed before as skipped ("already replayed, as X"), not as
+// it replayed before as done ("already replayed, as X"), not as
 // conflicts. A dead letter gone otherwise (purged) is a conflict. The
 // replayed entry is the original (without _dlq_metadata) with
 // _replayed_from naming the dead-letter stream and id; it lands after

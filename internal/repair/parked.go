@@ -102,7 +102,7 @@ func (r *Repairer) planParked(ctx context.Context, req ParkedRequest) (*Plan, er
 	if req.Max > 0 && len(entries) > req.Max {
 		entries = entries[:req.Max]
 	}
-	plan.Selection = &Selection{Count: len(entries), Matched: len(sel.Entries), Max: req.Max, Filter: spec.String(), At: output.Timestamp(sel.Now)}
+	plan.Selection = &Selection{Count: len(entries), Matched: len(sel.Entries), Max: req.Max, Filter: nonEmpty(spec.String()), At: output.Timestamp(sel.Now)}
 	for _, p := range entries {
 		plan.Items = append(plan.Items, parkedItem(req, p))
 	}
@@ -149,7 +149,7 @@ func parkedItem(req ParkedRequest, p ledger.Parked) Item {
 	pin := ledger.PinOf(p)
 	st := &ParkedState{
 		Status: string(p.Status), Position: p.Position, Attempts: p.Attempts, Generation: p.Generation,
-		Request: string(pin.Request), Error: p.Error, ParkedAt: output.TimestampOrNull(p.ParkedAt),
+		Request: nonEmpty(string(pin.Request)), Error: p.Error, ParkedAt: output.TimestampOrNull(p.ParkedAt),
 	}
 	it := Item{
 		Action:       req.Action,
@@ -194,7 +194,7 @@ func redisKey(p ledger.Parked) string {
 func pinOf(st *ParkedState) ledger.Pin {
 	return ledger.Pin{
 		Position: st.Position, Attempts: st.Attempts, Generation: st.Generation,
-		Status: ledger.Status(st.Status), Request: ledger.Action(st.Request),
+		Status: ledger.Status(st.Status), Request: ledger.Action(str(st.Request)),
 	}
 }
 
@@ -255,4 +255,13 @@ func (r *Repairer) applyParked(ctx context.Context, planID string, it *Item) err
 		it.Result, it.Detail = ResultApplied, fmt.Sprintf("%s requested; the partition's owner acts on it", it.Action)
 	}
 	return nil
+}
+
+// nonEmpty is s, or nil for "": a JSON value that is null when there is
+// none (docs/cli.md: unknown or absent values are null, never "").
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

@@ -69,7 +69,7 @@ func TestFilteredParkedPlanPinsItsSet(t *testing.T) {
 	}
 	sel := p.Selection
 	if sel == nil || sel.Count != 4 || sel.Matched != 6 || sel.Max != 4 || len(p.Items) != 4 || p.ID == "" ||
-		!strings.Contains(sel.Filter, `--error-class 'http POST http://billing'`) || !strings.Contains(sel.Filter, "--older-than 30m0s") {
+		sel.Filter == nil || !strings.Contains(*sel.Filter, `--error-class 'http POST http://billing'`) || !strings.Contains(*sel.Filter, "--older-than 30m0s") {
 		t.Fatalf("selection %+v, id %q, %d items", sel, p.ID, len(p.Items))
 	}
 	// Oldest first: --max keeps the four oldest.
@@ -248,5 +248,31 @@ func TestParkedPlanRefusesBadFilters(t *testing.T) {
 	}
 	if r := requestOf(t, e, "b-0"); r != nil {
 		t.Fatalf("a refused plan requested %+v", r)
+	}
+}
+
+// A resumed apply whose items are all done by the earlier run or
+// conflict now changed nothing this time, but the plan is partly applied
+// (the earlier run's changes are in place): done counts as applied for
+// the outcome, so it is partial (exit 7), not a conflict (5, "nothing
+// was changed"), as docs/cli.md's exit codes say.
+func TestResumedApplyWithDoneAndConflictIsPartial(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	for _, k := range []string{"b-0", "b-1", "b-2"} {
+		parkKey(t, e, k, "boom", time.Hour, 3)
+	}
+	p, err := e.r.PlanParked(ctx, repair.ParkedRequest{Action: repair.ActionRetry, All: true, Filter: inspect.ParkedFilterSpec{Subscription: bulkSub}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := roundTrip(t, p)
+	if o, err := e.r.Apply(ctx, p, repair.ApplyOptions{Max: 2}); err != nil || o != repair.OutcomePartial {
+		t.Fatalf("first run: %s %v", o, err)
+	}
+	parkKey(t, e, "b-2", "boom", 0, 6) // moved since the plan
+	o, err := e.r.Apply(ctx, saved, repair.ApplyOptions{})
+	if err != nil || o != repair.OutcomePartial || o.ExitCode() != 7 || saved.Summary() != "2 done, 1 conflict" {
+		t.Fatalf("resumed apply: %s (exit %d) %v: %s", o, o.ExitCode(), err, saved.Summary())
 	}
 }

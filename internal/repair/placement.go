@@ -170,7 +170,9 @@ type PinRequest struct {
 // PlanPin plans a pin or its removal. A pin to a node that is not a live
 // member, or that is cordoned or draining, is refused: it would be
 // ignored (ownership falls back to HRW while its node is not a live,
-// active member). Removing a pin that does not exist is skipped.
+// active member). Removing a pin that does not exist is skipped. A Redis
+// partition's pin (Category set) needs a known category, partition and
+// group (Scope), or fails with an error wrapping inspect.ErrNotFound.
 func (r *Repairer) PlanPin(ctx context.Context, req PinRequest) (*Plan, error) {
 	const op = "plan pin"
 	for _, a := range []struct{ name, v string }{{"scope", req.Scope}, {"partition", req.Partition}} {
@@ -194,6 +196,15 @@ func (r *Repairer) PlanPin(ctx context.Context, req PinRequest) (*Plan, error) {
 			return nil, fmt.Errorf("repair: %s: the pin of %s/%s in %s is not JSON: %w", op, req.Scope, req.Partition, redisstore.PinsKey(req.Service), err)
 		}
 		seen.Node = p.Node
+	}
+	// A Redis partition's pin is a field of the service's pins hash that
+	// nothing else checks: a typo in the category, key or group would be
+	// written as a pin no node ever reads. Removing a stored pin needs no
+	// such check (the partition may have been reaped since).
+	if req.Category != "" && (!req.Unpin || seen.Record == nil) {
+		if _, err := r.requirePartitionGroup(ctx, req.Category, req.Key, req.Scope); err != nil {
+			return nil, err
+		}
 	}
 	it := Item{
 		Action:       ActionPin,
@@ -248,6 +259,14 @@ func (r *Repairer) applyPin(ctx context.Context, it *Item) error {
 	pc := it.Precondition.Placement
 	if pc == nil {
 		return fmt.Errorf("%w: %s item without a planned placement", ErrInvalidPlan, it.Action)
+	}
+	if it.Action == ActionPin {
+		if gone, err := r.partitionGone(ctx, Target{Category: it.Target.Category, Key: it.Target.Key, Group: it.Target.Scope}); err != nil || gone != "" {
+			if err == nil {
+				it.Result, it.Detail = ResultConflict, gone
+			}
+			return err
+		}
 	}
 	var pin *placement.Pin
 	if it.Action == ActionPin {

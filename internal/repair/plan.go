@@ -203,6 +203,11 @@ type Precondition struct {
 	Lease *string `json:"lease"`
 	// Generation is the fence counter seen; null when never leased.
 	Generation *int64 `json:"generation"`
+	// LeaseState is the group's lease state on the partition seen, in the
+	// words of partitions ls and show (inspect.LeaseStateOf: held,
+	// released, expired, free); absent for actions without a lease, and
+	// in plans from before it was recorded.
+	LeaseState inspect.LeaseState `json:"leaseState,omitempty"`
 	// LastEntryID is the newest entry of the target stream (main lane).
 	LastEntryID *string `json:"lastEntryId"`
 	// Lanes are the partition's lanes with the groups' positions.
@@ -287,10 +292,11 @@ type ParkedState struct {
 	Attempts   int    `json:"attempts"`
 	Generation int64  `json:"generation"`
 	// Request is the action of the request the entry held ("retry",
-	// "skip"); "" for none.
-	Request string `json:"request,omitempty"`
-	// ParkedAt is in the CLI's timestamp format (output.Timestamp).
-	ParkedAt *string `json:"parkedAt,omitempty"`
+	// "skip"); null for none.
+	Request *string `json:"request"`
+	// ParkedAt is in the CLI's timestamp format (output.Timestamp); null
+	// when unknown.
+	ParkedAt *string `json:"parkedAt"`
 	Error    string  `json:"error,omitempty"`
 }
 
@@ -305,6 +311,10 @@ type Params struct {
 	// Force overrode a guard when planning (release, reap or dead-letter
 	// of a live owner's partition).
 	Force bool `json:"force,omitempty"`
+	// MinDeliveries is the dead-letter's guard: an entry delivered fewer
+	// times is refused unless Force (0, in a plan from before it was
+	// recorded: the default, 2). Apply checks it again.
+	MinDeliveries int64 `json:"minDeliveries,omitempty"`
 	// Reason is recorded with a dead-letter or skip.
 	Reason string `json:"reason,omitempty"`
 	// DLQStream is where dead-letter copies the head (C:K:dlq).
@@ -374,8 +384,8 @@ type Selection struct {
 	Matched int `json:"matched"`
 	// Max is the cap asked for (--max); 0 for none.
 	Max int `json:"max,omitempty"`
-	// Filter is the filter as the CLI's flags; "" for every entry.
-	Filter string `json:"filter"`
+	// Filter is the filter as the CLI's flags; null for every entry.
+	Filter *string `json:"filter"`
 	// At is the server's time the ages were measured at, in the CLI's
 	// timestamp format (output.Timestamp).
 	At string `json:"at"`

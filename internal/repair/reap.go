@@ -76,6 +76,24 @@ func (r *Repairer) planReap(ctx context.Context, req ReapRequest) (*Plan, error)
 	return plan, nil
 }
 
+// groupOn reads group on each of keys of category as partitions ls does
+// (only the keys it reads are in the map): its lease state in the
+// listing's words (inspect.LeaseStateOf: released and expired tell
+// whether work waits, which the lease keys alone cannot) and generation.
+func (r *Repairer) groupOn(ctx context.Context, category, group string, keys []string) (map[string]inspect.Group, error) {
+	out := make(map[string]inspect.Group, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	err := r.inspect.EachPartitionByKey(ctx, category, keys, inspect.PartitionOptions{Group: group}, func(p inspect.Partition) error {
+		if g, ok := p.Group(group); ok {
+			out[p.Key] = g
+		}
+		return nil
+	})
+	return out, err
+}
+
 // requireCategory reads category's summary, failing with an error
 // wrapping inspect.ErrNotFound when nothing in Redis names it (no index,
 // no group registry, no key C:*): a typo is not a plan with nothing to do.
@@ -119,6 +137,51 @@ func (r *Repairer) requirePartitions(ctx context.Context, category string, parts
 		}
 	}
 	return nil
+}
+
+// requirePartitionGroup fails with an error wrapping inspect.ErrNotFound
+// unless category is known (requireCategory), key is one of its
+// partitions (in its index or with a lane: requirePartitions) and, when
+// group is not empty, group reads it: created on a lane, registered for
+// the category, or with a lease or generation counter on it. It is the
+// check every command naming a partition and a group makes before it
+// plans, so that a typo exits NOT_FOUND with nothing written, instead of
+// acting on keys that only look alike (G:K:__lease__ names no category).
+//
+// It returns the group as the partition's listing reads it (its lease
+// state in partitions ls's words among the rest).
+func (r *Repairer) requirePartitionGroup(ctx context.Context, category, key, group string) (inspect.Group, error) {
+	l := r.broker.Layout()
+	if err := l.ValidateName("plan", "category", category); err != nil {
+		return inspect.Group{}, err
+	}
+	if err := l.ValidateKey(key, r.cfg.backfill); err != nil {
+		return inspect.Group{}, err
+	}
+	if _, err := r.requireCategory(ctx, category); err != nil {
+		return inspect.Group{}, err
+	}
+	parts, err := r.inspect.PartitionsByKey(ctx, category, []string{key}, inspect.PartitionOptions{Group: group})
+	if err != nil {
+		return inspect.Group{}, err
+	}
+	if len(parts) != 1 {
+		return inspect.Group{}, fmt.Errorf("%w: category %q has no partition %q", inspect.ErrNotFound, category, key)
+	}
+	if err := parts[0].Err(); errors.Is(err, broker.ErrWrongType) {
+		return inspect.Group{}, err
+	}
+	if err := r.requirePartitions(ctx, category, parts); err != nil {
+		return inspect.Group{}, err
+	}
+	if group == "" {
+		return inspect.Group{}, nil
+	}
+	if g, ok := parts[0].Group(group); ok && (g.Created || g.Registered || g.Lease != nil || g.Generation != nil) {
+		return g, nil
+	}
+	return inspect.Group{}, fmt.Errorf("%w: group %q has never leased or read partition %q of %q (no lease or generation key, not on its lanes, not registered)",
+		inspect.ErrNotFound, group, key, category)
 }
 
 func compareStrings(a, b string) int {

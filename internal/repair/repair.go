@@ -132,7 +132,11 @@ func (r *Repairer) PlanReap(ctx context.Context, req ReapRequest) (*Plan, error)
 
 // ReleaseRequest asks for the release of group's lease on key.
 type ReleaseRequest struct {
-	Category string // optional, recorded in the target
+	// Category, when set (the CLI always sets it), must be known, with
+	// Key one of its partitions and Group reading it, or the plan fails
+	// with an error wrapping inspect.ErrNotFound; the apply checks again.
+	// Empty: the lease alone is planned on.
+	Category string
 	Group    string
 	Key      string
 	// Force allows releasing a held lease (a live owner loses the

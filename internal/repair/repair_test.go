@@ -275,6 +275,39 @@ func TestDeadLetterWithoutLeaseTakesAnOperatorLease(t *testing.T) {
 	}
 }
 
+// A skip-head planned on a free partition whose generation moved since
+// (leased and released, or set by hand) is a conflict that changes
+// nothing: not the pending entry, not the dead-letter stream, and not the
+// generation counter, which an operator lease taken before the check
+// would have bumped.
+func TestDeadLetterConflictLeavesTheGenerationAlone(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t)
+	c := e.c
+	cat := testenv.Protean(t, c).Category("shop::order")
+	cat.Partition("o-3").Entries(3).Group("g").Consumer("gone:6").Read(1).Deliveries(4, time.Minute).ExpiredLease(6)
+
+	p, err := e.r.PlanDeadLetter(ctx, repair.DeadLetterRequest{Category: "shop::order", Key: "o-3", Group: "g"})
+	it := one(t, p, err)
+	if !it.Allowed || it.Precondition.Lease != nil || *it.Precondition.Generation != 6 {
+		t.Fatalf("item %+v", it)
+	}
+	p = roundTrip(t, p)
+	c.Set(ctx, "g:o-3:__generation__", 9, 0)
+	if o := apply(t, e, p); o != repair.OutcomeConflict || !strings.Contains(p.Items[0].Detail, "generation 9") {
+		t.Fatalf("outcome %s: %+v", o, p.Items[0])
+	}
+	if g := get(t, c, "g:o-3:__generation__"); g != "9" {
+		t.Fatalf("generation %s after a conflict, want 9 (unchanged)", g)
+	}
+	if get(t, c, "g:o-3:__lease__") != "<none>" || c.Exists(ctx, "shop::order:o-3:dlq").Val() != 0 {
+		t.Fatal("a conflicting dead-letter changed something")
+	}
+	if ids := pendingIDs(t, c, "shop::order:o-3", "g"); len(ids) != 1 {
+		t.Fatalf("pending %v", ids)
+	}
+}
+
 func TestDeadLetterGuards(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t)
@@ -331,7 +364,7 @@ func TestReleaseGuards(t *testing.T) {
 	if get(t, e.c, e.l.LeaseKey(s.Projector, s.Healthy)) != s.HealthyToken {
 		t.Fatal("refused release changed the lease")
 	}
-	p, err = e.r.PlanRelease(ctx, repair.ReleaseRequest{Group: s.Projector, Key: s.Lagging})
+	p, err = e.r.PlanRelease(ctx, repair.ReleaseRequest{Category: s.Orders, Group: s.Projector, Key: s.Lagging})
 	it = one(t, p, err)
 	if it.Result != repair.ResultSkipped || !strings.Contains(it.Reason, "expired") || apply(t, e, p) != repair.OutcomeApplied {
 		t.Fatalf("expired lease item %+v", p.Items[0])
@@ -442,7 +475,7 @@ func TestTrimKeepsUnackedAndNamesThePinningGroup(t *testing.T) {
 	stream := e.l.Stream(s.Payments, s.Pay1)
 	p, err := e.r.PlanTrim(ctx, repair.TrimRequest{Stream: stream, MaxLen: 1})
 	it := one(t, p, err)
-	if !it.Allowed || it.Precondition.Trim.PinnedBy != s.Audit || it.Precondition.Trim.Removes != 1 ||
+	if !it.Allowed || it.Precondition.Trim.PinnedBy == nil || *it.Precondition.Trim.PinnedBy != s.Audit || it.Precondition.Trim.Removes != 1 ||
 		*it.Precondition.Trim.Floor != s.Pay1IDs[1] || !strings.Contains(it.Reason, `pinned by group "audit"`) {
 		t.Fatalf("trim item %+v / %+v", it, it.Precondition.Trim)
 	}
@@ -456,6 +489,11 @@ func TestTrimKeepsUnackedAndNamesThePinningGroup(t *testing.T) {
 	}
 	if pend := pendingIDs(t, e.c, stream, s.Audit); len(pend) != 1 || pend[0] != s.Pay1IDs[1] {
 		t.Fatalf("unacked entry lost: %v", pend)
+	}
+	// The same plan applied again removes nothing: skipped, not applied.
+	if o := apply(t, e, p); o != repair.OutcomeApplied || p.Items[0].Result != repair.ResultSkipped ||
+		p.Items[0].Detail != "nothing to remove now (the plan expected 1)" {
+		t.Fatalf("re-applied trim: outcome %s, item %s %q", o, p.Items[0].Result, p.Items[0].Detail)
 	}
 	// Again: nothing may go; skipped, naming the group.
 	p, err = e.r.PlanTrim(ctx, repair.TrimRequest{Stream: stream, MaxLen: 1})

@@ -69,7 +69,8 @@ func (t SeekTarget) String() string {
 }
 
 // ErrBadSeekTarget is returned (wrapped, naming the value) by
-// ParseSeekTo for a --to that is none of the forms.
+// ParseSeekTo for a --to that is none of the forms or a time in the
+// future, and by PlanSeek for a stream id after the server's clock.
 var ErrBadSeekTarget = errors.New("repair: bad seek target")
 
 // ParseSeekTo parses --to: a stream id (ms or ms-seq), an RFC 3339 time,
@@ -129,7 +130,8 @@ type SeekRequest struct {
 	// Lane is LaneMain, LaneBackfill or LaneAll (default).
 	Lane string
 	// Force allows seeking a partition a foreign worker (not a protctl
-	// node) holds: apply releases its lease, fenced, first.
+	// node) holds: apply deletes its lease in the seek's own step, only
+	// while it still holds the value the plan saw.
 	Force bool
 	By    string
 }
@@ -200,6 +202,23 @@ func (r *Repairer) PlanSeek(ctx context.Context, req SeekRequest) (*Plan, error)
 			return nil, &broker.InvalidArgumentError{Op: op, Arg: "match", Value: strconv.Quote(req.Match), Reason: "not a glob pattern"}
 		}
 	}
+	if req.Target.Kind == SeekToID {
+		// An id after the server's clock is in the future, as a time
+		// after it is (ParseSeekTo): no entry has it yet, and moving a
+		// group there would skip entries not even written. The server's
+		// clock is the one that stamps the ids.
+		id, err := broker.ParseStreamID(req.Target.ID)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %q: want a stream id (1700000000000-0)", ErrBadSeekTarget, req.Target.ID)
+		}
+		now, err := r.inspect.ServerTime(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ms := now.UnixMilli(); ms >= 0 && id.Ms > uint64(ms) {
+			return nil, fmt.Errorf("%w: %q is in the future (the Redis server's time is %s)", ErrBadSeekTarget, req.Target.ID, output.Timestamp(now))
+		}
+	}
 	keys, err := r.seekKeys(ctx, req)
 	if err != nil {
 		return nil, err
@@ -211,6 +230,32 @@ func (r *Repairer) PlanSeek(ctx context.Context, req SeekRequest) (*Plan, error)
 	items, known, err := r.planSeekItems(ctx, req, keys)
 	if err != nil {
 		return nil, err
+	}
+	// Each group's lease state in the words of partitions ls: a lease
+	// not held is released or expired by whether work waits, which only
+	// the listing reads (one pipelined pass over the keys that need it).
+	var unheld []string
+	for i := range items {
+		pc := &items[i].Precondition
+		switch {
+		case pc.Lease != nil:
+			pc.LeaseState = inspect.LeaseHeld
+		case pc.Generation == nil:
+			pc.LeaseState = inspect.LeaseFree
+		default:
+			unheld = append(unheld, items[i].Target.Key)
+		}
+	}
+	if len(unheld) > 0 {
+		gs, err := r.groupOn(ctx, req.Category, req.Group, unheld)
+		if err != nil {
+			return nil, err
+		}
+		for i := range items {
+			if g, ok := gs[items[i].Target.Key]; ok && items[i].Precondition.LeaseState == "" {
+				items[i].Precondition.LeaseState = g.LeaseState
+			}
+		}
 	}
 	plan.Items = items
 	if !known {
@@ -451,13 +496,13 @@ func (r *Repairer) planSeekItem(ctx context.Context, req SeekRequest, key string
 		it.Reason = "the lease " + heldText(*lease.Token, lease.TTLMs) + ", not a protctl node (a Protean worker?): seeking takes the partition from it; use --force"
 	case st.Owner == SeekOwnerForeign:
 		it.Allowed = true
-		it.Reason = fmt.Sprintf("release the foreign lease %s (fenced), then seek while the partition is free: %s", *lease.Token, counts)
+		it.Reason = fmt.Sprintf("take the partition from the foreign lease %s and seek, in one step while the lease still holds that value: %s", *lease.Token, counts)
 	case st.Owner == SeekOwnerProtctl:
 		it.Allowed = true
 		it.Reason = fmt.Sprintf("the protctl node %s (generation %d) carries the seek out between two batches under its lease: %s (counted now; the node moves on meanwhile)", st.OwnerID, derefInt(lease.Generation), counts)
 	default:
 		it.Allowed = true
-		it.Reason = fmt.Sprintf("no lease is held: seek in one step while it stays free at generation %s: %s", genText(lease.Counter), counts)
+		it.Reason = fmt.Sprintf("no lease is held: seek in one step while none is taken and the generation stays %s: %s", genText(lease.Counter), counts)
 	}
 	return it, seen, nil
 }
@@ -661,6 +706,14 @@ func (r *Repairer) applySeek(ctx context.Context, planID string, it *Item, wait 
 			lanes = append(lanes, redisbroker.SeekLane{Stream: ls.Stream, From: *ls.From, To: ls.To})
 		}
 	}
+	why, err := r.seekRefusals(ctx, []*Item{it})
+	if err != nil {
+		return err
+	}
+	if why[0] != "" {
+		it.Result, it.Detail = ResultRefused, why[0]
+		return nil
+	}
 	if !it.Params.Force {
 		// Parked since the plan (which refuses a parked partition): the
 		// ledger is in other keys than the seek's, so this is checked
@@ -674,26 +727,23 @@ func (r *Repairer) applySeek(ctx context.Context, planID string, it *Item, wait 
 			return nil
 		}
 	}
+	var o redisbroker.SeekOutcome
 	switch st.Owner {
 	case SeekOwnerProtctl:
 		return r.applySeekRequest(ctx, s, planID, it, lanes, wait)
 	case SeekOwnerForeign:
-		f := broker.Fence{LeaseKey: r.broker.Layout().LeaseKey(t.Group, t.Key), Token: *it.Precondition.Lease}
-		released, err := r.broker.ReleasePartitionLease(ctx, f)
-		if err != nil {
-			return err
-		}
-		if !released {
-			it.Result, it.Detail = ResultConflict, r.leaseMoved(ctx, t.Group, t.Key, f.Token)
-			return nil
-		}
-		// The foreign owner read on until the release: its positions
-		// are not the plan's (From still gives the direction).
+		// The foreign owner reads on until it loses the lease: its
+		// positions are not the plan's (From still gives the direction).
 		for i := range lanes {
 			lanes[i].AnyFrom = true
 		}
+		var done bool
+		if o, done, err = r.seekForeign(ctx, it, lanes); err != nil || done {
+			return err
+		}
+	default:
+		o, err = s.SeekFree(ctx, t.Group, t.Key, it.Precondition.Generation, lanes)
 	}
-	o, err := s.SeekFree(ctx, t.Group, t.Key, it.Precondition.Generation, lanes)
 	if err != nil {
 		return err
 	}
@@ -717,6 +767,40 @@ func (r *Repairer) applySeek(ctx context.Context, planID string, it *Item, wait 
 		it.Detail += fmt.Sprintf(" (the wake-up of the group's nodes was not recorded: %v; an idle node reads the partition at its next append or restart)", err)
 	}
 	return nil
+}
+
+// seekReleaser is the optional capability of a Seeker to take a
+// partition from a lease's holder and seek it in one step
+// (redisbroker.Broker's SeekFreeReleasing).
+type seekReleaser interface {
+	SeekFreeReleasing(ctx context.Context, c redisbroker.SeekFreeCall) (redisbroker.SeekOutcome, error)
+}
+
+var _ seekReleaser = (*redisbroker.Broker)(nil)
+
+// seekForeign seeks a partition a foreign worker held at the plan (with
+// --force): the lease is deleted only in the step that seeks, while it
+// still holds the plan's token and every check passes, so a conflict
+// leaves the owner its lease. A broker without that step releases the
+// lease fenced first, then seeks: done reports a conflict recorded in it
+// already (the release failed).
+func (r *Repairer) seekForeign(ctx context.Context, it *Item, lanes []redisbroker.SeekLane) (o redisbroker.SeekOutcome, done bool, err error) {
+	t, token := it.Target, *it.Precondition.Lease
+	if sr, ok := r.broker.(seekReleaser); ok {
+		o, err = sr.SeekFreeReleasing(ctx, redisbroker.SeekFreeCall{Group: t.Group, Key: t.Key, Generation: it.Precondition.Generation, Lanes: lanes, Release: token})
+		return o, false, err
+	}
+	f := broker.Fence{LeaseKey: r.broker.Layout().LeaseKey(t.Group, t.Key), Token: token}
+	released, err := r.broker.ReleasePartitionLease(ctx, f)
+	if err != nil {
+		return o, false, err
+	}
+	if !released {
+		it.Result, it.Detail = ResultConflict, r.leaseMoved(ctx, t.Category, t.Group, t.Key, f.Token)
+		return o, true, nil
+	}
+	o, err = r.broker.(Seeker).SeekFree(ctx, t.Group, t.Key, it.Precondition.Generation, lanes)
+	return o, false, err
 }
 
 // seekDone records an applied seek in it, and returns when it was done.
@@ -911,9 +995,24 @@ func (r *Repairer) applySeekBatch(ctx context.Context, p *Plan, idx []int) []err
 		calls []redisbroker.SeekFreeCall
 		sent  []int // positions in idx of calls
 	)
+	batch := make([]*Item, len(idx))
+	for k, i := range idx {
+		batch[k] = &p.Items[i]
+	}
+	why, err := r.seekRefusals(ctx, batch)
+	if err != nil {
+		for k := range errs {
+			errs[k] = err
+		}
+		return errs
+	}
 	for k, i := range idx {
 		it := &p.Items[i]
 		it.Result, it.Detail = ResultNone, ""
+		if why[k] != "" {
+			it.Result, it.Detail = ResultRefused, why[k]
+			continue
+		}
 		if !it.Params.Force {
 			parked, err := r.seekParked(ctx, it.Target.Group, it.Target.Key)
 			if err != nil {

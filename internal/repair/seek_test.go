@@ -194,6 +194,31 @@ func TestSeekForeignLeaseNeedsForce(t *testing.T) {
 	}
 }
 
+// A forced seek of a foreign worker's partition that conflicts (here the
+// generation moved under the same lease value) changes nothing: the
+// worker keeps its lease, as it would if the lease had moved. Releasing
+// the lease before the seek's own check took the partition from it.
+func TestSeekForeignConflictKeepsTheLease(t *testing.T) {
+	ctx, c, r := seekEnv(t, 10, 10)
+	l := broker.ProteanLayout
+	c.Set(ctx, l.GenerationKey(seekGroup, "k1"), "3", 0)
+	c.Set(ctx, l.LeaseKey(seekGroup, "k1"), "protean-worker-7:3", time.Minute)
+	p, err := r.PlanSeek(ctx, repair.SeekRequest{Category: seekCat, Group: seekGroup, Target: repair.SeekTarget{Kind: repair.SeekToEarliest}, Force: true})
+	if it := one(t, p, err); !it.Allowed {
+		t.Fatalf("--force not allowed: %+v", it)
+	}
+	c.Set(ctx, l.GenerationKey(seekGroup, "k1"), "4", 0)
+	if o, err := r.Apply(ctx, p, repair.ApplyOptions{}); err != nil || o != repair.OutcomeConflict {
+		t.Fatalf("apply: %v %v %+v, want conflict", o, err, p.Items)
+	}
+	if v := c.Get(ctx, l.LeaseKey(seekGroup, "k1")).Val(); v != "protean-worker-7:3" {
+		t.Fatalf("a conflicting forced seek left the lease %q, want protean-worker-7:3", v)
+	}
+	if got := deliveries(t, ctx, c); len(got) != 0 {
+		t.Fatalf("a conflicting seek moved the group: %v", got)
+	}
+}
+
 func TestSeekBadInput(t *testing.T) {
 	ctx, c, r := seekEnv(t, 0, 0)
 	if _, err := r.PlanSeek(ctx, repair.SeekRequest{Category: seekCat, Group: "nobody", Target: repair.SeekTarget{Kind: repair.SeekToEarliest}}); !errors.Is(err, inspect.ErrNotFound) {

@@ -27,8 +27,8 @@ func (r *Repairer) planTrim(ctx context.Context, req TrimRequest) (*Plan, error)
 	default:
 		it.Allowed, it.Reason = true, ti.Reason
 	}
-	if ti.Floor != nil && it.Reason != "" && ti.PinnedBy != "" {
-		it.Reason += fmt.Sprintf(" (floor %s pinned by group %q)", *ti.Floor, ti.PinnedBy)
+	if ti.Floor != nil && it.Reason != "" && ti.PinnedBy != nil {
+		it.Reason += fmt.Sprintf(" (floor %s pinned by group %q)", *ti.Floor, *ti.PinnedBy)
 	}
 	plan := r.newPlan()
 	plan.Items = append(plan.Items, it)
@@ -61,6 +61,12 @@ func (r *Repairer) applyTrim(ctx context.Context, it *Item) error {
 	n, err := r.broker.Trim(ctx, it.Target.Stream, it.Params.MaxLen)
 	if err != nil {
 		return err
+	}
+	if n == 0 {
+		// Nothing left to remove (an earlier apply, or groups that
+		// have not advanced): a no-op is skipped, not applied.
+		it.Result, it.Detail = ResultSkipped, fmt.Sprintf("nothing to remove now (the plan expected %d)", planned.Removes)
+		return nil
 	}
 	it.Result, it.Detail = ResultApplied, fmt.Sprintf("removed %d entries (the plan expected %d)", n, planned.Removes)
 	return nil

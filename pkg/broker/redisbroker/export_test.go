@@ -6,6 +6,7 @@ import "github.com/redis/go-redis/v9"
 // them ahead of time or check that each one was exercised.
 var Scripts = map[string]*redis.Script{
 	"acquire":     acquireScript,
+	"acquireat":   acquireAtScript,
 	"acquireread": acquireReadScript,
 	"renew":       renewScript,
 	"release":     releaseScript,

@@ -3,7 +3,10 @@ package redisbroker
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/protctl/protctl/pkg/broker"
 )
@@ -30,6 +33,86 @@ func (b *Broker) AcquirePartitionLease(ctx context.Context, leaseKey, generation
 		return broker.Lease{}, false, mapErr(call{Op: op, Keys: keys}, err)
 	}
 	return newLease(leaseKey, owner, g)
+}
+
+// LeaseAt is what AcquirePartitionLeaseAt found: the lease it took, or
+// why it took none.
+type LeaseAt struct {
+	// Lease is the lease taken; its zero value when Acquired is false.
+	Lease    broker.Lease
+	Acquired bool
+	// Held is the lease's value when it was held ("" otherwise).
+	Held string
+	// Moved says the generation counter was not the one asked for; Now
+	// is its value then (nil: none).
+	Moved bool
+	Now   *int64
+}
+
+// AcquirePartitionLeaseAt is AcquirePartitionLease only while the lease
+// is free and the generation counter is still generation (nil: never
+// leased, no counter), checked, incremented and set in one script
+// (acquireat.lua). A lease held, or a counter that moved, is not an
+// error: nothing is written, not even the counter, and the result says
+// which. It is how an operator takes a short lease on a partition a plan
+// saw free: a partition leased since (and maybe released again) is a
+// conflict that leaves no trace.
+func (b *Broker) AcquirePartitionLeaseAt(ctx context.Context, leaseKey, generationKey, owner string, ttl time.Duration, generation *int64) (LeaseAt, error) {
+	const op = "acquire lease"
+	ms, err := acquireArgs(op, leaseKey, generationKey, owner, ttl)
+	if err != nil {
+		return LeaseAt{}, err
+	}
+	seen := ""
+	if generation != nil {
+		seen = strconv.FormatInt(*generation, 10)
+	}
+	keys := []string{leaseKey, generationKey}
+	args := []any{owner, ms, seen}
+	w := waitSpec(op, b.cfg.leaseReplicas)
+	var cmd *redis.Cmd
+	var wait waitResult
+	if w != nil {
+		cmds, waits := b.runScripts(ctx, acquireAtScript, []scriptCall{{keys: keys, args: args}}, w)
+		cmd, wait = cmds[0], waits[0]
+	} else {
+		cmd = acquireAtScript.Run(ctx, b.client, keys, args...)
+	}
+	v, err := cmd.Slice()
+	if err != nil {
+		return LeaseAt{}, mapErr(call{Op: op, Keys: keys}, err)
+	}
+	if len(v) != 2 {
+		return LeaseAt{}, fmt.Errorf("redisbroker: %s: unexpected reply %v", op, v)
+	}
+	status, _ := v[0].(string)
+	switch status {
+	case "acquired":
+		g, ok := v[1].(int64)
+		if !ok {
+			return LeaseAt{}, fmt.Errorf("redisbroker: %s: unexpected reply %v", op, v)
+		}
+		lease, _, _ := newLease(leaseKey, owner, g)
+		if w != nil {
+			if err := wait.failure(w, leaseKey); err != nil {
+				b.releaseUnreplicated(ctx, []broker.Fence{lease.Fence}, w.r.Timeout)
+				return LeaseAt{}, err
+			}
+		}
+		return LeaseAt{Lease: lease, Acquired: true}, nil
+	case "leased":
+		held, _ := v[1].(string)
+		return LeaseAt{Held: held}, nil
+	case "moved":
+		out := LeaseAt{Moved: true}
+		if s, _ := v[1].(string); s != "" {
+			if g, err := strconv.ParseInt(s, 10, 64); err == nil {
+				out.Now = &g
+			}
+		}
+		return out, nil
+	}
+	return LeaseAt{}, fmt.Errorf("redisbroker: %s: unexpected reply %v", op, v)
 }
 
 // acquireReplicated is AcquirePartitionLease with lease replicas: the

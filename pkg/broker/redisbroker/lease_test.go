@@ -158,3 +158,40 @@ func TestLeaseArgumentsAreCheckedBeforeIO(t *testing.T) {
 	_, err = b.ReleasePartitionLease(ctx, broker.Fence{Token: "a:1"})
 	wantInvalid(t, "release without lease key", err, "lease key")
 }
+
+// AcquirePartitionLeaseAt takes a free lease only at the generation the
+// caller saw: a lease held, or a counter that moved (the partition was
+// leased and released since), changes nothing, not even the counter.
+func TestAcquireAtChangesNothingUnlessFreeAtTheGeneration(t *testing.T) {
+	b, c := newBroker(t)
+	ctx := t.Context()
+	lk, gk := layout.LeaseKey(group, key), layout.GenerationKey(group, key)
+	six, nine := int64(6), int64(9)
+
+	// Never leased: only nil matches.
+	got, err := b.AcquirePartitionLeaseAt(ctx, lk, gk, owner, time.Minute, &six)
+	if err != nil || got.Acquired || !got.Moved || got.Now != nil || c.Exists(ctx, lk, gk).Val() != 0 {
+		t.Fatalf("never leased, asked at 6: %+v, %v", got, err)
+	}
+	c.Set(ctx, gk, "9", 0)
+	got, err = b.AcquirePartitionLeaseAt(ctx, lk, gk, owner, time.Minute, &six)
+	if err != nil || got.Acquired || !got.Moved || got.Now == nil || *got.Now != 9 {
+		t.Fatalf("at 9, asked at 6: %+v, %v", got, err)
+	}
+	if g := c.Get(ctx, gk).Val(); g != "9" || c.Exists(ctx, lk).Val() != 0 {
+		t.Fatalf("a moved counter was changed: generation %s", g)
+	}
+	got, err = b.AcquirePartitionLeaseAt(ctx, lk, gk, owner, time.Minute, &nine)
+	if err != nil || !got.Acquired || got.Lease.Generation != 10 || got.Lease.Token != owner+":10" {
+		t.Fatalf("at 9, asked at 9: %+v, %v", got, err)
+	}
+	if v := c.Get(ctx, lk).Val(); v != owner+":10" {
+		t.Fatalf("lease %q", v)
+	}
+	// Held now: nothing changes, and the holder is named.
+	ten := int64(10)
+	got, err = b.AcquirePartitionLeaseAt(ctx, lk, gk, "node-z", time.Minute, &ten)
+	if err != nil || got.Acquired || got.Held != owner+":10" || c.Get(ctx, gk).Val() != "10" {
+		t.Fatalf("held: %+v, %v", got, err)
+	}
+}

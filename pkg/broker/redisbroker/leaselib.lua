@@ -1,7 +1,8 @@
 -- leaselib.lua is prepended (after lib.lua) to the scripts that take a
--- lease, acquire.lua and acquireread.lua, and to no other: its INCR is a
--- node's command, which the operator's ACL profile does not grant, and
--- the ACL test reads the scripts each role runs with what they include.
+-- lease, acquire.lua, acquireat.lua and acquireread.lua, and to no other:
+-- its INCR is a node's command, which the operator's ACL profile does not
+-- grant, and the ACL test reads the scripts each role runs with what they
+-- include.
 
 -- check_generation raises PROTCTL_WRONGTYPE unless KEYS[i], a lease's
 -- generation counter (type checked as a string already, or missing),

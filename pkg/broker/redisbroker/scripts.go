@@ -26,6 +26,8 @@ var (
 	leaseLibLua string
 	//go:embed acquire.lua
 	acquireLua string
+	//go:embed acquireat.lua
+	acquireAtLua string
 	//go:embed acquireread.lua
 	acquireReadLua string
 	//go:embed renew.lua
@@ -74,6 +76,7 @@ var (
 
 var (
 	acquireScript     = newScript(leaseLibLua, acquireLua)
+	acquireAtScript   = newScript(leaseLibLua, acquireAtLua)
 	acquireReadScript = newScript(leaseLibLua, readLibLua, acquireReadLua)
 	renewScript       = newScript(renewLua)
 	releaseScript     = newScript(releaseLua)

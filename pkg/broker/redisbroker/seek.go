@@ -160,12 +160,40 @@ func (b *Broker) SeekFree(ctx context.Context, group, key string, generation *in
 	return parseSeek(v)
 }
 
+// SeekFreeReleasing is SeekFree of a partition a lease holds, taken from
+// its holder (an operator's --force): in one step, while the lease holds
+// exactly c.Release (or has expired since) and every other check of
+// SeekFree passes, the lease is deleted and the group moved. Otherwise
+// nothing changes, the lease included, and the outcome says why
+// (SeekLeased: another lease or generation; SeekMoved). Releasing first
+// and seeking after, in two steps, would take the partition from its
+// owner even when the seek then found the state moved.
+func (b *Broker) SeekFreeReleasing(ctx context.Context, c SeekFreeCall) (SeekOutcome, error) {
+	const op = "seek"
+	if c.Release == "" {
+		return SeekOutcome{}, &broker.InvalidArgumentError{Op: op, Arg: "release", Value: `""`, Reason: "must not be empty"}
+	}
+	sc, err := b.seekFreeCall(op, c)
+	if err != nil {
+		return SeekOutcome{}, err
+	}
+	v, err := seekScript.Run(ctx, b.client, sc.keys, sc.args...).Slice()
+	if err != nil {
+		return SeekOutcome{}, mapErr(call{Op: op, Keys: sc.keys}, err)
+	}
+	return parseSeek(v)
+}
+
 // SeekFreeCall is one partition's free seek in SeekFreeBatch: SeekFree's
 // arguments.
 type SeekFreeCall struct {
 	Group, Key string
 	Generation *int64
 	Lanes      []SeekLane
+	// Release, when set, is a lease token the seek takes the partition
+	// from (SeekFreeReleasing): the lease may hold exactly it, and is
+	// deleted in the same step.
+	Release string
 }
 
 // SeekFreeBatch runs each call as SeekFree does, pipelined (one round
@@ -211,7 +239,11 @@ func (b *Broker) seekFreeCall(op string, c SeekFreeCall) (scriptCall, error) {
 	if c.Generation != nil {
 		gen = strconv.FormatInt(*c.Generation, 10)
 	}
-	args := []any{"free", c.Group, gen}
+	mode := "free"
+	if c.Release != "" {
+		mode = "release"
+	}
+	args := []any{mode, c.Group, gen}
 	for _, ln := range c.Lanes {
 		keys = append(keys, ln.Stream)
 		if ln.AnyFrom {
@@ -228,6 +260,9 @@ func (b *Broker) seekFreeCall(op string, c SeekFreeCall) (scriptCall, error) {
 	}
 	for _, ln := range c.Lanes {
 		args = append(args, ln.From)
+	}
+	if c.Release != "" {
+		args = append(args, c.Release)
 	}
 	return scriptCall{keys: keys, args: args}, nil
 }

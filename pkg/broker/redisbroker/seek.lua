@@ -9,6 +9,10 @@
 --              ARGV[3+2n+i] the position the plan saw ('' unknown). The
 --              lease must be free and the counter and positions
 --              unchanged.
+--   'release': as 'free', with ARGV[4+3n] a lease token: the lease may
+--              hold exactly it (the operator's --force takes the
+--              partition from its holder), and is deleted once every
+--              check passed.
 --   'request': ARGV[3] the caller's fence token, ARGV[4] its generation.
 --              The targets (and the positions the plan saw) are the
 --              waiting request's in KEYS[3]; the lease must hold the
@@ -75,15 +79,17 @@ local function settle(i, to, planned)
 end
 
 local n = #KEYS - 3
-if ARGV[1] == 'free' then
+if ARGV[1] == 'free' or ARGV[1] == 'release' then
   local lease = redis.call('GET', KEYS[1])
-  if lease then return {'leased', lease} end
+  if lease and (ARGV[1] == 'free' or lease ~= ARGV[4 + 3 * n]) then return {'leased', lease} end
   local g = redis.call('GET', KEYS[2]) or ''
   if g ~= ARGV[3] then return {'leased', 'generation ' .. g} end
   for i = 1, n do
     local now = position(3 + i) or ''
     if ARGV[3 + i] ~= '*' and now ~= ARGV[3 + i] then return {'moved', KEYS[3 + i], now} end
   end
+  -- Every check passed: take the partition from the lease's holder.
+  if lease then redis.call('DEL', KEYS[1]) end
   local out = {'applied'}
   for i = 1, n do
     local r = settle(3 + i, ARGV[3 + n + i], ARGV[3 + 2 * n + i])

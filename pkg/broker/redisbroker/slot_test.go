@@ -201,6 +201,8 @@ func exercise(t *testing.T, b *redisbroker.Broker, l broker.Layout, category, k,
 	if !ok {
 		t.Fatal("lease not free")
 	}
+	_, err = b.AcquirePartitionLeaseAt(ctx, l.LeaseKey(grp, k), l.GenerationKey(grp, k), owner, time.Minute, nil)
+	must("acquire at", err)
 	f := lease.Fence
 	_, err = b.RenewPartitionLease(ctx, f, time.Minute)
 	must("renew", err)
