@@ -78,3 +78,18 @@ func requireOwner(ctx context.Context, ins *inspect.Inspector, owner string, cat
 	return clierr.NotFound.Errorf("owner %q holds no lease of a partition of %s, and no live node of any service is called so (no status record protctl:{S}:node:%s; check the spelling; `protctl partitions ls` shows each lease's owner)",
 		owner, strings.Join(cats, ", "), owner)
 }
+
+// requireDLQGroup fails with NOT_FOUND when group (a dead-letter
+// command's --group filter, which selected nothing) has no trace as a
+// group of category's dead letters (inspect.DeadLetterGroupKnown).
+func requireDLQGroup(ctx context.Context, ins *inspect.Inspector, category, group string) error {
+	known, err := ins.DeadLetterGroupKnown(ctx, category, group, inspect.ScanOptions{})
+	if err != nil {
+		return dlqErr(err)
+	}
+	if known {
+		return nil
+	}
+	return clierr.NotFound.Errorf("--group %q not found: no dead letter of %s records it, it is not in the group registry %s nor a consumer group of the stream %s, and it has no lease or generation key %s (check the spelling; `protctl dlq ls %s` lists the groups of its dead letters)",
+		group, category, ins.Layout().GroupsKey(category), category, ins.Layout().LeaseKey(group, "*"), category)
+}

@@ -111,6 +111,69 @@ func (in *Inspector) DeadLetters(ctx context.Context, q DeadLetterQuery) ([]Dead
 	return out, in.typed(ctx, wrong)
 }
 
+// DeadLetterGroupKnown reports whether group has left a trace that makes
+// it a group of category's dead letters, for a --group filter of the
+// dead-letter commands (dlq ls, replay, purge) that selected nothing: a
+// misspelt group must say so (the CLI's NOT_FOUND) rather than list
+// nothing as if all were well. The traces, cheapest first: the category's
+// group registry (C:__groups__) lists it, it is a consumer group of the
+// category's own stream C (Protean's unpartitioned subscriptions read
+// there, and C:dlq holds their dead letters), a dead letter of the
+// category records it as its consumer group (whatever other filters
+// dropped it), or it has a lease or generation key of some partition
+// (GroupKnown). The last two are paced keyspace scans; call it only once
+// a selection came back empty. An unknown category is an error wrapping
+// ErrNotFound, as DeadLetters returns.
+func (in *Inspector) DeadLetterGroupKnown(ctx context.Context, category, group string, scan ScanOptions) (bool, error) {
+	const op = "find dead-letter group"
+	if err := in.layout.ValidateName(op, "group", group); err != nil {
+		return false, err
+	}
+	if err := in.layout.ValidateName(op, "category", category); err != nil {
+		return false, err
+	}
+	reg := in.layout.GroupsKey(category)
+	p := in.client.Pipeline()
+	member := p.SIsMember(ctx, reg, group)
+	groups := p.XInfoGroups(ctx, category)
+	if _, err := p.Exec(ctx); pipeErr(op, err) != nil {
+		return false, pipeErr(op, err)
+	}
+	switch ok, err := member.Result(); {
+	case err != nil:
+		return false, in.typed(ctx, wrapErr(op, reg, "set", err))
+	case ok:
+		return true, nil
+	}
+	// C holding no stream (missing, or another type: a category's own
+	// stream is optional) only means no group reads it.
+	if gs, err := groups.Result(); err == nil {
+		if _, ok := findGroup(gs, group); ok {
+			return true, nil
+		}
+	} else if !isReplyErr(err) {
+		return false, wrapErr(op, category, "stream", err)
+	}
+	streams, _, now, err := in.dlqStreams(ctx, category, "", scan)
+	if err != nil {
+		return false, in.typed(ctx, err)
+	}
+	found := false
+	for _, s := range streams {
+		err := in.readDLQ(ctx, category, s, now, func(d DeadLetter) bool {
+			found = d.ConsumerGroup == group
+			return !found
+		})
+		if err != nil {
+			return false, in.typed(ctx, err)
+		}
+		if found {
+			return true, nil
+		}
+	}
+	return in.GroupKnown(ctx, group)
+}
+
 func (q DeadLetterQuery) keep(d DeadLetter) bool {
 	switch {
 	case q.Reason != nil && !q.Reason.MatchString(d.FailureReason),

@@ -57,3 +57,33 @@ func TestDeadLettersFindsTheCategorysStreams(t *testing.T) {
 		t.Fatalf("a bad glob: %v", err)
 	}
 }
+
+// DeadLetterGroupKnown finds a group by each of its traces, and no other
+// name: a dead letter of the category recording it, the category's
+// registry, a consumer group of the category's own stream, a lease or
+// generation key; an unknown category is ErrNotFound.
+func TestDeadLetterGroupKnown(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartRedis(t)
+	c := srv.Client(t)
+	cat := testenv.Protean(t, c).Category("shop::order")
+	cat.Partition("o-1").Entries(1)
+	cat.DeadLetter(testenv.ProteanDeadLetter{Group: "dl.G"})
+	cat.RegisterGroup("registered.G")
+	if err := c.XGroupCreateMkStream(ctx, "shop::order", "own.G", "$").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, broker.ProteanLayout.LeaseKey("leased.G", "o-1"), "n:1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	in := inspect.New(c, broker.ProteanLayout)
+	for group, want := range map[string]bool{"dl.G": true, "registered.G": true, "own.G": true, "leased.G": true, "nope.G": false} {
+		got, err := in.DeadLetterGroupKnown(ctx, "shop::order", group, inspect.ScanOptions{})
+		if err != nil || got != want {
+			t.Errorf("DeadLetterGroupKnown(%q) = %v, %v; want %v", group, got, err, want)
+		}
+	}
+	if _, err := in.DeadLetterGroupKnown(ctx, "no::such", "dl.G", inspect.ScanOptions{}); !errors.Is(err, inspect.ErrNotFound) {
+		t.Errorf("unknown category: %v, want ErrNotFound", err)
+	}
+}
