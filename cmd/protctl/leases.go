@@ -148,7 +148,7 @@ func runLeasesList(ctx context.Context, opts *leasesListOptions) error {
 			output.Col("GROUP", func(l inspect.Lease) string { return l.Group }),
 			output.Col("KEY", func(l inspect.Lease) string { return l.Key }),
 			output.Col("CATEGORY", func(l inspect.Lease) string { return present.Dash(l.Category) }),
-			output.Col("STATE", func(l inspect.Lease) string { return string(l.State) },
+			output.Col("STATE", func(l inspect.Lease) string { return present.LeaseState(l.State) },
 				output.Toned(func(l inspect.Lease) output.Tone { return leaseTone(l.State) })),
 			output.Col("OWNER", func(l inspect.Lease) string { return present.Str(l.Owner) }),
 			output.Col("GEN", func(l inspect.Lease) string { return present.Int(l.Generation) }),

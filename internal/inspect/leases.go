@@ -202,7 +202,8 @@ func (in *Inspector) leasesOf(p *Partition) []Lease {
 }
 
 // leaseRow is a lease row; unheld is the state of a lease that is not
-// held but was (the group's LeaseState when the partition was read).
+// held but was (the group's LeaseState when the partition was read), or
+// LeaseUnknown when a key could not be read.
 func leaseRow(category, group, key, leaseKey string, li *LeaseInfo, counter *int64, unheld LeaseState) Lease {
 	l := Lease{Category: category, Group: group, Key: key, LeaseKey: leaseKey, Counter: counter}
 	switch {
@@ -212,6 +213,8 @@ func leaseRow(category, group, key, leaseKey string, li *LeaseInfo, counter *int
 	case counter != nil:
 		l.State = unheld
 		l.Generation = counter
+	case unheld == LeaseUnknown:
+		l.State = LeaseUnknown
 	default:
 		l.State = LeaseFree
 	}

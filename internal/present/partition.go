@@ -52,7 +52,7 @@ func WritePartition(w io.Writer, d *inspect.PartitionDetail, l Layout) error {
 		}
 		if err := output.WriteFields(w, st,
 			output.Field{Label: "Lease", Value: Lease(&g.Group)},
-			output.Field{Label: "Generation", Value: Int(g.Generation)},
+			output.Field{Label: "Generation", Value: Generation(&g.Group)},
 			output.Field{Label: "Pending", Value: strconv.FormatInt(g.Pending, 10)},
 			output.Field{Label: "Lag", Value: Lag(g.Lag)},
 			output.Field{Label: "Delivered up to", Value: Str(g.LastDeliveredID)},
@@ -113,7 +113,9 @@ func Lease(g *inspect.Group) string {
 	case gen != nil && g.LeaseState == inspect.LeaseReleased:
 		return fmt.Sprintf("released (idle; none held since generation %d)", *gen)
 	case gen != nil:
-		return fmt.Sprintf("%s (none held since generation %d)", g.LeaseState, *gen)
+		return fmt.Sprintf("%s (none held since generation %d)", LeaseState(g.LeaseState), *gen)
+	case g.LeaseState == inspect.LeaseUnknown:
+		return Unknown + " (the lease or generation key could not be read)"
 	}
 	return "free (never leased)"
 }

@@ -211,7 +211,7 @@ func leaseDetailText(l *inspect.Lease) string {
 		output.Field{Label: "Category", Value: present.Dash(l.Category)},
 		output.Field{Label: "Group", Value: l.Group},
 		output.Field{Label: "Key", Value: l.Key},
-		output.Field{Label: "State", Value: string(l.State)},
+		output.Field{Label: "State", Value: present.LeaseState(l.State)},
 		output.Field{Label: "Owner", Value: present.Str(l.Owner)},
 		output.Field{Label: "Generation", Value: present.Int(l.Generation)},
 		output.Field{Label: "Counter", Value: present.Int(l.Counter)},
