@@ -127,6 +127,7 @@ func explainText(d *inspect.PartitionDetail) string {
 			_, err := io.WriteString(w, columnsTable(cols, items))
 			return err
 		},
+		RelativeTimes: true, // the dashboard is a terminal
 	})
 	for _, h := range present.RepairHints(d) {
 		what := h.What
