@@ -475,7 +475,7 @@ func TestLeases(t *testing.T) {
 		if l.Key == s.Halted && (l.State != inspect.LeaseHeld || *l.Owner != s.HaltedOwner || *l.Generation != 5 || *l.Token != s.HaltedToken) {
 			t.Errorf("halted lease %+v", l)
 		}
-		if l.Category != s.Orders || l.LeaseKey != l.Group+":"+l.Key+":__lease__" {
+		if l.Category == nil || *l.Category != s.Orders || l.LeaseKey != l.Group+":"+l.Key+":__lease__" {
 			t.Errorf("lease row %+v", l)
 		}
 	}

@@ -462,11 +462,11 @@ func VerdictStates() []StateInfo {
 // Lease is one row of `leases ls`.
 type Lease struct {
 	// Category is known when the lease was found through a category's
-	// index; empty when found by a keyspace scan (a lease key does not
+	// index; null when found by a keyspace scan (a lease key does not
 	// name its category).
-	Category string `json:"category,omitempty"`
-	Group    string `json:"group"`
-	Key      string `json:"key"`
+	Category *string `json:"category"`
+	Group    string  `json:"group"`
+	Key      string  `json:"key"`
 	// Owner, Generation and TTLMs come from the lease value; null unless
 	// held. Generation falls back to the counter when the lease is not
 	// held (see Counter).

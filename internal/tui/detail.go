@@ -209,7 +209,7 @@ func timeText(t, now time.Time) string {
 
 func leaseDetailText(l *inspect.Lease) string {
 	return fieldsText(
-		output.Field{Label: "Category", Value: present.Dash(l.Category)},
+		output.Field{Label: "Category", Value: present.Str(l.Category)},
 		output.Field{Label: "Group", Value: l.Group},
 		output.Field{Label: "Key", Value: l.Key},
 		output.Field{Label: "State", Value: present.LeaseState(l.State)},

@@ -246,7 +246,7 @@ func leaseRows(leases []inspect.Lease) []row {
 		if l.Owner != nil {
 			owner = esc(*l.Owner)
 		}
-		r := newRow(i, esc(l.Category), esc(l.Group), esc(l.Key), present.LeaseState(l.State), owner,
+		r := newRow(i, esc(present.Str(l.Category)), esc(l.Group), esc(l.Key), present.LeaseState(l.State), owner,
 			present.Int(l.Generation), present.Ms(l.TTLMs), esc(l.LeaseKey))
 		r.nums = []int64{orKey(l.Generation, unknownLow), orKey(l.TTLMs, unknownHigh)}
 		r.toneCol = 3
