@@ -69,7 +69,8 @@ Without --category the key patterns match every name the layout can produce
 (the Protean layout's C:K is any name with a ':'); --category (and --group,
 which needs --category) narrow them to one deployment's categories and
 consumer groups. A command that the role lacks fails with exit 3 and a
-"permission denied" error.`,
+"permission denied" error. --line prints plain text: with -o json, jsonl or
+yaml it exits 2 (the document has both lines, setUser and aclFileLine).`,
 		Example: `  # the read-only user's rules, as a table
   protctl acl print --role readonly
 
@@ -118,6 +119,12 @@ func runACLPrint(opts *aclPrintOptions) error {
 	case "", "setuser", "aclfile":
 	default:
 		return usageError(fmt.Errorf("invalid --line %q: want setuser or aclfile", opts.Line))
+	}
+	if opts.Line != "" && opts.Printer.Structured() {
+		// --line prints one plain line for redis-cli or an ACL file; a
+		// document it silently is not would break the program reading it.
+		return usageError(fmt.Errorf("--line %s and -o %s do not combine: --line prints one plain line; the -o %s document has both lines (setUser, aclFileLine)",
+			opts.Line, opts.Printer.Format(), opts.Printer.Format()))
 	}
 	p, err := acl.For(role, acl.Options{User: opts.User, Layout: layout, Categories: opts.Categories, Groups: opts.Groups})
 	if err != nil {

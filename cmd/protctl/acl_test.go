@@ -420,6 +420,9 @@ func TestACLPrint(t *testing.T) {
 		{[]string{"--role", "node", "--group", "g"}, "only together with categories"},
 		{[]string{"--role", "node", "--category", "a b"}, "must not contain spaces"},
 		{[]string{"--role", "node", "--layout", "ring"}, "want protean or cluster"},
+		// --line prints plain text, which -o json (jsonl, yaml) is not.
+		{[]string{"--role", "node", "--line", "aclfile", "-o", "json"}, "--line aclfile and -o json do not combine"},
+		{[]string{"--role", "node", "--line", "setuser", "-o", "yaml"}, "--line setuser and -o yaml do not combine"},
 	} {
 		r := newCLI(t).run(append([]string{"acl", "print"}, c.args...)...)
 		r.wantCode(t, clierr.ExitUsage)

@@ -220,6 +220,14 @@ func runCheck(ctx context.Context, opts *checkOptions) error {
 	if err != nil {
 		return err
 	}
+	// Every --service is checked for a trace first, whichever checks run:
+	// a misspelt one would otherwise pass quietly (no nodes backing off,
+	// no pause entries of its topics).
+	for _, s := range opts.Services {
+		if err := requireService(ctx, ins, s); err != nil {
+			return err
+		}
+	}
 	var rep checkReport
 	if opts.checkParked {
 		res, err := checkParked(ctx, ins, opts.MaxParked)
@@ -484,14 +492,10 @@ func checkBackingOff(ctx context.Context, ins *inspect.Inspector, services []str
 	res := checkResult{Name: "backingOff", OK: true, Limit: 0, Unit: "count", Offenders: []string{}}
 	nodes := 0
 	for _, s := range services {
+		// runCheck found s known (requireService) before any check ran.
 		ns, err := ins.Nodes(ctx, s)
 		if err != nil {
 			return checkResult{}, dataErr(err)
-		}
-		if len(ns) == 0 {
-			if err := requireService(ctx, ins, s); err != nil {
-				return checkResult{}, err
-			}
 		}
 		nodes += len(ns)
 		for _, node := range ns {

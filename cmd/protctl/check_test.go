@@ -99,6 +99,35 @@ func TestCheckNoPausedIsADeprecatedAlias(t *testing.T) {
 	}
 }
 
+// TestCheckUnknownServiceIsNotFound: a --service Redis has no trace of
+// exits 4 naming it whichever checks run, not only --no-backing-off; a
+// known service with no live node passes.
+func TestCheckUnknownServiceIsNotFound(t *testing.T) {
+	e := newOpsEnv(t)
+	e.otherService()
+	cases := []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"max parked", []string{"--service", "nope", "--max-parked", "100"}, clierr.ExitNotFound},
+		{"status PAUSED", []string{"--category", e.s.Orders, "--service", "nope", "--fail-on-status", "PAUSED"}, clierr.ExitNotFound},
+		{"default checks", []string{"--category", e.s.Orders, "--service", "nope"}, clierr.ExitNotFound},
+		{"backing off", []string{"--service", "nope", "--no-backing-off"}, clierr.ExitNotFound},
+		{"one of two unknown", []string{"--service", "other", "--service", "nope", "--max-parked", "100"}, clierr.ExitNotFound},
+		{"known, no live node", []string{"--service", "other", "--max-parked", "100"}, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := e.run(append([]string{"check", "-o", "json"}, c.args...)...)
+			r.wantCode(t, c.code)
+			if c.code == clierr.ExitNotFound && (!strings.Contains(r.stderr, `"code":"NOT_FOUND"`) || !strings.Contains(r.stderr, `service \"nope\"`)) {
+				t.Fatalf("stderr %q", r.stderr)
+			}
+		})
+	}
+}
+
 func (e *opsEnv) parkOnly() { e.park() }
 
 // otherService leaves service "other" a Kafka lease group's generation

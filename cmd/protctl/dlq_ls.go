@@ -41,9 +41,12 @@ come first, then each partition's by key, each oldest first.
 The dead-letter streams are found by a paced SCAN of CATEGORY:*dlq, so those
 of partitions no longer in the index are listed too. Filters: --key (a glob
 over partition keys), --reason (a regular expression), --group,
---older-than and --newer-than, --id. An unknown category exits 4; a key
-named like a dead-letter stream that holds another type is named, after
-the rest is listed, with exit 9.
+--older-than and --newer-than, --id. An unknown category exits 4, and so
+does a --group that selects nothing and that Redis has no trace of (no
+dead letter of the category names it, it does not read the category, no
+lease or generation key of it exists); a key named like a dead-letter
+stream that holds another type is named, after the rest is listed, with
+exit 9.
 
 -o json lists items of kind DeadLetter with these fields: category; key
 (null for the category's own); stream (the dead-letter stream); id;

@@ -250,6 +250,48 @@ func TestDLQListAndShowReadEveryFormat(t *testing.T) {
 	}
 }
 
+// TestDLQListUnknownGroupIsNotFound: dlq ls --group naming a group Redis
+// has no trace of exits 4 naming it; a known group that selects nothing
+// (its dead letters filtered out, or it has none) lists nothing with
+// exit 0, wherever its trace is.
+func TestDLQListUnknownGroupIsNotFound(t *testing.T) {
+	e := newOpsEnv(t)
+	s := e.s
+	ctx := context.Background()
+	cat := testenv.Protean(t, e.c).Category(s.Orders)
+	cat.DeadLetter(testenv.ProteanDeadLetter{Group: "dl.Only", RetryCount: 3})
+	cat.RegisterGroup("registered.G")
+	if err := e.c.XGroupCreateMkStream(ctx, s.Orders, "unpartitioned.G", "$").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Set(ctx, broker.ProteanLayout.GenerationKey("leased.G", s.Cold), "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"unknown", []string{"--group", "nope.G"}, clierr.ExitNotFound},
+		{"unknown with other filters", []string{"--group", "nope.G", "--key", "o-*"}, clierr.ExitNotFound},
+		{"its dead letters filtered out", []string{"--group", "dl.Only", "--key", "o-*"}, 0},
+		{"registered", []string{"--group", "registered.G"}, 0},
+		{"reads the category's own stream", []string{"--group", "unpartitioned.G"}, 0},
+		{"has a generation key", []string{"--group", "leased.G"}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := e.run(append([]string{"dlq", "ls", s.Orders, "-o", "json"}, c.args...)...)
+			r.wantCode(t, c.code)
+			if c.code == clierr.ExitNotFound && (!strings.Contains(r.stderr, `"code":"NOT_FOUND"`) || !strings.Contains(r.stderr, `--group \"nope.G\" not found`)) {
+				t.Fatalf("stderr %q", r.stderr)
+			}
+			if c.code == 0 && !strings.Contains(r.stdout, `"items": []`) {
+				t.Fatalf("stdout %s", r.stdout)
+			}
+		})
+	}
+}
+
 // Bad input: a clear error naming what was wrong, the documented exit
 // code, nothing changed.
 func TestDLQBadInput(t *testing.T) {

@@ -79,7 +79,8 @@ With --category the leases are enumerated from the category's index and its
 groups (free leases included), and the streams tell released from expired.
 Without it, a paced SCAN of the keyspace finds every lease and generation key
 (progress on stderr); free leases have no key and are not listed, the
-category is unknown, and a lease not held reads unheld.
+category is unknown (null in JSON, - in the table), and a lease not held
+reads unheld.
 
 An unknown --category exits 4, and so does a --group with no trace in
 Redis (never leased, and not created on a lane or registered, with
@@ -147,8 +148,8 @@ func runLeasesList(ctx context.Context, opts *leasesListOptions) error {
 		Columns: []output.Column{
 			output.Col("GROUP", func(l inspect.Lease) string { return l.Group }),
 			output.Col("KEY", func(l inspect.Lease) string { return l.Key }),
-			output.Col("CATEGORY", func(l inspect.Lease) string { return present.Dash(l.Category) }),
-			output.Col("STATE", func(l inspect.Lease) string { return string(l.State) },
+			output.Col("CATEGORY", func(l inspect.Lease) string { return present.Str(l.Category) }),
+			output.Col("STATE", func(l inspect.Lease) string { return present.LeaseState(l.State) },
 				output.Toned(func(l inspect.Lease) output.Tone { return leaseTone(l.State) })),
 			output.Col("OWNER", func(l inspect.Lease) string { return present.Str(l.Owner) }),
 			output.Col("GEN", func(l inspect.Lease) string { return present.Int(l.Generation) }),

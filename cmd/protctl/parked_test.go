@@ -152,3 +152,34 @@ func TestLeasesListFilters(t *testing.T) {
 	e.run("leases", "ls", "--state", "gone").wantCode(t, clierr.ExitUsage)
 	e.run("leases", "ls", "--category", "no::such").wantCode(t, clierr.ExitNotFound)
 }
+
+// TestLeasesListCategoryIsNullWhenUnknown: leases ls without --category
+// finds leases by a scan, which cannot tell their category: each item
+// says "category": null (unknown values are null, never left out); with
+// --category each names it.
+func TestLeasesListCategoryIsNullWhenUnknown(t *testing.T) {
+	e := newOpsEnv(t)
+	for _, c := range []struct {
+		name string
+		args []string
+		want any
+	}{
+		{"by scan", nil, nil},
+		{"by category", []string{"--category", e.s.Orders}, e.s.Orders},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := e.run(append([]string{"leases", "ls", "-o", "json"}, c.args...)...)
+			r.wantCode(t, 0)
+			var doc struct{ Items []map[string]any }
+			decode(t, r.stdout, &doc)
+			if len(doc.Items) == 0 {
+				t.Fatalf("no leases:\n%s", r.stdout)
+			}
+			for _, it := range doc.Items {
+				if got, ok := it["category"]; !ok || got != c.want {
+					t.Fatalf("category %v (present %v), want %v: %v", got, ok, c.want, it)
+				}
+			}
+		})
+	}
+}

@@ -37,10 +37,14 @@ besides listing every category):
   wrong-type        an index entry whose lane key holds another Redis type
                     than a stream (TYPE names it): no consumer can read it
 
-and lists the stale consumers of the partition streams it found: consumers
-of a group with no pending entries that are not the group's live lease
-(owner:generation), as earlier lease generations and Protean instances
-leave them. They hold nothing but cost memory and XINFO time; remove them
+Dead-letter streams (CATEGORY:K:dlq) and the category's own streams under
+reserved names (Protean's CATEGORY:dlq, CATEGORY:<backfill>, CATEGORY:__x__)
+are not partition streams: fsck neither counts nor reports them.
+
+It also lists the stale consumers of the partition streams it found:
+consumers of a group with no pending entries that are not the group's live
+lease (owner:generation), as earlier lease generations and Protean
+instances leave them. They hold nothing but cost memory and XINFO time; remove them
 with 'protctl partitions prune-consumers'.
 
 It changes nothing. It exits 0 whatever orphans and stale consumers it

@@ -25,7 +25,7 @@ func appendPartitionJSON(dst []byte, p *inspect.Partition, prefix, indent string
 	o.str("category", p.Category)
 	o.str("key", p.Key)
 	o.str("stream", p.Stream)
-	o.int("length", p.Length)
+	o.knownInt("length", p.Length, p.LengthKnown())
 	o.strPtr("lastEntryId", p.LastEntryID)
 	o.intPtr("idleMs", p.IdleMs)
 	o.key("lanes")
@@ -44,11 +44,14 @@ func appendLane(o *jsonOut, l *inspect.Lane) {
 	o.str("name", l.Name)
 	o.str("stream", l.Stream)
 	o.bool("exists", l.Exists)
-	o.int("length", l.Length)
+	o.knownInt("length", l.Length, l.LengthKnown())
 	o.strPtr("lastEntryId", l.LastEntryID)
 	if len(l.Groups) > 0 {
 		o.key("groups")
 		appendArray(o, l.Groups, appendLaneGroup)
+	}
+	if l.Error != "" {
+		o.str("error", l.Error)
 	}
 	o.close('}')
 }
@@ -95,7 +98,12 @@ func appendGroup(o *jsonOut, g *inspect.Group) {
 		o.str("token", l.Token)
 		o.close('}')
 	}
-	o.str("leaseState", string(g.LeaseState))
+	if g.LeaseState == inspect.LeaseUnknown {
+		o.key("leaseState")
+		o.null()
+	} else {
+		o.str("leaseState", string(g.LeaseState))
+	}
 	o.key("parked")
 	if g.Parked == nil {
 		o.null()
@@ -209,6 +217,16 @@ func (o *jsonOut) intPtr(k string, v *int64) {
 		return
 	}
 	o.b = strconv.AppendInt(o.b, *v, 10)
+}
+
+// knownInt writes v, or null when it is not known.
+func (o *jsonOut) knownInt(k string, v int64, known bool) {
+	o.key(k)
+	if !known {
+		o.null()
+		return
+	}
+	o.b = strconv.AppendInt(o.b, v, 10)
 }
 
 func (o *jsonOut) bool(k string, v bool) {

@@ -428,12 +428,9 @@ func partitionTable(pr *output.Printer) output.TableSpec {
 		Columns: []output.Column{
 			output.Col("CATEGORY", func(r partitionRow) string { return r.p.Category }),
 			output.Col("KEY", func(r partitionRow) string { return r.p.Key }),
-			output.Col("LENGTH", func(r partitionRow) string {
-				if r.p.Err() != nil {
-					return "?" // a lane could not be read: see ERROR (-o wide) and the exit status
-				}
-				return fmt.Sprint(r.p.Length)
-			}),
+			// "?" when a lane could not be read: see ERROR (-o wide) and
+			// the exit status.
+			output.Col("LENGTH", func(r partitionRow) string { return present.Length(r.p) }),
 			output.Col("GROUP", g(func(g *inspect.Group) string { return g.Name })),
 			output.Col("PENDING", g(func(g *inspect.Group) string { return fmt.Sprint(g.Pending) }),
 				output.Toned(func(r partitionRow) output.Tone {
@@ -456,9 +453,9 @@ func partitionTable(pr *output.Printer) output.TableSpec {
 			output.Col("LEASE", g(func(g *inspect.Group) string {
 				if g.Paused != nil {
 					// An operator's pause (protctl pause) holds it.
-					return string(g.LeaseState) + " PAUSED"
+					return present.LeaseState(g.LeaseState) + " PAUSED"
 				}
-				return string(g.LeaseState)
+				return present.LeaseState(g.LeaseState)
 			}),
 				output.Toned(func(r partitionRow) output.Tone {
 					if r.g == nil {
@@ -480,7 +477,7 @@ func partitionTable(pr *output.Printer) output.TableSpec {
 				}
 				return g.Lease.Owner
 			})),
-			output.Col("GEN", g(func(g *inspect.Group) string { return present.Int(g.Generation) })),
+			output.Col("GEN", g(func(g *inspect.Group) string { return present.Generation(g) })),
 			output.Col("TTL", g(func(g *inspect.Group) string {
 				if g.Lease == nil {
 					return "-"

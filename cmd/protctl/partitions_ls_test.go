@@ -299,3 +299,74 @@ func FuzzAppendIndent(f *testing.F) {
 		}
 	})
 }
+
+// TestPartitionsListUnreadableKeys: what a key of the wrong type hides is
+// null in JSON and "?" in the tables, the same in each, and the listing
+// exits 9: a generation key of the wrong type leaves the lease state and
+// the generation unknown (never "free"), and the length known; a lane
+// key of the wrong type exists, and its length and the partition's are
+// unknown (never 0 or "missing").
+func TestPartitionsListUnreadableKeys(t *testing.T) {
+	e := newOpsEnv(t)
+	s := e.s
+	ctx := context.Background()
+	l := broker.ProteanLayout
+	const bad = "bad2::x"
+	// No lease, and a generation key that is no string.
+	e.c.Del(ctx, l.LeaseKey(s.Projector, s.Halted), l.GenerationKey(s.Projector, s.Halted))
+	e.c.HSet(ctx, l.GenerationKey(s.Projector, s.Halted), "f", "v")
+	e.c.SAdd(ctx, l.IndexKey(bad), "k1")
+	e.c.HSet(ctx, l.Stream(bad, "k1"), "f", "v")
+
+	type lane struct {
+		Exists bool   `json:"exists"`
+		Length *int64 `json:"length"`
+	}
+	type item struct {
+		Key    string `json:"key"`
+		Length *int64 `json:"length"`
+		Lanes  []lane `json:"lanes"`
+		Groups []struct {
+			Name       string  `json:"name"`
+			Generation *int64  `json:"generation"`
+			LeaseState *string `json:"leaseState"`
+		} `json:"groups"`
+	}
+	list := func(cat string) map[string]item {
+		t.Helper()
+		r := e.run("partitions", "ls", cat, "-o", "json")
+		r.wantCode(t, clierr.ExitWrongType)
+		var doc struct{ Items []item }
+		decode(t, r.stdout, &doc)
+		m := map[string]item{}
+		for _, it := range doc.Items {
+			m[it.Key] = it
+		}
+		return m
+	}
+
+	halted := list(s.Orders)[s.Halted]
+	if halted.Length == nil || *halted.Length != 5 || len(halted.Groups) != 1 || halted.Groups[0].LeaseState != nil || halted.Groups[0].Generation != nil {
+		t.Errorf("generation key of the wrong type: %+v", halted)
+	}
+	r := e.run("partitions", "ls", s.Orders)
+	for _, line := range strings.Split(r.stdout, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 2 && f[1] == s.Halted {
+			// CATEGORY KEY LENGTH GROUP PENDING LAG LEASE STATUS OWNER GEN
+			if f[2] != "5" || f[6] != "?" || f[9] != "?" {
+				t.Errorf("the row of %s: length %s, lease %s, gen %s; want 5, ?, ?\n%s", s.Halted, f[2], f[6], f[9], line)
+			}
+		}
+	}
+
+	k1 := list(bad)["k1"]
+	if k1.Length != nil || len(k1.Lanes) != 1 || !k1.Lanes[0].Exists || k1.Lanes[0].Length != nil {
+		t.Errorf("lane of the wrong type: %+v", k1)
+	}
+	r = e.run("partitions", "ls", bad, "-o", "wide")
+	r.wantCode(t, clierr.ExitWrongType)
+	if strings.Contains(r.stdout, "missing") || !strings.Contains(r.stdout, "main:?") {
+		t.Errorf("-o wide:\n%s", r.stdout)
+	}
+}

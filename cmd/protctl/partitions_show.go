@@ -122,6 +122,8 @@ func writePartitionDetail(w io.Writer, st output.Styles, ios *output.IOStreams, 
 		Table: func(w io.Writer, kind string, items []any, cols []output.Column) error {
 			return viewPrinter(ios, w).PrintList(kind, items, output.TableSpec{Columns: cols})
 		},
+		// As output.Printer.Time: relative on a terminal, RFC 3339 without.
+		RelativeTimes: ios.IsStdoutTTY(),
 	})
 	if err != nil {
 		return err

@@ -58,3 +58,29 @@ func TestPasswordFileFromContext(t *testing.T) {
 	cl.extra = needsRedis
 	cl.run("needredis").wantCode(t, 0)
 }
+
+// TestParkedCommandsWithARefusedLogin: every parked command exits 3
+// (UNAVAILABLE) when Redis refuses the credentials, as parked ls does;
+// the refusal is never read as an entry ("key \"\" does not hold a JSON
+// parked entry", exit 1) or as an empty ledger (exit 0).
+func TestParkedCommandsWithARefusedLogin(t *testing.T) {
+	srv := testenv.StartRedis(t, testenv.WithPassword("right"))
+	for _, args := range [][]string{
+		{"parked", "ls"},
+		{"parked", "ls", "--subscription", "demo.OrderProjector"},
+		{"parked", "show", "demo.OrderProjector", "o-0005"},
+		{"parked", "retry", "demo.OrderProjector", "o-0005", "--dry-run"},
+		{"parked", "skip", "demo.OrderProjector", "o-0005", "--reason", "r", "--dry-run"},
+	} {
+		t.Run(strings.Join(args[:2], " ")+" "+args[len(args)-1], func(t *testing.T) {
+			cl := newCLI(t)
+			cl.env["PROTCTL_REDIS"] = srv.URL()
+			cl.env["PROTCTL_REDIS_PASSWORD"] = "wrong"
+			r := cl.run(append(args, "-o", "json")...)
+			r.wantCode(t, 3)
+			if !strings.Contains(r.stderr, `"code":"UNAVAILABLE"`) || !strings.Contains(r.stderr, "WRONGPASS") {
+				t.Fatalf("stderr %q", r.stderr)
+			}
+		})
+	}
+}

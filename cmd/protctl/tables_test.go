@@ -1,6 +1,7 @@
 package main
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -48,6 +49,9 @@ func TestTablesOnATerminalAndWithout(t *testing.T) {
 				if hasANSI(r.stdout) != tty {
 					t.Errorf("ANSI escapes in stdout: %v, want %v:\n%q", hasANSI(r.stdout), tty, r.stdout)
 				}
+				if m := relativeTime.FindString(r.stdout); !tty && m != "" {
+					t.Errorf("a relative time (%q) without a terminal, where RFC 3339 belongs:\n%s", m, r.stdout)
+				}
 				if !tty && strings.Contains(r.stderr, "\r") {
 					t.Errorf("progress on stderr without a terminal: %q", r.stderr)
 				}
@@ -55,6 +59,10 @@ func TestTablesOnATerminalAndWithout(t *testing.T) {
 		}
 	}
 }
+
+// relativeTime matches a point in time written as its distance from now
+// ("5m25s ago", "in 3m"), which only a terminal's tables write.
+var relativeTime = regexp.MustCompile(`\b\d+(ms|s|m|h|d)[0-9smhd]* ago\b|\bin \d+(ms|s|m|h|d)\b`)
 
 // stripANSI removes SGR escapes (colours) so tests can look at the text.
 func stripANSI(s string) string {

@@ -271,7 +271,7 @@ func topicColumns(withTopic bool) []output.Column {
 	}
 	return append(cols,
 		output.Col("PARTITION", func(r topicRow) string { return strconv.FormatInt(int64(r.part.Partition), 10) }),
-		output.Col("STATE", func(r topicRow) string { return string(r.part.State) },
+		output.Col("STATE", func(r topicRow) string { return present.LeaseState(r.part.State) },
 			output.Toned(func(r topicRow) output.Tone { return leaseTone(r.part.State) })),
 		output.Col("OWNER", func(r topicRow) string { return present.Str(r.part.Owner) }),
 		output.Col("GEN", func(r topicRow) string { return present.Int(r.part.Generation) }),

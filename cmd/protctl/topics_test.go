@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/protctl/protctl/internal/clierr"
@@ -219,6 +220,42 @@ func TestTopicsUnreachableExits3(t *testing.T) {
 	cl2 := topicsCLI(t)
 	cl2.env["PROTCTL_REDIS"] = "redis://" + dead + "/0"
 	cl2.run("topics", "show", "orders", "--service", "shop", "--subscription", "ledger", "--timeout", "1s").wantCode(t, 3)
+}
+
+// TestTopicsListWithoutTopicsAsksKafka: topics ls of a service Redis has
+// no topic of reads no topic, yet an unreachable Kafka still exits 3
+// rather than list nothing; a reachable one lists nothing with exit 0.
+func TestTopicsListWithoutTopicsAsksKafka(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	if err := srv.Client(t).ZAdd(context.Background(), redisstore.MembersKey("demo"), redis.Z{Score: 1, Member: "n1"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := testenv.StartKafka(t, 1, "orders")
+	for _, c := range []struct {
+		name, kafka string
+		code        int
+	}{
+		{"unreachable", "127.0.0.1:" + strconv.Itoa(port), 3},
+		{"reachable", strings.Join(k.Brokers, ","), 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl := newCLI(t)
+			cl.env["PROTCTL_REDIS"] = srv.URL()
+			cl.env["PROTCTL_KAFKA"] = c.kafka
+			r := cl.run("topics", "ls", "--service", "demo", "--timeout", "1s", "-o", "json")
+			r.wantCode(t, c.code)
+			if c.code == 3 && !strings.Contains(r.stderr, `"code":"UNAVAILABLE"`) {
+				t.Fatalf("stderr %q", r.stderr)
+			}
+			if c.code == 0 && !strings.Contains(r.stdout, `"items": []`) {
+				t.Fatalf("stdout %s", r.stdout)
+			}
+		})
+	}
 }
 
 func TestTopicsUsage(t *testing.T) {

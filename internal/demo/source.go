@@ -217,7 +217,8 @@ func (s *Source) Leases(ctx context.Context) ([]inspect.Lease, error) {
 			return nil, err
 		}
 		g := p.Groups[0]
-		le := inspect.Lease{Category: Category, Group: Subscription, Key: k, LeaseKey: l.LeaseKey(Subscription, k),
+		category := Category
+		le := inspect.Lease{Category: &category, Group: Subscription, Key: k, LeaseKey: l.LeaseKey(Subscription, k),
 			State: g.LeaseState, Counter: g.Generation, Generation: g.Generation}
 		if g.Lease != nil {
 			owner, gen, token := g.Lease.Owner, g.Lease.Generation, g.Lease.Token

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/pkg/broker"
 )
 
 // fsck finds orphans in two passes: a paced SCAN for category:* streams
@@ -132,8 +134,10 @@ func (in *Inspector) fsck(ctx context.Context, category string, opts ScanOptions
 
 // partitionOfStream reads the partition key of a stream named
 // <category>:K or <category>:K:<backfill> (K in braces in the cluster
-// layout). Dead-letter streams and streams of longer category names that
-// share the prefix are not partitions of this category.
+// layout). Dead-letter streams (C:K:dlq), the category's own streams
+// under a reserved name (broker.ReservedKey: Protean's C:dlq,
+// C:<backfill>, C:__x__) and streams of longer category names that share
+// the prefix are not partitions of this category.
 func (in *Inspector) partitionOfStream(prefix, stream string) (string, bool) {
 	rest, ok := strings.CutPrefix(stream, prefix)
 	if !ok || rest == "" {
@@ -143,14 +147,14 @@ func (in *Inspector) partitionOfStream(prefix, stream string) (string, bool) {
 	if hasSuffix && suffix != in.cfg.backfill {
 		return "", false
 	}
-	if strings.HasPrefix(key, "__") && strings.HasSuffix(key, "__") {
-		return "", false
-	}
 	if in.layout.IsCluster() {
 		if len(key) < 2 || key[0] != '{' || key[len(key)-1] != '}' {
 			return "", false
 		}
 		key = key[1 : len(key)-1]
 	}
-	return key, key != ""
+	if key == "" || broker.ReservedKey(key, in.cfg.backfill) {
+		return "", false
+	}
+	return key, true
 }

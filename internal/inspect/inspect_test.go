@@ -238,11 +238,73 @@ func TestPartitionsWrongTypeIsReportedNotFatal(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := byKey(t, ps)["o-str"]
-	if !strings.Contains(p.Error, "o-str") || p.Lanes[0].Exists {
+	if !strings.Contains(p.Error, "o-str") || !p.Lanes[0].Exists || p.Lanes[0].Error == "" {
 		t.Errorf("wrong type: %+v", p)
 	}
 	if p := byKey(t, ps)["o-cold"]; !strings.Contains(p.Error, "o-cold:backfill") || p.Length != 3 {
 		t.Errorf("backfill of the wrong type: %+v", p)
+	}
+}
+
+// What a key of the wrong Redis type hides is unknown, not empty, free or
+// missing: a lane's length (and the partition's, and the group's lag), a
+// lease state whose lease or generation key cannot be read, and such a
+// generation; what could be read stays known.
+func TestPartitionsUnreadableKeysAreUnknown(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartRedis(t)
+	c := srv.Client(t)
+	const cat, g = "shop::order", "app.OrderProjector"
+	f := testenv.Protean(t, c).Category(cat)
+	l := broker.ProteanLayout
+	f.Partition("gen-bad").Entries(5).Group(g)
+	c.HSet(ctx, l.GenerationKey(g, "gen-bad"), "f", "v")
+	f.Partition("lease-bad").Entries(2).Group(g)
+	c.Set(ctx, l.GenerationKey(g, "lease-bad"), "4", 0)
+	c.HSet(ctx, l.LeaseKey(g, "lease-bad"), "f", "v")
+	f.Partition("held-gen-bad").Entries(1).Group(g).Lease("node-a", 3, time.Minute)
+	c.Del(ctx, l.GenerationKey(g, "held-gen-bad"))
+	c.HSet(ctx, l.GenerationKey(g, "held-gen-bad"), "f", "v")
+	f.Partition("main-bad")
+	c.HSet(ctx, l.Stream(cat, "main-bad"), "f", "v")
+	f.Partition("bf-bad").Entries(3).Group(g)
+	c.HSet(ctx, l.LaneStream(cat, "bf-bad", broker.DefaultBackfillSuffix), "f", "v")
+	c.SAdd(ctx, l.GroupsKey(cat), g)
+
+	ps, err := inspect.New(c, l).Partitions(ctx, cat, inspect.PartitionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := byKey(t, ps)
+	group := func(key string) inspect.Group {
+		t.Helper()
+		gr, ok := m[key].Group(g)
+		if !ok {
+			t.Fatalf("%s: no group %s", key, g)
+		}
+		return gr
+	}
+	for _, key := range []string{"gen-bad", "lease-bad", "held-gen-bad", "main-bad", "bf-bad"} {
+		if p := m[key]; !errors.Is(p.Err(), broker.ErrWrongType) {
+			t.Errorf("%s: err %v, want a wrong type", key, p.Err())
+		}
+	}
+
+	if gr, p := group("gen-bad"), m["gen-bad"]; gr.LeaseState != inspect.LeaseUnknown || gr.GenerationKnown() || !p.LengthKnown() || p.Length != 5 {
+		t.Errorf("generation key of the wrong type: state %q, generation known %v, length %d known %v", gr.LeaseState, gr.GenerationKnown(), p.Length, p.LengthKnown())
+	}
+	if gr := group("lease-bad"); gr.LeaseState != inspect.LeaseUnknown || !gr.GenerationKnown() || val(t, "generation", gr.Generation) != 4 {
+		t.Errorf("lease key of the wrong type: state %q, generation %v", gr.LeaseState, gr.Generation)
+	}
+	if gr := group("held-gen-bad"); gr.LeaseState != inspect.LeaseHeld || gr.GenerationKnown() || gr.Lease == nil {
+		t.Errorf("held lease, generation key of the wrong type: state %q, generation known %v", gr.LeaseState, gr.GenerationKnown())
+	}
+	if p, gr := m["main-bad"], group("main-bad"); p.LengthKnown() || !p.Lanes[0].Exists || p.Lanes[0].LengthKnown() || gr.Lag != nil {
+		t.Errorf("main lane of the wrong type: %+v, lag %v", p, gr.Lag)
+	}
+	p := m["bf-bad"]
+	if len(p.Lanes) != 2 || !p.Lanes[0].LengthKnown() || p.Lanes[1].LengthKnown() || !p.Lanes[1].Exists || p.LengthKnown() || group("bf-bad").Lag != nil {
+		t.Errorf("backfill lane of the wrong type: %+v", p)
 	}
 }
 
@@ -413,7 +475,7 @@ func TestLeases(t *testing.T) {
 		if l.Key == s.Halted && (l.State != inspect.LeaseHeld || *l.Owner != s.HaltedOwner || *l.Generation != 5 || *l.Token != s.HaltedToken) {
 			t.Errorf("halted lease %+v", l)
 		}
-		if l.Category != s.Orders || l.LeaseKey != l.Group+":"+l.Key+":__lease__" {
+		if l.Category == nil || *l.Category != s.Orders || l.LeaseKey != l.Group+":"+l.Key+":__lease__" {
 			t.Errorf("lease row %+v", l)
 		}
 	}

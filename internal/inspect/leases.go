@@ -72,7 +72,7 @@ func (in *Inspector) leases(ctx context.Context, q LeaseQuery) ([]Lease, error) 
 		}
 	}
 	slices.SortFunc(out, func(a, b Lease) int {
-		return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Key, b.Key), cmp.Compare(a.Category, b.Category))
+		return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Key, b.Key), cmp.Compare(deref(a.Category), deref(b.Category)))
 	})
 	return out, nil
 }
@@ -201,10 +201,22 @@ func (in *Inspector) leasesOf(p *Partition) []Lease {
 	return out
 }
 
+// deref is *s, or "" for nil.
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
 // leaseRow is a lease row; unheld is the state of a lease that is not
-// held but was (the group's LeaseState when the partition was read).
+// held but was (the group's LeaseState when the partition was read), or
+// LeaseUnknown when a key could not be read.
 func leaseRow(category, group, key, leaseKey string, li *LeaseInfo, counter *int64, unheld LeaseState) Lease {
-	l := Lease{Category: category, Group: group, Key: key, LeaseKey: leaseKey, Counter: counter}
+	l := Lease{Group: group, Key: key, LeaseKey: leaseKey, Counter: counter}
+	if category != "" {
+		l.Category = &category
+	}
 	switch {
 	case li != nil:
 		l.State = LeaseHeld
@@ -212,6 +224,8 @@ func leaseRow(category, group, key, leaseKey string, li *LeaseInfo, counter *int
 	case counter != nil:
 		l.State = unheld
 		l.Generation = counter
+	case unheld == LeaseUnknown:
+		l.State = LeaseUnknown
 	default:
 		l.State = LeaseFree
 	}

@@ -268,7 +268,8 @@ type laneRead struct {
 	err    error // a reply error other than "no such key" (e.g. WRONGTYPE)
 }
 
-// readGroups fills r from XINFO GROUPS: a missing stream is not an error.
+// readGroups fills r from XINFO GROUPS: a missing stream is not an error;
+// a key of another type exists, but is no stream to read.
 func (r *laneRead) readGroups(c *redis.XInfoGroupsCmd) {
 	groups, err := c.Result()
 	switch {
@@ -278,11 +279,12 @@ func (r *laneRead) readGroups(c *redis.XInfoGroupsCmd) {
 	case isNoSuchKey(err):
 	default:
 		r.err = wrapErr("read lane", r.lane.Stream, "stream", err)
+		r.lane.Exists = errors.Is(r.err, broker.ErrWrongType)
 	}
 }
 
 func (r *laneRead) readTail(length *redis.IntCmd, last *redis.Cmd) {
-	if !r.lane.Exists {
+	if !r.lane.Exists || r.err != nil {
 		return
 	}
 	r.lane.Length = length.Val()
@@ -317,8 +319,10 @@ type leaseRead struct {
 	pttl       int64
 	pttlOK     bool
 	// err is a *broker.WrongTypeError when the lease or generation key
-	// holds another type than a string (MGET reads it as nil: missing).
-	err error
+	// holds another type than a string (MGET reads it as nil: missing);
+	// leaseBad and genBad say which (both may).
+	err              error
+	leaseBad, genBad bool
 }
 
 // readChunk reads keys' partitions in two pipelined round trips (three
@@ -428,6 +432,7 @@ func (cl chunkLeases) read(ctx context.Context, op string, in *Inspector, keys [
 	}
 	type check struct {
 		i, j int
+		gen  bool
 		key  string
 		typ  *redis.StatusCmd
 	}
@@ -437,11 +442,11 @@ func (cl chunkLeases) read(ctx context.Context, op string, in *Inspector, keys [
 		for j, g := range names[i] {
 			if lr[i][j].lease == nil {
 				k := in.layout.LeaseKey(g, keys[i])
-				checks = append(checks, check{i, j, k, p.Type(ctx, k)})
+				checks = append(checks, check{i, j, false, k, p.Type(ctx, k)})
 			}
 			if lr[i][j].gen == nil {
 				k := in.layout.GenerationKey(g, keys[i])
-				checks = append(checks, check{i, j, k, p.Type(ctx, k)})
+				checks = append(checks, check{i, j, true, k, p.Type(ctx, k)})
 			}
 		}
 	}
@@ -449,8 +454,18 @@ func (cl chunkLeases) read(ctx context.Context, op string, in *Inspector, keys [
 		return pipeErr(op, err)
 	}
 	for _, c := range checks {
-		if t := c.typ.Val(); t != "" && t != "none" && t != "string" && lr[c.i][c.j].err == nil {
-			lr[c.i][c.j].err = &broker.WrongTypeError{Op: op, Key: c.key, Want: "string", Got: t}
+		t := c.typ.Val()
+		if t == "" || t == "none" || t == "string" {
+			continue
+		}
+		r := &lr[c.i][c.j]
+		if c.gen {
+			r.genBad = true
+		} else {
+			r.leaseBad = true
+		}
+		if r.err == nil {
+			r.err = &broker.WrongTypeError{Op: op, Key: c.key, Want: "string", Got: t}
 		}
 	}
 	return nil
@@ -709,10 +724,13 @@ func (in *Inspector) assemble(w *walk, key string, lanes [2]laneRead, names []st
 		}
 	}
 	for li, l := range lanes {
-		if l.err != nil && p.Error == "" {
-			p.Error, p.err = l.err.Error(), l.err
+		if l.err != nil {
+			l.lane.Error = l.err.Error()
+			if p.Error == "" {
+				p.Error, p.err = l.lane.Error, l.err
+			}
 		}
-		if li > 0 && !l.lane.Exists {
+		if li > 0 && !l.lane.Exists && l.err == nil {
 			continue
 		}
 		if w.laneGroups {
@@ -748,6 +766,12 @@ func (in *Inspector) assemble(w *walk, key string, lanes [2]laneRead, names []st
 	for j, name := range names {
 		g := Group{Name: name, Registered: registered[name], Lag: ptr(int64(0))}
 		for li, l := range lanes {
+			if l.err != nil {
+				// A lane that could not be read: what the group has left
+				// to read there is unknown.
+				g.Lag = nil
+				continue
+			}
 			if !l.lane.Exists {
 				continue
 			}
@@ -772,6 +796,7 @@ func (in *Inspector) assemble(w *walk, key string, lanes [2]laneRead, names []st
 			}
 		}
 		g.Lease, g.Generation = leaseOf(lr[j])
+		g.leaseUnread, g.genUnread = lr[j].leaseBad, lr[j].genBad
 		if w.parked != nil {
 			g.Parked = ptr(w.parked[parkedKey{name, key}])
 		}

@@ -30,6 +30,16 @@ type Offsets interface {
 
 var _ Offsets = (*kafkasource.Source)(nil)
 
+// Pinger is an optional capability of Offsets: Ping answers nil when a
+// broker answers and wraps kafkasource.ErrUnreachable when none does, so
+// that a listing that reads no topic still tells an empty answer from
+// brokers it could not reach. *kafkasource.Source implements it.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+var _ Pinger = (*kafkasource.Source)(nil)
+
 // Topic is one Kafka topic's lease group in a service (`topics show`; a
 // row group of `topics ls`): every partition with its lease and each
 // subscription's checkpoint and lag.
@@ -155,6 +165,16 @@ func (in *Inspector) Topics(ctx context.Context, kafka Offsets, service string, 
 			slices.Sort(topics)
 		}
 	}
+	if len(topics) == 0 {
+		// Nothing in Redis names a topic of service, so Kafka would not
+		// be asked anything: ask it whether it answers, or an unreachable
+		// Kafka would read as a service without topics.
+		if p, ok := kafka.(Pinger); ok {
+			if err := p.Ping(ctx); err != nil {
+				return nil, kafkaErr("read topics", err)
+			}
+		}
+	}
 	out := make([]Topic, 0, len(topics))
 	for _, t := range topics {
 		names := opts.Subscriptions
@@ -252,10 +272,8 @@ func (in *Inspector) readTopic(ctx context.Context, kafka Offsets, service, topi
 	switch {
 	case errors.Is(err, kafkasource.ErrTopicNotFound):
 		return t, fmt.Errorf("inspect: %s %q: %w: %w", op, topic, ErrNotFound, err)
-	case errors.Is(err, kafkasource.ErrUnreachable), errors.Is(err, context.DeadlineExceeded):
-		return t, fmt.Errorf("inspect: %s %q: %w: %w", op, topic, broker.ErrUnavailable, err)
 	case err != nil:
-		return t, fmt.Errorf("inspect: %s %q: %w", op, topic, err)
+		return t, kafkaErr(fmt.Sprintf("%s %q", op, topic), err)
 	}
 	parts := make([]int32, 0, len(marks))
 	for p := range marks {
@@ -347,6 +365,15 @@ func (in *Inspector) readTopic(ctx context.Context, kafka Offsets, service, topi
 		t.Partitions = append(t.Partitions, tp)
 	}
 	return t, nil
+}
+
+// kafkaErr wraps an error of a Kafka call: unreachable brokers (or a
+// deadline) also wrap broker.ErrUnavailable, so the CLI exits 3.
+func kafkaErr(what string, err error) error {
+	if errors.Is(err, kafkasource.ErrUnreachable) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("inspect: %s: %w: %w", what, broker.ErrUnavailable, err)
+	}
+	return fmt.Errorf("inspect: %s: %w", what, err)
 }
 
 // topicLeaseState is LeaseStateOf for a Kafka partition: records wait

@@ -1,6 +1,8 @@
 package inspect
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -24,14 +26,48 @@ type Lane struct {
 	// Name is "main" or the lane's suffix (e.g. "backfill").
 	Name   string `json:"name"`
 	Stream string `json:"stream"`
-	// Exists is false for a main lane whose stream is missing (an index
-	// entry without a stream). A missing backfill lane is not listed.
-	Exists      bool    `json:"exists"`
+	// Exists is false for a main lane whose key is missing (an index
+	// entry without a stream). A missing backfill lane is not listed. A
+	// key of another Redis type exists (Error says what it holds).
+	Exists bool `json:"exists"`
+	// Length is the number of entries; unknown when Error is set
+	// (LengthKnown): 0 here, null in JSON.
 	Length      int64   `json:"length"`
-	LastEntryID *string `json:"lastEntryId"` // null when the lane is empty
+	LastEntryID *string `json:"lastEntryId"` // null when the lane is empty or unread
 	// Groups are the groups created on this lane with their positions;
 	// filled only with PartitionOptions.LaneGroups (and by Partition).
 	Groups []LaneGroup `json:"groups,omitempty"`
+	// Error is set when the lane's key could not be read as a stream (it
+	// holds another Redis type: the message names the key, its type and
+	// "stream"); its length, entries and groups are then unknown.
+	Error string `json:"error,omitempty"`
+}
+
+// LengthKnown reports whether Length is the lane's length: false when
+// the lane could not be read (Error).
+func (l *Lane) LengthKnown() bool { return l.Error == "" }
+
+// laneJSON is Lane as JSON: Lane's fields with their tags, in their
+// order, the length null when unknown. (A field added to Lane is added
+// here too: TestLaneAndPartitionJSONKeepEveryField fails until it is.)
+type laneJSON struct {
+	Name        string      `json:"name"`
+	Stream      string      `json:"stream"`
+	Exists      bool        `json:"exists"`
+	Length      *int64      `json:"length"`
+	LastEntryID *string     `json:"lastEntryId"`
+	Groups      []LaneGroup `json:"groups,omitempty"`
+	Error       string      `json:"error,omitempty"`
+}
+
+// MarshalJSON writes l with its length null when unknown (LengthKnown),
+// as every unknown value is.
+func (l Lane) MarshalJSON() ([]byte, error) {
+	j := laneJSON{Name: l.Name, Stream: l.Stream, Exists: l.Exists, LastEntryID: l.LastEntryID, Groups: l.Groups, Error: l.Error}
+	if l.LengthKnown() {
+		j.Length = &l.Length
+	}
+	return marshalJSON(j)
 }
 
 // LaneGroup is a group's position on one lane.
@@ -73,12 +109,15 @@ type Group struct {
 	// the group is not created there.
 	LastDeliveredID *string `json:"lastDeliveredId"`
 	// Generation is the fence counter G:K:__generation__; null when the
-	// partition has never been leased for the group.
+	// partition has never been leased for the group, or when the key
+	// could not be read (GenerationKnown).
 	Generation *int64 `json:"generation"`
-	// Lease is null when no lease is held.
+	// Lease is null when no lease is held (or the lease key could not be
+	// read: LeaseState is then LeaseUnknown).
 	Lease *LeaseInfo `json:"lease"`
-	// LeaseState is held, released, expired or free (LeaseStateOf);
-	// docs/cli.md has the table of their meanings.
+	// LeaseState is held, released, expired or free (LeaseStateOf), or
+	// LeaseUnknown (null) when the lease or generation key could not be
+	// read; docs/cli.md has the table of their meanings.
 	LeaseState LeaseState `json:"leaseState"`
 	// Parked says whether the failure ledger has an entry for (group,
 	// key); null when the Inspector has no ledger.
@@ -95,7 +134,17 @@ type Group struct {
 	// entries and seconds it was decided on (StatusOf); filled only with
 	// PartitionOptions.Health (and by Partition), absent otherwise.
 	Health *Health `json:"health,omitempty"`
+
+	// leaseUnread and genUnread are set when the lease (generation) key
+	// holds another Redis type than a string: what it says is unknown,
+	// not missing (the partition's Err names the key).
+	leaseUnread, genUnread bool
 }
+
+// GenerationKnown reports whether Generation is what Redis holds: false
+// when the generation key could not be read (it holds another Redis
+// type), so that a null Generation is unknown, not "never leased".
+func (g *Group) GenerationKnown() bool { return !g.genUnread }
 
 // Partition is one row of `partitions ls`.
 type Partition struct {
@@ -115,6 +164,58 @@ type Partition struct {
 	// partition holds another Redis type); the rest is what could be read.
 	Error string `json:"error,omitempty"`
 	err   error
+}
+
+// LengthKnown reports whether Length counts every lane's entries: false
+// when a lane could not be read (its Error is set).
+func (p *Partition) LengthKnown() bool {
+	for i := range p.Lanes {
+		if !p.Lanes[i].LengthKnown() {
+			return false
+		}
+	}
+	return true
+}
+
+// partitionJSON is Partition as JSON: Partition's fields with their tags,
+// in their order, the length null when unknown. (A field added to
+// Partition is added here too: TestLaneAndPartitionJSONKeepEveryField
+// fails until it is.)
+type partitionJSON struct {
+	Category    string  `json:"category"`
+	Key         string  `json:"key"`
+	Stream      string  `json:"stream"`
+	Length      *int64  `json:"length"`
+	LastEntryID *string `json:"lastEntryId"`
+	IdleMs      *int64  `json:"idleMs"`
+	Lanes       []Lane  `json:"lanes"`
+	Groups      []Group `json:"groups"`
+	Error       string  `json:"error,omitempty"`
+}
+
+// MarshalJSON writes p with its length null when unknown (LengthKnown),
+// as every unknown value is.
+func (p Partition) MarshalJSON() ([]byte, error) {
+	j := partitionJSON{Category: p.Category, Key: p.Key, Stream: p.Stream, LastEntryID: p.LastEntryID, IdleMs: p.IdleMs,
+		Lanes: p.Lanes, Groups: p.Groups, Error: p.Error}
+	if p.LengthKnown() {
+		j.Length = &p.Length
+	}
+	return marshalJSON(j)
+}
+
+// marshalJSON is json.Marshal without HTML escaping, for MarshalJSON
+// methods: the encoder that calls them escapes what it is told to
+// (encoding/json escapes a MarshalJSON result for HTML only when its own
+// encoder does), and the CLI's do not.
+func marshalJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // Err is the error Error describes, nil when every lane was read: a
@@ -291,7 +392,21 @@ const (
 	// a keyspace scan and cannot tell which category's streams they
 	// guard, so it cannot tell released from expired.
 	LeaseUnheld LeaseState = "unheld"
+	// LeaseUnknown: the lease key, or the generation counter of a lease
+	// not held, holds another Redis type than a string, so none of the
+	// states above can be told (a free one least of all). It has no
+	// word: JSON has null and tables "?", as for every unknown value,
+	// and the command exits 9 naming the key. Not in LeaseStates.
+	LeaseUnknown LeaseState = ""
 )
+
+// MarshalJSON writes the state's word, or null for LeaseUnknown.
+func (s LeaseState) MarshalJSON() ([]byte, error) {
+	if s == LeaseUnknown {
+		return []byte("null"), nil
+	}
+	return marshalJSON(string(s))
+}
 
 // StateInfo is a state word with its meaning, for documentation and help
 // (docs/cli.md's table of states is generated from LeaseStates and
@@ -334,6 +449,9 @@ func LeaseStateOf(g *Group) LeaseState {
 	switch {
 	case g.Lease != nil:
 		return LeaseHeld
+	case g.leaseUnread || g.genUnread:
+		// A key of another type is neither held nor never leased.
+		return LeaseUnknown
 	case g.Generation == nil:
 		return LeaseFree
 	}
@@ -360,11 +478,11 @@ func VerdictStates() []StateInfo {
 // Lease is one row of `leases ls`.
 type Lease struct {
 	// Category is known when the lease was found through a category's
-	// index; empty when found by a keyspace scan (a lease key does not
+	// index; null when found by a keyspace scan (a lease key does not
 	// name its category).
-	Category string `json:"category,omitempty"`
-	Group    string `json:"group"`
-	Key      string `json:"key"`
+	Category *string `json:"category"`
+	Group    string  `json:"group"`
+	Key      string  `json:"key"`
 	// Owner, Generation and TTLMs come from the lease value; null unless
 	// held. Generation falls back to the counter when the lease is not
 	// held (see Counter).

@@ -9,9 +9,15 @@ import (
 	"github.com/protctl/protctl/internal/output"
 )
 
-// Cell conventions of every table and detail view: "-" stands for
-// unknown (JSON null) and for none. The values are not escaped: the CLI's
-// printer and the dashboard's tables escape what they print.
+// Cell conventions of every table and detail view: "-" stands for none
+// (JSON null for what is absent or not applicable), and Unknown ("?")
+// for what Redis could not tell (JSON null for a value that could not be
+// read: a key of the wrong type, entries deleted from a lane's middle).
+// The values are not escaped: the CLI's printer and the dashboard's
+// tables escape what they print.
+
+// Unknown is the cell of a value that could not be read.
+const Unknown = "?"
 
 // Dash is s, or "-" when s is empty.
 func Dash(s string) string {
@@ -84,10 +90,15 @@ func Plural(n int, one, many string) string {
 }
 
 // Lanes is a partition's lanes with their lengths, "main:5 backfill:4"
-// (a main lane without a stream is "main:missing"), or "-" without lanes.
+// (a main lane without a key is "main:missing", one that could not be
+// read "main:?"), or "-" without lanes.
 func Lanes(lanes []inspect.Lane) string {
 	parts := make([]string, 0, len(lanes))
 	for _, l := range lanes {
+		if !l.LengthKnown() {
+			parts = append(parts, l.Name+":"+Unknown)
+			continue
+		}
 		if !l.Exists {
 			parts = append(parts, l.Name+":missing")
 			continue
@@ -107,4 +118,31 @@ func ShellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// Length is a partition's length over its lanes, or Unknown when a lane
+// could not be read.
+func Length(p *inspect.Partition) string {
+	if !p.LengthKnown() {
+		return Unknown
+	}
+	return strconv.FormatInt(p.Length, 10)
+}
+
+// LeaseState is a lease state's word, or Unknown (inspect.LeaseUnknown)
+// when the lease or generation key could not be read.
+func LeaseState(s inspect.LeaseState) string {
+	if s == inspect.LeaseUnknown {
+		return Unknown
+	}
+	return string(s)
+}
+
+// Generation is a group's generation counter, "-" when it has none
+// (never leased), or Unknown when the key could not be read.
+func Generation(g *inspect.Group) string {
+	if !g.GenerationKnown() {
+		return Unknown
+	}
+	return Int(g.Generation)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
@@ -18,6 +19,20 @@ type Layout struct {
 	Styles output.Styles
 	// Table writes items (all of one type) under cols' headers.
 	Table func(w io.Writer, kind string, items []any, cols []output.Column) error
+	// RelativeTimes writes a point in time as its age by the server's
+	// clock ("5m25s ago"), as tables do on a terminal; false writes it in
+	// RFC 3339 (UTC, to the second), as tables do without one
+	// (docs/cli.md, "Output"; output.Printer.Time decides the same way).
+	RelativeTimes bool
+}
+
+// ago writes the point in time age before now: "5m25s ago" with
+// RelativeTimes, else RFC 3339.
+func (l Layout) ago(now time.Time, age time.Duration) string {
+	if l.RelativeTimes {
+		return Duration(age.Milliseconds()) + " ago"
+	}
+	return now.Add(-age).UTC().Format(time.RFC3339)
 }
 
 // WritePartition writes `partitions show`'s text view of d: the
@@ -32,7 +47,7 @@ func WritePartition(w io.Writer, d *inspect.PartitionDetail, l Layout) error {
 	}
 	last := Str(d.LastEntryID)
 	if d.IdleMs != nil {
-		last += " (" + Duration(*d.IdleMs) + " ago)"
+		last += " (" + l.ago(d.ServerTime, time.Duration(*d.IdleMs)*time.Millisecond) + ")"
 	}
 	if err := output.WriteFields(w, st,
 		output.Field{Label: "Partition", Value: d.Category + " " + d.Key},
@@ -52,7 +67,7 @@ func WritePartition(w io.Writer, d *inspect.PartitionDetail, l Layout) error {
 		}
 		if err := output.WriteFields(w, st,
 			output.Field{Label: "Lease", Value: Lease(&g.Group)},
-			output.Field{Label: "Generation", Value: Int(g.Generation)},
+			output.Field{Label: "Generation", Value: Generation(&g.Group)},
 			output.Field{Label: "Pending", Value: strconv.FormatInt(g.Pending, 10)},
 			output.Field{Label: "Lag", Value: Lag(g.Lag)},
 			output.Field{Label: "Delivered up to", Value: Str(g.LastDeliveredID)},
@@ -112,6 +127,8 @@ func Lease(g *inspect.Group) string {
 		return fmt.Sprintf("released (parked; none held since generation %d)", *gen)
 	case gen != nil && g.LeaseState == inspect.LeaseReleased:
 		return fmt.Sprintf("released (idle; none held since generation %d)", *gen)
+	case g.LeaseState == inspect.LeaseUnknown:
+		return Unknown + " (the lease or generation key could not be read)"
 	}
 	return inspect.NotHeldText(g.LeaseState, gen)
 }

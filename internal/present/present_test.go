@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
@@ -158,14 +159,34 @@ func stuckDetail() *inspect.PartitionDetail {
 	return &inspect.PartitionDetail{
 		Category: "shop::order", Key: "o 1", Stream: "shop::order:o 1", Length: 5, LastEntryID: str("4-0"), IdleMs: i64(180_000),
 		Lanes: []inspect.Lane{{Name: "main", Exists: true, Length: 5}}, Groups: []inspect.GroupDetail{g}, Indexed: true,
-		Verdict: g.Verdict,
+		Verdict: g.Verdict, ServerTime: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC),
+	}
+}
+
+// The last entry's time is its age on a terminal, RFC 3339 without one
+// (docs/cli.md, "Output"), the same instant by the server's clock.
+func TestWritePartitionTimes(t *testing.T) {
+	for _, c := range []struct {
+		relative bool
+		want     string
+	}{
+		{true, "Last entry:    4-0 (3m ago)\n"},
+		{false, "Last entry:    4-0 (2026-03-01T11:57:00Z)\n"},
+	} {
+		var b strings.Builder
+		if err := WritePartition(&b, stuckDetail(), Layout{RelativeTimes: c.relative, Table: func(io.Writer, string, []any, []output.Column) error { return nil }}); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), c.want) {
+			t.Errorf("RelativeTimes %v: no %q in\n%s", c.relative, c.want, b.String())
+		}
 	}
 }
 
 func TestWritePartition(t *testing.T) {
 	var b strings.Builder
 	var tables []string
-	err := WritePartition(&b, stuckDetail(), Layout{Table: func(w io.Writer, kind string, items []any, cols []output.Column) error {
+	err := WritePartition(&b, stuckDetail(), Layout{RelativeTimes: true, Table: func(w io.Writer, kind string, items []any, cols []output.Column) error {
 		tables = append(tables, kind)
 		for _, it := range items {
 			var cells []string

@@ -127,6 +127,7 @@ func explainText(d *inspect.PartitionDetail) string {
 			_, err := io.WriteString(w, columnsTable(cols, items))
 			return err
 		},
+		RelativeTimes: true, // the dashboard is a terminal
 	})
 	for _, h := range present.RepairHints(d) {
 		what := h.What
@@ -208,10 +209,10 @@ func timeText(t, now time.Time) string {
 
 func leaseDetailText(l *inspect.Lease) string {
 	return fieldsText(
-		output.Field{Label: "Category", Value: present.Dash(l.Category)},
+		output.Field{Label: "Category", Value: present.Str(l.Category)},
 		output.Field{Label: "Group", Value: l.Group},
 		output.Field{Label: "Key", Value: l.Key},
-		output.Field{Label: "State", Value: string(l.State)},
+		output.Field{Label: "State", Value: present.LeaseState(l.State)},
 		output.Field{Label: "Owner", Value: present.Str(l.Owner)},
 		output.Field{Label: "Generation", Value: present.Int(l.Generation)},
 		output.Field{Label: "Counter", Value: present.Int(l.Counter)},

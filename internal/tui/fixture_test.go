@@ -96,14 +96,14 @@ func scenario() *MemorySource {
 		ServerTime: fixedNow,
 	})
 	src.SetLeases([]inspect.Lease{
-		{Category: "shop::order", Group: g, Key: "o-backfill", Owner: str("node-b"), Generation: i64(1), TTLMs: i64(29_100),
+		{Category: str("shop::order"), Group: g, Key: "o-backfill", Owner: str("node-b"), Generation: i64(1), TTLMs: i64(29_100),
 			State: inspect.LeaseHeld, Token: str("node-b:1"), Counter: i64(1), LeaseKey: g + ":o-backfill:__lease__"},
-		{Category: "shop::order", Group: g, Key: "o-cold", State: inspect.LeaseFree, LeaseKey: g + ":o-cold:__lease__"},
-		{Category: "shop::order", Group: g, Key: "o-halted", Owner: str("worker-1"), Generation: i64(5), TTLMs: i64(54_000),
+		{Category: str("shop::order"), Group: g, Key: "o-cold", State: inspect.LeaseFree, LeaseKey: g + ":o-cold:__lease__"},
+		{Category: str("shop::order"), Group: g, Key: "o-halted", Owner: str("worker-1"), Generation: i64(5), TTLMs: i64(54_000),
 			State: inspect.LeaseHeld, Token: str("worker-1:5"), Counter: i64(5), LeaseKey: g + ":o-halted:__lease__"},
-		{Category: "shop::order", Group: g, Key: "o-healthy", Owner: str("node-a"), Generation: i64(3), TTLMs: i64(28_500),
+		{Category: str("shop::order"), Group: g, Key: "o-healthy", Owner: str("node-a"), Generation: i64(3), TTLMs: i64(28_500),
 			State: inspect.LeaseHeld, Token: str("node-a:3"), Counter: i64(3), LeaseKey: g + ":o-healthy:__lease__"},
-		{Category: "shop::order", Group: g, Key: "o-lagging", Generation: i64(2), State: inspect.LeaseExpired, Counter: i64(2),
+		{Category: str("shop::order"), Group: g, Key: "o-lagging", Generation: i64(2), State: inspect.LeaseExpired, Counter: i64(2),
 			LeaseKey: g + ":o-lagging:__lease__"},
 	})
 	src.SetParked([]ledger.Parked{

@@ -726,8 +726,12 @@ func (m *Model) action(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 		}
 	case viewLeases:
 		l := snap.leases[r.item]
+		var category string // unknown for a lease found by a scan
+		if l.Category != nil {
+			category = *l.Category
+		}
 		return m, m.openConfirm(ActionRequest{
-			Action: repair.ActionRelease, Category: l.Category, Key: l.Key, Group: l.Group,
+			Action: repair.ActionRelease, Category: category, Key: l.Key, Group: l.Group,
 			Force: l.State == "held",
 		})
 	case viewTopics:

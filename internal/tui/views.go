@@ -180,7 +180,7 @@ func partitionRows(parts []inspect.Partition, base int) []row {
 	for i := range parts {
 		p := &parts[i]
 		cat, key, lanes := esc(p.Category), esc(p.Key), present.Lanes(p.Lanes)
-		length := strconv.FormatInt(p.Length, 10)
+		length := present.Length(p)
 		idle := present.Ms(p.IdleMs)
 		if len(p.Groups) == 0 {
 			r := newRow(base+i, cat, key, "-", lanes, length, "-", "-", "-", "-", "-", "-", idle, "-")
@@ -211,13 +211,13 @@ func partitionRows(parts []inspect.Partition, base int) []row {
 				owner, ttl, ttlKey = esc(g.Lease.Owner), present.Ms(g.Lease.TTLMs), *g.Lease.TTLMs
 			case g.Lease != nil:
 				owner, ttl = esc(g.Lease.Owner), "none"
-			case g.LeaseState != "":
+			default:
 				// Not held: the lease state says why (released, expired,
-				// free), in partitions ls's words.
-				ttl = string(g.LeaseState)
+				// free), in partitions ls's words, or "?" when unknown.
+				ttl = present.LeaseState(g.LeaseState)
 			}
 			r := newRow(base+i, cat, key, esc(g.Name), lanes, length, lag, strconv.FormatInt(g.Pending, 10),
-				owner, present.Int(g.Generation), ttl, present.Bool(g.Parked), idle, present.Status(g.Health))
+				owner, present.Generation(g), ttl, present.Bool(g.Parked), idle, present.Status(g.Health))
 			r.nums = []int64{p.Length, orKey(g.Lag, unknownHigh), g.Pending, orKey(g.Generation, unknownLow), ttlKey, orKey(p.IdleMs, unknownLow)}
 			r.group = g.Name
 			switch {
@@ -246,7 +246,7 @@ func leaseRows(leases []inspect.Lease) []row {
 		if l.Owner != nil {
 			owner = esc(*l.Owner)
 		}
-		r := newRow(i, esc(l.Category), esc(l.Group), esc(l.Key), string(l.State), owner,
+		r := newRow(i, esc(present.Str(l.Category)), esc(l.Group), esc(l.Key), present.LeaseState(l.State), owner,
 			present.Int(l.Generation), present.Ms(l.TTLMs), esc(l.LeaseKey))
 		r.nums = []int64{orKey(l.Generation, unknownLow), orKey(l.TTLMs, unknownHigh)}
 		r.toneCol = 3

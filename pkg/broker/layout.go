@@ -26,6 +26,7 @@ const MaxKeyLen = 255
 //	C:K                  STREAM, partition K's main lane
 //	C:K:<backfill>       STREAM, partition K's low-priority lane
 //	C:K:dlq              STREAM, partition K's dead letters
+//	C:dlq                STREAM, the category's dead letters (Protean's)
 //	G:K:__lease__        STRING owner:generation with a PX TTL
 //	G:K:__generation__   STRING integer, the fence counter (never deleted)
 //
@@ -105,9 +106,9 @@ func (l Layout) GenerationKey(group, key string) string {
 }
 
 // ValidateKey checks a partition key the way Protean does on publish: not
-// empty, at most MaxKeyLen bytes, no ':', not "dlq", not the backfill
-// suffix, not of the reserved form __x__. The cluster layout also refuses
-// '{' and '}', which would change the hash tag.
+// empty, at most MaxKeyLen bytes, no ':', not a reserved name
+// (ReservedKey). The cluster layout also refuses '{' and '}', which would
+// change the hash tag.
 func (l Layout) ValidateKey(key, backfillSuffix string) error {
 	const op = "validate key"
 	q := strconv.Quote(key)
@@ -118,16 +119,38 @@ func (l Layout) ValidateKey(key, backfillSuffix string) error {
 		return invalid(op, "partition key", truncate(q, 40), fmt.Sprintf("is %d bytes, at most %d allowed", len(key), MaxKeyLen))
 	case strings.Contains(key, ":"):
 		return invalid(op, "partition key", q, `must not contain ":"`)
-	case key == DLQSuffix:
-		return invalid(op, "partition key", q, `"dlq" is reserved for dead-letter streams`)
-	case key == backfillSuffix || (backfillSuffix == "" && key == DefaultBackfillSuffix):
-		return invalid(op, "partition key", q, "is the backfill lane's suffix")
-	case len(key) >= 4 && strings.HasPrefix(key, "__") && strings.HasSuffix(key, "__"):
-		return invalid(op, "partition key", q, "the form __x__ is reserved")
+	case reservedReason(key, backfillSuffix) != "":
+		return invalid(op, "partition key", q, reservedReason(key, backfillSuffix))
 	case l.cluster && strings.ContainsAny(key, "{}"):
 		return invalid(op, "partition key", q, `must not contain "{" or "}" in the cluster layout`)
 	}
 	return nil
+}
+
+// ReservedKey reports whether key is a name the layout keeps for a
+// category's own keys, which no partition may have: "dlq" (C:dlq is the
+// category's dead-letter stream, as C:K:dlq is K's), the backfill suffix
+// (backfillSuffix, or DefaultBackfillSuffix when it is ""; C:<backfill>
+// and C:<backfill>:dlq are the category's own), and the form __x__
+// (C:__partitions__, C:__groups__, C:__wake__). A key found by scanning
+// the keyspace for C:* that is reserved is no partition of C: readers
+// leave such streams out of partition findings. ValidateKey refuses
+// these keys.
+func ReservedKey(key, backfillSuffix string) bool {
+	return reservedReason(key, backfillSuffix) != ""
+}
+
+// reservedReason says why key is reserved, "" when it is not.
+func reservedReason(key, backfillSuffix string) string {
+	switch {
+	case key == DLQSuffix:
+		return `"dlq" is reserved for dead-letter streams`
+	case key == backfillSuffix || (backfillSuffix == "" && key == DefaultBackfillSuffix):
+		return "is the backfill lane's suffix"
+	case len(key) >= 4 && strings.HasPrefix(key, "__") && strings.HasSuffix(key, "__"):
+		return "the form __x__ is reserved"
+	}
+	return ""
 }
 
 // ValidateName checks a category or group name: not empty, and in the

@@ -109,6 +109,20 @@ func (s *Source) isClosed() bool {
 	}
 }
 
+// Ping asks the brokers for the cluster's metadata, naming no topic: nil
+// when one answers, an error wrapping ErrUnreachable when none does (or
+// ErrClosed). A caller that may read no topic at all uses it to tell an
+// empty answer from brokers it could not reach.
+func (s *Source) Ping(ctx context.Context) error {
+	req := kmsg.NewPtrMetadataRequest()
+	// Empty, not nil: nil asks for every topic.
+	req.Topics = []kmsg.MetadataRequestTopic{}
+	if _, err := req.RequestWith(ctx, s.cl); err != nil {
+		return s.fail("ping", err)
+	}
+	return nil
+}
+
 // Partitions returns the topic's partition numbers, ascending. It fails
 // with ErrTopicNotFound when the topic does not exist (it is never
 // created), and with ErrUnreachable when no broker answers.

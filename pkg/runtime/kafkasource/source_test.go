@@ -83,6 +83,10 @@ func TestPartitions(t *testing.T) {
 	s := newSource(t, k.Brokers)
 	ctx := testCtx(t)
 
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping = %v, want nil from a broker that answers", err)
+	}
+
 	got, err := s.Partitions(ctx, "orders")
 	if err != nil || !slices.Equal(got, []int32{0, 1, 2}) {
 		t.Fatalf("Partitions(orders) = %v, %v; want [0 1 2]", got, err)
@@ -340,6 +344,7 @@ func TestUnreachableBrokerFailsWithinDeadline(t *testing.T) {
 			return err
 		}},
 		{"rescan", func(ctx context.Context) error { _, err := s.Rescan(ctx, "orders", 0, 0, "a"); return err }},
+		{"ping", func(ctx context.Context) error { return s.Ping(ctx) }},
 	}
 	for _, c := range calls {
 		t.Run(c.name, func(t *testing.T) {

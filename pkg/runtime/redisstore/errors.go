@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/protctl/protctl/pkg/internal/redisadapter"
 	"github.com/protctl/protctl/pkg/runtime/ledger"
 )
@@ -53,4 +55,24 @@ func mapEntryErr(c call, e entryName, err error) error {
 		}
 		return nil
 	})
+}
+
+// pipelineErr returns, mapped, the error of a pipeline that none of its
+// commands carries, nil otherwise. go-redis reports a connection it could
+// not set up (the server refused the credentials: WRONGPASS, NOAUTH) as
+// the pipeline's error only: its commands keep a nil error and read as
+// empty replies, so an index would read as missing, and a missing index
+// reply as a record key "" that holds no JSON entry. Each command's own
+// error (redis.Nil, a reply such as WRONGTYPE, a transport failure, which
+// go-redis sets on every command) is left to the code reading it.
+func pipelineErr(c call, cmds []redis.Cmder, err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, cmd := range cmds {
+		if cmd.Err() != nil {
+			return nil
+		}
+	}
+	return mapErr(c, err)
 }

@@ -64,7 +64,7 @@ func (s *Store) Park(ctx context.Context, f broker.Fence, p ledger.Parked) error
 		return mapErr(call{Op: op, Keys: []string{entries}}, err)
 	}
 	var sadd, added *redis.IntCmd
-	_, _ = s.client.Pipelined(ctx, func(pl redis.Pipeliner) error {
+	cmds, err := s.client.Pipelined(ctx, func(pl redis.Pipeliner) error {
 		sadd = pl.SAdd(ctx, ParkedSubscriptionsKey, p.Subscription)
 		added = pl.HSet(ctx, idx, p.Aggregate, rec)
 		return nil
@@ -78,6 +78,10 @@ func (s *Store) Park(ctx context.Context, f broker.Fence, p ledger.Parked) error
 		if n, err := added.Result(); err == nil && n == 1 {
 			_ = unindexScript.Run(ctx, s.client, []string{idx}, p.Aggregate, rec).Err()
 		}
+	}
+	if err := pipelineErr(call{Op: op}, cmds, err); err != nil {
+		undo()
+		return err
 	}
 	if err := sadd.Err(); err != nil {
 		undo()
@@ -217,13 +221,16 @@ func (s *Store) ListParked(ctx context.Context, subscription string) ([]ledger.P
 
 	newCmds := make([]*redis.MapStringStringCmd, len(subs))
 	oldCmds := make([]*redis.MapStringStringCmd, len(subs))
-	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	cmds, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, sub := range subs {
 			newCmds[i] = p.HGetAll(ctx, ParkedEntriesKey(sub))
 			oldCmds[i] = p.HGetAll(ctx, ParkedIndexKey(sub))
 		}
 		return nil
 	})
+	if err := pipelineErr(call{Op: op}, cmds, err); err != nil {
+		return nil, err
+	}
 	var recs []string
 	seen := make(map[string]bool)
 	add := func(rec string) {
@@ -269,12 +276,15 @@ func (s *Store) records(ctx context.Context, op string, recs []string) (out []le
 		return nil, nil, nil
 	}
 	recCmds := make([]*redis.StringCmd, len(recs))
-	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	cmds, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, rec := range recs {
 			recCmds[i] = p.Get(ctx, rec)
 		}
 		return nil
 	})
+	if err := pipelineErr(call{Op: op}, cmds, err); err != nil {
+		return nil, nil, err
+	}
 	out = make([]ledger.Parked, 0, len(recs))
 	for i, c := range recCmds {
 		raw, err := c.Result()
@@ -356,11 +366,14 @@ func (s *Store) entry(ctx context.Context, op string, e entryName, partition str
 func (s *Store) recordKeys(ctx context.Context, op string, e entryName) ([]string, error) {
 	entries, idx := ParkedEntriesKey(e.subscription), ParkedIndexKey(e.subscription)
 	var nc, oc *redis.StringCmd
-	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	cmds, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		nc = p.HGet(ctx, entries, e.aggregate)
 		oc = p.HGet(ctx, idx, e.aggregate)
 		return nil
 	})
+	if err := pipelineErr(call{Op: op}, cmds, err); err != nil {
+		return nil, err
+	}
 	var recs []string
 	v, err := nc.Result()
 	switch {
