@@ -62,7 +62,9 @@ type Config struct {
 	// Cluster is ErrClusterSentinel.
 	Cluster bool
 	// Username and Password log in to the data servers (the primary with
-	// Sentinel); set, they win over the URL's.
+	// Sentinel); set, they win over the URL's. A user without a password
+	// (here or in the URL) logs in with an empty one, as a nopass ACL
+	// user may; it is never dropped in favour of the default user.
 	Username, Password string
 	// TLS adds a CA, a client certificate, a server name: any of them
 	// turns TLS on, as rediss:// does. With Sentinel they apply to the
@@ -109,6 +111,11 @@ func New(c Config) (redis.UniversalClient, error) {
 			return nil, err
 		}
 		fc := redis.NewFailoverClient(o)
+		// The login first: its refusal is not a failure to reach the
+		// primary, which primaryDialHook would call it.
+		if l := newUserLogin(o.Username, o.Password, o.DialTimeout); l != nil {
+			fc.AddHook(l)
+		}
 		fc.AddHook(primaryDialHook{master: o.MasterName})
 		return fc, nil
 	}
@@ -126,14 +133,22 @@ func New(c Config) (redis.UniversalClient, error) {
 			return nil, c.parseError(err)
 		}
 		c.apply(fields{&o.Username, &o.Password, &o.ClientName, &o.TLSConfig, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolSize, u.Query()}, tc)
-		return redis.NewClusterClient(o), nil
+		cc := redis.NewClusterClient(o)
+		if l := newUserLogin(o.Username, o.Password, o.DialTimeout); l != nil {
+			cc.OnNewNode(func(n *redis.Client) { n.AddHook(l) })
+		}
+		return cc, nil
 	}
 	o, err := redis.ParseURL(c.URL)
 	if err != nil {
 		return nil, c.parseError(err)
 	}
 	c.apply(fields{&o.Username, &o.Password, &o.ClientName, &o.TLSConfig, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolSize, u.Query()}, tc)
-	return redis.NewClient(o), nil
+	rc := redis.NewClient(o)
+	if l := newUserLogin(o.Username, o.Password, o.DialTimeout); l != nil {
+		rc.AddHook(l)
+	}
+	return rc, nil
 }
 
 // fields are the go-redis options that c's settings override, in each of
