@@ -140,6 +140,44 @@ func TestContextCredentialsStayWithTheContextURL(t *testing.T) {
 	}
 }
 
+// The Redis user is PROTCTL_REDIS_USERNAME, else the context's (with its
+// URL), else the URL's: a user in the URL without a password is a user
+// (a nopass ACL user), not nobody.
+func TestRedisUserPrecedence(t *testing.T) {
+	_, env := writeConfig(t, sample)
+	for _, tc := range []struct {
+		name  string
+		flags Flags
+		env   map[string]string
+		want  string
+	}{
+		{"the URL's", Flags{Redis: str("redis://limited@127.0.0.1:6390/0")}, nil, "limited"},
+		{"the URL's, with a password", Flags{Redis: str("redis://limited:pw@127.0.0.1:6390/0")}, nil, "limited"},
+		{"the unix URL's", Flags{Redis: str("unix://limited@/tmp/redis.sock")}, nil, "limited"},
+		{"the Sentinel URL's", Flags{Redis: str("redis+sentinel://limited@s1,s2/m"), Layout: str("protean")}, nil, "limited"},
+		{"none", Flags{Redis: str("redis://127.0.0.1:6390/0")}, nil, ""},
+		{"env over the URL's", Flags{Redis: str("redis://limited@127.0.0.1:6390/0")}, map[string]string{EnvRedisUsername: "envuser"}, "envuser"},
+		{"the context's over its URL's", Flags{}, nil, "ops"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := map[string]string{}
+			for k, v := range env {
+				e[k] = v
+			}
+			for k, v := range tc.env {
+				e[k] = v
+			}
+			s, err := Resolve(tc.flags, getenv(e))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Redis.Username != tc.want {
+				t.Fatalf("Redis user %q, want %q", s.Redis.Username, tc.want)
+			}
+		})
+	}
+}
+
 func TestEnvPasswordBeatsPasswordFile(t *testing.T) {
 	_, env := writeConfig(t, sample)
 	env[EnvRedisPassword] = "env-pw"

@@ -191,7 +191,9 @@ func Resolve(fl Flags, getenv func(string) string) (*Settings, error) {
 			Key:  file.expandPath(ctx.Redis.TLS.Key, getenv),
 		}
 	}
-	s.Redis.Username, _ = pick(nil, getenv(EnvRedisUsername), ctxUser, "")
+	// The URL's user is the default, as redisconn applies it: a user in
+	// the URL without a password is still that user (a nopass ACL user).
+	s.Redis.Username, _ = pick(nil, getenv(EnvRedisUsername), ctxUser, urlUser(s.Redis.URL))
 	if pw := getenv(EnvRedisPassword); pw != "" {
 		s.Redis.Password = pw
 	} else if pf, _ := pick(nil, getenv(EnvRedisPasswordFile), ctxPassFile, ""); pf != "" {
@@ -498,3 +500,18 @@ func splitList(s string) []string {
 // Strings that do not parse are replaced entirely, since they might hold a
 // password in a place we cannot find.
 func RedactURL(raw string) string { return redisconn.Redact(raw) }
+
+// urlUser is the user name in a Redis URL's user info ("" for none or a
+// URL that does not parse; Resolve refuses those).
+func urlUser(raw string) string {
+	if redisconn.IsSentinelURL(raw) {
+		if su, err := redisconn.ParseSentinelURL(raw); err == nil && su.User != nil {
+			return su.User.Username()
+		}
+		return ""
+	}
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		return u.User.Username()
+	}
+	return ""
+}
