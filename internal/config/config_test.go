@@ -153,7 +153,7 @@ func TestRedisUserPrecedence(t *testing.T) {
 	}{
 		{"the URL's", Flags{Redis: str("redis://limited@127.0.0.1:6390/0")}, nil, "limited"},
 		{"the URL's, with a password", Flags{Redis: str("redis://limited:pw@127.0.0.1:6390/0")}, nil, "limited"},
-		{"the unix URL's", Flags{Redis: str("unix://limited@/tmp/redis.sock")}, nil, "limited"},
+		{"the unix URL's", Flags{Redis: str("unix://limited@/tmp/redis.sock"), Layout: str("protean")}, nil, "limited"},
 		{"the Sentinel URL's", Flags{Redis: str("redis+sentinel://limited@s1,s2/m"), Layout: str("protean")}, nil, "limited"},
 		{"none", Flags{Redis: str("redis://127.0.0.1:6390/0")}, nil, ""},
 		{"env over the URL's", Flags{Redis: str("redis://limited@127.0.0.1:6390/0")}, map[string]string{EnvRedisUsername: "envuser"}, "envuser"},

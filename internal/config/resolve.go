@@ -210,9 +210,6 @@ func Resolve(fl Flags, getenv func(string) string) (*Settings, error) {
 		return nil, fmt.Errorf("config: a Redis TLS client certificate needs both a cert and a key")
 	}
 	urlWhere := settingName(s.Sources["redis"], "--redis", EnvRedis, "redis.url", name)
-	if _, err := url.Parse(s.Redis.URL); err != nil && !redisconn.IsSentinelURL(s.Redis.URL) {
-		return nil, fmt.Errorf("config: invalid Redis URL %s (%s)", RedactURL(s.Redis.URL), urlWhere)
-	}
 	if redisconn.IsSentinelURL(s.Redis.URL) {
 		var cs RedisSentinel
 		if fromContext {
@@ -250,14 +247,14 @@ func Resolve(fl Flags, getenv func(string) string) (*Settings, error) {
 		return nil, fmt.Errorf("config: invalid layout %q (from %s): want protean or cluster", layout, lsrc)
 	}
 	s.Sources["layout"] = lsrc
-	if redisconn.IsSentinelURL(s.Redis.URL) {
-		if err := redisconn.Check(s.Redis.URL, s.Layout.IsCluster()); err != nil {
-			if errors.Is(err, redisconn.ErrClusterSentinel) {
-				return nil, fmt.Errorf("config: the cluster layout (%s) cannot use the Sentinel URL of %s: Redis Cluster fails over by itself; use --layout protean with Sentinel, or a redis:// URL of the cluster's nodes",
-					settingName(lsrc, "--layout", EnvLayout, "redis.layout", name), urlWhere)
-			}
-			return nil, fmt.Errorf("config: %s: %w", urlWhere, err)
+	// The URL's form, checked as context add/set and the contexts file's
+	// loader check it (redisconn.Check), now that the layout is known.
+	if err := redisconn.Check(s.Redis.URL, s.Layout.IsCluster()); err != nil {
+		if errors.Is(err, redisconn.ErrClusterSentinel) {
+			return nil, fmt.Errorf("config: the cluster layout (%s) cannot use the Sentinel URL of %s: Redis Cluster fails over by itself; use --layout protean with Sentinel, or a redis:// URL of the cluster's nodes",
+				settingName(lsrc, "--layout", EnvLayout, "redis.layout", name), urlWhere)
 		}
+		return nil, fmt.Errorf("config: %s: %w", urlWhere, err)
 	}
 
 	// Guard rails.

@@ -119,9 +119,9 @@ func New(c Config) (redis.UniversalClient, error) {
 		fc.AddHook(primaryDialHook{master: o.MasterName})
 		return fc, nil
 	}
-	u, err := url.Parse(c.URL)
+	u, err := parseURL(c.URL)
 	if err != nil {
-		return nil, fmt.Errorf("%w %s: it does not parse as a URL", ErrInvalidURL, Redact(c.URL))
+		return nil, err
 	}
 	tc, err := c.tlsConfig(u.Hostname())
 	if err != nil {
@@ -179,15 +179,18 @@ func (c Config) apply(f fields, tc *tls.Config) {
 
 // Check parses rawURL as New would (with cluster for the cluster layout)
 // without reading a file or building a client, so that configuration
-// loaders can refuse a bad URL before anything starts. Errors are New's.
+// loaders can refuse a bad URL before anything starts: it is the one
+// check of a URL's form, whether the URL came from a flag, the
+// environment, a contexts file written by hand or by protctl, or a node
+// config. Errors are New's.
 func Check(rawURL string, cluster bool) error {
 	if IsSentinelURL(rawURL) {
 		_, err := Config{URL: rawURL, Cluster: cluster}.failoverOptions()
 		return err
 	}
-	u, err := url.Parse(rawURL)
+	u, err := parseURL(rawURL)
 	if err != nil {
-		return fmt.Errorf("%w %s: it does not parse as a URL", ErrInvalidURL, Redact(rawURL))
+		return err
 	}
 	c := Config{URL: rawURL}
 	if cluster || u.Query().Has("addr") {
@@ -199,6 +202,32 @@ func Check(rawURL string, cluster bool) error {
 		return c.parseError(err)
 	}
 	return nil
+}
+
+// urlForms is what a Redis URL may look like, for error messages.
+const urlForms = "want redis://host:port/db, rediss://host:port/db, unix:///path/to/redis.sock or redis+sentinel://host:26379,host:26379/MASTER/db"
+
+// parseURL parses a URL that is not a Sentinel URL and checks its form:
+// redis:// or rediss:// with a host (go-redis would quietly dial
+// localhost:6379 without one), or unix:// with the socket's path.
+func parseURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w %s: it does not parse as a URL; %s", ErrInvalidURL, Redact(raw), urlForms)
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "redis", "rediss":
+		if u.Host == "" {
+			return nil, fmt.Errorf("%w %s: no host; %s", ErrInvalidURL, Redact(raw), urlForms)
+		}
+	case "unix":
+		if u.Path == "" {
+			return nil, fmt.Errorf("%w %s: no socket path; %s", ErrInvalidURL, Redact(raw), urlForms)
+		}
+	default:
+		return nil, fmt.Errorf("%w %s: %s", ErrInvalidURL, Redact(raw), urlForms)
+	}
+	return u, nil
 }
 
 // parseError wraps a go-redis parse error, whose text may quote the URL,
