@@ -300,10 +300,11 @@ func TestConfigViewAbsentIsNull(t *testing.T) {
 		}
 		walk("", doc)
 	}
-	r := cl.run("config", "view", "--context", "local", "--redis-tls-ca", "ca.pem", "-o", "json")
+	ca := testenv.NewPKI(t).CA
+	r := cl.run("config", "view", "--context", "local", "--redis-tls-ca", ca, "-o", "json")
 	r.wantCode(t, 0)
 	if !strings.Contains(r.stdout, `"tls": {
-      "ca": "ca.pem",
+      "ca": "`+ca+`",
       "cert": null,
       "key": null
     }`) {

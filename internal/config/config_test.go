@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/protctl/protctl/internal/testenv"
 )
 
 const sample = `currentContext: prod
@@ -38,6 +40,14 @@ func writeConfig(t *testing.T, content string) (dir string, env map[string]strin
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "protctl", "prod.password"), []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The sample's Redis CA: Resolve reads the TLS files it will use.
+	ca, err := os.ReadFile(testenv.NewPKI(t).CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "protctl", "ca.pem"), ca, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return dir, map[string]string{"XDG_CONFIG_HOME": dir, "HOME": t.TempDir()}
@@ -366,6 +376,54 @@ func TestSentinelContextErrors(t *testing.T) {
 			_, err := Resolve(Flags{}, getenv(env))
 			if err == nil || !strings.Contains(err.Error(), `context "ha"`) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want it to name context ha and %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// A configuration error caused by an environment variable names the
+// variable, as the flag or the context's field is named otherwise.
+func TestEnvErrorsNameTheVariable(t *testing.T) {
+	missing := filepath.Join(os.TempDir(), "protctl-config-test-missing")
+	kafka := map[string]string{EnvKafka: "k1:9092"}
+	sasl := map[string]string{EnvKafka: "k1:9092", EnvKafkaMechanism: "PLAIN", EnvKafkaUsername: "u"}
+	for _, tc := range []struct {
+		env  string
+		val  string
+		with map[string]string
+	}{
+		{EnvConfig, missing, nil},
+		{EnvContext, "nope", nil},
+		{EnvRedis, "http://127.0.0.1:6390", nil},
+		{EnvRedisPasswordFile, missing, nil},
+		{EnvRedisTLSCA, missing, nil},
+		{EnvRedisTLSCert, missing, nil},
+		{EnvRedisTLSKey, missing, nil},
+		{EnvRedisSentinelPasswordFile, missing, map[string]string{EnvRedis: "redis+sentinel://s1/m"}},
+		{EnvKafkaTLS, "maybe", kafka},
+		{EnvKafkaTLSCA, missing, kafka},
+		{EnvKafkaTLSCert, missing, kafka},
+		{EnvKafkaTLSKey, missing, kafka},
+		{EnvKafkaMechanism, "GSSAPI", map[string]string{EnvKafka: "k1:9092", EnvKafkaUsername: "u"}},
+		{EnvKafkaUsername, "u", kafka},
+		{EnvKafkaPasswordFile, missing, sasl},
+		{EnvLayout, "bogus", nil},
+		{EnvReadOnly, "maybe", nil},
+	} {
+		// Lower case: the temporary paths in the errors hold the test's
+		// name, which must not pass for the variable's.
+		t.Run(strings.ToLower(tc.env), func(t *testing.T) {
+			_, env := writeConfig(t, "contexts:\n  - name: a\n")
+			for k, v := range tc.with {
+				env[k] = v
+			}
+			env[tc.env] = tc.val
+			_, err := Resolve(Flags{}, getenv(env))
+			if err == nil {
+				t.Fatalf("%s=%s: no error", tc.env, tc.val)
+			}
+			if !strings.Contains(err.Error(), tc.env) {
+				t.Fatalf("%s=%s: the error does not name the variable: %v", tc.env, tc.val, err)
 			}
 		})
 	}
