@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
 	"github.com/muesli/termenv"
 
 	"github.com/protctl/protctl/internal/inspect"
+	tea "github.com/protctl/protctl/internal/third_party/bubbletea"
 	"github.com/protctl/protctl/internal/tui"
 )
 

@@ -40,12 +40,20 @@ type configView struct {
 }
 
 type configViewRedis struct {
-	URL         string     `json:"url"`
-	Username    *string    `json:"username"`
-	PasswordSet bool       `json:"passwordSet"`
-	TLS         config.TLS `json:"tls"`
+	URL         string        `json:"url"`
+	Username    *string       `json:"username"`
+	PasswordSet bool          `json:"passwordSet"`
+	TLS         configViewTLS `json:"tls"`
 	// Sentinel is what a redis+sentinel:// URL names; null for other URLs.
 	Sentinel *configViewSentinel `json:"sentinel"`
+}
+
+// configViewTLS is the Redis TLS files in force, each null when not set
+// (TLS itself may still be on, by a rediss:// URL).
+type configViewTLS struct {
+	CA   *string `json:"ca"`
+	Cert *string `json:"cert"`
+	Key  *string `json:"key"`
 }
 
 // configViewSentinel is the Sentinels a redis+sentinel:// URL names, the
@@ -199,7 +207,7 @@ func runConfigView(opts *configViewOptions) error {
 			URL:         config.RedactURL(s.Redis.URL),
 			Username:    nonEmpty(s.Redis.Username),
 			PasswordSet: s.Redis.Password != "" || urlHasPassword(s.Redis.URL),
-			TLS:         s.Redis.TLS,
+			TLS:         configViewTLS{CA: nonEmpty(s.Redis.TLS.CA), Cert: nonEmpty(s.Redis.TLS.Cert), Key: nonEmpty(s.Redis.TLS.Key)},
 			Sentinel:    newConfigViewSentinel(s.Redis),
 		},
 		Kafka:      newConfigViewKafka(s),
@@ -225,21 +233,29 @@ func runConfigView(opts *configViewOptions) error {
 		return "no"
 	}
 	return opts.Printer.PrintObject("Config", v, func(w io.Writer, st output.Styles) error {
-		return output.WriteFields(w, st,
-			output.Field{Label: "Config file", Value: orDash(v.ConfigPath)},
-			output.Field{Label: "Context", Value: orDash(v.Context) + src("context")},
-			output.Field{Label: "Redis", Value: v.Redis.URL + src("redis")},
-			output.Field{Label: "Redis user", Value: orDash(v.Redis.Username)},
-			output.Field{Label: "Redis password", Value: map[bool]string{true: "set", false: "not set"}[v.Redis.PasswordSet]},
-			output.Field{Label: "Redis Sentinel", Value: sentinelLine(v.Redis.Sentinel) + sentinelSources(v.Sources)},
-			output.Field{Label: "Layout", Value: v.Layout + src("layout")},
-			output.Field{Label: "Kafka", Value: dashIfEmpty(strings.Join(v.Kafka.Brokers, ",")) + src("kafka")},
-			output.Field{Label: "Kafka TLS", Value: tlsLine(v.Kafka.TLS) + src("kafkaTls")},
-			output.Field{Label: "Kafka SASL", Value: saslLine(v.Kafka.SASL) + src("kafkaSasl")},
+		fields := []output.Field{
+			{Label: "Config file", Value: orDash(v.ConfigPath)},
+			{Label: "Context", Value: orDash(v.Context) + src("context")},
+			{Label: "Redis", Value: v.Redis.URL + src("redis")},
+			{Label: "Redis user", Value: orDash(v.Redis.Username)},
+			{Label: "Redis password", Value: map[bool]string{true: "set", false: "not set"}[v.Redis.PasswordSet]},
+			{Label: "Redis Sentinel", Value: sentinelLine(v.Redis.Sentinel) + sentinelSources(v.Sources)},
+			{Label: "Layout", Value: v.Layout + src("layout")},
+			{Label: "Kafka", Value: dashIfEmpty(strings.Join(v.Kafka.Brokers, ",")) + src("kafka")},
+		}
+		// How to reach the brokers says nothing without brokers.
+		if len(v.Kafka.Brokers) > 0 {
+			fields = append(fields,
+				output.Field{Label: "Kafka TLS", Value: tlsLine(v.Kafka.TLS) + src("kafkaTls")},
+				output.Field{Label: "Kafka SASL", Value: saslLine(v.Kafka.SASL) + src("kafkaSasl")},
+			)
+		}
+		fields = append(fields,
 			output.Field{Label: "Categories", Value: dashIfEmpty(strings.Join(v.Categories, ","))},
 			output.Field{Label: "Read-only", Value: yes(v.ReadOnly) + src("readOnly")},
 			output.Field{Label: "Protected", Value: yes(v.Protected)},
 		)
+		return output.WriteFields(w, st, fields...)
 	})
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -216,11 +217,18 @@ func TestConfigViewKafkaSecurity(t *testing.T) {
 		t.Fatalf("config view with flags and env:\n%s", r.stdout)
 	}
 
-	// Without Kafka there is nothing to show.
+	// Without brokers there is nothing to show: no TLS or SASL line in
+	// the table (docs/cli.md, config view), null in JSON.
 	r = cl.run("config", "view", "--context", "local")
 	r.wantCode(t, 0)
-	if !strings.Contains(r.stdout, "Kafka TLS:       off") || !strings.Contains(r.stdout, "Kafka SASL:      none") {
+	if strings.Contains(r.stdout, "Kafka TLS") || strings.Contains(r.stdout, "Kafka SASL") || !strings.Contains(r.stdout, "Kafka:           -") {
 		t.Fatalf("config view without Kafka:\n%s", r.stdout)
+	}
+	r = cl.run("config", "view", "--context", "local", "-o", "json")
+	r.wantCode(t, 0)
+	if !strings.Contains(r.stdout, `"tls": null,
+    "sasl": null`) {
+		t.Fatalf("config view -o json without Kafka:\n%s", r.stdout)
 	}
 
 	for _, args := range [][]string{{"context", "ls", "-o", "json"}, {"context", "ls", "-o", "wide"}, {"context", "use", "local"}} {
@@ -255,5 +263,51 @@ func TestConfigViewKafkaSecurityErrorsExit2(t *testing.T) {
 				t.Fatalf("want an error containing %q; stdout %q stderr:\n%s", c.want, r.stdout, r.stderr)
 			}
 		})
+	}
+}
+
+// config view -o json says null for what is not set, never "" (docs/cli.md,
+// "Unknown values are null"): the Redis TLS files among them.
+func TestConfigViewAbsentIsNull(t *testing.T) {
+	cl, _ := cliWithConfig(t, twoContexts)
+	for _, args := range [][]string{
+		{"config", "view", "-o", "json"},
+		{"config", "view", "--context", "local", "-o", "json"},
+		{"config", "view", "--redis", "redis://127.0.0.1:6399/1", "-o", "json"},
+	} {
+		r := cl.run(args...)
+		r.wantCode(t, 0)
+		var doc any
+		if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
+			t.Fatal(err)
+		}
+		var walk func(path string, v any)
+		walk = func(path string, v any) {
+			switch v := v.(type) {
+			case map[string]any:
+				for k, e := range v {
+					walk(path+"."+k, e)
+				}
+			case []any:
+				for i, e := range v {
+					walk(fmt.Sprintf("%s[%d]", path, i), e)
+				}
+			case string:
+				if v == "" {
+					t.Errorf("%v: %s is \"\", want null:\n%s", args, path, r.stdout)
+				}
+			}
+		}
+		walk("", doc)
+	}
+	ca := testenv.NewPKI(t).CA
+	r := cl.run("config", "view", "--context", "local", "--redis-tls-ca", ca, "-o", "json")
+	r.wantCode(t, 0)
+	if !strings.Contains(r.stdout, `"tls": {
+      "ca": "`+ca+`",
+      "cert": null,
+      "key": null
+    }`) {
+		t.Fatalf("redis.tls with a CA:\n%s", r.stdout)
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/charmbracelet/lipgloss"
-	"github.com/muesli/termenv"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
@@ -227,10 +225,7 @@ func stopHint(d time.Duration) string {
 // demo's own source (read-only: repairs need Redis), on Redis through
 // inspect and repair as `protctl tui` does.
 func demoDashboard(ctx context.Context, opts *demoOptions, d *demo.Demo, redisURL, kafka string) (tui.Options, error) {
-	r := lipgloss.NewRenderer(opts.IO.Out)
-	if !opts.IO.ColorEnabled() {
-		r.SetColorProfile(termenv.Ascii)
-	}
+	r := tui.NewRenderer(opts.IO.Out, opts.IO.ColorEnabled())
 	o := tui.Options{
 		Info:     tui.Info{Context: "demo", Redis: redisURL, Kafka: kafka, Layout: "protean"},
 		Refresh:  demoRefresh,

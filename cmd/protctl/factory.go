@@ -148,8 +148,7 @@ func (f *Factory) Settings() (*config.Settings, error) {
 // would be written; a missing default file is an empty File. Errors are
 // USAGE errors.
 func (f *Factory) ConfigFile() (file *config.File, path string, err error) {
-	path, explicit := config.Locate(f.stringFlag("config", f.flags.configPath), f.Getenv)
-	file, err = config.Load(path, explicit)
+	file, path, err = config.LoadLocated(f.stringFlag("config", f.flags.configPath), f.Getenv)
 	if err != nil {
 		return nil, path, clierr.Usage.Wrap(err)
 	}

@@ -212,7 +212,7 @@ func writeManPage(b *bytes.Buffer, c *cobra.Command, date, version string) {
 
 // manEnvironment is the root page's ENVIRONMENT section.
 var manEnvironment = [][2]string{
-	{config.EnvRedis, "Redis URL, redis:// or rediss:// (as --redis)"},
+	{config.EnvRedis, "Redis URL, redis://, rediss://, unix:// or redis+sentinel:// (as --redis)"},
 	{config.EnvRedisUsername, "Redis ACL user"},
 	{config.EnvRedisPassword, "Redis password (never taken from the command line)"},
 	{config.EnvRedisPasswordFile, "file holding the Redis password"},

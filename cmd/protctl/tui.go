@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/charmbracelet/lipgloss"
-	"github.com/muesli/termenv"
 	"github.com/spf13/cobra"
 
 	"github.com/protctl/protctl/internal/clierr"
@@ -173,10 +171,7 @@ func dashboardOptions(ctx context.Context, opts *tuiOptions) (tui.Options, error
 		Topics:     dashboardTopics(s, DefaultTimeout, ins, opts.Services),
 		Kafka:      dashboardKafka(s, DefaultTimeout),
 	})
-	r := lipgloss.NewRenderer(opts.IO.Out)
-	if !opts.IO.ColorEnabled() {
-		r.SetColorProfile(termenv.Ascii)
-	}
+	r := tui.NewRenderer(opts.IO.Out, opts.IO.ColorEnabled())
 	return tui.Options{
 		Source:  backend,
 		Actions: backend,

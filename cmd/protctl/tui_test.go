@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/protctl/protctl/internal/audit"
 	"github.com/protctl/protctl/internal/output"
+	tea "github.com/protctl/protctl/internal/third_party/bubbletea"
 	"github.com/protctl/protctl/internal/tui"
 	"github.com/protctl/protctl/internal/tui/tuitest"
 )

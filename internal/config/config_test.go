@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/protctl/protctl/internal/testenv"
 )
 
 const sample = `currentContext: prod
@@ -38,6 +40,14 @@ func writeConfig(t *testing.T, content string) (dir string, env map[string]strin
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "protctl", "prod.password"), []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The sample's Redis CA: Resolve reads the TLS files it will use.
+	ca, err := os.ReadFile(testenv.NewPKI(t).CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "protctl", "ca.pem"), ca, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return dir, map[string]string{"XDG_CONFIG_HOME": dir, "HOME": t.TempDir()}
@@ -137,6 +147,44 @@ func TestContextCredentialsStayWithTheContextURL(t *testing.T) {
 	}
 	if s.Redis.Password != "from-env" {
 		t.Fatal("PROTCTL_REDIS_PASSWORD applies to any server")
+	}
+}
+
+// The Redis user is PROTCTL_REDIS_USERNAME, else the context's (with its
+// URL), else the URL's: a user in the URL without a password is a user
+// (a nopass ACL user), not nobody.
+func TestRedisUserPrecedence(t *testing.T) {
+	_, env := writeConfig(t, sample)
+	for _, tc := range []struct {
+		name  string
+		flags Flags
+		env   map[string]string
+		want  string
+	}{
+		{"the URL's", Flags{Redis: str("redis://limited@127.0.0.1:6390/0")}, nil, "limited"},
+		{"the URL's, with a password", Flags{Redis: str("redis://limited:pw@127.0.0.1:6390/0")}, nil, "limited"},
+		{"the unix URL's", Flags{Redis: str("unix://limited@/tmp/redis.sock"), Layout: str("protean")}, nil, "limited"},
+		{"the Sentinel URL's", Flags{Redis: str("redis+sentinel://limited@s1,s2/m"), Layout: str("protean")}, nil, "limited"},
+		{"none", Flags{Redis: str("redis://127.0.0.1:6390/0")}, nil, ""},
+		{"env over the URL's", Flags{Redis: str("redis://limited@127.0.0.1:6390/0")}, map[string]string{EnvRedisUsername: "envuser"}, "envuser"},
+		{"the context's over its URL's", Flags{}, nil, "ops"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := map[string]string{}
+			for k, v := range env {
+				e[k] = v
+			}
+			for k, v := range tc.env {
+				e[k] = v
+			}
+			s, err := Resolve(tc.flags, getenv(e))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Redis.Username != tc.want {
+				t.Fatalf("Redis user %q, want %q", s.Redis.Username, tc.want)
+			}
+		})
 	}
 }
 
@@ -328,6 +376,54 @@ func TestSentinelContextErrors(t *testing.T) {
 			_, err := Resolve(Flags{}, getenv(env))
 			if err == nil || !strings.Contains(err.Error(), `context "ha"`) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want it to name context ha and %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// A configuration error caused by an environment variable names the
+// variable, as the flag or the context's field is named otherwise.
+func TestEnvErrorsNameTheVariable(t *testing.T) {
+	missing := filepath.Join(os.TempDir(), "protctl-config-test-missing")
+	kafka := map[string]string{EnvKafka: "k1:9092"}
+	sasl := map[string]string{EnvKafka: "k1:9092", EnvKafkaMechanism: "PLAIN", EnvKafkaUsername: "u"}
+	for _, tc := range []struct {
+		env  string
+		val  string
+		with map[string]string
+	}{
+		{EnvConfig, missing, nil},
+		{EnvContext, "nope", nil},
+		{EnvRedis, "http://127.0.0.1:6390", nil},
+		{EnvRedisPasswordFile, missing, nil},
+		{EnvRedisTLSCA, missing, nil},
+		{EnvRedisTLSCert, missing, nil},
+		{EnvRedisTLSKey, missing, nil},
+		{EnvRedisSentinelPasswordFile, missing, map[string]string{EnvRedis: "redis+sentinel://s1/m"}},
+		{EnvKafkaTLS, "maybe", kafka},
+		{EnvKafkaTLSCA, missing, kafka},
+		{EnvKafkaTLSCert, missing, kafka},
+		{EnvKafkaTLSKey, missing, kafka},
+		{EnvKafkaMechanism, "GSSAPI", map[string]string{EnvKafka: "k1:9092", EnvKafkaUsername: "u"}},
+		{EnvKafkaUsername, "u", kafka},
+		{EnvKafkaPasswordFile, missing, sasl},
+		{EnvLayout, "bogus", nil},
+		{EnvReadOnly, "maybe", nil},
+	} {
+		// Lower case: the temporary paths in the errors hold the test's
+		// name, which must not pass for the variable's.
+		t.Run(strings.ToLower(tc.env), func(t *testing.T) {
+			_, env := writeConfig(t, "contexts:\n  - name: a\n")
+			for k, v := range tc.with {
+				env[k] = v
+			}
+			env[tc.env] = tc.val
+			_, err := Resolve(Flags{}, getenv(env))
+			if err == nil {
+				t.Fatalf("%s=%s: no error", tc.env, tc.val)
+			}
+			if !strings.Contains(err.Error(), tc.env) {
+				t.Fatalf("%s=%s: the error does not name the variable: %v", tc.env, tc.val, err)
 			}
 		})
 	}

@@ -78,8 +78,8 @@ func ContextFieldNames() []string {
 
 // SetField sets one field of c from its text form: a list is
 // comma-separated, a bool is true or false, and an empty value clears the
-// field. A Redis URL must be redis:// or rediss:// with a host and no
-// password (a password in a stored URL would be in clear in the file).
+// field. A Redis URL must pass CheckRedisURL: no password (it would be in
+// clear in the file).
 func (c *Context) SetField(path, value string) error {
 	i := slices.IndexFunc(contextFields, func(f contextField) bool { return f.path == path })
 	if i < 0 {
@@ -128,30 +128,38 @@ func checkValue(path, value string) error {
 	return nil
 }
 
-// CheckRedisURL accepts a redis:// or rediss:// URL with a host, or a
-// redis+sentinel:// or rediss+sentinel:// URL that parses, with no
-// password: the forms a contexts file may store.
+// CheckRedisURL accepts the Redis URLs a contexts file may store: any
+// URL redisconn.Check accepts (redis://, rediss://, unix://,
+// redis+sentinel://, rediss+sentinel://; the check --redis, PROTCTL_REDIS
+// and a file written by hand get too), without a password.
 func CheckRedisURL(raw string) error {
-	if redisconn.IsSentinelURL(raw) {
-		su, err := redisconn.ParseSentinelURL(raw)
-		if err != nil {
-			return fmt.Errorf("%w redis.url: %w", ErrInvalidField, err)
-		}
-		if _, ok := su.User.Password(); ok {
-			return fmt.Errorf("%w redis.url=%s: a password in the URL would be stored in clear; put it in a file named by redis.passwordFile (or set %s)",
-				ErrInvalidField, RedactURL(raw), EnvRedisPassword)
-		}
-		return nil
+	if err := redisconn.Check(raw, false); err != nil {
+		return fmt.Errorf("%w redis.url: %w", ErrInvalidField, err)
 	}
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
-		return fmt.Errorf("%w redis.url=%s: want redis://host:port/db, rediss://host:port/db or redis+sentinel://host:26379,host:26379/MASTER/db", ErrInvalidField, RedactURL(raw))
-	}
-	if _, ok := u.User.Password(); ok {
+	if urlHasPassword(raw) {
 		return fmt.Errorf("%w redis.url=%s: a password in the URL would be stored in clear; put it in a file named by redis.passwordFile (or set %s)",
 			ErrInvalidField, RedactURL(raw), EnvRedisPassword)
 	}
 	return nil
+}
+
+// urlHasPassword reports whether a Redis URL (Sentinel or not) that
+// redisconn.Check accepted holds a password.
+func urlHasPassword(raw string) bool {
+	if redisconn.IsSentinelURL(raw) {
+		su, err := redisconn.ParseSentinelURL(raw)
+		if err != nil || su.User == nil {
+			return false
+		}
+		_, ok := su.User.Password()
+		return ok
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return false
+	}
+	_, ok := u.User.Password()
+	return ok
 }
 
 // Validate checks what Load would check of the file, so that a change

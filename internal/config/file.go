@@ -114,12 +114,13 @@ type Kafka struct {
 	SASL    security.SASL `yaml:"sasl,omitempty" json:"sasl"`
 }
 
-// validate checks the Redis section alone: a Sentinel URL parses and is
+// validate checks the Redis section alone: the URL passes
+// redisconn.Check (as --redis and context add/set do), a Sentinel URL is
 // not used with the cluster layout, and Sentinel credentials come with a
 // Sentinel URL (elsewhere they would be silently unused).
 func (r Redis) validate() error {
 	sentinel := redisconn.IsSentinelURL(r.URL)
-	if sentinel {
+	if r.URL != "" {
 		if err := redisconn.Check(r.URL, r.Layout == "cluster"); err != nil {
 			if errors.Is(err, redisconn.ErrClusterSentinel) {
 				return errors.New("redis.layout: cluster cannot be used with a redis+sentinel:// redis.url: Redis Cluster fails over by itself")

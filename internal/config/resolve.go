@@ -159,8 +159,7 @@ func Resolve(fl Flags, getenv func(string) string) (*Settings, error) {
 	}
 	s := &Settings{Sources: map[string]Source{}}
 
-	path, explicit := Locate(fl.ConfigPath, getenv)
-	file, err := Load(path, explicit)
+	file, _, err := LoadLocated(fl.ConfigPath, getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +170,8 @@ func Resolve(fl Flags, getenv func(string) string) (*Settings, error) {
 	ctx := &Context{}
 	if name != "" {
 		if ctx, err = file.Context(name); err != nil {
-			return nil, err
+			// The file's own currentContext is checked when it is loaded.
+			return nil, fmt.Errorf("%w (from %s)", err, map[Source]string{SourceFlag: "--context", SourceEnv: EnvContext, SourceContext: "currentContext"}[src])
 		}
 		s.Context = name
 		s.Sources["context"] = src
@@ -191,26 +191,22 @@ func Resolve(fl Flags, getenv func(string) string) (*Settings, error) {
 			Key:  file.expandPath(ctx.Redis.TLS.Key, getenv),
 		}
 	}
-	s.Redis.Username, _ = pick(nil, getenv(EnvRedisUsername), ctxUser, "")
+	// The URL's user is the default, as redisconn applies it: a user in
+	// the URL without a password is still that user (a nopass ACL user).
+	s.Redis.Username, _ = pick(nil, getenv(EnvRedisUsername), ctxUser, urlUser(s.Redis.URL))
 	if pw := getenv(EnvRedisPassword); pw != "" {
 		s.Redis.Password = pw
-	} else if pf, _ := pick(nil, getenv(EnvRedisPasswordFile), ctxPassFile, ""); pf != "" {
+	} else if pf, psrc := pick(nil, getenv(EnvRedisPasswordFile), ctxPassFile, ""); pf != "" {
 		data, err := os.ReadFile(pf)
 		if err != nil {
-			return nil, fmt.Errorf("config: reading the Redis password file: %w", err)
+			return nil, fmt.Errorf("config: reading the Redis password file (%s): %w", settingName(psrc, "", EnvRedisPasswordFile, "redis.passwordFile", name), err)
 		}
 		s.Redis.Password = strings.TrimRight(string(data), "\r\n")
 	}
-	s.Redis.TLS.CA, _ = pick(fl.RedisTLSCA, getenv(EnvRedisTLSCA), ctxTLS.CA, "")
-	s.Redis.TLS.Cert, _ = pick(fl.RedisTLSCert, getenv(EnvRedisTLSCert), ctxTLS.Cert, "")
-	s.Redis.TLS.Key, _ = pick(fl.RedisTLSKey, getenv(EnvRedisTLSKey), ctxTLS.Key, "")
-	if (s.Redis.TLS.Cert == "") != (s.Redis.TLS.Key == "") {
-		return nil, fmt.Errorf("config: a Redis TLS client certificate needs both a cert and a key")
+	if err := s.resolveRedisTLS(fl, getenv, ctxTLS, name); err != nil {
+		return nil, err
 	}
 	urlWhere := settingName(s.Sources["redis"], "--redis", EnvRedis, "redis.url", name)
-	if _, err := url.Parse(s.Redis.URL); err != nil && !redisconn.IsSentinelURL(s.Redis.URL) {
-		return nil, fmt.Errorf("config: invalid Redis URL %s (%s)", RedactURL(s.Redis.URL), urlWhere)
-	}
 	if redisconn.IsSentinelURL(s.Redis.URL) {
 		var cs RedisSentinel
 		if fromContext {
@@ -245,17 +241,17 @@ func Resolve(fl Flags, getenv func(string) string) (*Settings, error) {
 	// Layout.
 	layout, lsrc := pick(fl.Layout, getenv(EnvLayout), ctx.Redis.Layout, "protean")
 	if s.Layout, err = broker.ParseLayout(layout); err != nil {
-		return nil, fmt.Errorf("config: invalid layout %q (from %s): want protean or cluster", layout, lsrc)
+		return nil, fmt.Errorf("config: invalid layout %q (from %s): want protean or cluster", layout, settingName(lsrc, "--layout", EnvLayout, "redis.layout", name))
 	}
 	s.Sources["layout"] = lsrc
-	if redisconn.IsSentinelURL(s.Redis.URL) {
-		if err := redisconn.Check(s.Redis.URL, s.Layout.IsCluster()); err != nil {
-			if errors.Is(err, redisconn.ErrClusterSentinel) {
-				return nil, fmt.Errorf("config: the cluster layout (%s) cannot use the Sentinel URL of %s: Redis Cluster fails over by itself; use --layout protean with Sentinel, or a redis:// URL of the cluster's nodes",
-					settingName(lsrc, "--layout", EnvLayout, "redis.layout", name), urlWhere)
-			}
-			return nil, fmt.Errorf("config: %s: %w", urlWhere, err)
+	// The URL's form, checked as context add/set and the contexts file's
+	// loader check it (redisconn.Check), now that the layout is known.
+	if err := redisconn.Check(s.Redis.URL, s.Layout.IsCluster()); err != nil {
+		if errors.Is(err, redisconn.ErrClusterSentinel) {
+			return nil, fmt.Errorf("config: the cluster layout (%s) cannot use the Sentinel URL of %s: Redis Cluster fails over by itself; use --layout protean with Sentinel, or a redis:// URL of the cluster's nodes",
+				settingName(lsrc, "--layout", EnvLayout, "redis.layout", name), urlWhere)
 		}
+		return nil, fmt.Errorf("config: %s: %w", urlWhere, err)
 	}
 
 	// Guard rails.
@@ -276,6 +272,55 @@ func Resolve(fl Flags, getenv func(string) string) (*Settings, error) {
 	s.Protected = ctx.Protected
 	s.Categories = append([]string(nil), ctx.Categories...)
 	return s, nil
+}
+
+// resolveRedisTLS resolves the Redis TLS files (flag > env > context; ctx
+// holds the context's, empty when the URL is not the context's) and reads
+// them, so that a missing or bad one is a config error naming where its
+// setting came from, before anything dials.
+func (s *Settings) resolveRedisTLS(fl Flags, getenv func(string) string, ctx TLS, ctxName string) error {
+	t := &s.Redis.TLS
+	var caSrc, certSrc, keySrc Source
+	t.CA, caSrc = pick(fl.RedisTLSCA, getenv(EnvRedisTLSCA), ctx.CA, "")
+	t.Cert, certSrc = pick(fl.RedisTLSCert, getenv(EnvRedisTLSCert), ctx.Cert, "")
+	t.Key, keySrc = pick(fl.RedisTLSKey, getenv(EnvRedisTLSKey), ctx.Key, "")
+	caWhere := settingName(caSrc, "--redis-tls-ca", EnvRedisTLSCA, "redis.tls.ca", ctxName)
+	certWhere := settingName(certSrc, "--redis-tls-cert", EnvRedisTLSCert, "redis.tls.cert", ctxName)
+	keyWhere := settingName(keySrc, "--redis-tls-key", EnvRedisTLSKey, "redis.tls.key", ctxName)
+	switch {
+	case t.Cert != "" && t.Key == "":
+		return fmt.Errorf("config: a Redis TLS client certificate needs both a cert and a key: the cert is set (%s), the key is not (--redis-tls-key, %s or redis.tls.key)", certWhere, EnvRedisTLSKey)
+	case t.Cert == "" && t.Key != "":
+		return fmt.Errorf("config: a Redis TLS client certificate needs both a cert and a key: the key is set (%s), the cert is not (--redis-tls-cert, %s or redis.tls.cert)", keyWhere, EnvRedisTLSCert)
+	}
+	if _, err := (security.TLS{CA: t.CA, Cert: t.Cert, Key: t.Key}).Config(""); err != nil {
+		var fe *security.FieldError
+		if errors.As(err, &fe) {
+			w := map[string]string{"ca": caWhere, "cert": certWhere, "key": keyWhere}[fe.Field]
+			return fmt.Errorf("config: Redis TLS %s (%s): %w", fe.Field, w, fe.Err)
+		}
+		return fmt.Errorf("config: Redis TLS: %w", err)
+	}
+	return nil
+}
+
+// LoadLocated loads the contexts file Locate names (--config as flag,
+// else PROTCTL_CONFIG, else the default path) and returns it with its
+// path. An error about a file that was named says who named it.
+func LoadLocated(flag *string, getenv func(string) string) (*File, string, error) {
+	path, explicit := Locate(flag, getenv)
+	file, err := Load(path, explicit)
+	if err != nil {
+		if explicit {
+			where := EnvConfig
+			if flag != nil && *flag != "" {
+				where = "--config"
+			}
+			err = fmt.Errorf("%w (the contexts file named by %s)", err, where)
+		}
+		return nil, path, err
+	}
+	return file, path, nil
 }
 
 // resolveKafkaSecurity resolves the Kafka TLS and SASL settings: each with
@@ -498,3 +543,18 @@ func splitList(s string) []string {
 // Strings that do not parse are replaced entirely, since they might hold a
 // password in a place we cannot find.
 func RedactURL(raw string) string { return redisconn.Redact(raw) }
+
+// urlUser is the user name in a Redis URL's user info ("" for none or a
+// URL that does not parse; Resolve refuses those).
+func urlUser(raw string) string {
+	if redisconn.IsSentinelURL(raw) {
+		if su, err := redisconn.ParseSentinelURL(raw); err == nil && su.User != nil {
+			return su.User.Username()
+		}
+		return ""
+	}
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		return u.User.Username()
+	}
+	return ""
+}

@@ -62,7 +62,9 @@ type Config struct {
 	// Cluster is ErrClusterSentinel.
 	Cluster bool
 	// Username and Password log in to the data servers (the primary with
-	// Sentinel); set, they win over the URL's.
+	// Sentinel); set, they win over the URL's. A user without a password
+	// (here or in the URL) logs in with an empty one, as a nopass ACL
+	// user may; it is never dropped in favour of the default user.
 	Username, Password string
 	// TLS adds a CA, a client certificate, a server name: any of them
 	// turns TLS on, as rediss:// does. With Sentinel they apply to the
@@ -109,12 +111,17 @@ func New(c Config) (redis.UniversalClient, error) {
 			return nil, err
 		}
 		fc := redis.NewFailoverClient(o)
+		// The login first: its refusal is not a failure to reach the
+		// primary, which primaryDialHook would call it.
+		if l := newUserLogin(o.Username, o.Password, o.DialTimeout); l != nil {
+			fc.AddHook(l)
+		}
 		fc.AddHook(primaryDialHook{master: o.MasterName})
 		return fc, nil
 	}
-	u, err := url.Parse(c.URL)
+	u, err := parseURL(c.URL)
 	if err != nil {
-		return nil, fmt.Errorf("%w %s: it does not parse as a URL", ErrInvalidURL, Redact(c.URL))
+		return nil, err
 	}
 	tc, err := c.tlsConfig(u.Hostname())
 	if err != nil {
@@ -126,14 +133,22 @@ func New(c Config) (redis.UniversalClient, error) {
 			return nil, c.parseError(err)
 		}
 		c.apply(fields{&o.Username, &o.Password, &o.ClientName, &o.TLSConfig, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolSize, u.Query()}, tc)
-		return redis.NewClusterClient(o), nil
+		cc := redis.NewClusterClient(o)
+		if l := newUserLogin(o.Username, o.Password, o.DialTimeout); l != nil {
+			cc.OnNewNode(func(n *redis.Client) { n.AddHook(l) })
+		}
+		return cc, nil
 	}
 	o, err := redis.ParseURL(c.URL)
 	if err != nil {
 		return nil, c.parseError(err)
 	}
 	c.apply(fields{&o.Username, &o.Password, &o.ClientName, &o.TLSConfig, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolSize, u.Query()}, tc)
-	return redis.NewClient(o), nil
+	rc := redis.NewClient(o)
+	if l := newUserLogin(o.Username, o.Password, o.DialTimeout); l != nil {
+		rc.AddHook(l)
+	}
+	return rc, nil
 }
 
 // fields are the go-redis options that c's settings override, in each of
@@ -164,15 +179,18 @@ func (c Config) apply(f fields, tc *tls.Config) {
 
 // Check parses rawURL as New would (with cluster for the cluster layout)
 // without reading a file or building a client, so that configuration
-// loaders can refuse a bad URL before anything starts. Errors are New's.
+// loaders can refuse a bad URL before anything starts: it is the one
+// check of a URL's form, whether the URL came from a flag, the
+// environment, a contexts file written by hand or by protctl, or a node
+// config. Errors are New's.
 func Check(rawURL string, cluster bool) error {
 	if IsSentinelURL(rawURL) {
 		_, err := Config{URL: rawURL, Cluster: cluster}.failoverOptions()
 		return err
 	}
-	u, err := url.Parse(rawURL)
+	u, err := parseURL(rawURL)
 	if err != nil {
-		return fmt.Errorf("%w %s: it does not parse as a URL", ErrInvalidURL, Redact(rawURL))
+		return err
 	}
 	c := Config{URL: rawURL}
 	if cluster || u.Query().Has("addr") {
@@ -184,6 +202,32 @@ func Check(rawURL string, cluster bool) error {
 		return c.parseError(err)
 	}
 	return nil
+}
+
+// urlForms is what a Redis URL may look like, for error messages.
+const urlForms = "want redis://host:port/db, rediss://host:port/db, unix:///path/to/redis.sock or redis+sentinel://host:26379,host:26379/MASTER/db"
+
+// parseURL parses a URL that is not a Sentinel URL and checks its form:
+// redis:// or rediss:// with a host (go-redis would quietly dial
+// localhost:6379 without one), or unix:// with the socket's path.
+func parseURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w %s: it does not parse as a URL; %s", ErrInvalidURL, Redact(raw), urlForms)
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "redis", "rediss":
+		if u.Host == "" {
+			return nil, fmt.Errorf("%w %s: no host; %s", ErrInvalidURL, Redact(raw), urlForms)
+		}
+	case "unix":
+		if u.Path == "" {
+			return nil, fmt.Errorf("%w %s: no socket path; %s", ErrInvalidURL, Redact(raw), urlForms)
+		}
+	default:
+		return nil, fmt.Errorf("%w %s: %s", ErrInvalidURL, Redact(raw), urlForms)
+	}
+	return u, nil
 }
 
 // parseError wraps a go-redis parse error, whose text may quote the URL,

@@ -8,13 +8,13 @@ import (
 	"time"
 
 	"github.com/charmbracelet/bubbles/key"
-	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/ansi"
 
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/output"
 	"github.com/protctl/protctl/internal/present"
 	"github.com/protctl/protctl/internal/repair"
+	tea "github.com/protctl/protctl/internal/third_party/bubbletea"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/ledger"
 )

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
-	"github.com/charmbracelet/x/exp/teatest"
 	"github.com/muesli/termenv"
 
+	tea "github.com/protctl/protctl/internal/third_party/bubbletea"
+	"github.com/protctl/protctl/internal/third_party/teatest"
 	"github.com/protctl/protctl/internal/tui/tuitest"
 )
 

@@ -4,9 +4,8 @@ import (
 	"context"
 	"time"
 
-	tea "github.com/charmbracelet/bubbletea"
-
 	"github.com/protctl/protctl/internal/inspect"
+	tea "github.com/protctl/protctl/internal/third_party/bubbletea"
 )
 
 // loadMsg reports a view's read: progress while pages arrive (with next,

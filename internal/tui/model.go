@@ -8,15 +8,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/charmbracelet/bubbles/cursor"
 	"github.com/charmbracelet/bubbles/key"
-	"github.com/charmbracelet/bubbles/textinput"
-	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
 
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/repair"
+	"github.com/protctl/protctl/internal/third_party/bubbles/cursor"
+	"github.com/protctl/protctl/internal/third_party/bubbles/textinput"
+	tea "github.com/protctl/protctl/internal/third_party/bubbletea"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/source"
@@ -62,7 +62,8 @@ type Options struct {
 	// default time.Now.
 	Now func() time.Time
 	// Renderer styles the frame (its colour profile decides colour); nil
-	// means lipgloss's default renderer.
+	// means lipgloss's default renderer (tui.NewRenderer makes one that
+	// never queries the terminal).
 	Renderer *lipgloss.Renderer
 	// Context is the parent of every read and action; cancelled reads
 	// stop. Default context.Background().

@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	tea "github.com/charmbracelet/bubbletea"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/protctl/protctl/internal/inspect"
 	"github.com/protctl/protctl/internal/present"
 	"github.com/protctl/protctl/internal/repair"
 	"github.com/protctl/protctl/internal/testenv"
+	tea "github.com/protctl/protctl/internal/third_party/bubbletea"
 	"github.com/protctl/protctl/internal/tui/tuitest"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/ledger"

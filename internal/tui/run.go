@@ -4,7 +4,7 @@ import (
 	"context"
 	"io"
 
-	tea "github.com/charmbracelet/bubbletea"
+	tea "github.com/protctl/protctl/internal/third_party/bubbletea"
 )
 
 // Run runs the dashboard on a terminal (in and out must be one) in the

@@ -9,8 +9,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/charmbracelet/bubbles/key"
-	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/ansi"
+
+	tea "github.com/protctl/protctl/internal/third_party/bubbletea"
 )
 
 // sortKind says how a column sorts.

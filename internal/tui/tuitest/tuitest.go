@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	tea "github.com/charmbracelet/bubbletea"
+	tea "github.com/protctl/protctl/internal/third_party/bubbletea"
 )
 
 // Timeout is how long one command may run before the test fails. It is
