@@ -153,8 +153,37 @@ func (in *Inspector) requireDLQGroup(ctx context.Context, category, group string
 	case err != nil:
 		return err
 	}
-	return fmt.Errorf("%w: group %q not found: no dead letter of %q names it, no lease or generation key %s and no group registry lists it, and it reads neither %s nor its partitions (check the spelling)",
+	// A dead letter outside the selection (a --key filter reads only the
+	// matching partitions' streams) may name it: read them all.
+	if seen, err := in.dlqGroupSeen(ctx, category, group); err != nil || seen {
+		return err
+	}
+	return fmt.Errorf("%w: --group %q not found: no dead letter of %q names it, no lease or generation key %s and no group registry lists it, and it reads neither %s nor its partitions (check the spelling)",
 		ErrNotFound, group, category, in.layout.LeaseKey(group, "*"), category)
+}
+
+// dlqGroupSeen reports whether a dead letter of any of category's
+// dead-letter streams records group as its consumer group.
+func (in *Inspector) dlqGroupSeen(ctx context.Context, category, group string) (bool, error) {
+	streams, _, now, err := in.dlqStreams(ctx, category, "", ScanOptions{})
+	if err != nil {
+		return false, err
+	}
+	seen := false
+	for _, s := range streams {
+		err := in.readDLQ(ctx, category, s, now, func(d DeadLetter) bool {
+			seen = d.ConsumerGroup == group
+			return !seen
+		})
+		var wte *broker.WrongTypeError
+		if err != nil && !errors.As(err, &wte) {
+			return false, err
+		}
+		if seen {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func (q DeadLetterQuery) keep(d DeadLetter) bool {
