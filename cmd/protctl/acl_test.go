@@ -167,6 +167,8 @@ func repairCommands(e *aclEnv, plan string) [][]string {
 	s, p := e.s, e.parked
 	return [][]string{
 		{"partitions", "skip-head", s.Orders, s.Halted, "--group", s.Projector, "--reason", "poison", "--yes"},
+		// No lease held: skip-head takes an operator lease (INCR).
+		{"partitions", "skip-head", s.Payments, s.Pay1, "--group", s.Audit, "--reason", "poison", "--force", "--yes"},
 		{"partitions", "release", s.Orders, s.Halted, "--group", s.Projector, "--force", "--yes"},
 		{"partitions", "reap", s.Orders, s.Cold, "--yes"},
 		{"streams", "trim", s.Payments + ":" + s.Pay1, "--maxlen", "1", "--yes"},

@@ -152,7 +152,9 @@ var (
 	// operatorCommands: internal/repair's applies, in Lua: reap.lua and
 	// reaplanes.lua (DEL, SREM; the cluster layout's reap removes and
 	// re-adds the index entry: SREM, SADD), release.lua (DEL),
-	// deadletter.lua (XADD, XACK: skip-head), trim.lua (XTRIM),
+	// deadletter.lua (XADD, XACK: skip-head) under an operator lease
+	// taken by acquireat.lua when no node holds the partition (INCR of
+	// the generation, SET PX), trim.lua (XTRIM),
 	// request.lua and requestpinned.lua (SET, SET PX), requesttoken.lua
 	// (HSET, PEXPIRE) and the request's PUBLISH (parked retry/skip);
 	// publish.lua, append.lua, record.lua (XADD, SADD, PUBLISH: protctl
@@ -166,7 +168,7 @@ var (
 	// cordon/drain/uncordon, partitions move); the audit entry (XADD ...
 	// MAXLEN); WAIT after a publish with --wait-replicas.
 	operatorCommands = []string{
-		"+del", "+srem", "+sadd", "+set", "+hset", "+hdel", "+hexists", "+pexpire",
+		"+del", "+srem", "+sadd", "+set", "+incr", "+hset", "+hdel", "+hexists", "+pexpire",
 		"+xadd", "+xack", "+xdel", "+xtrim", "+xgroup|delconsumer", "+xgroup|setid",
 		"+publish", "+wait",
 	}
