@@ -138,19 +138,8 @@ func (in *Inspector) requireDLQGroup(ctx context.Context, category, group string
 			return nil
 		}
 	}
-	// Created on a partition's lane, never leased: walk the partitions,
-	// stopping at the first that has it.
-	errSeen := errors.New("seen")
-	err = in.EachPartition(ctx, category, PartitionOptions{Group: group}, func(p Partition) error {
-		if g, ok := p.Group(group); ok && (g.Created || g.Registered) {
-			return errSeen
-		}
-		return nil
-	})
-	switch {
-	case errors.Is(err, errSeen):
-		return nil
-	case err != nil:
+	// Created on a partition's lane, never leased.
+	if reads, err := in.GroupReadsPartitions(ctx, category, group); err != nil || reads {
 		return err
 	}
 	// A dead letter outside the selection (a --key filter reads only the
@@ -160,6 +149,23 @@ func (in *Inspector) requireDLQGroup(ctx context.Context, category, group string
 	}
 	return fmt.Errorf("%w: --group %q not found: no dead letter of %q names it, no lease or generation key %s and no group registry lists it, and it reads neither %s nor its partitions (check the spelling)",
 		ErrNotFound, group, category, in.layout.LeaseKey(group, "*"), category)
+}
+
+// GroupReadsPartitions reports whether group is created on a lane of a
+// partition of category, or registered for it. It walks the category's
+// partitions, stopping at the first that has the group.
+func (in *Inspector) GroupReadsPartitions(ctx context.Context, category, group string) (bool, error) {
+	errSeen := errors.New("seen")
+	err := in.EachPartition(ctx, category, PartitionOptions{Group: group}, func(p Partition) error {
+		if g, ok := p.Group(group); ok && (g.Created || g.Registered) {
+			return errSeen
+		}
+		return nil
+	})
+	if errors.Is(err, errSeen) {
+		return true, nil
+	}
+	return false, err
 }
 
 // dlqGroupSeen reports whether a dead letter of any of category's

@@ -2,7 +2,6 @@ package repair
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -114,20 +113,9 @@ func (r *Repairer) PlanPruneConsumers(ctx context.Context, req PruneConsumersReq
 
 // requireCategoryGroup fails with an error wrapping inspect.ErrNotFound
 // unless group is created on a lane of a partition of category, or
-// registered for it. It walks the category's partitions, stopping at the
-// first that has the group.
+// registered for it (inspect.GroupReadsPartitions).
 func (r *Repairer) requireCategoryGroup(ctx context.Context, category, group string) error {
-	errSeen := errors.New("seen")
-	err := r.inspect.EachPartition(ctx, category, inspect.PartitionOptions{Group: group}, func(p inspect.Partition) error {
-		if g, ok := p.Group(group); ok && (g.Created || g.Registered) {
-			return errSeen
-		}
-		return nil
-	})
-	switch {
-	case errors.Is(err, errSeen):
-		return nil
-	case err != nil:
+	if reads, err := r.inspect.GroupReadsPartitions(ctx, category, group); err != nil || reads {
 		return err
 	}
 	return fmt.Errorf("%w: group %q reads no partition of %q: not created on any lane, not registered", inspect.ErrNotFound, group, category)
