@@ -49,6 +49,8 @@ var scriptDirs = map[string]string{
 var (
 	callRe     = regexp.MustCompile(`redis\.p?call\(\s*'([A-Za-z]+)'(?:\s*,\s*'([A-Za-z]+)')?`)
 	argsListRe = regexp.MustCompile(`\{\s*'([A-Z]+)'\s*,`) // deadletter.lua: local args = {'XADD', ...}
+	// typedRe: prelude.lua's typed_call(i, 'stream', 'XACK', ...).
+	typedRe = regexp.MustCompile(`typed_call\([^,()]+,\s*'[a-z]+'\s*,\s*'([A-Z]+)'`)
 	containers = map[string]bool{"XINFO": true, "XGROUP": true, "SCRIPT": true, "CLIENT": true, "CLUSTER": true, "OBJECT": true}
 )
 
@@ -71,6 +73,9 @@ func scriptRules(t *testing.T, files []string) []string {
 			rules = append(rules, "+"+cmd)
 		}
 		for _, m := range argsListRe.FindAllStringSubmatch(string(b), -1) {
+			rules = append(rules, "+"+strings.ToLower(m[1]))
+		}
+		for _, m := range typedRe.FindAllStringSubmatch(string(b), -1) {
 			rules = append(rules, "+"+strings.ToLower(m[1]))
 		}
 	}

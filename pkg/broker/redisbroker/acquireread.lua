@@ -1,9 +1,12 @@
 -- acquireread: a lease acquisition (as acquire.lua), the newest id of
 -- some lanes and, at the generation the caller expects, a first read of
 -- some lanes for its group (as read.lua in "new" mode), in one atomic
--- step (broker.BatchAcquirer). Every key is type checked before the first
--- write: a script is not rolled back when it fails half way, and a lease
--- taken by a call that then fails would be held by nobody who knows it.
+-- step (broker.BatchAcquirer). Every key the step touches is read before
+-- the first write, each read refused for its key's type raising
+-- PROTCTL_WRONGTYPE (typed_call): a script is not rolled back when it
+-- fails half way, and a lease taken by a call that then fails would be
+-- held by nobody who knows it. A lease held by someone else returns
+-- before the lanes are looked at.
 -- KEYS[1] lease, KEYS[2] generation, KEYS[3 .. 2+nt] the lanes to tail,
 -- KEYS[3+nt ..] the lanes to read
 -- ARGV[1] owner, ARGV[2] ttl in ms, ARGV[3] nt, ARGV[4] the generation to
@@ -13,31 +16,41 @@
 -- one read_lane flat list per lane to read, empty unless g is ARGV[4]. A
 -- lane with no entry is not read (its group is not created): the reader
 -- reads it when an entry comes, as it does any lane whose tail was 0-0.
-local lt = key_type(1, 'string')
-key_type(2, 'string')
-check_generation(2)
-for i = 3, #KEYS do
-  key_type(i, 'stream')
-end
-if lt ~= 'none' then
+local held = typed_call(1, 'string', 'GET', KEYS[1])
+local gen = check_generation(2)
+if held then
   return {0}
 end
-local g = take_lease(1, 2, ARGV[1], ARGV[2])
-local token = ARGV[1] .. ':' .. g
 local nt = tonumber(ARGV[3])
+-- A lane to read is usually one to tail as well: each is looked at once.
+local newest = {}
 local function tail(i)
-  local r = redis.call('XREVRANGE', KEYS[i], '+', '-', 'COUNT', 1)
-  if r[1] then
-    return r[1][1]
+  local k = KEYS[i]
+  if newest[k] == nil then
+    local r = typed_call(i, 'stream', 'XREVRANGE', k, '+', '-', 'COUNT', 1)
+    if r[1] then
+      newest[k] = r[1][1]
+    else
+      newest[k] = '0-0'
+    end
   end
-  return '0-0'
+  return newest[k]
 end
 local tails = {}
 for i = 1, nt do
   tails[i] = tail(2 + i)
 end
+-- The generation take_lease will set (INCR of what check_generation read).
+local read = (tonumber(gen) or 0) + 1 == tonumber(ARGV[4])
+if read then
+  for i = 3 + nt, #KEYS do
+    tail(i)
+  end
+end
+local g = take_lease(1, 2, ARGV[1], ARGV[2])
+local token = ARGV[1] .. ':' .. g
 local reads = {}
-if g == tonumber(ARGV[4]) then
+if read then
   for i = 3 + nt, #KEYS do
     if tail(i) == '0-0' then
       reads[#reads + 1] = {}

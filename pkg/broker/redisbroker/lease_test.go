@@ -4,7 +4,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/broker/redisbroker"
 )
 
 func TestAcquireSetsTokenTTLAndGeneration(t *testing.T) {
@@ -94,6 +97,22 @@ func TestLeaseCallsOnWrongTypesChangeNothing(t *testing.T) {
 			key: lk, want: "string",
 		},
 		{
+			name: "acquire at a generation with a set as lease",
+			call: func(t *testing.T, b broker.PartitionedBroker) error {
+				g := int64(7)
+				_, err := b.(*redisbroker.Broker).AcquirePartitionLeaseAt(t.Context(), lk, gk, owner, time.Second, &g)
+				return err
+			},
+			key: lk, want: "string",
+		},
+		{
+			name: "batched acquire with a set as lease",
+			call: func(t *testing.T, b broker.PartitionedBroker) error {
+				return b.(*redisbroker.Broker).AcquirePartitionLeases(t.Context(), []broker.LeaseRequest{{LeaseKey: lk, GenerationKey: gk, Owner: owner, TTL: time.Second}})[0].Err
+			},
+			key: lk, want: "string",
+		},
+		{
 			name: "renew of a set",
 			call: func(t *testing.T, b broker.PartitionedBroker) error {
 				_, err := b.RenewPartitionLease(t.Context(), f, time.Second)
@@ -127,6 +146,17 @@ func TestLeaseCallsOnWrongTypesChangeNothing(t *testing.T) {
 		before := snapshot(t, c)
 		_, _, err := b.AcquirePartitionLease(t.Context(), lk, gk, owner, time.Second)
 		wantWrongType(t, "acquire", err, gk, "string")
+		wantUnchanged(t, c, before)
+	})
+	t.Run("batched acquire with a set as generation", func(t *testing.T) {
+		b, c := newBroker(t)
+		c.SAdd(t.Context(), gk, "x")
+		before := snapshot(t, c)
+		g := b.AcquirePartitionLeases(t.Context(), []broker.LeaseRequest{{LeaseKey: lk, GenerationKey: gk, Owner: owner, TTL: time.Second}})[0]
+		wantWrongType(t, "batched acquire", g.Err, gk, "string")
+		if g.Acquired {
+			t.Fatal("acquired")
+		}
 		wantUnchanged(t, c, before)
 	})
 	t.Run("acquire with a non-integer generation", func(t *testing.T) {
@@ -194,4 +224,57 @@ func TestAcquireAtChangesNothingUnlessFreeAtTheGeneration(t *testing.T) {
 	if err != nil || got.Acquired || got.Held != owner+":10" || c.Get(ctx, gk).Val() != "10" {
 		t.Fatalf("held: %+v, %v", got, err)
 	}
+}
+
+// The batched acquisition (acquireread.lua) looks at every lane it tails
+// or reads before it takes the lease: a lane of the wrong type fails the
+// request with the lane named, and leaves the lease free and the
+// generation where it was, whether the lane is tailed, read, or both.
+// Held by someone else, the lease is refused before the lanes are looked
+// at.
+func TestBatchedAcquireOnAWrongTypeLaneChangesNothing(t *testing.T) {
+	lk, gk := layout.LeaseKey(group, key), layout.GenerationKey(group, key)
+	st, bf := layout.Stream(cat, key), layout.Stream(cat, key)+":backfill"
+	tests := []struct {
+		name        string
+		tails, read []string
+		bad         string
+	}{
+		{"a tailed lane", []string{st, bf}, nil, bf},
+		{"a lane tailed and read", []string{st, bf}, []string{st}, st},
+		{"a lane read only", nil, []string{st}, st},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, c := newBroker(t)
+			c.Set(t.Context(), gk, "4", 0)
+			for _, s := range []string{st, bf} {
+				if s != tt.bad {
+					c.XAdd(t.Context(), &redis.XAddArgs{Stream: s, Values: []any{"data", "x"}})
+				}
+			}
+			c.HSet(t.Context(), tt.bad, "f", "v")
+			before := snapshot(t, c)
+			g := b.AcquirePartitionLeases(t.Context(), []broker.LeaseRequest{{LeaseKey: lk, GenerationKey: gk, Owner: owner, TTL: time.Minute,
+				Tails: tt.tails, Read: tt.read, ReadAtGeneration: 5, Group: group, Count: 10}})[0]
+			wantWrongType(t, tt.name, g.Err, tt.bad, "stream")
+			if g.Acquired {
+				t.Fatal("acquired")
+			}
+			wantUnchanged(t, c, before)
+		})
+	}
+	t.Run("held by another", func(t *testing.T) {
+		b, c := newBroker(t)
+		c.Set(t.Context(), lk, "other:4", time.Minute)
+		c.Set(t.Context(), gk, "4", 0)
+		c.HSet(t.Context(), st, "f", "v")
+		before := snapshot(t, c)
+		g := b.AcquirePartitionLeases(t.Context(), []broker.LeaseRequest{{LeaseKey: lk, GenerationKey: gk, Owner: owner, TTL: time.Minute,
+			Tails: []string{st}, Read: []string{st}, ReadAtGeneration: 5, Group: group, Count: 10}})[0]
+		if g.Err != nil || g.Acquired {
+			t.Fatalf("grant = %+v, want refused without error", g)
+		}
+		wantUnchanged(t, c, before)
+	})
 }

@@ -4,15 +4,16 @@
 -- grant, and the ACL test reads the scripts each role runs with what they
 -- include.
 
--- check_generation raises PROTCTL_WRONGTYPE unless KEYS[i], a lease's
--- generation counter (type checked as a string already, or missing),
--- holds an integer: INCR would fail on anything else, and the error
--- should say which key is wrong.
+-- check_generation returns what KEYS[i], a lease's generation counter,
+-- holds (false when missing), and raises PROTCTL_WRONGTYPE unless it is
+-- missing or an integer string: INCR would fail on anything else, and the
+-- error should say which key is wrong.
 local function check_generation(i)
-  local g = redis.call('GET', KEYS[i])
+  local g = typed_call(i, 'string', 'GET', KEYS[i])
   if g and not string.match(g, '^%-?%d+$') then
     error({err = 'PROTCTL_WRONGTYPE integer string ' .. i})
   end
+  return g
 end
 
 -- take_lease increments the generation KEYS[gi] and sets the lease

@@ -13,7 +13,8 @@
 --
 -- A missing group (or stream) is created from id 0 with MKSTREAM, once
 -- per call, and the read retried; this is also how a group deleted under
--- a running owner is recovered.
+-- a running owner is recovered. A key of another type raises
+-- PROTCTL_WRONGTYPE (checked only then, as typed_call does).
 local function read_lane(si, consumer, group, count, mode)
   local created = false
   local function xread(id)
@@ -22,6 +23,7 @@ local function read_lane(si, consumer, group, count, mode)
         'STREAMS', KEYS[si], id)
       if type(r) == 'table' and r.err then
         if string.sub(r.err, 1, 7) ~= 'NOGROUP' or created then
+          key_type(si, 'stream') -- raises PROTCTL_WRONGTYPE if that is why
           error(r)
         end
         local c = redis.pcall('XGROUP', 'CREATE', KEYS[si], group, '0', 'MKSTREAM')
@@ -71,13 +73,14 @@ local function read_lane(si, consumer, group, count, mode)
 end
 
 -- ack_ids acknowledges ARGV[from..] for group on KEYS[si] and returns how
--- many were pending. unpack is bounded by the Lua C stack, so it
--- acknowledges in chunks.
+-- many were pending (0 for a missing stream); a key of another type
+-- raises PROTCTL_WRONGTYPE before anything is acknowledged. unpack is
+-- bounded by the Lua C stack, so it acknowledges in chunks.
 local function ack_ids(si, group, from)
   local n = 0
   for i = from, #ARGV, 1000 do
     local j = math.min(i + 999, #ARGV)
-    n = n + redis.call('XACK', KEYS[si], group, unpack(ARGV, i, j))
+    n = n + typed_call(si, 'stream', 'XACK', KEYS[si], group, unpack(ARGV, i, j))
   end
   return n
 end

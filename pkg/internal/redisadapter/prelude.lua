@@ -14,7 +14,8 @@
 
 -- key_type returns the type of KEYS[i] and raises PROTCTL_WRONGTYPE unless
 -- it is want or none. Scripts call it for every key before their first
--- write, because a Lua script is not rolled back when it fails half way.
+-- write, because a Lua script is not rolled back when it fails half way,
+-- unless that write is a typed_call (below).
 local function key_type(i, want)
   local t = redis.call('TYPE', KEYS[i]).ok
   if t ~= 'none' and t ~= want then
@@ -23,11 +24,29 @@ local function key_type(i, want)
   return t
 end
 
--- fence raises PROTCTL_LEASELOST unless KEYS[i] (a lease, type checked
--- already) holds exactly token. A missing (expired, released) lease holds
--- nothing and fails too.
+-- typed_call runs a command whose first key is KEYS[i] (redis.pcall(...))
+-- and returns its reply. An error reply raises PROTCTL_WRONGTYPE when
+-- KEYS[i] is neither want nor missing, and the error itself otherwise. A
+-- command refused for its key's type changes nothing, so a script whose
+-- first write to KEYS[i] is such a call (or comes after one) needs no
+-- key_type before it: the check runs only when something failed, and the
+-- hot scripts (the fenced reads and acks, the acquisitions) skip a TYPE
+-- call per key, about a microsecond of the server's time each
+-- (docs/benchmarks.md, "Lazy type checks").
+local function typed_call(i, want, ...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then
+    key_type(i, want)
+    error(r)
+  end
+  return r
+end
+
+-- fence raises PROTCTL_LEASELOST unless KEYS[i] (a lease) holds exactly
+-- token, and PROTCTL_WRONGTYPE when KEYS[i] is no string (typed_call). A
+-- missing (expired, released) lease holds nothing and fails too.
 local function fence(i, token)
-  if redis.call('GET', KEYS[i]) ~= token then
+  if typed_call(i, 'string', 'GET', KEYS[i]) ~= token then
     error({err = 'PROTCTL_LEASELOST'})
   end
 end
