@@ -538,7 +538,14 @@ func (n *runningNode) lag(ctx context.Context) (map[string]int64, error) {
 		}
 	}
 	if len(probes) > 0 {
-		_, _ = pipe.Exec(ctx) // each command carries its own error
+		cmds, err := pipe.Exec(ctx) // each command carries its own error, but for a refused login
+		if err := redisconn.ExecErr(cmds, err); err != nil {
+			keep(err)
+			for _, p := range probes {
+				delete(out, p.sub)
+			}
+			probes = nil
+		}
 		for _, p := range probes {
 			groups, err := p.cmd.Result()
 			if err != nil {

@@ -46,3 +46,23 @@ func (e *NoPrimaryError) Unwrap() []error { return []error{broker.ErrUnavailable
 func newNoPrimaryError(master string, err error) error {
 	return &NoPrimaryError{Master: master, Unknown: errors.Is(err, redis.Nil), Err: err}
 }
+
+// ExecErr returns err, what Exec returned for the pipeline of cmds, when
+// none of cmds carries an error of its own, and nil otherwise. go-redis
+// sets a transport failure on every command of a pipeline, but an error
+// reply to the connection's setup (the server refused the credentials:
+// WRONGPASS, NOAUTH) only as Exec's: the commands keep a nil error and
+// read as empty replies. A caller that reads each command's error alone
+// would take a refused login for "nothing there": a lag of 0, a lane with
+// no entry. (redisstore's pipelineErr is the library's copy.)
+func ExecErr(cmds []redis.Cmder, err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, cmd := range cmds {
+		if cmd.Err() != nil {
+			return nil
+		}
+	}
+	return err
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/protctl/protctl/internal/redisconn"
 	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/placement"
 	"github.com/protctl/protctl/pkg/runtime/redisstore"
@@ -157,7 +158,10 @@ func (r *Repairer) seekRefusals(ctx context.Context, items []*Item) ([]string, e
 	if len(refs) == 0 {
 		return out, nil
 	}
-	_, _ = pipe.Exec(ctx)
+	cmds, err := pipe.Exec(ctx)
+	if err := redisconn.ExecErr(cmds, err); err != nil {
+		return nil, err
+	}
 	for _, ref := range refs {
 		info, err := ref.cmd.Result()
 		switch {
