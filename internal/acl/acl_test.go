@@ -50,7 +50,7 @@ var (
 	callRe     = regexp.MustCompile(`redis\.p?call\(\s*'([A-Za-z]+)'(?:\s*,\s*'([A-Za-z]+)')?`)
 	argsListRe = regexp.MustCompile(`\{\s*'([A-Z]+)'\s*,`) // deadletter.lua: local args = {'XADD', ...}
 	// typedRe: prelude.lua's typed_call(i, 'stream', 'XACK', ...).
-	typedRe = regexp.MustCompile(`typed_call\([^,()]+,\s*'[a-z]+'\s*,\s*'([A-Z]+)'`)
+	typedRe    = regexp.MustCompile(`typed_call\([^,()]+,\s*'[a-z]+'\s*,\s*'([A-Z]+)'`)
 	containers = map[string]bool{"XINFO": true, "XGROUP": true, "SCRIPT": true, "CLIENT": true, "CLUSTER": true, "OBJECT": true}
 )
 
