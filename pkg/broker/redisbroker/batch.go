@@ -18,13 +18,11 @@ import (
 // partition's, as if it had been sent alone. On a Cluster the calls go
 // to their masters at once, a round trip per master.
 //
-// They run the scripts, never the optimistic transactions of fencedtx.go:
-// a transaction's lease check is a round trip of its own, or rides on the
-// connection's last one, which many partitions on one connection cannot
-// share (WATCH is per connection and EXEC ends every watch). The scripts'
-// cost, the Lua conversion of the entries (about 1.5 µs each on the
-// server), is small for what a live flow reads: a few entries per
-// partition. docs/decisions/0035-live-reads.md.
+// A batch of fenced reads on a single server runs as one optimistic
+// transaction of all its partitions instead (batchtx.go): one WATCH and
+// MGET of every lease, then one MULTI ... EXEC, which costs the server a
+// third of what the scripts do. docs/decisions/0035-live-reads.md,
+// docs/decisions/0023-fenced-read-transactions.md ("Batches").
 
 // scriptCall is one script call of a pipeline.
 type scriptCall struct {
@@ -162,33 +160,52 @@ func (b *Broker) runScriptsOn(ctx context.Context, c *redis.Client, s *redis.Scr
 }
 
 // AckAndReadPartitionsFenced runs each read as AckAndReadPartitionFenced
-// does, in one round trip (ackread.lua per read, pipelined). A read with
-// invalid arguments fails alone, before anything is sent.
+// does, together: on a single server (Sentinel included), a batch of
+// txBatchMin reads or more in ReadPending or ReadNew mode as one fenced
+// transaction of them all (batchtx.go), two round trips; every other read,
+// and each read the transaction leaves to its script, in one pipeline of
+// ackread.lua, one round trip. A read with invalid arguments fails alone,
+// before anything is sent.
 func (b *Broker) AckAndReadPartitionsFenced(ctx context.Context, reads []broker.FencedRead) []broker.ReadResult {
 	const op = "ack and read"
 	out := make([]broker.ReadResult, len(reads))
-	calls := make([]scriptCall, 0, len(reads))
-	sent := make([]int, 0, len(reads))
+	valid := make([]int, 0, len(reads))
 	for i := range reads {
-		r := &reads[i]
-		if err := b.validRead(op, r); err != nil {
+		if err := b.validRead(op, &reads[i]); err != nil {
 			out[i].Err = err
 			continue
 		}
+		valid = append(valid, i)
+	}
+	if c, ok := b.client.(*redis.Client); ok && !b.cfg.scriptReads {
+		var tx, rest []int
+		for _, i := range valid {
+			if txReadID(reads[i].Mode) != "" {
+				tx = append(tx, i)
+			} else {
+				rest = append(rest, i)
+			}
+		}
+		if len(tx) >= txBatchMin {
+			valid = append(rest, b.ackAndReadTx(ctx, c, reads, tx, out)...)
+		}
+	}
+	if len(valid) == 0 {
+		return out
+	}
+	calls := make([]scriptCall, len(valid))
+	for j, i := range valid {
+		r := &reads[i]
 		args := make([]any, 0, 4+len(r.Ack))
 		args = append(args, r.Fence.Token, r.Group, r.Count, readModes[r.Mode])
-		for j := range r.Ack {
-			args = append(args, &r.Ack[j])
+		for k := range r.Ack {
+			args = append(args, &r.Ack[k])
 		}
-		calls = append(calls, scriptCall{keys: []string{r.Fence.LeaseKey, r.Stream}, args: args})
-		sent = append(sent, i)
-	}
-	if len(calls) == 0 {
-		return out
+		calls[j] = scriptCall{keys: []string{r.Fence.LeaseKey, r.Stream}, args: args}
 	}
 	cmds, _ := b.runScripts(ctx, ackReadScript, calls, nil)
 	for j, cmd := range cmds {
-		i := sent[j]
+		i := valid[j]
 		r := &reads[i]
 		res, err := cmd.Slice()
 		if err != nil {

@@ -1,0 +1,258 @@
+package redisbroker_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/broker/redisbroker"
+)
+
+// txPartitions publishes m entries on each of n keys, creates the group on
+// each stream (from 0) and takes each key's lease; it returns the keys,
+// their entries and leases.
+func txPartitions(t *testing.T, b *redisbroker.Broker, c *redis.Client, n, m int) ([]string, [][]string, []broker.Lease) {
+	t.Helper()
+	keys := make([]string, n)
+	ids := make([][]string, n)
+	leases := make([]broker.Lease, n)
+	for i := range n {
+		keys[i] = fmt.Sprintf("k-%02d", i)
+		ids[i] = publish(t, b, keys[i], "", m)
+		if err := c.XGroupCreate(t.Context(), layout.Stream(cat, keys[i]), group, "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = acquire(t, b, keys[i], owner, time.Minute)
+	}
+	return keys, ids, leases
+}
+
+// txReads is one ReadNew of count entries per key, acking ack[i].
+func txReads(keys []string, leases []broker.Lease, ack [][]string, count int64) []broker.FencedRead {
+	reads := make([]broker.FencedRead, len(keys))
+	for i, k := range keys {
+		reads[i] = broker.FencedRead{Fence: leases[i].Fence, Stream: layout.Stream(cat, k), Group: group, Count: count, Mode: broker.ReadNew}
+		if ack != nil {
+			reads[i].Ack = ack[i]
+		}
+	}
+	return reads
+}
+
+// groupState is what a partition's group holds: its pending ids and the
+// id it last delivered.
+func groupState(t *testing.T, c *redis.Client, k string) string {
+	t.Helper()
+	st := layout.Stream(cat, k)
+	p, err := c.XPendingExt(t.Context(), &redis.XPendingExtArgs{Stream: st, Group: group, Start: "-", End: "+", Count: 100}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, err := c.XInfoGroups(t.Context(), st).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pending []string
+	for _, e := range p {
+		pending = append(pending, e.ID+"@"+e.Consumer)
+	}
+	return fmt.Sprintf("pending %v, last delivered %s", pending, gs[0].LastDeliveredID)
+}
+
+// A batch runs as one transaction, and each partition of it is fenced on
+// its own: a lease taken by another node before the batch, or between
+// its check and its EXEC, fails that partition's read with a lost lease
+// and changes nothing of its group (no ack, nothing delivered), while
+// the others read and ack.
+// A batch larger than one transaction's bound runs as several, each
+// fenced the same way.
+func TestBatchTxFencesEachPartition(t *testing.T) {
+	for _, tc := range []struct {
+		when      string
+		n, stolen int
+	}{
+		{"before the batch", 6, 2},
+		{"between the check and EXEC", 6, 2},
+		{"before the batch", 70, 40},
+		{"between the check and EXEC", 70, 40},
+		{"between the check and EXEC", 70, 69},
+	} {
+		when, stolen := tc.when, tc.stolen
+		t.Run(fmt.Sprintf("%s, %d of %d", when, stolen, tc.n), func(t *testing.T) {
+			b, c := newBroker(t)
+			keys, ids, leases := txPartitions(t, b, c, tc.n, 3)
+			// The first entry of each read and pending: the batch acks it.
+			first := b.AckAndReadPartitionsFenced(t.Context(), txReads(keys, leases, nil, 1))
+			acks := make([][]string, len(keys))
+			for i, r := range first {
+				if r.Err != nil || !slices.Equal(msgIDs(r.Messages), ids[i][:1]) {
+					t.Fatalf("%s: first read %v %v", keys[i], msgIDs(r.Messages), r.Err)
+				}
+				acks[i] = msgIDs(r.Messages)
+			}
+			steal := func() {
+				lk := leases[stolen].Fence.LeaseKey
+				if err := c.Set(t.Context(), lk, "other:99", time.Minute).Err(); err != nil {
+					t.Error(err)
+				}
+			}
+			var before string
+			if when == "before the batch" {
+				steal()
+				before = groupState(t, c, keys[stolen])
+			} else {
+				before = groupState(t, c, keys[stolen])
+				// Between the check and EXEC of the transaction that
+				// holds it (32 partitions each, txBatchMax).
+				calls := 0
+				redisbroker.SetBetweenTx(b, func() {
+					if calls == stolen/32 {
+						steal()
+					}
+					calls++
+				})
+			}
+			got := b.AckAndReadPartitionsFenced(t.Context(), txReads(keys, leases, acks, 10))
+			redisbroker.SetBetweenTx(b, nil)
+			for i, r := range got {
+				if i == stolen {
+					var lle *broker.LeaseLostError
+					if !errors.As(r.Err, &lle) || lle.Stream != layout.Stream(cat, keys[i]) || len(r.Messages) != 0 {
+						t.Fatalf("%s (stolen): %v, %v; want a lost lease", keys[i], msgIDs(r.Messages), r.Err)
+					}
+					continue
+				}
+				if r.Err != nil || !slices.Equal(msgIDs(r.Messages), ids[i][1:]) {
+					t.Fatalf("%s: %v, %v; want %v", keys[i], msgIDs(r.Messages), r.Err, ids[i][1:])
+				}
+			}
+			if after := groupState(t, c, keys[stolen]); after != before {
+				t.Fatalf("the stolen partition's group changed: %s -> %s", before, after)
+			}
+			for i, k := range keys {
+				if i == stolen {
+					continue
+				}
+				want := fmt.Sprintf("pending [%s@%s %s@%s], last delivered %s", ids[i][1], leases[i].Fence.Token, ids[i][2], leases[i].Fence.Token, ids[i][2])
+				if st := groupState(t, c, k); st != want {
+					t.Fatalf("%s: %s, want %s (the first acked, the rest delivered once)", k, st, want)
+				}
+			}
+		})
+	}
+}
+
+// A lease key touched between the check and EXEC (the owner's own
+// renewal) refuses the whole transaction, which ran nothing: it is
+// checked again, and after txAttempts refusals the scripts read. Either
+// way every partition reads its entries once, in order.
+func TestBatchTxRetriesAfterARenewal(t *testing.T) {
+	for _, renewals := range []int{1, 100} {
+		t.Run(fmt.Sprintf("%d renewals", renewals), func(t *testing.T) {
+			b, c := newBroker(t)
+			keys, ids, leases := txPartitions(t, b, c, 5, 2)
+			n := 0
+			redisbroker.SetBetweenTx(b, func() {
+				if n < renewals {
+					n++
+					if _, err := b.RenewPartitionLease(t.Context(), leases[n%len(leases)].Fence, time.Minute); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+			got := b.AckAndReadPartitionsFenced(t.Context(), txReads(keys, leases, nil, 10))
+			redisbroker.SetBetweenTx(b, nil)
+			for i, r := range got {
+				if r.Err != nil || !slices.Equal(msgIDs(r.Messages), ids[i]) {
+					t.Fatalf("%s: %v, %v; want %v", keys[i], msgIDs(r.Messages), r.Err, ids[i])
+				}
+			}
+			if renewals == 1 && n != 1 {
+				t.Fatalf("%d checks touched", n)
+			}
+			// Delivered once: nothing is new any more.
+			for i, r := range b.AckAndReadPartitionsFenced(t.Context(), txReads(keys, leases, nil, 10)) {
+				if r.Err != nil || len(r.Messages) != 0 {
+					t.Fatalf("%s read again: %v, %v", keys[i], msgIDs(r.Messages), r.Err)
+				}
+			}
+		})
+	}
+}
+
+// What the transaction cannot read it leaves to the script, which does
+// what it always did: a group deleted under its owner is created from 0
+// and read; a stream of the wrong type fails with the key named and
+// changes nothing. The other partitions of the batch read as usual.
+func TestBatchTxLeavesMissingGroupsAndWrongTypesToTheScript(t *testing.T) {
+	b, c := newBroker(t)
+	keys, ids, leases := txPartitions(t, b, c, 5, 2)
+	const noGroup, wrongType = 1, 3
+	if err := c.XGroupDestroy(t.Context(), layout.Stream(cat, keys[noGroup]), group).Err(); err != nil {
+		t.Fatal(err)
+	}
+	bad := layout.Stream(cat, keys[wrongType])
+	if err := c.Del(t.Context(), bad).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HSet(t.Context(), bad, "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := b.AckAndReadPartitionsFenced(t.Context(), txReads(keys, leases, nil, 10))
+	for i, r := range got {
+		if i == wrongType {
+			wantWrongType(t, keys[i], r.Err, bad, "stream")
+			if v, err := c.HGetAll(t.Context(), bad).Result(); err != nil || len(v) != 1 || v["f"] != "v" {
+				t.Fatalf("the hash changed: %v %v", v, err)
+			}
+			continue
+		}
+		if r.Err != nil || !slices.Equal(msgIDs(r.Messages), ids[i]) {
+			t.Fatalf("%s: %v, %v; want %v", keys[i], msgIDs(r.Messages), r.Err, ids[i])
+		}
+	}
+}
+
+// A transaction whose EXEC ran but whose reply was lost is not sent
+// again, nor replaced by the scripts: every read of it fails
+// (unavailable), and each partition's first entry was delivered once,
+// the second is still new. (TestBatchReplyLostIsNotResent is the
+// scripts'.)
+func TestBatchTxReplyLostIsNotResent(t *testing.T) {
+	_, admin := newBroker(t)
+	ctx := t.Context()
+	o := server.Options()
+	o.MaxRetries = 3 // go-redis's default, as `run node` builds its client
+	c := redis.NewClient(o)
+	t.Cleanup(func() { _ = c.Close() })
+	b := redisbroker.New(c)
+	keys, ids, leases := txPartitions(t, b, admin, 4, 2)
+	// The output buffer limit is set once the check passed: the EXEC runs
+	// and the server closes the connection instead of replying.
+	redisbroker.SetBetweenTx(b, func() {
+		if err := admin.ConfigSet(ctx, "client-output-buffer-limit", "normal 1 1 0").Err(); err != nil {
+			t.Error(err)
+		}
+	})
+	got := b.AckAndReadPartitionsFenced(ctx, txReads(keys, leases, nil, 1))
+	redisbroker.SetBetweenTx(b, nil)
+	if err := admin.ConfigSet(ctx, "client-output-buffer-limit", "normal 0 0 0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range got {
+		if !errors.Is(r.Err, broker.ErrUnavailable) {
+			t.Fatalf("%s: read whose reply was lost: %v, %v; want ErrUnavailable", keys[i], msgIDs(r.Messages), r.Err)
+		}
+	}
+	for i, k := range keys {
+		want := fmt.Sprintf("pending [%s@%s], last delivered %s", ids[i][0], leases[i].Fence.Token, ids[i][0])
+		if st := groupState(t, admin, k); st != want {
+			t.Fatalf("%s after the lost reply: %s, want %s (read twice?)", k, st, want)
+		}
+	}
+}
