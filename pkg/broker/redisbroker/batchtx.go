@@ -63,8 +63,11 @@ const txBatchMin = 4
 // each key a WATCH names against every key the connection already
 // watches (a list), so a transaction's WATCH costs the square of its
 // keys: about 1.8 µs a key at 47 keys (BenchmarkSustainableRateRedis at
-// 24,000/s), and eight times that at the live path's batches of 256.
-const txBatchMax = 32
+// 24,000/s), and about five times that at the live path's batches of
+// 256, more than a script. Each transaction of a batch costs two round
+// trips more: at 64,000 events/s the runtime's p50 was 51-65 ms with 32,
+// 37-50 with 64 and 28-50 with 128 (two runs each, docs/benchmarks.md).
+const txBatchMax = 64
 
 // ackAndReadTx runs the reads idx of reads (valid, in a mode
 // txReadID expresses) as fenced transactions on one connection of c,

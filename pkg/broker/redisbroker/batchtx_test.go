@@ -69,8 +69,8 @@ func groupState(t *testing.T, c *redis.Client, k string) string {
 // its check and its EXEC, fails that partition's read with a lost lease
 // and changes nothing of its group (no ack, nothing delivered), while
 // the others read and ack.
-// A batch larger than one transaction's bound runs as several, each
-// fenced the same way.
+// A batch larger than one transaction's bound (64) runs as several,
+// each fenced the same way.
 func TestBatchTxFencesEachPartition(t *testing.T) {
 	for _, tc := range []struct {
 		when      string
@@ -78,9 +78,9 @@ func TestBatchTxFencesEachPartition(t *testing.T) {
 	}{
 		{"before the batch", 6, 2},
 		{"between the check and EXEC", 6, 2},
-		{"before the batch", 70, 40},
-		{"between the check and EXEC", 70, 40},
-		{"between the check and EXEC", 70, 69},
+		{"before the batch", 140, 70},
+		{"between the check and EXEC", 140, 70},
+		{"between the check and EXEC", 140, 139},
 	} {
 		when, stolen := tc.when, tc.stolen
 		t.Run(fmt.Sprintf("%s, %d of %d", when, stolen, tc.n), func(t *testing.T) {
@@ -108,10 +108,10 @@ func TestBatchTxFencesEachPartition(t *testing.T) {
 			} else {
 				before = groupState(t, c, keys[stolen])
 				// Between the check and EXEC of the transaction that
-				// holds it (32 partitions each, txBatchMax).
+				// holds it (64 partitions each, txBatchMax).
 				calls := 0
 				redisbroker.SetBetweenTx(b, func() {
-					if calls == stolen/32 {
+					if calls == stolen/64 {
 						steal()
 					}
 					calls++
@@ -152,9 +152,11 @@ func TestBatchTxFencesEachPartition(t *testing.T) {
 // checked again, and after txAttempts refusals the scripts read. Either
 // way every partition reads its entries once, in order.
 func TestBatchTxRetriesAfterARenewal(t *testing.T) {
-	for _, renewals := range []int{1, 100} {
-		t.Run(fmt.Sprintf("%d renewals", renewals), func(t *testing.T) {
-			b, c := newBroker(t)
+	for _, tc := range []struct{ renewals, proto int }{{1, 3}, {100, 3}, {1, 2}} {
+		renewals := tc.renewals
+		t.Run(fmt.Sprintf("%d renewals, RESP%d", renewals, tc.proto), func(t *testing.T) {
+			c := protoClient(t, tc.proto)
+			b := redisbroker.New(c)
 			keys, ids, leases := txPartitions(t, b, c, 5, 2)
 			n := 0
 			redisbroker.SetBetweenTx(b, func() {
