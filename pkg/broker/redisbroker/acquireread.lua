@@ -42,9 +42,13 @@ for i = 1, nt do
 end
 -- The generation take_lease will set (INCR of what check_generation read).
 local read = (tonumber(gen) or 0) + 1 == tonumber(ARGV[4])
-if read then
-  for i = 3 + nt, #KEYS do
+for i = 3 + nt, #KEYS do
+  if read then
     tail(i)
+  elseif newest[KEYS[i]] == nil then
+    -- Not read at this generation: still a stream or nothing, as a
+    -- request that names a lane of another type fails whatever it gets.
+    key_type(i, 'stream')
   end
 end
 local g = take_lease(1, 2, ARGV[1], ARGV[2])

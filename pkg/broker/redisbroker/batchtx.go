@@ -81,9 +81,23 @@ func (b *Broker) ackAndReadTx(ctx context.Context, c *redis.Client, reads []brok
 		pending := idx[:min(len(idx), txBatchMax)]
 		idx = idx[len(pending):]
 		for attempt := 0; attempt < txAttempts && len(pending) > 0; attempt++ {
-			var fallback []int
-			pending, fallback = b.ackAndReadTxOnce(ctx, conn, op, reads, pending, out)
+			var (
+				fallback []int
+				broken   error
+			)
+			pending, fallback, broken = b.ackAndReadTxOnce(ctx, conn, op, reads, pending, out)
 			scripts = append(scripts, fallback...)
+			if broken != nil {
+				// The connection is gone (or none could be had): the
+				// reads not sent yet fail alike at once, instead of
+				// each transaction waiting out the pool again. Nothing
+				// of theirs ran.
+				for _, i := range idx {
+					r := &reads[i]
+					out[i].Err = mapErr(call{Op: op, Keys: []string{r.Fence.LeaseKey, r.Stream}, Fence: &r.Fence, Stream: r.Stream}, broken)
+				}
+				return scripts
+			}
 		}
 		// Refused txAttempts times: the scripts decide.
 		scripts = append(scripts, pending...)
@@ -93,8 +107,9 @@ func (b *Broker) ackAndReadTx(ctx context.Context, c *redis.Client, reads []brok
 
 // ackAndReadTxOnce is one attempt of ackAndReadTx: retry are the reads of
 // a transaction EXEC refused (nothing ran), scripts those the scripts
-// must decide; every other read of idx has its result in out.
-func (b *Broker) ackAndReadTxOnce(ctx context.Context, conn *redis.Conn, op string, reads []broker.FencedRead, idx []int, out []broker.ReadResult) (retry, scripts []int) {
+// must decide; every other read of idx has its result in out. broken is
+// the transport failure that left conn unusable, if one did.
+func (b *Broker) ackAndReadTxOnce(ctx context.Context, conn *redis.Conn, op string, reads []broker.FencedRead, idx []int, out []broker.ReadResult) (retry, scripts []int, broken error) {
 	fail := func(i int, err error) {
 		r := &reads[i]
 		out[i].Err = mapErr(call{Op: op, Keys: []string{r.Fence.LeaseKey, r.Stream}, Fence: &r.Fence, Stream: r.Stream}, err)
@@ -116,15 +131,22 @@ func (b *Broker) ackAndReadTxOnce(ctx context.Context, conn *redis.Conn, op stri
 	// keys; every way out that does not reach EXEC unwatches (fencedtx.go).
 	if err != nil {
 		if redisadapter.Unavailable(err) {
-			_ = unwatch(ctx, conn, op) // a reply such as LOADING leaves the connection usable
 			for _, i := range idx {
 				fail(i, err)
 			}
-			return nil, nil
+			if !transport(err) {
+				// A reply such as LOADING leaves the connection usable.
+				_ = unwatch(ctx, conn, op)
+				return nil, nil, nil
+			}
+			// No reply (or no connection at all: a pool timeout): an
+			// UNWATCH would wait for the same, and the connection is
+			// dropped, not pooled, with whatever it watched.
+			return nil, nil, err
 		}
 		// An error reply (NOPERM, ...): the scripts name the error.
 		_ = unwatch(ctx, conn, op)
-		return nil, idx
+		return nil, idx, nil
 	}
 	vals := get.Val()
 	held := make([]int, 0, len(idx))
@@ -140,8 +162,7 @@ func (b *Broker) ackAndReadTxOnce(ctx context.Context, conn *redis.Conn, op stri
 		held = append(held, i)
 	}
 	if len(held) == 0 {
-		_ = unwatch(ctx, conn, op)
-		return nil, scripts
+		return nil, scripts, unwatchTx(ctx, conn)
 	}
 	if b.betweenTx != nil {
 		b.betweenTx()
@@ -165,9 +186,15 @@ func (b *Broker) ackAndReadTxOnce(ctx context.Context, conn *redis.Conn, op stri
 	if errors.Is(err, redis.TxFailedErr) {
 		// A watched lease key was written (a renewal, a takeover) or
 		// expired after the WATCH: nothing ran. Look again.
-		return held, scripts
+		return held, scripts, nil
 	}
-	lost := false
+	if redis.IsExecAbortError(err) {
+		// The server refused to queue a command (OOM, NOPERM, ...) and
+		// discarded the transaction: nothing ran, and the commands it
+		// did queue hold no reply. The scripts decide.
+		return nil, append(scripts, held...), nil
+	}
+	var lost error
 	for j, i := range held {
 		r := &reads[i]
 		rerr := rds[j].Err()
@@ -213,12 +240,28 @@ func (b *Broker) ackAndReadTxOnce(ctx context.Context, conn *redis.Conn, op stri
 		default:
 			// The reply was not read: whether EXEC ran is unknown, so the
 			// read fails, and no script may run in its place.
-			lost = true
+			if lost == nil {
+				lost = rerr
+			}
 			fail(i, rerr)
 		}
 	}
-	if lost {
+	if lost != nil && transport(lost) {
+		// The connection is dropped, watch and all.
+		return nil, scripts, lost
+	}
+	if lost != nil {
 		_ = unwatch(ctx, conn, op)
 	}
-	return nil, scripts
+	return nil, scripts, nil
+}
+
+// unwatchTx ends conn's watch when a transaction stops before MULTI, and
+// returns the transport failure that left conn unusable, if one did: an
+// error reply leaves it sound.
+func unwatchTx(ctx context.Context, conn *redis.Conn) error {
+	if err := conn.Do(ctx, "unwatch").Err(); transport(err) {
+		return err
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,11 +159,15 @@ func TestBatchTxRetriesAfterARenewal(t *testing.T) {
 			c := protoClient(t, tc.proto)
 			b := redisbroker.New(c)
 			keys, ids, leases := txPartitions(t, b, c, 5, 2)
+			sent := &commandCounter{}
+			c.AddHook(sent)
 			n := 0
 			redisbroker.SetBetweenTx(b, func() {
 				if n < renewals {
 					n++
-					if _, err := b.RenewPartitionLease(t.Context(), leases[n%len(leases)].Fence, time.Minute); err != nil {
+					// What a renewal does to the key (renew.lua's PEXPIRE),
+					// without a script of its own in the count below.
+					if err := c.PExpire(t.Context(), leases[n%len(leases)].Fence.LeaseKey, time.Minute).Err(); err != nil {
 						t.Error(err)
 					}
 				}
@@ -174,8 +179,23 @@ func TestBatchTxRetriesAfterARenewal(t *testing.T) {
 					t.Fatalf("%s: %v, %v; want %v", keys[i], msgIDs(r.Messages), r.Err, ids[i])
 				}
 			}
-			if renewals == 1 && n != 1 {
-				t.Fatalf("%d checks touched", n)
+			cmds := sent.reset()
+			execs, scripts := 0, 0
+			for _, name := range cmds {
+				switch {
+				case name == "exec":
+					execs++
+				case strings.HasPrefix(name, "eval"):
+					scripts++
+				}
+			}
+			switch {
+			case renewals == 1 && (n != 1 || execs != 2 || scripts != 0):
+				// Refused once, then run: no script.
+				t.Fatalf("%d checks touched, %d EXEC, %d scripts; want 1, 2, 0: %v", n, execs, scripts, cmds)
+			case renewals > 1 && (execs != 3 || scripts != len(keys)):
+				// Refused txAttempts times, then the scripts.
+				t.Fatalf("%d EXEC, %d scripts; want 3 and %d: %v", execs, scripts, len(keys), cmds)
 			}
 			// Delivered once: nothing is new any more.
 			for i, r := range b.AckAndReadPartitionsFenced(t.Context(), txReads(keys, leases, nil, 10)) {
@@ -256,5 +276,107 @@ func TestBatchTxReplyLostIsNotResent(t *testing.T) {
 		if st := groupState(t, admin, k); st != want {
 			t.Fatalf("%s after the lost reply: %s, want %s (read twice?)", k, st, want)
 		}
+	}
+}
+
+// A transaction the server refuses to queue (here every write is refused
+// for memory, so XREADGROUP is, and EXEC aborts) ran nothing, and its
+// queued commands hold no reply: each read is left to its script, which
+// the server runs (a script is not refused for memory before it writes)
+// and which reads as it always did.
+func TestBatchTxLeavesARefusedTransactionToTheScripts(t *testing.T) {
+	b, c := newBroker(t)
+	keys, ids, leases := txPartitions(t, b, c, 5, 2)
+	sent := &commandCounter{}
+	c.AddHook(sent)
+	if err := c.ConfigSet(t.Context(), "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := b.AckAndReadPartitionsFenced(t.Context(), txReads(keys, leases, nil, 10))
+	if err := c.ConfigSet(t.Context(), "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if cmds := sent.reset(); !slices.Contains(cmds, "exec") || !slices.Contains(cmds, "evalsha") {
+		t.Fatalf("sent %v; want the transaction, then the scripts", cmds)
+	}
+	for i, r := range got {
+		if r.Err != nil || !slices.Equal(msgIDs(r.Messages), ids[i]) {
+			t.Fatalf("%s: %v, %v; want %v", keys[i], msgIDs(r.Messages), r.Err, ids[i])
+		}
+	}
+}
+
+// No lease of the batch is its token (all taken by another node): every
+// read fails with a lost lease, and the connection goes back to the pool
+// watching nothing.
+func TestBatchTxLeavesNoWatchOnThePool(t *testing.T) {
+	b, c := newBroker(t)
+	keys, _, leases := txPartitions(t, b, c, 6, 2)
+	for i := range leases {
+		if err := c.Set(t.Context(), leases[i].Fence.LeaseKey, "other:99", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, r := range b.AckAndReadPartitionsFenced(t.Context(), txReads(keys, leases, nil, 1)) {
+		var lle *broker.LeaseLostError
+		if !errors.As(r.Err, &lle) {
+			t.Fatalf("%s: %v, want a lost lease", keys[i], r.Err)
+		}
+	}
+	for i := range leases {
+		wantNoWatchLeft(t, c, leases[i].Fence.LeaseKey)
+	}
+}
+
+// A batch that gets no connection (the pool is exhausted and its timeout
+// passes) fails every read as unavailable after its first check, not
+// once per transaction of the batch: each would wait out the pool
+// again, and the live path's every worker with them.
+func TestBatchTxWithoutAConnectionFailsAtOnce(t *testing.T) {
+	_, admin := newBroker(t)
+	o := server.Options()
+	o.PoolSize = 1
+	o.PoolTimeout = 100 * time.Millisecond
+	o.MaxRetries = 3
+	c := redis.NewClient(o)
+	t.Cleanup(func() { _ = c.Close() })
+	b := redisbroker.New(c)
+	keys, _, leases := txPartitions(t, b, admin, 140, 2)
+	hold := c.Conn()
+	if err := hold.Ping(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	sent := &commandCounter{}
+	c.AddHook(sent)
+	for i, r := range b.AckAndReadPartitionsFenced(t.Context(), txReads(keys, leases, nil, 1)) {
+		if !errors.Is(r.Err, broker.ErrUnavailable) {
+			t.Fatalf("%s: %v, want unavailable", keys[i], r.Err)
+		}
+	}
+	if cmds := sent.reset(); !slices.Equal(cmds, []string{"watch", "mget"}) {
+		t.Fatalf("sent %v; want one check (watch, mget) and nothing else", cmds)
+	}
+}
+
+// The same for one fenced read's transaction (fencedtx.go): refused at
+// queue time, it leaves the read to the script.
+func TestFencedTxLeavesARefusedTransactionToTheScript(t *testing.T) {
+	b, c := newBroker(t)
+	keys, ids, leases := txPartitions(t, b, c, 1, 2)
+	sent := &commandCounter{}
+	c.AddHook(sent)
+	if err := c.ConfigSet(t.Context(), "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := b.ReadPartitionFenced(t.Context(), leases[0].Fence, layout.Stream(cat, keys[0]), group, 10, broker.ReadNew)
+	if cerr := c.ConfigSet(t.Context(), "maxmemory", "0").Err(); cerr != nil {
+		t.Fatal(cerr)
+	}
+	if cmds := sent.reset(); !slices.Contains(cmds, "exec") || !slices.Contains(cmds, "evalsha") {
+		t.Fatalf("sent %v; want the transaction, then the script", cmds)
+	}
+	if err != nil || !slices.Equal(msgIDs(msgs), ids[0]) {
+		t.Fatalf("read %v, %v; want %v", msgIDs(msgs), err, ids[0])
 	}
 }

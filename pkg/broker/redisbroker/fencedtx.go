@@ -171,6 +171,13 @@ func (b *Broker) readTxOnce(ctx context.Context, conn *redis.Conn, op string, f 
 		// after the WATCH: nothing ran. Look again.
 		return nil, txDecided, true, nil
 	}
+	if redis.IsExecAbortError(err) {
+		// The server refused to queue a command (OOM, NOPERM, ...) and
+		// discarded the transaction: nothing ran, and the commands it
+		// queued hold no reply (go-redis reports the refusal as the
+		// pipeline's error, on the refused command only).
+		return nil, txFallback, false, nil
+	}
 	if rerr == nil {
 		// EXEC ran. The raw reply is the read's own: entries, or an
 		// error reply (a replyError).

@@ -239,10 +239,12 @@ func TestBatchedAcquireOnAWrongTypeLaneChangesNothing(t *testing.T) {
 		name        string
 		tails, read []string
 		bad         string
+		readAt      int64 // the generation granted is 5
 	}{
-		{"a tailed lane", []string{st, bf}, nil, bf},
-		{"a lane tailed and read", []string{st, bf}, []string{st}, st},
-		{"a lane read only", nil, []string{st}, st},
+		{"a tailed lane", []string{st, bf}, nil, bf, 5},
+		{"a lane tailed and read", []string{st, bf}, []string{st}, st, 5},
+		{"a lane read only", nil, []string{st}, st, 5},
+		{"a lane to read at another generation", nil, []string{st}, st, 9},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -256,7 +258,7 @@ func TestBatchedAcquireOnAWrongTypeLaneChangesNothing(t *testing.T) {
 			c.HSet(t.Context(), tt.bad, "f", "v")
 			before := snapshot(t, c)
 			g := b.AcquirePartitionLeases(t.Context(), []broker.LeaseRequest{{LeaseKey: lk, GenerationKey: gk, Owner: owner, TTL: time.Minute,
-				Tails: tt.tails, Read: tt.read, ReadAtGeneration: 5, Group: group, Count: 10}})[0]
+				Tails: tt.tails, Read: tt.read, ReadAtGeneration: tt.readAt, Group: group, Count: 10}})[0]
 			wantWrongType(t, tt.name, g.Err, tt.bad, "stream")
 			if g.Acquired {
 				t.Fatal("acquired")
