@@ -53,10 +53,13 @@ import (
 
 // txBatchMin is the smallest batch that runs as a transaction. Below it
 // the scripts run: a transaction is two round trips where a pipeline of
-// scripts is one, and the server time it saves on a read or two (about
-// 15 µs each) is less than what a second round trip costs a light flow's
-// latency on a server shared with other clients.
-const txBatchMin = 4
+// scripts is one, and a light flow's batches are small and its latency is
+// the round trips. At 5,000 events/s over 1,000 idle keys (a server
+// shared with the plain loop) the runtime's p50 was 1.5-2.2 ms with 16,
+// 2.7-3.0 ms with 4, for 5% more of the server's time per event
+// (BenchmarkLatencyRedis, alternated twice); at 16,000 and 48,000 events/s
+// the two were within noise.
+const txBatchMin = 16
 
 // txBatchMax bounds the partitions of one transaction; a larger batch
 // runs as several, one after the other on the connection. Redis checks

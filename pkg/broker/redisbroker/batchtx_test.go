@@ -77,8 +77,8 @@ func TestBatchTxFencesEachPartition(t *testing.T) {
 		when      string
 		n, stolen int
 	}{
-		{"before the batch", 6, 2},
-		{"between the check and EXEC", 6, 2},
+		{"before the batch", 20, 2},
+		{"between the check and EXEC", 20, 2},
 		{"before the batch", 140, 70},
 		{"between the check and EXEC", 140, 70},
 		{"between the check and EXEC", 140, 139},
@@ -158,7 +158,7 @@ func TestBatchTxRetriesAfterARenewal(t *testing.T) {
 		t.Run(fmt.Sprintf("%d renewals, RESP%d", renewals, tc.proto), func(t *testing.T) {
 			c := protoClient(t, tc.proto)
 			b := redisbroker.New(c)
-			keys, ids, leases := txPartitions(t, b, c, 5, 2)
+			keys, ids, leases := txPartitions(t, b, c, 20, 2)
 			sent := &commandCounter{}
 			c.AddHook(sent)
 			n := 0
@@ -213,7 +213,7 @@ func TestBatchTxRetriesAfterARenewal(t *testing.T) {
 // changes nothing. The other partitions of the batch read as usual.
 func TestBatchTxLeavesMissingGroupsAndWrongTypesToTheScript(t *testing.T) {
 	b, c := newBroker(t)
-	keys, ids, leases := txPartitions(t, b, c, 5, 2)
+	keys, ids, leases := txPartitions(t, b, c, 20, 2)
 	const noGroup, wrongType = 1, 3
 	if err := c.XGroupDestroy(t.Context(), layout.Stream(cat, keys[noGroup]), group).Err(); err != nil {
 		t.Fatal(err)
@@ -253,7 +253,7 @@ func TestBatchTxReplyLostIsNotResent(t *testing.T) {
 	c := redis.NewClient(o)
 	t.Cleanup(func() { _ = c.Close() })
 	b := redisbroker.New(c)
-	keys, ids, leases := txPartitions(t, b, admin, 4, 2)
+	keys, ids, leases := txPartitions(t, b, admin, 20, 2)
 	// The output buffer limit is set once the check passed: the EXEC runs
 	// and the server closes the connection instead of replying.
 	redisbroker.SetBetweenTx(b, func() {
@@ -286,7 +286,7 @@ func TestBatchTxReplyLostIsNotResent(t *testing.T) {
 // and which reads as it always did.
 func TestBatchTxLeavesARefusedTransactionToTheScripts(t *testing.T) {
 	b, c := newBroker(t)
-	keys, ids, leases := txPartitions(t, b, c, 5, 2)
+	keys, ids, leases := txPartitions(t, b, c, 20, 2)
 	sent := &commandCounter{}
 	c.AddHook(sent)
 	if err := c.ConfigSet(t.Context(), "maxmemory", "1").Err(); err != nil {
@@ -311,7 +311,7 @@ func TestBatchTxLeavesARefusedTransactionToTheScripts(t *testing.T) {
 // watching nothing.
 func TestBatchTxLeavesNoWatchOnThePool(t *testing.T) {
 	b, c := newBroker(t)
-	keys, _, leases := txPartitions(t, b, c, 6, 2)
+	keys, _, leases := txPartitions(t, b, c, 20, 2)
 	for i := range leases {
 		if err := c.Set(t.Context(), leases[i].Fence.LeaseKey, "other:99", time.Minute).Err(); err != nil {
 			t.Fatal(err)
