@@ -131,7 +131,9 @@ func (b *Broker) ackAndReadTxOnce(ctx context.Context, conn *redis.Conn, op stri
 		return nil
 	})
 	// From here until EXEC (or UNWATCH) the connection watches the lease
-	// keys; every way out that does not reach EXEC unwatches (fencedtx.go).
+	// keys; every way out that does not reach EXEC unwatches, but after a
+	// transport failure, which leaves the connection to be dropped (a Conn
+	// that failed never goes back to the pool, nor hands out another).
 	if err != nil {
 		if redisadapter.Unavailable(err) {
 			for _, i := range idx {
