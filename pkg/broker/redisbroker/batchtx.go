@@ -96,8 +96,7 @@ func (b *Broker) ackAndReadTx(ctx context.Context, c *redis.Client, reads []brok
 				// each transaction waiting out the pool again. Nothing
 				// of theirs ran.
 				for _, i := range idx {
-					r := &reads[i]
-					out[i].Err = mapErr(call{Op: op, Keys: []string{r.Fence.LeaseKey, r.Stream}, Fence: &r.Fence, Stream: r.Stream}, broken)
+					out[i].Err = readErr(op, &reads[i], broken)
 				}
 				return scripts
 			}
@@ -113,10 +112,7 @@ func (b *Broker) ackAndReadTx(ctx context.Context, c *redis.Client, reads []brok
 // must decide; every other read of idx has its result in out. broken is
 // the transport failure that left conn unusable, if one did.
 func (b *Broker) ackAndReadTxOnce(ctx context.Context, conn *redis.Conn, op string, reads []broker.FencedRead, idx []int, out []broker.ReadResult) (retry, scripts []int, broken error) {
-	fail := func(i int, err error) {
-		r := &reads[i]
-		out[i].Err = mapErr(call{Op: op, Keys: []string{r.Fence.LeaseKey, r.Stream}, Fence: &r.Fence, Stream: r.Stream}, err)
-	}
+	fail := func(i int, err error) { out[i].Err = readErr(op, &reads[i], err) }
 	watch := make([]any, 1, 1+len(idx))
 	watch[0] = "watch"
 	leases := make([]string, len(idx))
@@ -269,4 +265,9 @@ func unwatchTx(ctx context.Context, conn *redis.Conn) error {
 		return err
 	}
 	return nil
+}
+
+// readErr maps err, the failure of r, as the single read maps its own.
+func readErr(op string, r *broker.FencedRead, err error) error {
+	return mapErr(call{Op: op, Keys: []string{r.Fence.LeaseKey, r.Stream}, Fence: &r.Fence, Stream: r.Stream}, err)
 }
