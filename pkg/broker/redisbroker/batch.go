@@ -161,7 +161,7 @@ func (b *Broker) runScriptsOn(ctx context.Context, c *redis.Client, s *redis.Scr
 
 // AckAndReadPartitionsFenced runs each read as AckAndReadPartitionFenced
 // does, together: on a single server (Sentinel included), a batch of
-// txBatchMin (16) reads or more in ReadPending or ReadNew mode as one fenced
+// 16 reads or more (WithTxBatchMin) in ReadPending or ReadNew mode as one fenced
 // transaction of them all (batchtx.go), two round trips; every other read,
 // and each read the transaction leaves to its script, in one pipeline of
 // ackread.lua, one round trip. A read with invalid arguments fails alone,
@@ -186,7 +186,7 @@ func (b *Broker) AckAndReadPartitionsFenced(ctx context.Context, reads []broker.
 				rest = append(rest, i)
 			}
 		}
-		if len(tx) >= txBatchMin {
+		if len(tx) >= b.cfg.txBatchMin {
 			valid = append(rest, b.ackAndReadTx(ctx, c, reads, tx, out)...)
 		}
 	}

@@ -380,3 +380,34 @@ func TestFencedTxLeavesARefusedTransactionToTheScript(t *testing.T) {
 		t.Fatalf("read %v, %v; want %v", msgIDs(msgs), err, ids[0])
 	}
 }
+
+// Batches under 16 reads run the scripts (one round trip) unless
+// WithTxBatchMin lowers the bound; a non-positive bound is the default.
+func TestTxBatchMin(t *testing.T) {
+	for _, tc := range []struct {
+		opts  []redisbroker.Option
+		reads int
+		want  string
+	}{
+		{nil, 15, "evalsha"},
+		{nil, 16, "exec"},
+		{[]redisbroker.Option{redisbroker.WithTxBatchMin(1)}, 1, "exec"},
+		{[]redisbroker.Option{redisbroker.WithTxBatchMin(0)}, 15, "evalsha"},
+	} {
+		t.Run(fmt.Sprintf("%d reads, %d options", tc.reads, len(tc.opts)), func(t *testing.T) {
+			b, c := newBroker(t, tc.opts...)
+			keys, ids, leases := txPartitions(t, b, c, tc.reads, 1)
+			sent := &commandCounter{}
+			c.AddHook(sent)
+			for i, r := range b.AckAndReadPartitionsFenced(t.Context(), txReads(keys, leases, nil, 10)) {
+				if r.Err != nil || !slices.Equal(msgIDs(r.Messages), ids[i]) {
+					t.Fatalf("%s: %v, %v", keys[i], msgIDs(r.Messages), r.Err)
+				}
+			}
+			other := map[string]string{"exec": "evalsha", "evalsha": "exec"}[tc.want]
+			if cmds := sent.reset(); !slices.Contains(cmds, tc.want) || slices.Contains(cmds, other) {
+				t.Fatalf("sent %v; want %s and no %s", cmds, tc.want, other)
+			}
+		})
+	}
+}

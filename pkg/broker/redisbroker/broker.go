@@ -56,6 +56,9 @@ type config struct {
 	// transaction (fencedtx.go); tests set it to cover the script path.
 	scriptReads bool
 	pins        *PinLimit
+	// txBatchMin is the smallest batch of fenced reads that runs as one
+	// transaction (WithTxBatchMin).
+	txBatchMin int
 	// leaseReplicas and publishReplicas are the replica acknowledgements
 	// lease and publish writes wait for (replicas.go); replicaHook sees
 	// every WAIT.
@@ -94,6 +97,15 @@ func WithWatchBuffer(n int) Option { return func(c *config) { c.watchBuffer = n 
 // half of the pool and together all of it.
 func WithPinLimit(l *PinLimit) Option { return func(c *config) { c.pins = l } }
 
+// WithTxBatchMin sets the smallest batch of fenced reads
+// (AckAndReadPartitionsFenced) that runs as one optimistic transaction on
+// a single server instead of a pipeline of scripts: a third of the
+// server's time per read, for a second round trip. Default: 16, where a
+// light flow's small batches keep their one round trip; 1 makes every
+// batch a transaction. A non-positive n means the default.
+// docs/decisions/0023-fenced-read-transactions.md, "Batches".
+func WithTxBatchMin(n int) Option { return func(c *config) { c.txBatchMin = n } }
+
 func (c *config) validate(client redis.UniversalClient) {
 	if c.pins == nil {
 		c.pins = NewPinLimit(client)
@@ -103,6 +115,9 @@ func (c *config) validate(client redis.UniversalClient) {
 	}
 	if c.watchBuffer <= 0 {
 		c.watchBuffer = 1024
+	}
+	if c.txBatchMin <= 0 {
+		c.txBatchMin = txBatchMin
 	}
 }
 

@@ -88,7 +88,18 @@ func TestMemNoEntryStranded(t *testing.T) {
 	})
 }
 
-func TestRedisNoEntryStranded(t *testing.T) {
+func TestRedisNoEntryStranded(t *testing.T) { testRedisNoEntryStranded(t) }
+
+// The same with every batch of the live path's reads run as one fenced
+// transaction (redisbroker.WithTxBatchMin(1)): by default only batches of
+// 16 reads or more are, which a round of this size rarely gathers, so
+// the transactions would meet the gate's pauses and cuts, the kills and
+// the idle releases only by chance.
+func TestRedisNoEntryStrandedThroughTransactions(t *testing.T) {
+	testRedisNoEntryStranded(t, redisbroker.WithTxBatchMin(1))
+}
+
+func testRedisNoEntryStranded(t *testing.T, opts ...redisbroker.Option) {
 	forStrandSeeds(t, 1, func(t *testing.T, seed int64) {
 		e := newRedisEnv(t)
 		// The appends' own client, with long timeouts: an append that
@@ -100,7 +111,7 @@ func TestRedisNoEntryStranded(t *testing.T) {
 			ttl: redisTTL, renew: redisRenew, appendFor: 6 * time.Second, announced: true,
 			node: func(g *gate) (broker.PartitionedBroker, strandStore) {
 				c := e.client()
-				rb := redisbroker.New(c)
+				rb := redisbroker.New(c, opts...)
 				return gatedRedis{gatedBroker{rb, g}, rb}, gatedStore{redisstore.New(c), g}
 			},
 			append: func(ctx context.Context, key string, seq int) error {
