@@ -1,6 +1,7 @@
 package redisbroker_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -289,6 +290,7 @@ func TestBatchTxLeavesARefusedTransactionToTheScripts(t *testing.T) {
 	keys, ids, leases := txPartitions(t, b, c, 20, 2)
 	sent := &commandCounter{}
 	c.AddHook(sent)
+	t.Cleanup(func() { resetMaxMemory() })
 	if err := c.ConfigSet(t.Context(), "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -366,6 +368,7 @@ func TestFencedTxLeavesARefusedTransactionToTheScript(t *testing.T) {
 	keys, ids, leases := txPartitions(t, b, c, 1, 2)
 	sent := &commandCounter{}
 	c.AddHook(sent)
+	t.Cleanup(func() { resetMaxMemory() })
 	if err := c.ConfigSet(t.Context(), "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -410,4 +413,12 @@ func TestTxBatchMin(t *testing.T) {
 			}
 		})
 	}
+}
+
+// resetMaxMemory lifts the memory limit a test set on the shared server,
+// whether or not the test got to it.
+func resetMaxMemory() {
+	c := redis.NewClient(server.Options())
+	defer c.Close()
+	_ = c.ConfigSet(context.Background(), "maxmemory", "0").Err()
 }
