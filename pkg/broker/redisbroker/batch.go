@@ -18,8 +18,9 @@ import (
 // partition's, as if it had been sent alone. On a Cluster the calls go
 // to their masters at once, a round trip per master.
 //
-// A batch of fenced reads on a single server runs as one optimistic
-// transaction of all its partitions instead (batchtx.go): one WATCH and
+// A batch of 16 fenced reads or more on a single server runs as one
+// optimistic transaction of all its partitions instead (batchtx.go, at
+// most 64 partitions a transaction): one WATCH and
 // MGET of every lease, then one MULTI ... EXEC, which costs the server a
 // third of what the scripts do. docs/decisions/0035-live-reads.md,
 // docs/decisions/0023-fenced-read-transactions.md ("Batches").

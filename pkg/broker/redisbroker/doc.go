@@ -51,7 +51,10 @@
 //
 // The batches of BatchReader and BatchAcquirer (AckAndReadPartitionsFenced,
 // AcquirePartitionLeases) are pipelines of these scripts, one per
-// partition, each its own atomic step, on one connection (batch.go).
+// partition, each its own atomic step, on one connection (batch.go); on a
+// single server a batch of 16 fenced reads or more (WithTxBatchMin) runs
+// as one optimistic transaction of all its partitions instead, each still
+// fenced on its own (batchtx.go).
 //
 // The fenced reads of one id, ReadPending and ReadNew, alone or with the
 // ack of AckAndReadPartitionFenced, are the exception: on a single node or
@@ -67,8 +70,10 @@
 //
 // Redis does not roll a script back when a command in it fails, so every
 // script checks the TYPE of each key it will touch before its first
-// write: a key of the wrong type (a string where a stream should be)
-// fails the call with a *broker.WrongTypeError and changes nothing. The
+// write, or makes that write (or a read of the key before it) a
+// typed_call, which checks the type when the command fails for it: a key
+// of the wrong type (a string where a stream should be) fails the call
+// with a *broker.WrongTypeError and changes nothing. The
 // scripts report failures with their own reply prefixes
 // (PROTCTL_WRONGTYPE, PROTCTL_LEASELOST; see the prelude.lua of
 // pkg/internal/redisadapter, which, with lib.lua, is prepended to every
