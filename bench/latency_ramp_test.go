@@ -109,9 +109,10 @@ func (p rampProbe) String() string {
 // PROTCTL_BENCH_RAMP_MAX (default 64000/s), then bisects
 // PROTCTL_BENCH_RAMP_BISECTS times (default 4). A search that reaches
 // the maximum, or whose publisher cannot reach a rate, stops there and
-// says so. Reported: each consumer's highest rate and the ratio
-// runtime/plain (target >= 0.8), with every probe in the log (and on
-// stderr as it ends).
+// says so. PROTCTL_BENCH_RAMP_ONLY=plain or =runtime runs one search
+// alone (for a profile of one consumer). Reported: each consumer's
+// highest rate and the ratio runtime/plain (target >= 0.8), with every
+// probe in the log (and on stderr as it ends).
 //
 //	go test -run '^$' -bench BenchmarkSustainableRateRedis -benchtime 1x -timeout 30m ./bench/
 func BenchmarkSustainableRateRedis(b *testing.B) {
@@ -128,6 +129,17 @@ func BenchmarkSustainableRateRedis(b *testing.B) {
 		searches := map[string]*rampSearch{
 			"plain":   newRampSearch(start, 50, maxRate, bisects),
 			"runtime": newRampSearch(start, 50, maxRate, bisects),
+		}
+		switch only := os.Getenv("PROTCTL_BENCH_RAMP_ONLY"); only {
+		case "":
+		case "plain", "runtime":
+			for who, s := range searches {
+				if who != only {
+					s.next = 0
+				}
+			}
+		default:
+			b.Fatalf("PROTCTL_BENCH_RAMP_ONLY=%q: want plain or runtime", only)
 		}
 		capped := map[string]bool{}
 		probes := map[string][]string{}
