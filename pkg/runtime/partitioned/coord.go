@@ -21,14 +21,23 @@ type (
 		complete bool
 		started  time.Time // when the scan began
 	}
-	// evSignal: partitions published to (PartitionWatcher).
-	evSignal struct{ keys []string }
+	// evSignal: partitions published to (PartitionWatcher), or appended
+	// to (AppendWatcher).
+	evSignal struct {
+		keys []string
+		// news, when not nil, is per key the lanes the appends were
+		// to (0: unknown, any lane).
+		news []laneNews
+	}
 	// evAnnounced: partition keys an announced append may be for that
 	// the category's index did not confirm (a lane of another category,
 	// a reaped key, or a failed check): woken if known, never taken on.
 	evAnnounced struct{ keys []string }
 	// evWake: watched partitions with entries (EntryWaiter).
-	evWake struct{ keys []string }
+	evWake struct {
+		keys []string
+		news laneNews // the lanes of the watch that fired
+	}
 	// evResync: wake-up signals may have been lost.
 	evResync struct{}
 	// evLedgerList: the subscription's parked entries, as read by the
@@ -65,6 +74,14 @@ func (evLedgerSignal) isEvent() {}
 func (evWorkerDone) isEvent()   {}
 func (evReaped) isEvent()       {}
 func (evRegistered) isEvent()   {}
+
+// newsOf is the lanes the signal for its i-th key is about.
+func (ev evSignal) newsOf(i int) laneNews {
+	if i < len(ev.news) && ev.news[i] != 0 {
+		return ev.news[i]
+	}
+	return newsAll
+}
 
 // pstate is a known partition's state on this node.
 type pstate uint8
@@ -314,7 +331,7 @@ func (c *coordinator) activate(pt *part, fromWaiter bool) {
 	}
 	if pt.state == pActive {
 		pt.dirty = true
-		pt.w.poke(fromWaiter)
+		pt.w.poke(fromWaiter, newsAll)
 		return
 	}
 	if !c.registered {
@@ -374,13 +391,13 @@ func (c *coordinator) handle(ev event) {
 		}
 	case evSignal:
 		var added []string
-		for _, k := range ev.keys {
+		for i, k := range ev.keys {
 			if c.parts[k] == nil {
 				added = append(added, k)
 				c.part(k)
 				continue
 			}
-			c.wake(c.parts[k], false)
+			c.wake(c.parts[k], false, ev.newsOf(i))
 		}
 		if len(added) > 0 {
 			c.reassign(added)
@@ -388,13 +405,13 @@ func (c *coordinator) handle(ev event) {
 	case evAnnounced:
 		for _, k := range ev.keys {
 			if pt := c.parts[k]; pt != nil {
-				c.wake(pt, false)
+				c.wake(pt, false, newsAll)
 			}
 		}
 	case evWake:
 		for _, k := range ev.keys {
 			if pt := c.parts[k]; pt != nil {
-				c.wake(pt, true)
+				c.wake(pt, true, ev.news)
 			}
 		}
 	case evResync:
@@ -464,14 +481,14 @@ func (c *coordinator) handle(ev event) {
 }
 
 // wake reacts to news on pt: activate it, or tell its worker.
-func (c *coordinator) wake(pt *part, fromWaiter bool) {
+func (c *coordinator) wake(pt *part, fromWaiter bool, news laneNews) {
 	if !pt.mine || c.stopping {
 		return
 	}
 	switch pt.state {
 	case pActive:
 		pt.dirty = true
-		pt.w.poke(fromWaiter)
+		pt.w.poke(fromWaiter, news)
 	case pWatched, pBackoff:
 		c.activate(pt, fromWaiter)
 	}

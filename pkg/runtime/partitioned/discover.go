@@ -152,8 +152,8 @@ func (p *Subscription) followAppends(ctx context.Context, category string, ch <-
 				break drain
 			}
 		}
-		keys, unconfirmed, ok := p.appendedKeys(ctx, category, names, indexed, unindexed)
-		if len(keys) > 0 && !p.send(evSignal{keys: keys}) {
+		keys, news, unconfirmed, ok := p.appendedKeys(ctx, category, names, indexed, unindexed)
+		if len(keys) > 0 && !p.send(evSignal{keys: keys, news: news}) {
 			return
 		}
 		if len(unconfirmed) > 0 && !p.send(evAnnounced{keys: unconfirmed}) {
@@ -175,10 +175,18 @@ func (p *Subscription) followAppends(ctx context.Context, category string, ch <-
 // remembered not indexed is checked again, as it may be indexed now).
 // The index's own name (announced when it gains a key) has the candidates
 // found not indexed in the last unindexedFor checked again: their
-// publisher appended before it indexed.
-func (p *Subscription) appendedKeys(ctx context.Context, category string, names map[string]bool, indexed map[string]bool, unindexed map[string]time.Time) (keys, unconfirmed []string, ok bool) {
+// publisher appended before it indexed. news is, per key of keys, the
+// lanes that were appended to (0: none, the key was only checked again).
+func (p *Subscription) appendedKeys(ctx context.Context, category string, names map[string]bool, indexed map[string]bool, unindexed map[string]time.Time) (keys []string, news []laneNews, unconfirmed []string, ok bool) {
 	var check []string
 	seen := make(map[string]bool)
+	lanes := make(map[string]laneNews)
+	defer func() {
+		news = make([]laneNews, len(keys))
+		for i, k := range keys {
+			news[i] = lanes[k]
+		}
+	}()
 	// recheck marks the candidates checked again only because the index
 	// changed: nothing was appended to them now, so they are taken on if
 	// indexed, and woken for nothing otherwise.
@@ -209,6 +217,7 @@ func (p *Subscription) appendedKeys(ctx context.Context, category string, names 
 			if known && !indexed[k] {
 				continue
 			}
+			lanes[k] |= p.laneOf(category, k, name)
 			if seen[k] {
 				delete(recheck, k) // appended now, not only checked again
 				continue
@@ -222,7 +231,7 @@ func (p *Subscription) appendedKeys(ctx context.Context, category string, names 
 		}
 	}
 	if len(check) == 0 {
-		return keys, nil, true
+		return keys, nil, nil, true
 	}
 	in, err := p.appends.PartitionKeysIndexed(ctx, category, check)
 	if err != nil {
@@ -234,7 +243,7 @@ func (p *Subscription) appendedKeys(ctx context.Context, category string, names 
 				unconfirmed = append(unconfirmed, k)
 			}
 		}
-		return keys, unconfirmed, false
+		return keys, nil, unconfirmed, false
 	}
 	if len(indexed)+len(check) > 100_000 {
 		clear(indexed)
@@ -253,7 +262,19 @@ func (p *Subscription) appendedKeys(ctx context.Context, category string, names 
 			}
 		}
 	}
-	return keys, unconfirmed, true
+	return keys, nil, unconfirmed, true
+}
+
+// laneOf says which of key's lanes in category stream is: newsMain,
+// newsBackfill, or newsAll when it is neither.
+func (p *Subscription) laneOf(category, key, stream string) laneNews {
+	switch stream {
+	case p.layout.Stream(category, key):
+		return newsMain
+	case p.layout.LaneStream(category, key, p.cfg.BackfillSuffix):
+		return newsBackfill
+	}
+	return newsAll
 }
 
 // unindexedFor is how long a candidate found not indexed is checked again

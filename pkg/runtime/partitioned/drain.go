@@ -64,7 +64,11 @@ func (w *worker) drained() (result, bool) {
 			continue
 		case <-w.wake:
 			t.Stop()
-			clear(w.empty)
+			// The main lanes leave the watch here: no wait wakes the
+			// worker for them any more, so they are read whatever the
+			// wake was about (an entry appended after a backfill lane's
+			// wake must not wait for that lane's backlog).
+			w.takeNews(newsMain)
 			p.watch.remove(w.key)
 			if p.live != nil {
 				if r, stop := w.takeAhead(); stop {
@@ -151,11 +155,11 @@ func (w *worker) waitOut(d time.Duration) (result, bool) {
 			}
 			return w.takeSlot()
 		case <-w.wake:
-			// News for the key, on any lane: the rounds after the wait
-			// read them all. Dropping the wake without this would leave
-			// a lane that was empty skipped until the next wake, which
-			// may never come (the append was announced once).
-			clear(w.empty)
+			// News for the key: the rounds after the wait read the
+			// lanes it names. Dropping the wake without taking its news
+			// would leave a lane that was empty skipped until the next
+			// wake, which may never come (the append was announced once).
+			w.takeNews(0)
 			continue
 		case <-w.handover:
 			return w.releaseAcked(result{kind: resHandedOff}, "handover")

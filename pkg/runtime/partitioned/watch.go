@@ -432,7 +432,11 @@ func (p *Subscription) reportWait(ctx context.Context, ws *watchSet, d waitDone)
 		return true
 	}
 	if keys := ws.fired(d.streams, d.from); len(keys) > 0 {
-		p.send(evWake{keys: keys})
+		news := newsMain
+		if ws == p.watch.backfill {
+			news = newsBackfill
+		}
+		p.send(evWake{keys: keys, news: news})
 	}
 	return false
 }
