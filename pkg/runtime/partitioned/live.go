@@ -47,6 +47,9 @@ const (
 	aheadPerWorker = 16
 )
 
+// liveRead is one read on the live path. A worker has at most one in
+// flight and keeps it for the next (worker.lr): done holds one token, sent
+// when res is set, so that a read costs no allocation of its own.
 type liveRead struct {
 	req  broker.FencedRead
 	res  broker.ReadResult
@@ -123,7 +126,7 @@ func (p *Subscription) liveLoop(ctx context.Context) {
 			}
 			for i, res := range io.reader.AckAndReadPartitionsFenced(p.runCtx, reqs) {
 				reads[i].res = res
-				close(reads[i].done)
+				reads[i].done <- struct{}{}
 			}
 		}
 	}
@@ -132,7 +135,11 @@ func (p *Subscription) liveLoop(ctx context.Context) {
 // liveRead runs one fenced ack-and-read on the live path. A read the
 // worker's context ended before it was queued was not sent.
 func (w *worker) liveRead(r broker.FencedRead) broker.ReadResult {
-	lr := &liveRead{req: r, done: make(chan struct{})}
+	if w.lr == nil {
+		w.lr = &liveRead{done: make(chan struct{}, 1)}
+	}
+	lr := w.lr
+	lr.req, lr.res = r, broker.ReadResult{}
 	select {
 	case w.p.live.reads <- lr:
 	case <-w.ctx.Done():
@@ -141,7 +148,9 @@ func (w *worker) liveRead(r broker.FencedRead) broker.ReadResult {
 	// Always answered (liveLoop): a read once sent must be known to have
 	// run or not before the worker goes on.
 	<-lr.done
-	return lr.res
+	res := lr.res
+	lr.req, lr.res = broker.FencedRead{}, broker.ReadResult{} // nothing kept alive
+	return res
 }
 
 // liveAcquire takes the worker's lease on the live path, with the lanes'

@@ -79,6 +79,7 @@ type worker struct {
 	rd         *slotReader // the slot's pinned reader, while slot (nil: none)
 	// ahead: the worker holds a place on the live path (p.ahead).
 	ahead bool
+	lr    *liveRead // the live path's read, kept for the next (liveRead)
 	// preTails are the lanes' tails taken with the lease (acquire), for
 	// tails; nil when they were not.
 	preTails map[string]string
