@@ -187,7 +187,7 @@ func (b *Broker) AckAndReadPartitionsFenced(ctx context.Context, reads []broker.
 				rest = append(rest, i)
 			}
 		}
-		if len(tx) >= b.cfg.txBatchMin {
+		if len(tx) >= b.cfg.txBatchMin && b.multiAllowed(ctx, c) {
 			valid = append(rest, b.ackAndReadTx(ctx, c, reads, tx, out)...)
 		}
 	}

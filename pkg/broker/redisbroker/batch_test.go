@@ -21,6 +21,7 @@ import (
 // with the scripts' bodies: one more round trip, each step applied once.
 func TestBatchesAreOneRoundTrip(t *testing.T) {
 	b, c := newBroker(t)
+	redisbroker.ProbeMulti(b, c) // the one-time MULTI check (multi.go), before the counting
 	ctx := t.Context()
 	const n = 50
 	var (

@@ -88,7 +88,7 @@ func (b *Broker) ackAndReadTx(ctx context.Context, c *redis.Client, reads []brok
 				fallback []int
 				broken   error
 			)
-			pending, fallback, broken = b.ackAndReadTxOnce(ctx, conn, op, reads, pending, out)
+			pending, fallback, broken = b.ackAndReadTxOnce(ctx, c, conn, op, reads, pending, out)
 			scripts = append(scripts, fallback...)
 			if broken != nil {
 				// The connection is gone (or none could be had): the
@@ -111,7 +111,7 @@ func (b *Broker) ackAndReadTx(ctx context.Context, c *redis.Client, reads []brok
 // a transaction EXEC refused (nothing ran), scripts those the scripts
 // must decide; every other read of idx has its result in out. broken is
 // the transport failure that left conn unusable, if one did.
-func (b *Broker) ackAndReadTxOnce(ctx context.Context, conn *redis.Conn, op string, reads []broker.FencedRead, idx []int, out []broker.ReadResult) (retry, scripts []int, broken error) {
+func (b *Broker) ackAndReadTxOnce(ctx context.Context, c *redis.Client, conn *redis.Conn, op string, reads []broker.FencedRead, idx []int, out []broker.ReadResult) (retry, scripts []int, broken error) {
 	fail := func(i int, err error) { out[i].Err = readErr(op, &reads[i], err) }
 	watch := make([]any, 1, 1+len(idx))
 	watch[0] = "watch"
@@ -194,6 +194,23 @@ func (b *Broker) ackAndReadTxOnce(ctx context.Context, conn *redis.Conn, op stri
 		// discarded the transaction: nothing ran, and the commands it
 		// did queue hold no reply. The scripts decide.
 		return nil, append(scripts, held...), nil
+	}
+	queued := make([]redis.Cmder, 0, 2*len(held))
+	for j := range held {
+		if acks[j] != nil {
+			queued = append(queued, acks[j])
+		}
+		queued = append(queued, rds[j])
+	}
+	if b.multiRefusedBy(c, conn, err, queued...) {
+		// The commands ran at once, unfenced, and their replies went
+		// with the connection: whether they ran is unknown, the reads
+		// fail and no script may run in their place. The connection is
+		// gone: the batch's other transactions fail alike.
+		for _, i := range held {
+			fail(i, err)
+		}
+		return nil, scripts, err
 	}
 	var lost error
 	for j, i := range held {

@@ -159,6 +159,7 @@ func TestBatchTxRetriesAfterARenewal(t *testing.T) {
 		t.Run(fmt.Sprintf("%d renewals, RESP%d", renewals, tc.proto), func(t *testing.T) {
 			c := protoClient(t, tc.proto)
 			b := redisbroker.New(c)
+			redisbroker.ProbeMulti(b, c) // the one-time MULTI check (multi.go), before the counting
 			keys, ids, leases := txPartitions(t, b, c, 20, 2)
 			sent := &commandCounter{}
 			c.AddHook(sent)
@@ -343,6 +344,7 @@ func TestBatchTxWithoutAConnectionFailsAtOnce(t *testing.T) {
 	c := redis.NewClient(o)
 	t.Cleanup(func() { _ = c.Close() })
 	b := redisbroker.New(c)
+	redisbroker.ProbeMulti(b, c) // the one-time MULTI check (multi.go), before the counting
 	keys, _, leases := txPartitions(t, b, admin, 140, 2)
 	hold := c.Conn()
 	if err := hold.Ping(t.Context()).Err(); err != nil {

@@ -19,6 +19,9 @@ import (
 type Broker struct {
 	client redis.UniversalClient
 	cfg    config
+	// multi says per client whether its server allows MULTI, on which
+	// the fenced transactions rest (multi.go).
+	multi multiStates
 	// betweenTx, when a test sets it, runs between the two round trips
 	// of a fenced transaction (fencedtx.go): after the lease was checked,
 	// before EXEC.

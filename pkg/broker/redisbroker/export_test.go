@@ -1,6 +1,10 @@
 package redisbroker
 
-import "github.com/redis/go-redis/v9"
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Scripts are every script of the package, by name, for tests that load
 // them ahead of time or check that each one was exercised.
@@ -39,3 +43,8 @@ func WithScriptReads() Option { return func(c *config) { c.scriptReads = true } 
 
 // KeySlot is the Redis Cluster hash slot of a key (CRC16 of its hash tag).
 var KeySlot = keySlot
+
+// ProbeMulti runs b's one-time check that c's server allows MULTI
+// (multi.go) ahead of a test that counts a call's commands or round
+// trips, and says what it found.
+func ProbeMulti(b *Broker, c *redis.Client) bool { return b.multiAllowed(context.Background(), c) }

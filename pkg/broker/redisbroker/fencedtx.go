@@ -72,6 +72,9 @@ func (b *Broker) txClient(ctx context.Context, key string) *redis.Client {
 	}
 	switch c := b.client.(type) {
 	case *redis.Client:
+		if !b.multiAllowed(ctx, c) {
+			return nil
+		}
 		return c
 	case *redis.ClusterClient:
 		// The lease and the stream share a slot in the cluster layout
@@ -79,7 +82,7 @@ func (b *Broker) txClient(ctx context.Context, key string) *redis.Client {
 		// and the server refuses to queue the XREADGROUP (MOVED): the
 		// script then runs and fails as it always did (CROSSSLOT).
 		n, err := c.MasterForKey(ctx, key)
-		if err != nil {
+		if err != nil || !b.multiAllowed(ctx, n) {
 			return nil
 		}
 		return n
@@ -104,7 +107,7 @@ func (b *Broker) readTx(ctx context.Context, c *redis.Client, op string, f broke
 	conn := c.Conn()
 	defer conn.Close()
 	for attempt := 0; attempt < txAttempts; attempt++ {
-		msgs, outcome, retry, err := b.readTxOnce(ctx, conn, op, f, stream, group, ack, count, id)
+		msgs, outcome, retry, err := b.readTxOnce(ctx, c, conn, op, f, stream, group, ack, count, id)
 		if !retry {
 			return msgs, outcome, err
 		}
@@ -114,7 +117,7 @@ func (b *Broker) readTx(ctx context.Context, c *redis.Client, op string, f broke
 
 // readTxOnce is one attempt of readTx. retry says EXEC refused because
 // the lease key was touched after the WATCH.
-func (b *Broker) readTxOnce(ctx context.Context, conn *redis.Conn, op string, f broker.Fence, stream, group string, ack []string, count int64, id string) (msgs []broker.Message, outcome txOutcome, retry bool, err error) {
+func (b *Broker) readTxOnce(ctx context.Context, c *redis.Client, conn *redis.Conn, op string, f broker.Fence, stream, group string, ack []string, count int64, id string) (msgs []broker.Message, outcome txOutcome, retry bool, err error) {
 	fail := func(err error) ([]broker.Message, txOutcome, bool, error) {
 		return nil, txDecided, false, mapErr(call{Op: op, Keys: []string{f.LeaseKey, stream}, Fence: &f, Stream: stream}, err)
 	}
@@ -148,7 +151,10 @@ func (b *Broker) readTxOnce(ctx context.Context, conn *redis.Conn, op string, f 
 		b.betweenTx()
 	}
 
-	var ackCmd *redis.IntCmd
+	var (
+		ackCmd *redis.IntCmd
+		create *redis.StatusCmd
+	)
 	read := redis.NewRawCmd(ctx, "xreadgroup", "group", group, f.Token, "count", count, "streams", stream, id)
 	_, err = conn.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		if len(ack) > 0 {
@@ -161,10 +167,21 @@ func (b *Broker) readTxOnce(ctx context.Context, conn *redis.Conn, op string, f 
 			// stays as it is. With acks the group existed at the read
 			// that returned them; if it was deleted since, the read
 			// fails with NOGROUP and the script recovers.
-			p.XGroupCreateMkStream(ctx, stream, group, "0")
+			create = p.XGroupCreateMkStream(ctx, stream, group, "0")
 		}
 		return p.Process(ctx, read)
 	})
+	var first redis.Cmder = create
+	if ackCmd != nil {
+		first = ackCmd
+	}
+	if b.multiRefusedBy(c, conn, err, first, read) {
+		// The commands ran at once, unfenced, and their replies went
+		// with the connection: whether they ran is unknown to the
+		// caller, as with a script whose reply was lost. The call
+		// fails; the script must not run.
+		return fail(err)
+	}
 	rerr := read.Err()
 	if errors.Is(err, redis.TxFailedErr) || errors.Is(rerr, redis.TxFailedErr) {
 		// The lease key was written (a renewal, a takeover) or expired

@@ -27,6 +27,7 @@ func TestFencedReadTransactionCommands(t *testing.T) {
 	counter := &commandCounter{}
 	c.AddHook(counter)
 	b := newRedisBroker(c)
+	redisbroker.ProbeMulti(b, c) // the one-time MULTI check (multi.go), before the counting
 	st := layout.Stream(cat, key)
 	pub := publish(t, b, key, "", 30)
 	l := acquire(t, b, key, owner, time.Minute)

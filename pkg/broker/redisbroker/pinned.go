@@ -510,6 +510,11 @@ func (pc *pinnedConn) execOnce(ctx context.Context, op string, f broker.Fence, s
 		} else {
 			pc.watched = true
 		}
+		if isRedisError(multi.Err()) {
+			// MULTI refused (the ACL changed since multiAllowed asked):
+			// the scripts run from now on.
+			pc.b.multi.of(pc.client).Store(multiRefused)
+		}
 		return nil, txDecided, false, err
 	}
 	pc.carry(f.LeaseKey, watch, get)

@@ -110,6 +110,7 @@ func testPinnedReaderCarriesTheWatch(t *testing.T, proto int) {
 	counter := &tripCounter{}
 	c.AddHook(counter)
 	b := newRedisBroker(c)
+	redisbroker.ProbeMulti(b, c) // the one-time MULTI check (multi.go), before the counting
 	st := layout.Stream(cat, key)
 	pub := publish(t, b, key, "", 25)
 	acquire(t, b, "warm", owner, time.Minute) // the script is cached
@@ -297,6 +298,7 @@ func TestPinnedReaderMovesBetweenPartitions(t *testing.T) {
 	counter := &tripCounter{}
 	c.AddHook(counter)
 	b := newRedisBroker(c)
+	redisbroker.ProbeMulti(b, c)              // the one-time MULTI check (multi.go), before the counting
 	acquire(t, b, "warm", owner, time.Minute) // the script is cached
 	r := newPinned(t, b)
 	for i, k := range []string{"k1", "k2", "k1"} {
@@ -341,6 +343,7 @@ func TestPinnedReaderAcquiresWithTails(t *testing.T) {
 			counter := &tripCounter{}
 			c.AddHook(counter)
 			b := redisbroker.New(c)
+			redisbroker.ProbeMulti(b, c)              // the one-time MULTI check (multi.go), before the counting
 			acquire(t, b, "warm", owner, time.Minute) // the script is cached
 			if !pinned {
 				pinnedAcquire(t, newPinned(t, b), "other", owner) // takes the one place
@@ -422,6 +425,7 @@ func TestPinnedReaderAcquiresAfterNoScript(t *testing.T) {
 	counter := &tripCounter{}
 	c.AddHook(counter)
 	b := newRedisBroker(c)
+	redisbroker.ProbeMulti(b, c) // the one-time MULTI check (multi.go), before the counting
 	st := layout.Stream(cat, key)
 	pub := publish(t, b, key, "", 3)
 	if err := c.ScriptFlush(t.Context()).Err(); err != nil {

@@ -535,6 +535,11 @@ func (h *readCounter) DialHook(next redis.DialHook) redis.DialHook          { re
 func (h *readCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h *readCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) == 2 && cmds[0].Name() == "multi" && cmds[1].Name() == "exec" {
+			// The broker's one-time check that the server allows
+			// MULTI (redisbroker's multi.go), not a read.
+			return next(ctx, cmds)
+		}
 		// A batch of the live path is a PING, then its scripts.
 		scripts := true
 		for i, c := range cmds {
