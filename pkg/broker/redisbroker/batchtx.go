@@ -202,11 +202,12 @@ func (b *Broker) ackAndReadTxOnce(ctx context.Context, c *redis.Client, conn *re
 		}
 		queued = append(queued, rds[j])
 	}
-	if b.multiRefusedBy(c, conn, err, queued...) {
-		// The commands ran at once, unfenced, and their replies went
-		// with the connection: whether they ran is unknown, the reads
-		// fail and no script may run in their place. The connection is
-		// gone: the batch's other transactions fail alike.
+	if b.multiRefusedBy(c, err, queued...) {
+		// The commands ran at once, unfenced, and their replies are not
+		// read: whether they ran is unknown, the reads fail and no
+		// script may run in their place. The connection is not used
+		// again (go-redis drops it): the batch's other transactions
+		// fail alike.
 		for _, i := range held {
 			fail(i, err)
 		}

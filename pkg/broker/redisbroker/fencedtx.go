@@ -171,15 +171,18 @@ func (b *Broker) readTxOnce(ctx context.Context, c *redis.Client, conn *redis.Co
 		}
 		return p.Process(ctx, read)
 	})
-	var first redis.Cmder = create
+	queued := []redis.Cmder{read}
 	if ackCmd != nil {
-		first = ackCmd
+		queued = append(queued, ackCmd)
 	}
-	if b.multiRefusedBy(c, conn, err, first, read) {
-		// The commands ran at once, unfenced, and their replies went
-		// with the connection: whether they ran is unknown to the
-		// caller, as with a script whose reply was lost. The call
-		// fails; the script must not run.
+	if create != nil {
+		queued = append(queued, create)
+	}
+	if b.multiRefusedBy(c, err, queued...) {
+		// The commands ran at once, unfenced, and their replies are not
+		// read: whether they ran is unknown to the caller, as with a
+		// script whose reply was lost. The call fails; the script must
+		// not run. The connection is dropped, not used again.
 		return fail(err)
 	}
 	rerr := read.Err()

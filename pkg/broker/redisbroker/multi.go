@@ -21,10 +21,18 @@ import (
 // then EXEC, one round trip) before its first transaction; where it
 // does not, the scripts run, which need no MULTI. A refusal a
 // transaction meets later (the ACL changed since) turns the client's
-// transactions off too, and the connection is dropped.
+// transactions off too.
 
 // multiStates keeps, per client, whether its server allows MULTI.
-type multiStates struct{ m sync.Map } // *redis.Client -> *atomic.Int32
+type multiStates struct{ m sync.Map } // *redis.Client -> *multiState
+
+type multiState struct {
+	state atomic.Int32
+	// retryAt is when a check that got no answer (the server
+	// unreachable) may be tried again (unix nanoseconds): until then the
+	// scripts run, and an outage costs each read no extra check.
+	retryAt atomic.Int64
+}
 
 const (
 	multiUnknown int32 = iota
@@ -32,44 +40,59 @@ const (
 	multiRefused
 )
 
-func (s *multiStates) of(c *redis.Client) *atomic.Int32 {
+// multiRetry is how long after a check that got no answer the next one
+// waits.
+const multiRetry = time.Second
+
+func (s *multiStates) of(c *redis.Client) *multiState {
 	if v, ok := s.m.Load(c); ok {
-		return v.(*atomic.Int32)
+		return v.(*multiState)
 	}
-	v, _ := s.m.LoadOrStore(c, new(atomic.Int32))
-	return v.(*atomic.Int32)
+	v, _ := s.m.LoadOrStore(c, new(multiState))
+	return v.(*multiState)
 }
 
 // multiAllowed says whether fenced transactions may run on c: its server
 // allows this client MULTI. The first call per client asks the server;
-// one that cannot (the server is unreachable) says no, and the next call
-// asks again.
+// one that gets no answer (the server is unreachable) says no, and a
+// call a second later asks again.
 func (b *Broker) multiAllowed(ctx context.Context, c *redis.Client) bool {
 	st := b.multi.of(c)
-	switch st.Load() {
+	switch st.state.Load() {
 	case multiAllowed:
 		return true
 	case multiRefused:
 		return false
 	}
-	// MULTI and EXEC (an empty transaction), which the fenced
-	// transactions need anyway; DISCARD may not be granted. A server that
-	// allows MULTI and refuses EXEC is not one transactions can run on
-	// either, and leaves the connection inside a transaction: no ACL
-	// protctl writes does that (internal/acl).
+	if time.Now().UnixNano() < st.retryAt.Load() {
+		return false
+	}
+	// An empty transaction: MULTI and EXEC, which the fenced
+	// transactions need anyway, then DISCARD, refused in every case but
+	// one (DISCARD without MULTI, or not granted) and ignored: where EXEC
+	// is refused (an ACL with +multi and not +exec) Redis 7 aborts the
+	// transaction (EXECABORT), and DISCARD ends it on a server that
+	// would not.
 	var multi, exec *redis.Cmd
 	_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		multi = p.Do(ctx, "multi")
 		exec = p.Do(ctx, "exec")
+		p.Do(ctx, "discard")
 		return nil
 	})
+	ok, _ := multi.Val().(string)
 	merr, eerr := multi.Err(), exec.Err()
 	switch {
-	case merr == nil && eerr == nil:
-		st.CompareAndSwap(multiUnknown, multiAllowed)
+	case ok == "OK" && eerr == nil:
+		st.state.CompareAndSwap(multiUnknown, multiAllowed)
 		return true
-	case isRedisError(merr) || isRedisError(eerr):
-		st.Store(multiRefused)
+	case isRedisError(merr) || (ok == "OK" && isRedisError(eerr)):
+		st.state.Store(multiRefused)
+	default:
+		// No answer: the connection failed, or was refused before the
+		// pipeline (a refused login leaves every command without a
+		// reply and without an error).
+		st.retryAt.Store(time.Now().Add(multiRetry).UnixNano())
 	}
 	return false
 }
@@ -79,10 +102,12 @@ func (b *Broker) multiAllowed(ctx context.Context, c *redis.Client) bool {
 // neither EXEC's refusal (a watched key changed) nor EXECABORT (a queued
 // command refused, nothing ran), which go-redis then sets on every
 // queued command alike (it reads no reply past MULTI's), where an error
-// inside EXEC is one command's own. Then the queued commands ran at once,
-// their replies are unread on conn: c's transactions are turned off (the
-// scripts run from now on) and conn is dropped.
-func (b *Broker) multiRefusedBy(c *redis.Client, conn *redis.Conn, err error, queued ...redis.Cmder) bool {
+// inside EXEC is one command's own. Then the queued commands ran at once
+// and c's transactions are turned off: the scripts run from now on. Their
+// replies are left unread on the connection, which go-redis drops when it
+// goes back to the pool (a connection with data buffered, or readable, is
+// closed, not pooled); the caller must not use it for anything else.
+func (b *Broker) multiRefusedBy(c *redis.Client, err error, queued ...redis.Cmder) bool {
 	if err == nil || !isRedisError(err) || errors.Is(err, redis.TxFailedErr) || redis.IsExecAbortError(err) {
 		return false
 	}
@@ -91,18 +116,8 @@ func (b *Broker) multiRefusedBy(c *redis.Client, conn *redis.Conn, err error, qu
 			return false
 		}
 	}
-	b.multi.of(c).Store(multiRefused)
-	dropConn(conn)
+	b.multi.of(c).state.Store(multiRefused)
 	return true
-}
-
-// dropConn makes go-redis drop conn's network connection instead of
-// pooling it: a call whose deadline has passed fails to write, and a
-// connection that timed out is closed, whatever it held unread.
-func dropConn(conn *redis.Conn) {
-	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
-	defer cancel()
-	_ = conn.Ping(ctx).Err()
 }
 
 // isRedisError says whether err is an error reply of the server.

@@ -20,7 +20,9 @@ func noMultiClient(t *testing.T, admin *redis.Client) *redis.Client {
 	if err := admin.Do(t.Context(), "ACL", "SETUSER", "nomulti", "reset", "on", ">pw", "~*", "&*", "+@all", "-multi").Err(); err != nil {
 		t.Fatal(err)
 	}
-	u := redis.NewClient(&redis.Options{Addr: server.Addr, Username: "nomulti", Password: "pw"})
+	// FIFO: the checks that every connection is in step go round them
+	// all, not only the one last used.
+	u := redis.NewClient(&redis.Options{Addr: server.Addr, Username: "nomulti", Password: "pw", PoolFIFO: true})
 	t.Cleanup(func() {
 		_ = u.Close()
 		_ = admin.Do(t.Context(), "ACL", "DELUSER", "nomulti").Err()
@@ -144,7 +146,9 @@ func TestFencedReadsWhenMultiIsRevoked(t *testing.T) {
 			if r := tc.read(t, b, keys[tc.reads:], leases[tc.reads:], broker.ReadNew); r[0].Err != nil || !cmp.Equal(msgIDs(r[0].Messages), ids[tc.reads]) {
 				t.Fatalf("read before the ACL changed: %v, %v", msgIDs(r[0].Messages), r[0].Err)
 			}
-			if cmds := sent.reset(); !slices.Contains(cmds, "multi") && !slices.Contains(cmds, "exec") {
+			// A transaction watches the lease; the scripts do not (the
+			// one-time check's MULTI and EXEC do not tell).
+			if cmds := sent.reset(); !slices.Contains(cmds, "watch") {
 				t.Fatalf("sent %v before the ACL changed; want a transaction", cmds)
 			}
 			if err := c.Do(t.Context(), "ACL", "SETUSER", "nomulti", "-multi").Err(); err != nil {
@@ -180,9 +184,54 @@ func TestFencedReadsWhenMultiIsRevoked(t *testing.T) {
 					t.Errorf("%s: read %v (%v), then pending %v; want %v", k, msgIDs(first[i].Messages), first[i].Err, msgIDs(pending[i].Messages), ids[i])
 				}
 			}
-			if cmds := sent.reset(); slices.Contains(cmds, "multi") || slices.Contains(cmds, "exec") {
+			if cmds := sent.reset(); slices.Contains(cmds, "watch") || slices.Contains(cmds, "multi") || slices.Contains(cmds, "exec") {
 				t.Errorf("sent %v after MULTI was refused; want the scripts only", cmds)
 			}
 		})
+	}
+}
+
+// The one-time check that the server allows MULTI decides only on an
+// answer: a client whose login is refused gets none (every command of
+// the pipeline without a reply or an error), and is checked again later
+// rather than taken for allowed; a server that allows MULTI and refuses
+// EXEC is refused, and the check's connection is not left inside a
+// transaction.
+func TestMultiCheckDecidesOnAnAnswerOnly(t *testing.T) {
+	_, c := newBroker(t)
+	u := noMultiClient(t, c)
+	if err := c.Do(t.Context(), "ACL", "SETUSER", "nomulti", "+multi", "-exec").Err(); err != nil {
+		t.Fatal(err)
+	}
+	b := redisbroker.New(u)
+	if redisbroker.ProbeMulti(b, u) {
+		t.Fatal("a server that refuses EXEC was taken to allow transactions")
+	}
+	// The check ran on the pipeline pool: pipelines go round it.
+	for range 2 * u.Options().PoolSize {
+		var set *redis.StatusCmd
+		if _, err := u.Pipelined(t.Context(), func(p redis.Pipeliner) error {
+			set = p.Set(t.Context(), "probe", "v", 0)
+			return nil
+		}); err != nil || set.Val() != "OK" {
+			t.Fatalf("SET after the check: %q, %v: a connection is inside a transaction", set.Val(), err)
+		}
+	}
+	bad := redis.NewClient(&redis.Options{Addr: server.Addr, Username: "nomulti", Password: "wrong", MaxRetries: -1})
+	t.Cleanup(func() { _ = bad.Close() })
+	bb := redisbroker.New(bad)
+	if redisbroker.ProbeMulti(bb, bad) {
+		t.Fatal("a client whose login is refused was taken to allow transactions")
+	}
+	// Asked again once the login works (after the retry delay).
+	if err := c.Do(t.Context(), "ACL", "SETUSER", "nomulti", ">wrong", "+exec").Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !redisbroker.ProbeMulti(bb, bad) {
+		if time.Now().After(deadline) {
+			t.Fatal("never checked again after a check that got no answer")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

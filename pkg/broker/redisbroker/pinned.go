@@ -513,7 +513,7 @@ func (pc *pinnedConn) execOnce(ctx context.Context, op string, f broker.Fence, s
 		if isRedisError(multi.Err()) {
 			// MULTI refused (the ACL changed since multiAllowed asked):
 			// the scripts run from now on.
-			pc.b.multi.of(pc.client).Store(multiRefused)
+			pc.b.multi.of(pc.client).state.Store(multiRefused)
 		}
 		return nil, txDecided, false, err
 	}
