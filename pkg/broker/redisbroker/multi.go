@@ -68,16 +68,15 @@ func (b *Broker) multiAllowed(ctx context.Context, c *redis.Client) bool {
 		return false
 	}
 	// An empty transaction: MULTI and EXEC, which the fenced
-	// transactions need anyway, then DISCARD, refused in every case but
-	// one (DISCARD without MULTI, or not granted) and ignored: where EXEC
-	// is refused (an ACL with +multi and not +exec) Redis 7 aborts the
-	// transaction (EXECABORT), and DISCARD ends it on a server that
-	// would not.
+	// transactions need anyway. Where EXEC is refused (an ACL with +multi
+	// and not +exec) the server aborts the transaction (EXECABORT), so
+	// the connection is not left inside one. No DISCARD: the node's ACL
+	// profile does not grant it, and each refusal would be an entry of
+	// the server's ACL LOG at every start.
 	var multi, exec *redis.Cmd
 	_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		multi = p.Do(ctx, "multi")
 		exec = p.Do(ctx, "exec")
-		p.Do(ctx, "discard")
 		return nil
 	})
 	ok, _ := multi.Val().(string)
