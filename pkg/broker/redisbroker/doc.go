@@ -66,7 +66,10 @@
 // outcome other than a clean read (a lease that is not the token, a
 // missing group, a wrong type, a key touched three times in a row) runs
 // the script, which decides. See fencedtx.go and
-// docs/decisions/0023-fenced-read-transactions.md.
+// docs/decisions/0023-fenced-read-transactions.md. No transaction runs
+// where the server refuses this client MULTI (an ACL without +multi),
+// which would run the queued commands at once, unfenced: each server is
+// asked once (multi.go).
 //
 // Redis does not roll a script back when a command in it fails, so every
 // script checks the TYPE of each key it will touch before its first
