@@ -1,6 +1,7 @@
 package redisbroker_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -159,14 +160,38 @@ func TestLeaseCallsOnWrongTypesChangeNothing(t *testing.T) {
 		}
 		wantUnchanged(t, c, before)
 	})
-	t.Run("acquire with a non-integer generation", func(t *testing.T) {
-		b, c := newBroker(t)
-		c.Set(t.Context(), gk, "seven", 0)
-		before := snapshot(t, c)
-		_, _, err := b.AcquirePartitionLease(t.Context(), lk, gk, owner, time.Second)
-		wantWrongType(t, "acquire", err, gk, "integer")
-		wantUnchanged(t, c, before)
-	})
+	// A generation no lease can be taken from: not an integer, or not
+	// written as Redis writes one (INCR refuses it, and its error names
+	// no key), negative (-1 would come out as generation 0, the scripts'
+	// "held"), or past 14 digits once incremented (Lua writes such a
+	// number as 1e+14 into the lease's token).
+	for _, g := range []string{"seven", "007", "+7", " 7", "7 ", "1.5", "-0", "", "-1", "99999999999999", "9223372036854775806", "99999999999999999999", "-9223372036854775808"} {
+		t.Run(fmt.Sprintf("acquire with generation %q", g), func(t *testing.T) {
+			b, c := newBroker(t)
+			c.Set(t.Context(), gk, g, 0)
+			before := snapshot(t, c)
+			_, _, err := b.AcquirePartitionLease(t.Context(), lk, gk, owner, time.Second)
+			wantWrongType(t, "acquire", err, gk, "integer")
+			wantUnchanged(t, c, before)
+			res := b.AcquirePartitionLeases(t.Context(), []broker.LeaseRequest{{LeaseKey: lk, GenerationKey: gk, Owner: owner, TTL: time.Second}})[0]
+			wantWrongType(t, "batched acquire", res.Err, gk, "integer")
+			wantUnchanged(t, c, before)
+		})
+	}
+	// The edges INCR takes.
+	for g, want := range map[string]int64{"0": 1, "41": 42, "99999999999998": 99999999999999} {
+		t.Run(fmt.Sprintf("acquire with generation %q", g), func(t *testing.T) {
+			b, c := newBroker(t)
+			c.Set(t.Context(), gk, g, 0)
+			l, ok, err := b.AcquirePartitionLease(t.Context(), lk, gk, owner, time.Second)
+			if err != nil || !ok || l.Generation != want {
+				t.Fatalf("acquired %v at %d, %v; want generation %d", ok, l.Generation, err, want)
+			}
+			if got := c.Get(t.Context(), lk).Val(); got != l.Fence.Token || got != fmt.Sprintf("%s:%d", owner, want) {
+				t.Fatalf("lease holds %q, token %q; want %s:%d", got, l.Fence.Token, owner, want)
+			}
+		})
+	}
 }
 
 func TestLeaseArgumentsAreCheckedBeforeIO(t *testing.T) {
