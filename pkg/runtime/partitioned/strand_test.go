@@ -31,7 +31,8 @@ import (
 
 // Issue 17, "no entry is ever stranded", in process: three nodes while
 // entries are appended with no wake-up signal (the index, then the stream,
-// as Protean writes them) at gaps around a short IdleAfter, and a random
+// as Protean writes them; one in five to the key's backfill lane, each
+// lane in order of its own) at gaps around a short IdleAfter, and a random
 // schedule, drawn from a logged seed, cuts a node off for good (its calls
 // block, then fail: a SIGKILL as the others see it; a new node starts
 // after a while), pauses one past the lease TTL (its calls block: a
@@ -68,11 +69,11 @@ func TestMemNoEntryStranded(t *testing.T) {
 				node: func(g *gate) (broker.PartitionedBroker, strandStore) {
 					return gatedBroker{b, g}, gatedStore{store, g}
 				},
-				append: func(ctx context.Context, key string, seq int) error {
+				append: func(ctx context.Context, key string, backfill bool, seq int) error {
 					if err := b.RecordPartition(ctx, cat, key); err != nil {
 						return err
 					}
-					_, err := b.Append(ctx, broker.ProteanLayout.Stream(cat, key), envelope(key, seq))
+					_, err := b.Append(ctx, strandLane(key, backfill), envelope(key, seq))
 					return err
 				},
 				state: func(key string) string {
@@ -114,14 +115,14 @@ func testRedisNoEntryStranded(t *testing.T, opts ...redisbroker.Option) {
 				rb := redisbroker.New(c, opts...)
 				return gatedRedis{gatedBroker{rb, g}, rb}, gatedStore{redisstore.New(c), g}
 			},
-			append: func(ctx context.Context, key string, seq int) error {
+			append: func(ctx context.Context, key string, backfill bool, seq int) error {
 				// Two round trips, as Protean sends them: the key is in
 				// the index before its stream has the entry.
 				l := broker.ProteanLayout
 				if err := ac.SAdd(ctx, l.IndexKey(cat), key).Err(); err != nil {
 					return err
 				}
-				return ac.XAdd(ctx, &redis.XAddArgs{Stream: l.Stream(cat, key), Values: []any{broker.DataField, envelope(key, seq)}}).Err()
+				return ac.XAdd(ctx, &redis.XAddArgs{Stream: strandLane(key, backfill), Values: []any{broker.DataField, envelope(key, seq)}}).Err()
 			},
 			state: func(key string) string {
 				ctx := context.Background()
@@ -565,7 +566,7 @@ type memStrand struct {
 
 func (m *memStrand) handler(node string) runtime.Handler {
 	return runtime.HandlerFunc(func(ctx context.Context, msg runtime.Message) error {
-		c := &testenv.HandlerCall{Node: node, Key: msg.Key, Gen: msg.Generation, Attempt: msg.Attempt}
+		c := &testenv.HandlerCall{Node: node, Key: strandKey(msg.Key, msg.Stream == strandLane(msg.Key, true)), Gen: msg.Generation, Attempt: msg.Attempt}
 		c.Seq = seqOf(m.t, msg.Data)
 		m.mu.Lock()
 		c.Begin = time.Since(m.t0)
@@ -627,6 +628,26 @@ func (m *memStrand) missing() ([]string, time.Duration) {
 	return out, last
 }
 
+// strandBackfill marks a key's backfill lane where a strand round
+// records entries and calls by key: each lane has its own seqs.
+const strandBackfill = "~bf"
+
+// strandKey is what a strand round records key's entries of a lane as.
+func strandKey(key string, backfill bool) string {
+	if backfill {
+		return key + strandBackfill
+	}
+	return key
+}
+
+// strandLane is key's main or backfill lane.
+func strandLane(key string, backfill bool) string {
+	if backfill {
+		return broker.ProteanLayout.LaneStream(cat, key, broker.DefaultBackfillSuffix)
+	}
+	return broker.ProteanLayout.Stream(cat, key)
+}
+
 // strandEnv is where a strand round runs.
 type strandEnv struct {
 	ttl, renew time.Duration
@@ -634,8 +655,9 @@ type strandEnv struct {
 	appendFor time.Duration
 	// node returns a new node's broker and store, behind g.
 	node func(g *gate) (broker.PartitionedBroker, strandStore)
-	// append writes key's entry seq as Protean does, with no signal.
-	append func(ctx context.Context, key string, seq int) error
+	// append writes key's entry seq as Protean does, with no signal, to
+	// its main lane or its backfill lane (each lane has its own seqs).
+	append func(ctx context.Context, key string, backfill bool, seq int) error
 	// state describes key's partition (lease, group, pending entries)
 	// when an entry is stranded.
 	state func(key string) string
@@ -713,7 +735,7 @@ func runStrand(t *testing.T, seed int64, env strandEnv) {
 	keys := keyNames(nKeys)
 	for i, k := range keys {
 		if i%3 != 2 {
-			if err := env.append(context.Background(), k, 1); err != nil {
+			if err := env.append(context.Background(), k, false, 1); err != nil {
 				t.Fatal(err)
 			}
 			m.appended[k] = 1
@@ -754,18 +776,25 @@ func runStrand(t *testing.T, seed int64, env strandEnv) {
 			}
 		}
 		gap := func() time.Duration { return testenv.AppendGap(arng, idleAfter) }
+		lanes := rand.New(rand.NewPCG(uint64(seed), uint64(200+a)))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			err := testenv.AppendEach(own, until, now, gap, stop, func(k string) error {
+				// One append in five goes to the key's backfill lane,
+				// recorded as a key of its own (strandKey): wake-ups
+				// name their lanes, and an empty lane is read only
+				// when one names it.
+				backfill := lanes.IntN(5) == 0
+				rk := strandKey(k, backfill)
 				m.mu.Lock()
-				seq := m.appended[k] + 1
+				seq := m.appended[rk] + 1
 				m.mu.Unlock()
-				if err := env.append(context.Background(), k, seq); err != nil {
+				if err := env.append(context.Background(), k, backfill, seq); err != nil {
 					return err
 				}
 				m.mu.Lock()
-				m.appended[k] = seq
+				m.appended[rk] = seq
 				m.mu.Unlock()
 				return nil
 			})
@@ -849,7 +878,7 @@ func runStrand(t *testing.T, seed int64, env strandEnv) {
 			keys := map[string]bool{}
 			for _, km := range miss {
 				k, _, _ := strings.Cut(km, "/")
-				keys[k] = true
+				keys[strings.TrimSuffix(k, strandBackfill)] = true
 			}
 			for k := range keys {
 				var where []string
@@ -866,7 +895,7 @@ func runStrand(t *testing.T, seed int64, env strandEnv) {
 				var calls []string
 				m.mu.Lock()
 				for _, c := range m.calls {
-					if c.Key == k {
+					if c.Key == k || c.Key == k+strandBackfill {
 						calls = append(calls, fmt.Sprintf("%s seq %d gen %d attempt %d [%s, %s] failed %v", c.Node, c.Seq, c.Gen, c.Attempt, c.Begin, c.End, m.failed[c]))
 					}
 				}
@@ -880,7 +909,15 @@ func runStrand(t *testing.T, seed int64, env strandEnv) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Logf("every entry handled %s after the last append", now()-last)
+	m.mu.Lock()
+	backfill := 0
+	for k, n := range m.appended {
+		if strings.HasSuffix(k, strandBackfill) {
+			backfill += n
+		}
+	}
+	m.mu.Unlock()
+	t.Logf("every entry handled %s after the last append (%d of them on backfill lanes)", now()-last, backfill)
 	m.mu.Lock()
 	calls := make([]testenv.HandlerCall, len(m.calls))
 	for i, c := range m.calls {
