@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -182,5 +183,46 @@ func TestSeekWithdraw(t *testing.T) {
 	}
 	if res, err := s.SeekResult(ctx, g, "sub", 0); err != nil || res == nil || res.ID != "r2" {
 		t.Fatalf("result %+v %v", res, err)
+	}
+}
+
+// A seek on an unowned partition bumps its generation counter: a counter
+// that is not a decimal, or whose successor would have 15 digits (Lua
+// would write it as 1e+14, a counter no lease could be taken from), is
+// refused with a wrong-type error, and nothing changes.
+func TestSetUnownedCheckpointRefusesACounterItCannotBump(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.StartRedis(t).Client(t)
+	s := redisstore.New(c)
+	g := redisstore.TopicLeaseGroup("shop", "orders")
+	for _, gen := range []string{"seven", "-1", "1.5", "99999999999999", "123456789012345"} {
+		if err := c.Set(ctx, g.GenerationKey(0), gen, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := s.SetUnownedCheckpoint(ctx, g, "sub", 0, nil, 7)
+		if !errors.Is(err, broker.ErrWrongType) {
+			t.Errorf("generation %q: err = %v, want a wrong-type error", gen, err)
+		}
+		if got := c.Get(ctx, g.GenerationKey(0)).Val(); got != gen {
+			t.Errorf("generation %q: counter now %q", gen, got)
+		}
+		if n := c.Exists(ctx, g.CheckpointsKey("sub")).Val(); n != 0 {
+			t.Errorf("generation %q: the checkpoint was set", gen)
+		}
+	}
+	for gen, want := range map[string]int64{"41": 42, "99999999999998": 99999999999999} {
+		if err := c.Set(ctx, g.GenerationKey(0), gen, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Del(ctx, g.CheckpointsKey("sub")).Err(); err != nil {
+			t.Fatal(err)
+		}
+		out, err := s.SetUnownedCheckpoint(ctx, g, "sub", 0, nil, 7)
+		if err != nil || !out.Set || out.Generation != want {
+			t.Errorf("generation %q: %+v, %v; want set at %d", gen, out, err, want)
+		}
+		if got := c.Get(ctx, g.GenerationKey(0)).Val(); got != strconv.FormatInt(want, 10) {
+			t.Errorf("generation %q: counter now %q, want %d", gen, got, want)
+		}
 	}
 }

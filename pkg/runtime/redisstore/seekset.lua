@@ -28,7 +28,10 @@ end
 local gen = redis.call('GET', KEYS[2])
 if gen then
   local g = decimal(gen)
-  if not g then
+  -- At most 14 digits once bumped: Lua holds numbers as doubles and
+  -- writes them with 14 significant digits (1e+14), a counter no lease
+  -- could be taken from (redisbroker's leaselib.lua refuses it).
+  if not g or #g > 14 or (#g == 14 and g >= '99999999999999') then
     error({err = 'PROTCTL_WRONGTYPE integer string 2'})
   end
   gen = tostring(tonumber(g) + 1)
