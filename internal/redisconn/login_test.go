@@ -106,3 +106,51 @@ func TestUserWithoutPasswordLogsInOnACluster(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The Sentinels' own user given without a password logs in to the
+// Sentinels as that user (AUTH user ""): go-redis alone sent the
+// Sentinels no credentials, and they saw the default user. The default
+// user is off on the Sentinels here, so only the login reaches the
+// primary; the primary's own connections keep their own (default) user.
+func TestSentinelUserWithoutAPassword(t *testing.T) {
+	s := testenv.StartSentinel(t)
+	ctx := context.Background()
+	for _, p := range s.Sentinels {
+		sc := redis.NewClient(&redis.Options{Addr: p.Addr})
+		for _, args := range [][]any{
+			{"ACL", "SETUSER", "watcher", "on", "nopass", "+@all"},
+			{"ACL", "SETUSER", "default", "off"},
+		} {
+			if err := sc.Do(ctx, args...).Err(); err != nil {
+				_ = sc.Close()
+				t.Fatalf("sentinel %s: %v: %v", p.Addr, args, err)
+			}
+		}
+		_ = sc.Close()
+	}
+	for _, tc := range []struct {
+		user string
+		ok   bool
+	}{{"watcher", true}, {"", false}, {"nobody", false}} {
+		t.Run(fmt.Sprintf("user %q", tc.user), func(t *testing.T) {
+			c, err := redisconn.New(redisconn.Config{URL: s.URL(), SentinelUsername: tc.user, Timeout: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			err = c.Set(ctx, "k", "v", 0).Err()
+			if tc.ok && err != nil {
+				t.Fatalf("SET through the Sentinels as %q: %v", tc.user, err)
+			}
+			if !tc.ok && err == nil {
+				t.Fatalf("SET through the Sentinels as %q worked; the default user is off there", tc.user)
+			}
+			if tc.ok {
+				who, err := c.Do(ctx, "ACL", "WHOAMI").Text()
+				if err != nil || who != "default" {
+					t.Fatalf("the primary's connection is user %q (%v), want default: the Sentinels' user leaked to it", who, err)
+				}
+			}
+		})
+	}
+}

@@ -73,7 +73,8 @@ type Config struct {
 	TLS security.TLS
 	// SentinelUsername and SentinelPassword log in to the Sentinels
 	// (their ACL is separate from the data servers'). Used only with a
-	// Sentinel URL.
+	// Sentinel URL. A user without a password logs in with an empty one,
+	// as for the data servers.
 	SentinelUsername, SentinelPassword string
 	// ClientName names the connections in CLIENT LIST, unless the URL
 	// sets client_name.
@@ -109,6 +110,9 @@ func New(c Config) (redis.UniversalClient, error) {
 		o, err := c.failoverOptions()
 		if err != nil {
 			return nil, err
+		}
+		if o.SentinelUsername != "" && o.SentinelPassword == "" {
+			o.Dialer = sentinelLoginDialer(o)
 		}
 		fc := redis.NewFailoverClient(o)
 		// The login first: its refusal is not a failure to reach the
@@ -440,9 +444,14 @@ func (c Config) failoverOptions() (*redis.FailoverOptions, error) {
 // no such master).
 type primaryDialHook struct{ master string }
 
+// primaryDial marks the context of a dial of the primary (primaryDialHook),
+// which goes through the same Dialer as the Sentinels' dials
+// (sentinelLoginDialer).
+type primaryDial struct{}
+
 func (h primaryDialHook) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := next(ctx, network, addr)
+		conn, err := next(context.WithValue(ctx, primaryDial{}, true), network, addr)
 		if err != nil {
 			return nil, newNoPrimaryError(h.master, err)
 		}
@@ -451,6 +460,34 @@ func (h primaryDialHook) DialHook(next redis.DialHook) redis.DialHook {
 }
 
 func (primaryDialHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+// sentinelLoginDialer dials as go-redis does by default and logs each
+// connection to a Sentinel in as o.SentinelUsername with an empty password
+// (userLogin: AUTH user "", which a nopass user accepts). go-redis sends
+// the Sentinels credentials only with a password, so a user given alone
+// was dropped and the Sentinels saw the default user. The primary's dials
+// go through the same Dialer (go-redis's failover dialer calls it with the
+// address the Sentinels named): primaryDialHook marks them, and they are
+// left to the data servers' own login.
+func sentinelLoginDialer(o *redis.FailoverOptions) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	timeout := o.DialTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second // go-redis's default dial timeout
+	}
+	base := redis.NewDialer(&redis.Options{DialTimeout: timeout, TLSConfig: o.TLSConfig})
+	l := newUserLogin(o.SentinelUsername, "", timeout)
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := base(ctx, network, addr)
+		if err != nil || ctx.Value(primaryDial{}) != nil {
+			return conn, err
+		}
+		if err := l.login(ctx, conn); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+		return conn, nil
+	}
+}
 
 func (primaryDialHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
