@@ -119,8 +119,6 @@ func (b *Broker) multiRefusedBy(c *redis.Client, err error, queued ...redis.Cmde
 	return true
 }
 
-// isRedisError says whether err is an error reply of the server.
-func isRedisError(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re)
-}
+// isRedisError says whether err is an error reply of the server: not nil,
+// and not a transport failure (pinned.go).
+func isRedisError(err error) bool { return err != nil && !transport(err) }
