@@ -243,7 +243,6 @@ func (w *worker) flushAcks() (result, bool) {
 	p := w.p
 	for stream, ids := range w.acks {
 		if len(ids) == 0 {
-			delete(w.acks, stream)
 			continue
 		}
 		wait := backoff.New(50*time.Millisecond, p.cfg.RenewEvery, p.jit)
@@ -266,7 +265,7 @@ func (w *worker) flushAcks() (result, bool) {
 				break
 			}
 		}
-		delete(w.acks, stream)
+		w.acks[stream] = ids[:0]
 	}
 	return result{}, false
 }

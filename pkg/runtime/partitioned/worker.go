@@ -88,10 +88,14 @@ type worker struct {
 	// it instead of the lanes.
 	prefetch map[string]broker.ReadResult
 
-	acks      map[string][]string // per stream, ids handled and not yet acked
-	readSince bool                // a message was read since the last wake
-	full      bool                // the last read returned all it asked for
-	readLive  bool                // the last read was on the live path
+	// acks is per stream the ids handled and not yet acked. A stream's
+	// slice is kept, emptied, once acked (the broker keeps no reference
+	// past the call): each batch appending to a new one was a third of
+	// handleBatch's time at 44,000 events/s (BenchmarkSustainableRateRedis).
+	acks      map[string][]string
+	readSince bool // a message was read since the last wake
+	full      bool // the last read returned all it asked for
+	readLive  bool // the last read was on the live path
 	// empty marks lanes that had no entry when the generation began (their
 	// tail was 0-0): rounds skip them until a wake-up says otherwise, so
 	// an unused lane (most backfill lanes) costs no read.
@@ -485,7 +489,7 @@ func (w *worker) fencedRead(ln lane, mode broker.ReadMode, count int) ([]broker.
 			Ack: ack, Count: int64(count), Mode: mode})
 		if res.Err == nil && len(ack) > 0 {
 			p.c.acks.Add(1)
-			delete(w.acks, ln.stream)
+			w.acks[ln.stream] = ack[:0] // kept for the next batch's ids
 		}
 		return res.Messages, res.Err
 	}
@@ -502,7 +506,7 @@ func (w *worker) fencedRead(ln lane, mode broker.ReadMode, count int) ([]broker.
 	msgs, err := ar.AckAndReadPartitionFenced(w.ctx, w.lease.fence, ln.stream, p.cfg.Name, ack, int64(count), mode)
 	if err == nil && len(ack) > 0 {
 		p.c.acks.Add(1)
-		delete(w.acks, ln.stream)
+		w.acks[ln.stream] = ack[:0]
 	}
 	return msgs, err
 }
