@@ -77,6 +77,10 @@ type rampProbe struct {
 	halfway   int     // the same halfway through the window
 	res       latResult
 	ok        bool
+	// clientUS and serverUS are the CPU time this process (consumer and
+	// publisher) and the server spent per event published, over the
+	// window: where a consumer's limit is, when the machine's cores are.
+	clientUS, serverUS float64
 }
 
 func (p rampProbe) String() string {
@@ -84,7 +88,8 @@ func (p rampProbe) String() string {
 	if !p.ok {
 		verdict = "fell behind"
 	}
-	return fmt.Sprintf("%d/s (published %.0f/s): backlog %d halfway, %d at the end, %s; %s", p.rate, p.published, p.halfway, p.backlog, verdict, p.res)
+	return fmt.Sprintf("%d/s (published %.0f/s): backlog %d halfway, %d at the end, %s; CPU per event: this process %.1f µs, the server %.1f µs; %s",
+		p.rate, p.published, p.halfway, p.backlog, verdict, p.clientUS, p.serverUS, p.res)
 }
 
 // BenchmarkSustainableRateRedis finds the highest rate at which the
@@ -282,8 +287,12 @@ func rampRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis
 		// have handled some of the pipeline being sent.
 		half <- max(0, int(sent.Load())-int(rec.n.Load()-nkeys))
 	}()
+	cpu0, srv0 := rtProcessCPU(), rtRedisCPU(ctx, b, admin)
 	took := latPublishCounted(ctx, b, pub, category, keys, rate, &sent)
+	cpu1, srv1 := rtProcessCPU(), rtRedisCPU(ctx, b, admin)
 	p := rampProbe{rate: rate, published: float64(events) / took.Seconds()}
+	p.clientUS = float64((cpu1-cpu0).Microseconds()) / float64(events)
+	p.serverUS = float64((srv1-srv0).Microseconds()) / float64(events)
 	p.backlog = events - int(rec.n.Load()-nkeys)
 	p.halfway = <-half
 	p.ok = p.backlog-p.halfway <= max(100, rate/20) && p.backlog <= rate
