@@ -34,6 +34,12 @@ import (
 //     a master added after the watch began is announced by nobody, and
 //     its partitions' entries wait no longer than they did then.
 //
+// A drained partition whose worker holds its lease stays out of the set
+// while the announcements are in the state the worker took before it
+// last looked at its lanes, and joins it at least every WaitTimeout
+// (watchDrained, drain.go): the join's check gives it the safety net's
+// bound.
+//
 // When a watch ends (a lost connection, a name dropped, a failed index
 // check) the loops issue blocking waits again, from the ids each stream is
 // watched from: whatever was appended meanwhile has a greater id, and the
@@ -78,6 +84,24 @@ func (a *announceState) state() (bool, <-chan struct{}) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.live) == a.n, a.changed
+}
+
+// announcedCover is the channel of the announcements' current state while
+// every append to the node's categories is announced to it, nil
+// otherwise: a worker that takes it before a point in time and finds the
+// same channel later knows that every append in between was announced
+// (the channel is replaced at every change), and so woke it. A Redis
+// Cluster's announcements miss the masters added after they began
+// (checkEvery), so they cover nothing there.
+func (p *Subscription) announcedCover() <-chan struct{} {
+	if p.layout.IsCluster() {
+		return nil
+	}
+	live, ch := p.announced.state()
+	if !live {
+		return nil
+	}
+	return ch
 }
 
 const (

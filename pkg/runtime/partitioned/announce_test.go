@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -76,6 +77,15 @@ func idleAndAnnounced(t *testing.T, sub *partitioned.Subscription, rec *recorder
 	})
 }
 
+// heldAndAnnounced waits until every key of want is handled and leased
+// (drained, waiting out IdleAfter) and the node's appends are announced.
+func heldAndAnnounced(t *testing.T, sub *partitioned.Subscription, rec *recorder, want map[string]int) {
+	t.Helper()
+	eventually(t, 30*time.Second, 5*time.Millisecond, "every key handled, leased and announced", func() bool {
+		return rec.complete(want) && len(sub.Status().Held) == len(want) && partitioned.Announced(sub)
+	})
+}
+
 // While appends are announced, a flow over idle partitions is woken by the
 // announcements, without a blocking wait issued at every entry (before,
 // each entry made the wait on its shard's streams return and be issued
@@ -139,28 +149,83 @@ func TestRedisLostAnnouncementIsFoundByTheCheck(t *testing.T) {
 	}
 }
 
+// The same while the partitions hold their leases (IdleAfter 10 minutes):
+// a drained worker waits outside the watched set while announcements
+// last, and still joins it every WaitTimeout, so that the join's check
+// finds an entry whose announcement was lost, on the main lane and on an
+// empty backfill lane (which main-lane wakes leave unread: the second
+// key's main lane gets a flow meanwhile). Before the joins, both waited
+// for IdleAfter. Found by a reviewer.
+func TestRedisLostAnnouncementOfAHeldPartitionIsFoundByTheCheck(t *testing.T) {
+	e := newRedisEnv(t)
+	rec := newRecorder(t)
+	lostMain := broker.ProteanLayout.Stream(cat, "lost")
+	lostBackfill := broker.ProteanLayout.LaneStream(cat, "busy", broker.DefaultBackfillSuffix)
+	e.start("node-1", rec.handler("node-1"), func(c *partitioned.Config) {
+		c.Broker = dropAppends{Broker: redisbroker.New(e.client()), drop: map[string]bool{lostMain: true, lostBackfill: true}}
+		c.LeaseTTL, c.RenewEvery, c.IdleAfter = time.Minute, 10*time.Second, 10*time.Minute
+		c.WaitTimeout = 300 * time.Millisecond
+	}, nil)
+	keys := []string{"lost", "busy"}
+	publishAll(t, e.pub, keys, 1, 1)
+	heldAndAnnounced(t, e.subs[0], rec, wantAll(keys, 1))
+	const bfSeq = 1_000_000 // the backfill entry's, apart from the flow's
+	start := time.Now()
+	appendPlain(t, e.c, "lost", 2)
+	if err := e.c.XAdd(context.Background(), &redis.XAddArgs{Stream: lostBackfill, Values: []any{broker.DataField, envelope("busy", bfSeq)}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	found := func() bool {
+		return slices.Contains(rec.handled("lost"), 2) && slices.Contains(rec.handled("busy"), bfSeq)
+	}
+	for seq := 2; !found(); seq++ {
+		if time.Since(start) > time.Minute {
+			t.Fatalf("entries whose announcement was lost not handled in a minute (IdleAfter is 10): lost's main entry %v, busy's backfill entry %v",
+				slices.Contains(rec.handled("lost"), 2), slices.Contains(rec.handled("busy"), bfSeq))
+		}
+		// A flow on busy's main lane: wakes that name its main lane only.
+		appendPlain(t, e.c, "busy", seq)
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("both found in %v", time.Since(start).Round(time.Millisecond))
+	if got := e.subs[0].Status().Counters["acquired"]; got != 2 {
+		t.Fatalf("%d leases acquired, want 2: a partition went idle, which would rescue the entry", got)
+	}
+}
+
 // Appends race the end of the announcements: the server drops the node's
 // subscribed connections (the append watch among them) again and again
 // while a publisher other than protctl's appends, so that the wait loops
 // go from checking to blocking waits and back, with entries appended
 // around each change. Every entry is handled, in order, once at a time.
+// With IdleAfter 10 minutes the partitions stay leased and drained through
+// every change: while announcements last they wait outside the watched
+// set (watchDrained), and each change must put them in it.
 func TestRedisAppendsRaceTheEndOfAnnouncements(t *testing.T) {
-	for _, shards := range []int{1, 4} {
-		t.Run(fmt.Sprintf("%d shards", shards), func(t *testing.T) {
+	for _, tc := range []struct {
+		shards int
+		idle   time.Duration
+	}{{1, 5 * time.Millisecond}, {4, 5 * time.Millisecond}, {1, 10 * time.Minute}} {
+		shards := tc.shards
+		t.Run(fmt.Sprintf("%d shards, idle after %v", shards, tc.idle), func(t *testing.T) {
 			e := newRedisEnv(t)
 			seed := time.Now().UnixNano()
 			t.Logf("seed %d", seed)
 			rng := rand.New(rand.NewPCG(uint64(seed), 9))
 			rec := newRecorder(t)
 			e.start("node-1", rec.handler("node-1"), func(c *partitioned.Config) {
-				c.IdleAfter = 5 * time.Millisecond
+				c.IdleAfter = tc.idle
 				c.WaitTimeout = time.Hour // no safety net: the changes must be exact
 				c.DiscoverEvery = time.Hour
 				c.WaitShards = shards
 			}, nil)
 			keys := keyNames(12)
 			publishAll(t, e.pub, keys, 1, 1)
-			idleAndAnnounced(t, e.subs[0], rec, wantAll(keys, 1))
+			if tc.idle < time.Second {
+				idleAndAnnounced(t, e.subs[0], rec, wantAll(keys, 1))
+			} else {
+				heldAndAnnounced(t, e.subs[0], rec, wantAll(keys, 1))
+			}
 			want := wantAll(keys, 1)
 			killed := 0
 			for i := range 400 {

@@ -105,6 +105,18 @@ type worker struct {
 	// ask for new entries only. It holds because every entry read is
 	// acked (or the worker ends) before the next read of its lane.
 	drainedPending map[string]bool
+	// covered is the announcements' state (announcedCover) under which
+	// every append to the partition's lanes past w.after wakes the worker,
+	// taken before the generation's first look at its lanes or before the
+	// worker last joined the watched set; nil when none is known. While
+	// the state stays the same, a drained worker waits without joining the
+	// watched set (drained).
+	covered <-chan struct{}
+	// watching: the worker put its partition in the watched set since it
+	// last took it out; joinedAt is when it last did (or when the
+	// generation began).
+	watching bool
+	joinedAt time.Time
 	// backingOff mirrors this key's entry in p.backingOff, so that the
 	// shared, locked set is touched only when the state changes, not on
 	// every message handled.
@@ -200,6 +212,9 @@ func (w *worker) run() (res result) {
 		return r
 	}
 	start := p.clk.Now()
+	// Before the lease and the lanes' tails: an append after this point
+	// is announced, one before it is in the tails.
+	w.covered, w.joinedAt = p.announcedCover(), start
 	leaseKey := p.layout.LeaseKey(p.cfg.Name, w.key)
 	lease, ok, err := w.acquire(leaseKey)
 	if err != nil {
