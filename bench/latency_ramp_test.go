@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,10 +76,11 @@ type rampProbe struct {
 	halfway   int     // the same halfway through the window
 	res       latResult
 	ok        bool
-	// clientUS and serverUS are the CPU time this process (consumer and
-	// publisher) and the server spent per event published, over the
-	// window: where a consumer's limit is, when the machine's cores are.
-	clientUS, serverUS float64
+	// clientUS, serverUS and publisherUS are the CPU time the consumer's
+	// process, the server and the publisher's process spent per event
+	// published, over the window: where a consumer's limit is, when the
+	// machine's cores are.
+	clientUS, serverUS, publisherUS float64
 }
 
 func (p rampProbe) String() string {
@@ -88,8 +88,8 @@ func (p rampProbe) String() string {
 	if !p.ok {
 		verdict = "fell behind"
 	}
-	return fmt.Sprintf("%d/s (published %.0f/s): backlog %d halfway, %d at the end, %s; CPU per event: this process %.1f µs, the server %.1f µs; %s",
-		p.rate, p.published, p.halfway, p.backlog, verdict, p.clientUS, p.serverUS, p.res)
+	return fmt.Sprintf("%d/s (published %.0f/s): backlog %d halfway, %d at the end, %s; CPU per event: consumer %.1f µs, server %.1f µs, publisher %.1f µs; %s",
+		p.rate, p.published, p.halfway, p.backlog, verdict, p.clientUS, p.serverUS, p.publisherUS, p.res)
 }
 
 // BenchmarkSustainableRateRedis finds the highest rate at which the
@@ -275,24 +275,25 @@ func rampRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis
 			return n >= nkeys, fmt.Sprintf("%d of %d handled", n, nkeys)
 		})
 	}
-	pub := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer pub.Close()
 	// The backlog (written, not handled) halfway through the window and
-	// at its end.
-	var sent atomic.Int64
+	// at its end. The publisher runs in a process of its own
+	// (ramp_publisher_test.go).
+	cpu0, srv0 := rtProcessCPU(), rtRedisCPU(ctx, b, admin)
+	pub := startRampPublisher(b, srv.Addr, category, keys, rate)
 	half := make(chan int, 1)
 	go func() {
 		time.Sleep(window / 2)
-		// sent is stored after each pipeline's reply: the consumer may
-		// have handled some of the pipeline being sent.
-		half <- max(0, int(sent.Load())-int(rec.n.Load()-nkeys))
+		// sent is reported after each pipeline's reply (and every 20ms):
+		// the consumer may have handled some of the pipeline being sent.
+		half <- max(0, int(pub.sent.Load())-int(rec.n.Load()-nkeys))
 	}()
-	cpu0, srv0 := rtProcessCPU(), rtRedisCPU(ctx, b, admin)
-	took := latPublishCounted(ctx, b, pub, category, keys, rate, &sent)
+	pub.wait(b)
 	cpu1, srv1 := rtProcessCPU(), rtRedisCPU(ctx, b, admin)
+	took := pub.took
 	p := rampProbe{rate: rate, published: float64(events) / took.Seconds()}
-	p.clientUS = float64((cpu1-cpu0).Microseconds()) / float64(events)
-	p.serverUS = float64((srv1-srv0).Microseconds()) / float64(events)
+	p.clientUS = float64((cpu1 - cpu0).Microseconds()) / float64(events)
+	p.serverUS = float64((srv1 - srv0).Microseconds()) / float64(events)
+	p.publisherUS = float64(pub.cpu.Microseconds()) / float64(events)
 	p.backlog = events - int(rec.n.Load()-nkeys)
 	p.halfway = <-half
 	p.ok = p.backlog-p.halfway <= max(100, rate/20) && p.backlog <= rate
