@@ -48,3 +48,6 @@ var KeySlot = keySlot
 // (multi.go) ahead of a test that counts a call's commands or round
 // trips, and says what it found.
 func ProbeMulti(b *Broker, c *redis.Client) bool { return b.multiAllowed(context.Background(), c) }
+
+// MultiChecked is how many clients' MULTI answers b keeps.
+func MultiChecked(b *Broker) int { return b.multi.len() }

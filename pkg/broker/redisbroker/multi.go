@@ -3,9 +3,11 @@ package redisbroker
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -23,8 +25,11 @@ import (
 // transaction meets later (the ACL changed since) turns the client's
 // transactions off too.
 
-// multiStates keeps, per client, whether its server allows MULTI.
-type multiStates struct{ m sync.Map } // *redis.Client -> *multiState
+// multiStates keeps, per client, whether its server allows MULTI. It
+// holds its clients weakly: a Cluster replaces its node clients as its
+// topology changes, and a client's entry goes with it (a node client's
+// stayed for good before, one for every node the Cluster ever had).
+type multiStates struct{ m sync.Map } // weak.Pointer[redis.Client] -> *multiState
 
 type multiState struct {
 	state atomic.Int32
@@ -45,11 +50,22 @@ const (
 const multiRetry = time.Second
 
 func (s *multiStates) of(c *redis.Client) *multiState {
-	if v, ok := s.m.Load(c); ok {
+	k := weak.Make(c)
+	if v, ok := s.m.Load(k); ok {
 		return v.(*multiState)
 	}
-	v, _ := s.m.LoadOrStore(c, new(multiState))
+	v, loaded := s.m.LoadOrStore(k, new(multiState))
+	if !loaded {
+		runtime.AddCleanup(c, func(k weak.Pointer[redis.Client]) { s.m.Delete(k) }, k)
+	}
 	return v.(*multiState)
+}
+
+// len is how many clients' answers are kept.
+func (s *multiStates) len() int {
+	n := 0
+	s.m.Range(func(any, any) bool { n++; return true })
+	return n
 }
 
 // multiAllowed says whether fenced transactions may run on c: its server

@@ -2,6 +2,7 @@ package redisbroker_test
 
 import (
 	"errors"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -234,4 +235,30 @@ func TestMultiCheckDecidesOnAnAnswerOnly(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// The MULTI check's answer is kept per client, weakly: a Cluster
+// replaces its node clients as its topology changes, and an answer goes
+// with its client instead of staying for every node the Cluster ever had.
+func TestMultiCheckForgetsAClientThatIsGone(t *testing.T) {
+	b, _ := newBroker(t)
+	before := redisbroker.MultiChecked(b)
+	func() {
+		gone := redis.NewClient(&redis.Options{Addr: server.Addr})
+		defer gone.Close()
+		if !redisbroker.ProbeMulti(b, gone) {
+			t.Fatal("the default user was refused MULTI")
+		}
+	}()
+	if got := redisbroker.MultiChecked(b); got != before+1 {
+		t.Fatalf("%d answers kept after a check, want %d", got, before+1)
+	}
+	for range 100 {
+		runtime.GC()
+		if redisbroker.MultiChecked(b) == before {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%d answers kept after the client was gone, want %d", redisbroker.MultiChecked(b), before)
 }
