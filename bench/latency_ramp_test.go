@@ -73,9 +73,14 @@ type rampProbe struct {
 	rate      int
 	published float64 // the rate the publisher reached
 	backlog   int     // events not handled when the last one was published
-	halfway   int     // the same halfway through the window
-	res       latResult
-	ok        bool
+	// early and late are the backlog's means over the window's second
+	// and last quarters (sampled every 20ms): a consumer whose latency
+	// swings by hundreds of milliseconds swings its backlog by as many
+	// milliseconds of flow, and a verdict on two instants flipped with
+	// them (the same tree judged at 44,000 and at 96,000/s).
+	early, late float64
+	res         latResult
+	ok          bool
 	// clientUS, serverUS and publisherUS are the CPU time the consumer's
 	// process, the server and the publisher's process spent per event
 	// published, over the window: where a consumer's limit is, when the
@@ -88,8 +93,8 @@ func (p rampProbe) String() string {
 	if !p.ok {
 		verdict = "fell behind"
 	}
-	return fmt.Sprintf("%d/s (published %.0f/s): backlog %d halfway, %d at the end, %s; CPU per event: consumer %.1f µs, server %.1f µs, publisher %.1f µs; %s",
-		p.rate, p.published, p.halfway, p.backlog, verdict, p.clientUS, p.serverUS, p.publisherUS, p.res)
+	return fmt.Sprintf("%d/s (published %.0f/s): backlog %.0f then %.0f (quarter means), %d at the end, %s; CPU per event: consumer %.1f µs, server %.1f µs, publisher %.1f µs; %s",
+		p.rate, p.published, p.early, p.late, p.backlog, verdict, p.clientUS, p.serverUS, p.publisherUS, p.res)
 }
 
 // BenchmarkSustainableRateRedis finds the highest rate at which the
@@ -100,15 +105,17 @@ func (p rampProbe) String() string {
 // keys that exist before and are idle (no lease): half of them to a key
 // drawn uniformly, half Zipf-skewed (s=1.1), written as Protean writes
 // them. A consumer keeps up at a rate when its backlog (events written
-// and not handled) did not grow over the second half of the window
-// (PROTCTL_BENCH_RAMP_WINDOW, default 4s) by more than max(100, rate/20)
-// events, and is at most a second of flow when the last event is
-// published: a consumer slower than the flow by 2.5% or more grows its
-// backlog by more than that in 2 s, and one that keeps up holds about its
-// latency's worth, whatever the latency. When the publisher reaches less
-// than 90% of the rate (it shares the machine with the consumer) and the
-// consumer kept up, the rate it reached is the consumer's "at least", and
-// the search ends there.
+// and not handled, sampled every 20ms over the window,
+// PROTCTL_BENCH_RAMP_WINDOW, default 4s) grew from its mean over the
+// window's second quarter to its mean over the last by at most 2.5% of
+// the flow over the half window between them (max(100, rate/20) events
+// for 4 s), and its last quarter's mean is at most a second of flow: a
+// consumer slower than the flow by 2.5% or more grows its backlog by
+// more than that, and one that keeps up holds about its latency's worth,
+// whatever the latency. When the publisher reaches less than 90% of the
+// rate (it shares the machine with the consumer) and the consumer kept
+// up, the rate it reached is the consumer's "at least", and the search
+// ends there.
 //
 // The search doubles from PROTCTL_BENCH_RAMP_START (default 1000/s) up to
 // PROTCTL_BENCH_RAMP_MAX (default 64000/s), then bisects
@@ -275,19 +282,35 @@ func rampRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis
 			return n >= nkeys, fmt.Sprintf("%d of %d handled", n, nkeys)
 		})
 	}
-	// The backlog (written, not handled) halfway through the window and
-	// at its end. The publisher runs in a process of its own
-	// (ramp_publisher_test.go).
+	// The backlog (written, not handled), sampled every 20ms while the
+	// publisher, in a process of its own (ramp_publisher_test.go),
+	// writes. What it has sent is reported after each pipeline's reply:
+	// the consumer may have handled some of those in flight.
 	cpu0, srv0 := rtProcessCPU(), rtRedisCPU(ctx, b, admin)
 	pub := startRampPublisher(b, srv.Addr, category, keys, rate)
-	half := make(chan int, 1)
+	type sample struct {
+		at      time.Duration
+		backlog int
+	}
+	samples := make(chan []sample, 1)
+	published := make(chan struct{})
 	go func() {
-		time.Sleep(window / 2)
-		// sent is reported after each pipeline's reply (and every 20ms):
-		// the consumer may have handled some of the pipeline being sent.
-		half <- max(0, int(pub.sent.Load())-int(rec.n.Load()-nkeys))
+		var out []sample
+		start := time.Now()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-published:
+				samples <- out
+				return
+			case <-tick.C:
+				out = append(out, sample{time.Since(start), max(0, int(pub.sent.Load())-int(rec.n.Load()-nkeys))})
+			}
+		}
 	}()
 	pub.wait(b)
+	close(published)
 	cpu1, srv1 := rtProcessCPU(), rtRedisCPU(ctx, b, admin)
 	took := pub.took
 	p := rampProbe{rate: rate, published: float64(events) / took.Seconds()}
@@ -295,8 +318,25 @@ func rampRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis
 	p.serverUS = float64((srv1 - srv0).Microseconds()) / float64(events)
 	p.publisherUS = float64(pub.cpu.Microseconds()) / float64(events)
 	p.backlog = events - int(rec.n.Load()-nkeys)
-	p.halfway = <-half
-	p.ok = p.backlog-p.halfway <= max(100, rate/20) && p.backlog <= rate
+	// The quarters of the time the publisher took (the window, or more
+	// when it fell behind).
+	mean := func(ss []sample, from, to time.Duration) float64 {
+		sum, n := 0, 0
+		for _, s := range ss {
+			if s.at >= from && s.at < to {
+				sum += s.backlog
+				n++
+			}
+		}
+		if n == 0 {
+			return 0
+		}
+		return float64(sum) / float64(n)
+	}
+	ss := <-samples
+	p.early, p.late = mean(ss, took/4, took/2), mean(ss, 3*took/4, took+time.Second)
+	grew := p.late - p.early
+	p.ok = grew <= max(100, 0.025*float64(rate)*(took/2).Seconds()) && p.late <= float64(rate)
 	// Let it finish (bounded), for its latency figures.
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) && rec.n.Load() < int64(nkeys+events) {
