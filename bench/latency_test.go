@@ -183,14 +183,7 @@ func latPlain(ctx context.Context, c *redis.Client, streams []string, group stri
 // event with the time it is sent.
 func latPublish(ctx context.Context, tb testing.TB, c *redis.Client, category string, keys []string, rate int) time.Duration {
 	tb.Helper()
-	return latPublishTo(ctx, tb, []*redis.Client{c}, category, keys, rate, nil)
-}
-
-// latPublishCounted is latPublish that keeps in sent (when not nil) how
-// many events it has written so far.
-func latPublishCounted(ctx context.Context, tb testing.TB, c *redis.Client, category string, keys []string, rate int, sent *atomic.Int64) time.Duration {
-	tb.Helper()
-	return latPublishTo(ctx, tb, []*redis.Client{c}, category, keys, rate, sent)
+	return latPublishTo(ctx, tb, []*redis.Client{c}, category, keys, rate)
 }
 
 // latMaxPipeline bounds the events of one of the publisher's pipelines. A
@@ -202,41 +195,51 @@ func latPublishCounted(ctx context.Context, tb testing.TB, c *redis.Client, cate
 // backlog read 0 (BenchmarkSustainableRateRedis).
 const latMaxPipeline = 1000
 
-// latPublishTo is latPublishCounted writing every event to each server of
-// cs (BenchmarkLatencyRedis's separate servers), each server's copy
-// stamped with the time its pipeline is sent, the servers taken in turn
-// first.
-func latPublishTo(ctx context.Context, tb testing.TB, cs []*redis.Client, category string, keys []string, rate int, sent *atomic.Int64) time.Duration {
+// latPublishTo is latPublish writing every event to each server of cs
+// (BenchmarkLatencyRedis's separate servers), each server's copy stamped
+// with the time its pipeline is sent, the servers taken in turn first.
+func latPublishTo(ctx context.Context, tb testing.TB, cs []*redis.Client, category string, keys []string, rate int) time.Duration {
 	tb.Helper()
-	l := broker.ProteanLayout
-	interval := time.Second / time.Duration(rate)
-	start := time.Now()
-	for i, turn := 0, 0; i < len(keys); turn++ {
-		due := start.Add(time.Duration(i) * interval)
-		if d := time.Until(due); d > 0 {
-			time.Sleep(d)
-		}
-		from, now := i, time.Now()
-		for i < len(keys) && i-from < latMaxPipeline && !start.Add(time.Duration(i)*interval).After(now) {
-			i++
-		}
+	turn := 0
+	return latSchedule(len(keys), rate, latMaxPipeline, func(from, to int) {
 		for j := range cs {
-			c := cs[(turn+j)%len(cs)]
-			at := time.Now().UnixNano()
-			pipe := c.Pipeline()
-			for k := from; k < i; k++ {
-				pipe.SAdd(ctx, l.IndexKey(category), keys[k])
-				pipe.XAdd(ctx, &redis.XAddArgs{Stream: l.Stream(category, keys[k]), Values: []string{broker.DataField, latEnvelope(k, at)}})
-			}
+			pipe := cs[(turn+j)%len(cs)].Pipeline()
+			latAppend(ctx, pipe, category, keys, from, to, time.Now().UnixNano())
 			if _, err := pipe.Exec(ctx); err != nil {
 				tb.Fatal(err)
 			}
 		}
-		if sent != nil {
-			sent.Store(int64(i))
+		turn++
+	})
+}
+
+// latSchedule paces n events at rate: it calls send with each run of
+// events due, [from, to), at most most of them, at once when it is late,
+// and returns how long it took.
+func latSchedule(n, rate, most int, send func(from, to int)) time.Duration {
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := 0; i < n; {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
 		}
+		from, now := i, time.Now()
+		for i < n && i-from < most && !start.Add(time.Duration(i)*interval).After(now) {
+			i++
+		}
+		send(from, i)
 	}
 	return time.Since(start)
+}
+
+// latAppend queues events [from, to) of keys on pipe as Protean's
+// RedisBroker writes them, stamped at.
+func latAppend(ctx context.Context, pipe redis.Pipeliner, category string, keys []string, from, to int, at int64) {
+	l := broker.ProteanLayout
+	for k := from; k < to; k++ {
+		pipe.SAdd(ctx, l.IndexKey(category), keys[k])
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: l.Stream(category, keys[k]), Values: []string{broker.DataField, latEnvelope(k, at)}})
+	}
 }
 
 // latResult is one consumer's figures for one run.
@@ -712,7 +715,7 @@ func latRun(ctx context.Context, b *testing.B, srvs latServers, v latRedisVarian
 	if calls != nil {
 		trips0, cmds0 = calls.trips.Load(), calls.n.Load()
 	}
-	took := latPublishTo(ctx, b, pubs, category, keys, rate, nil)
+	took := latPublishTo(ctx, b, pubs, category, keys, rate)
 	b.StopTimer()
 	o.published = float64(events) / took.Seconds()
 	total := pre + int64(events)

@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/protctl/protctl/pkg/broker"
 )
 
 // The ramp's publisher runs in a process of its own. In the consumer's
@@ -155,11 +153,12 @@ const (
 	rampMaxPipeline = 500
 )
 
-// rampPublish is latPublishCounted with up to rampSenders pipelines in
-// flight, each on its own connection: what is due is cut into pipelines
-// of at most rampMaxPipeline events, each stamped when its sender takes
-// it. Two events of one key may be appended out of their order; the ramp
-// measures latency, not order.
+// rampPublish writes keys at rate as latPublish does, with up to
+// rampSenders pipelines in flight, each on its own connection: what is
+// due is cut into pipelines of at most rampMaxPipeline events, each
+// stamped when its sender takes it, and sent counts the events of the
+// pipelines answered. Two events of one key may be appended out of their
+// order; the ramp measures latency, not order.
 func rampPublish(ctx context.Context, tb testing.TB, c *redis.Client, category string, keys []string, rate int, sent *atomic.Int64) time.Duration {
 	tb.Helper()
 	type chunk struct{ from, to int }
@@ -169,14 +168,9 @@ func rampPublish(ctx context.Context, tb testing.TB, c *redis.Client, category s
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l := broker.ProteanLayout
 			for ch := range work {
-				at := time.Now().UnixNano()
 				pipe := c.Pipeline()
-				for k := ch.from; k < ch.to; k++ {
-					pipe.SAdd(ctx, l.IndexKey(category), keys[k])
-					pipe.XAdd(ctx, &redis.XAddArgs{Stream: l.Stream(category, keys[k]), Values: []string{broker.DataField, latEnvelope(k, at)}})
-				}
+				latAppend(ctx, pipe, category, keys, ch.from, ch.to, time.Now().UnixNano())
 				if _, err := pipe.Exec(ctx); err != nil {
 					tb.Error(err)
 				}
@@ -184,18 +178,8 @@ func rampPublish(ctx context.Context, tb testing.TB, c *redis.Client, category s
 			}
 		}()
 	}
-	interval := time.Second / time.Duration(rate)
 	start := time.Now()
-	for i := 0; i < len(keys); {
-		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
-			time.Sleep(d)
-		}
-		from, now := i, time.Now()
-		for i < len(keys) && i-from < rampMaxPipeline && !start.Add(time.Duration(i)*interval).After(now) {
-			i++
-		}
-		work <- chunk{from, i}
-	}
+	latSchedule(len(keys), rate, rampMaxPipeline, func(from, to int) { work <- chunk{from, to} })
 	close(work)
 	wg.Wait()
 	return time.Since(start)
