@@ -24,12 +24,6 @@ func (w *worker) takeSlot() (result, bool) {
 	w.slot = true
 	w.slotAt, w.slotRounds = p.clk.Now(), 0
 	w.rd = p.takeReader()
-	if !w.grown {
-		// Once per worker: on the live path a worker takes a slot for
-		// every batch it handles.
-		w.grown = true
-		growStack()
-	}
 	return result{}, false
 }
 

@@ -508,6 +508,16 @@ func (w *worker) fencedRead(ln lane, mode broker.ReadMode, count int) ([]broker.
 		}
 		return res.Messages, res.Err
 	}
+	if !w.grown {
+		// Once per worker, and only for a worker that reads on its own
+		// goroutine (a backlog, or a broker without the live path): on
+		// the live path the flushers do the I/O, and a stack grown for
+		// nothing was copied back down by the garbage collector
+		// (runtime.copystack and growStack were a fifth of the runtime's
+		// CPU with 5,000 new keys a second, BenchmarkLatencyRedis).
+		w.grown = true
+		growStack()
+	}
 	var ar broker.AckReader
 	switch {
 	case w.rd != nil:
@@ -678,7 +688,8 @@ func (w *worker) lostResult() result {
 // (runtime.newstack was about 10% of the workers' CPU in
 // BenchmarkRuntimeThroughput). Grown here, in one step with two frames to
 // move, the copy is cheap; a stack the goroutine no longer needs is
-// shrunk by the garbage collector as any other.
+// shrunk by the garbage collector as any other. fencedRead calls it
+// before a worker's first read on its own goroutine.
 //
 //go:noinline
 func growStack() {
