@@ -86,6 +86,10 @@ type rampProbe struct {
 	// published, over the window: where a consumer's limit is, when the
 	// machine's cores are.
 	clientUS, serverUS, publisherUS float64
+	// readsPer and leasesPer are the runtime's fenced reads and leases
+	// acquired per event, from the window's start until the consumer
+	// finished (zero for the plain loop).
+	readsPer, leasesPer float64
 }
 
 func (p rampProbe) String() string {
@@ -93,8 +97,12 @@ func (p rampProbe) String() string {
 	if !p.ok {
 		verdict = "fell behind"
 	}
-	return fmt.Sprintf("%d/s (published %.0f/s): backlog %.0f then %.0f (quarter means), %d at the end, %s; CPU per event: consumer %.1f µs, server %.1f µs, publisher %.1f µs; %s",
-		p.rate, p.published, p.early, p.late, p.backlog, verdict, p.clientUS, p.serverUS, p.publisherUS, p.res)
+	var steps string
+	if p.readsPer > 0 {
+		steps = fmt.Sprintf("; per event: %.2f reads, %.2f leases", p.readsPer, p.leasesPer)
+	}
+	return fmt.Sprintf("%d/s (published %.0f/s): backlog %.0f then %.0f (quarter means), %d at the end, %s; CPU per event: consumer %.1f µs, server %.1f µs, publisher %.1f µs%s; %s",
+		p.rate, p.published, p.early, p.late, p.backlog, verdict, p.clientUS, p.serverUS, p.publisherUS, steps, p.res)
 }
 
 // BenchmarkSustainableRateRedis finds the highest rate at which the
@@ -248,6 +256,8 @@ func rampRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis
 		b.Fatal(err)
 	}
 	rec := newLatRecorder(events)
+	// counters reads the runtime's counters (nil for the plain loop).
+	var counters func() map[string]int64
 	if useRuntime {
 		h := runtime.HandlerFunc(func(_ context.Context, m runtime.Message) error {
 			rec.record(m.Data)
@@ -255,6 +265,7 @@ func rampRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis
 		})
 		n, sub, _, rc := rtNode(b, srv.Addr, "node-1", category, h, nil, nil)
 		defer rtStop(b, n, rc, time.Minute)
+		counters = func() map[string]int64 { return sub.Status().Counters }
 		testenv.EventuallyEvery(b, time.Minute, 10*time.Millisecond, "the existing keys handled", func() (bool, string) {
 			n := rec.n.Load()
 			return n >= nkeys, fmt.Sprintf("%d of %d handled", n, nkeys)
@@ -287,6 +298,10 @@ func rampRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis
 	// writes. What it has sent is reported after each pipeline's reply:
 	// the consumer may have handled some of those in flight.
 	cpu0, srv0 := rtProcessCPU(), rtRedisCPU(ctx, b, admin)
+	var c0 map[string]int64
+	if counters != nil {
+		c0 = counters()
+	}
 	pub := startRampPublisher(b, srv.Addr, category, keys, rate)
 	type sample struct {
 		at      time.Duration
@@ -343,5 +358,10 @@ func rampRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis
 		time.Sleep(10 * time.Millisecond)
 	}
 	p.res = latResultOf(rec)
+	if counters != nil {
+		c1 := counters()
+		per := func(name string) float64 { return float64(c1[name]-c0[name]) / float64(events) }
+		p.readsPer, p.leasesPer = per(runtime.CounterReads), per(runtime.CounterAcquired)
+	}
 	return p
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -247,6 +248,32 @@ type latResult struct {
 	p50, p90, p99, max time.Duration
 	missing            int
 	dups               int64
+	// slowest are the slowest events, slowest first (at most
+	// latSlowest): when in the run the tail came, a stall (a few events
+	// in a row) or a spread.
+	slowest []latSlow
+}
+
+// latSlow is one event's latency and sequence number.
+type latSlow struct {
+	d   time.Duration
+	seq int
+}
+
+// latSlowest is how many of the slowest events a latResult names.
+const latSlowest = 5
+
+// slowestAt says how slow the slowest events were and when they were
+// published, in seconds from the first, at rate.
+func (r latResult) slowestAt(rate int) string {
+	var b strings.Builder
+	for i, s := range r.slowest {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%.1f ms at %.2f s", float64(s.d)/1e6, float64(s.seq)/float64(rate))
+	}
+	return b.String()
 }
 
 func (r latResult) String() string {
@@ -261,6 +288,15 @@ func (r latResult) String() string {
 func latResultOf(rec *latRecorder) latResult {
 	sorted, missing := rec.summary()
 	r := latResult{missing: missing, dups: rec.dups.Load()}
+	for seq := range rec.lat {
+		d := time.Duration(rec.lat[seq].Load())
+		if d == 0 || (len(r.slowest) == latSlowest && d <= r.slowest[latSlowest-1].d) {
+			continue
+		}
+		r.slowest = append(r.slowest, latSlow{d, seq})
+		slices.SortFunc(r.slowest, func(a, b latSlow) int { return cmp.Compare(b.d, a.d) })
+		r.slowest = r.slowest[:min(len(r.slowest), latSlowest)]
+	}
 	if len(sorted) > 0 {
 		r.p50, r.p90, r.p99, r.max = latPct(sorted, 0.50), latPct(sorted, 0.90), latPct(sorted, 0.99), sorted[len(sorted)-1]
 	}
@@ -293,6 +329,10 @@ type latOutcome struct {
 	plainServerUS  float64
 	plainServerTop string
 	load0, load1   string // 1-minute load average before and after
+	rate           int    // events per second asked of the publisher
+	// alone: each consumer read the events alone, in turn
+	// (PROTCTL_BENCH_LATENCY_ALONE).
+	alone bool
 }
 
 // latServers are BenchmarkLatencyRedis's redis-servers: the runtime's and
@@ -352,6 +392,15 @@ type latRedisVariant struct {
 // Two servers take more of a small machine's CPU, which both consumers
 // share either way.
 //
+// With PROTCTL_BENCH_LATENCY_ALONE=1 each consumer reads the events
+// alone, in turn (the runtime, then the plain loop, the same keys at the
+// same rate on the same server, flushed between): what a user running
+// one of them feels, each with the machine to itself, as
+// BenchmarkSustainableRateRedis runs them. Run together, each pays for
+// the other: the plain loop's XREADGROUP over every stream holds the
+// server for the runtime's commands, and the two share two cores with
+// the server and the publisher (docs/decisions/0050-latency-baseline.md).
+//
 // PROTCTL_BENCH_LATENCY_NOTIFY sets the server's notify-keyspace-events
 // (e.g. Et: the runtime then learns of appends from keyspace events; by
 // default the server publishes none and the runtime polls the index).
@@ -403,6 +452,10 @@ func BenchmarkLatencyRedis(b *testing.B) {
 		v.handler = httptest.NewServer(v.handlers)
 		defer v.handler.Close()
 	}
+	alone := os.Getenv("PROTCTL_BENCH_LATENCY_ALONE") == "1"
+	if alone && srvs.plain != srvs.rt {
+		b.Fatal("PROTCTL_BENCH_LATENCY_ALONE=1 runs each consumer alone on one server: drop PROTCTL_BENCH_LATENCY_SERVERS=2")
+	}
 	only := envOr("PROTCTL_BENCH_LATENCY_SCENARIOS", "")
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, sc := range latScenarios(rng) {
@@ -417,7 +470,12 @@ func BenchmarkLatencyRedis(b *testing.B) {
 					if sc.keys == 0 {
 						events = min(events, newCap)
 					}
-					o = latRun(ctx, b, srvs, v, sc, rate, events, drain, rng)
+					keys := latKeys(sc, events, rng)
+					if alone {
+						o = latRunAlone(ctx, b, srvs, v, sc, rate, keys, drain)
+					} else {
+						o = latRun(ctx, b, srvs, v, sc, rate, keys, drain, latBoth)
+					}
 				}
 				latReport(b, fmt.Sprintf("%s at %d/s", sc.name, rate), o)
 			})
@@ -464,7 +522,12 @@ func latReport(b *testing.B, what string, o latOutcome) {
 		return "NOT met"
 	}
 	server := fmt.Sprintf("server CPU %.1f us per event (both consumers and the publisher; costliest commands, a script's calls counted in it and again on their own: %s)", o.serverUS, o.serverTop)
-	if o.plainServerTop != "" {
+	switch {
+	case o.alone:
+		server = fmt.Sprintf("each consumer alone, in turn: server CPU %.1f us per event with the runtime (%s), %.1f with the plain loop (%s), the publisher's writes included",
+			o.serverUS, o.serverTop, o.plainServerUS, o.plainServerTop)
+		b.ReportMetric(o.plainServerUS, "plain-server-cpu-us/event")
+	case o.plainServerTop != "":
 		server = fmt.Sprintf("runtime's server CPU %.1f us per event (%s), plain's %.1f (%s), the publisher's writes included",
 			o.serverUS, o.serverTop, o.plainServerUS, o.plainServerTop)
 		b.ReportMetric(o.plainServerUS, "plain-server-cpu-us/event")
@@ -476,10 +539,11 @@ func latReport(b *testing.B, what string, o latOutcome) {
 	b.Logf("%s (publisher reached %.0f/s; load average %s -> %s):\n"+
 		"  runtime %s\n  plain   %s\n"+
 		"  p99 ratio %.2f (target <= 2: %s), runtime p50 %.2f ms (target <= 2 ms: %s), runtime not handled %d, plain not handled %d\n"+
-		"  runtime client %s; %s",
+		"  runtime client %s; %s\n"+
+		"  slowest events: runtime %s; plain %s",
 		what, o.published, o.load0, o.load1, o.rt, o.plain,
 		ratio, verdict(ratio <= 2), ms(o.rt.p50), verdict(o.rt.p50 <= 2*time.Millisecond), o.rt.missing, o.plain.missing,
-		trips, server)
+		trips, server, o.rt.slowestAt(o.rate), o.plain.slowestAt(o.rate))
 }
 
 func envOr(name, def string) string {
@@ -583,7 +647,44 @@ subscriptions:
 // latRun is one run of a scenario at a rate: a fresh category, the keys
 // that exist before written and handled by both consumers, then events
 // events published at rate while both consume.
-func latRun(ctx context.Context, b *testing.B, srvs latServers, v latRedisVariant, sc latScenario, rate, events int, drain time.Duration, rng *rand.Rand) (o latOutcome) {
+// latWho says which consumers a run of latRun starts.
+type latWho int
+
+const (
+	latBoth        latWho = iota // both, reading the same events
+	latRuntimeOnly               // the runtime alone
+	latPlainOnly                 // the plain loop alone
+)
+
+func (w latWho) runtime() bool { return w != latPlainOnly }
+func (w latWho) plain() bool   { return w != latRuntimeOnly }
+
+// latKeys draws the key of each of events events of sc.
+func latKeys(sc latScenario, events int, rng *rand.Rand) []string {
+	keys := make([]string, events)
+	for i := range keys {
+		keys[i] = sc.key(i, rng)
+	}
+	return keys
+}
+
+// latRunAlone runs keys through each consumer alone, the runtime then the
+// plain loop, on the runtime's server (PROTCTL_BENCH_LATENCY_ALONE), and
+// returns both runs' figures as one outcome: serverUS and rtTrips are
+// the runtime's run's, plainServerUS the plain loop's.
+func latRunAlone(ctx context.Context, b *testing.B, srvs latServers, v latRedisVariant, sc latScenario, rate int, keys []string, drain time.Duration) latOutcome {
+	srvs.plain, srvs.plainAdmin = srvs.rt, srvs.rtAdmin
+	o := latRun(ctx, b, srvs, v, sc, rate, keys, drain, latRuntimeOnly)
+	po := latRun(ctx, b, srvs, v, sc, rate, keys, drain, latPlainOnly)
+	o.plain = po.plain
+	o.plainServerUS, o.plainServerTop = po.serverUS, po.serverTop
+	o.published = min(o.published, po.published)
+	o.load1 = po.load1
+	o.alone = true
+	return o
+}
+
+func latRun(ctx context.Context, b *testing.B, srvs latServers, v latRedisVariant, sc latScenario, rate int, keys []string, drain time.Duration, who latWho) (o latOutcome) {
 	b.Helper()
 	admins := srvs.admins()
 	for _, a := range admins {
@@ -594,10 +695,7 @@ func latRun(ctx context.Context, b *testing.B, srvs latServers, v latRedisVarian
 	const category = "lat::order"
 	const plainGroup = "plain.Consumer"
 	l := broker.ProteanLayout
-	keys := make([]string, events)
-	for i := range keys {
-		keys[i] = sc.key(i, rng)
-	}
+	events := len(keys)
 	// Every stream the run touches, for the plain loop, which is told
 	// them up front (its group made on each, MKSTREAM).
 	var streams []string
@@ -615,11 +713,13 @@ func latRun(ctx context.Context, b *testing.B, srvs latServers, v latRedisVarian
 		}
 	}
 	pipe := srvs.plainAdmin.Pipeline()
-	for _, s := range streams {
-		pipe.XGroupCreateMkStream(ctx, s, plainGroup, "0")
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		b.Fatal(err)
+	if who.plain() {
+		for _, s := range streams {
+			pipe.XGroupCreateMkStream(ctx, s, plainGroup, "0")
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
 	}
 	// The keys that exist before: one entry each, sequence numbers past
 	// the run's, so neither recorder counts them.
@@ -640,7 +740,9 @@ func latRun(ctx context.Context, b *testing.B, srvs latServers, v latRedisVarian
 		sub   *partitioned.Subscription
 		calls *rtCalls
 	)
-	if v.bin == "" {
+	switch {
+	case !who.runtime():
+	case v.bin == "":
 		h := runtime.HandlerFunc(func(_ context.Context, m runtime.Message) error {
 			rtRec.record(m.Data)
 			return nil
@@ -650,7 +752,7 @@ func latRun(ctx context.Context, b *testing.B, srvs latServers, v latRedisVarian
 		n, s, c, rc := rtNode(b, srvs.rt.Addr, "node-1", category, h, func(c *partitioned.Config) { c.WaitShards = shards }, nil)
 		sub, calls = s, c
 		defer rtStop(b, n, rc, time.Minute)
-	} else {
+	default:
 		v.handlers.rt.Store(rtRec)
 		v.handlers.plain.Store(plainRec)
 		defer v.handlers.rt.Store(nil)
@@ -658,27 +760,35 @@ func latRun(ctx context.Context, b *testing.B, srvs latServers, v latRedisVarian
 		plainHandle = latHTTPCaller(b, v.handler.URL+"/plain")
 		defer latRunNode(b, v.bin, srvs.rt.URL(), category, v.handler.URL+"/runtime")()
 	}
-	pc := redis.NewClient(&redis.Options{Addr: srvs.plain.Addr})
-	defer pc.Close()
-	pctx, pcancel := context.WithCancel(ctx)
-	var pwg sync.WaitGroup
-	pwg.Add(1)
-	go func() {
-		defer pwg.Done()
-		if err := latPlain(pctx, pc, streams, plainGroup, plainHandle); err != nil {
-			b.Error(err)
-		}
-	}()
-	defer func() { pcancel(); pwg.Wait() }()
+	if v.bin != "" && !who.plain() {
+		v.handlers.plain.Store(nil)
+	}
+	if who.plain() {
+		pc := redis.NewClient(&redis.Options{Addr: srvs.plain.Addr})
+		defer pc.Close()
+		pctx, pcancel := context.WithCancel(ctx)
+		var pwg sync.WaitGroup
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			if err := latPlain(pctx, pc, streams, plainGroup, plainHandle); err != nil {
+				b.Error(err)
+			}
+		}()
+		defer func() { pcancel(); pwg.Wait() }()
+	}
 
 	pre := int64(sc.keys)
+	// done says whether every consumer of the run handled n events.
+	done := func(n int64) bool {
+		return (!who.runtime() || rtRec.n.Load() >= n) && (!who.plain() || plainRec.n.Load() >= n)
+	}
 	testenv.EventuallyEvery(b, time.Minute, 10*time.Millisecond, "the existing keys handled", func() (bool, string) {
-		rt, plain := rtRec.n.Load(), plainRec.n.Load()
-		return rt >= pre && plain >= pre, fmt.Sprintf("runtime %d, plain %d of %d", rt, plain, pre)
+		return done(pre), fmt.Sprintf("runtime %d, plain %d of %d", rtRec.n.Load(), plainRec.n.Load(), pre)
 	})
 	// Let the workers of the keys that exist settle (drain and wait).
 	time.Sleep(time.Second)
-	if sc.idle {
+	if sc.idle && who.runtime() {
 		testenv.EventuallyEvery(b, time.Minute, 50*time.Millisecond, "the existing keys idle without a lease", func() (bool, string) {
 			if sub != nil {
 				st := sub.Status()
@@ -702,6 +812,7 @@ func latRun(ctx context.Context, b *testing.B, srvs latServers, v latRedisVarian
 		})
 	}
 	o.rtTrips, o.rtCmds = -1, -1
+	o.rate = rate
 	o.load0 = loadAverage()
 	b.ResetTimer()
 	var pubs []*redis.Client
@@ -720,7 +831,7 @@ func latRun(ctx context.Context, b *testing.B, srvs latServers, v latRedisVarian
 	o.published = float64(events) / took.Seconds()
 	total := pre + int64(events)
 	deadline := time.Now().Add(drain)
-	for time.Now().Before(deadline) && (rtRec.n.Load() < total || plainRec.n.Load() < total) {
+	for time.Now().Before(deadline) && !done(total) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	o.serverUS, o.serverTop = latServerSpent(rtStats0, latServerUS(ctx, b, srvs.rtAdmin), events)
@@ -732,7 +843,12 @@ func latRun(ctx context.Context, b *testing.B, srvs latServers, v latRedisVarian
 		o.rtCmds = float64(calls.n.Load()-cmds0) / float64(events)
 	}
 	o.load1 = loadAverage()
-	o.rt, o.plain = latResultOf(rtRec), latResultOf(plainRec)
+	if who.runtime() {
+		o.rt = latResultOf(rtRec)
+	}
+	if who.plain() {
+		o.plain = latResultOf(plainRec)
+	}
 	return o
 }
 
