@@ -424,6 +424,7 @@ var (
 	_ broker.AckReader        = timedRedisBroker{}
 	_ broker.BatchReader      = timedRedisBroker{}
 	_ broker.BatchAcquirer    = timedRedisBroker{}
+	_ broker.BatchReleaser    = timedRedisBroker{}
 	_ broker.BatchRenewer     = timedRedisBroker{}
 	_ broker.PartitionCounter = timedRedisBroker{}
 	_ broker.AppendWatcher    = timedRedisBroker{}

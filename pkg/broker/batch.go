@@ -88,3 +88,33 @@ type BatchAcquirer interface {
 	// is unknown, and a lease it took expires with its TTL.
 	AcquirePartitionLeases(ctx context.Context, reqs []LeaseRequest) []LeaseGrant
 }
+
+// LeaseRelease is one release of a BatchReleaser batch: the arguments of
+// ConsumerReleaser.ReleasePartitionLeaseConsumer.
+type LeaseRelease struct {
+	Fence   Fence
+	Group   string
+	Streams []string
+}
+
+// ReleaseResult is the outcome of one LeaseRelease: what
+// ReleasePartitionLeaseConsumer would have returned.
+type ReleaseResult struct {
+	Released bool // false (and no Err): the lease was not the fence's
+	Err      error
+}
+
+// BatchReleaser is an optional capability (found by type assertion): many
+// partitions' lease releases in one round trip, each an atomic step of
+// its own under its own lease check, exactly as
+// ConsumerReleaser.ReleasePartitionLeaseConsumer: a stale fence changes
+// nothing of its release and nothing of the others'. It is how a node
+// whose partitions go idle together (a burst handled, IdleAfter reached
+// by all at once) gives their leases back without a round trip each.
+type BatchReleaser interface {
+	// ReleasePartitionLeasesConsumers runs each release and returns their
+	// outcomes in the same order. A release whose reply was not read (a
+	// transport failure) reports the error; whether it ran is unknown,
+	// and a lease it did not release expires with its TTL.
+	ReleasePartitionLeasesConsumers(ctx context.Context, rels []LeaseRelease) []ReleaseResult
+}

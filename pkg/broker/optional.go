@@ -7,7 +7,7 @@ import (
 
 // Optional capabilities of a PartitionedBroker that only the runtime's
 // partitioned engine uses (the others, EntryWaiter, PartitionWatcher,
-// AckReader, ConsumerReleaser, BatchReader and BatchAcquirer, are in
+// AckReader, ConsumerReleaser, BatchReader, BatchAcquirer and BatchReleaser, are in
 // broker.go and batch.go). The runtime finds each by type assertion and
 // logs once at start which it lacks and what that costs; each adapter
 // asserts at compile time the ones it implements.

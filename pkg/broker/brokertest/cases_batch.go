@@ -32,6 +32,17 @@ func (s *Suite) batchAcquirer(t *testing.T) broker.BatchAcquirer {
 	return ba
 }
 
+// batchReleaser returns the target as a broker.BatchReleaser, skipping
+// the case when the adapter does not offer the optional capability.
+func (s *Suite) batchReleaser(t *testing.T) broker.BatchReleaser {
+	t.Helper()
+	br, ok := s.B.(broker.BatchReleaser)
+	if !ok {
+		t.Skip("the adapter does not implement broker.BatchReleaser")
+	}
+	return br
+}
+
 // leaseRequest asks for k's lease as o, with k's main and backfill lanes
 // tailed and, at generation gen (0: none), k's main lane read.
 func (s *Suite) leaseRequest(k, o string, gen int64) broker.LeaseRequest {
@@ -172,6 +183,59 @@ var batchCases = []Case{
 		}
 		if got := s.read(t, g.Lease.Fence, s.stream(key), 10, broker.ReadNew); !slices.Equal(ids(got), more) {
 			t.Fatalf("new entries after an acquisition that did not read = %v, want %v", ids(got), more)
+		}
+	}},
+	{"BatchReleasesAreEachFenced", func(t *testing.T, s *Suite) {
+		br := s.batchReleaser(t)
+		// r-1: released, its empty consumer deleted; r-2: its owner paused
+		// past its TTL and another node took it, so the stale release
+		// changes nothing; r-3: a release with an empty stream name fails
+		// alone; r-4: released with an entry still pending, whose
+		// consumer stays for the next owner.
+		for _, k := range []string{"r-1", "r-2", "r-3", "r-4"} {
+			s.publish(t, k, "", 2)
+		}
+		l1 := s.acquire(t, "r-1", owner, long)
+		s.drain(t, l1.Fence, s.stream("r-1"))
+		l2 := s.acquire(t, "r-2", owner, 50*time.Millisecond)
+		l3 := s.acquire(t, "r-3", owner, long)
+		l4 := s.acquire(t, "r-4", owner, long)
+		held := s.read(t, l4.Fence, s.stream("r-4"), 1, broker.ReadNew)
+		s.Advance(120 * time.Millisecond)
+		cur := s.acquire(t, "r-2", "node-b", long)
+		got := br.ReleasePartitionLeasesConsumers(s.Ctx, []broker.LeaseRelease{
+			{Fence: l1.Fence, Group: group, Streams: []string{s.stream("r-1"), s.backfill("r-1")}},
+			{Fence: l2.Fence, Group: group, Streams: []string{s.stream("r-2")}},
+			{Fence: l3.Fence, Group: group, Streams: []string{""}},
+			{Fence: l4.Fence, Group: group, Streams: []string{s.stream("r-4")}},
+		})
+		if len(got) != 4 {
+			t.Fatalf("%d results for 4 releases", len(got))
+		}
+		if !got[0].Released || got[0].Err != nil || s.exists(t, s.L.LeaseKey(group, "r-1")) {
+			t.Fatalf("r-1's release = %+v (lease there: %v), want released", got[0], s.exists(t, s.L.LeaseKey(group, "r-1")))
+		}
+		if cs := s.consumers(t, s.stream("r-1")); len(cs) != 0 {
+			t.Fatalf("r-1's consumers after its release = %v, want none", cs)
+		}
+		if got[1].Released || got[1].Err != nil {
+			t.Fatalf("stale release of r-2 = %+v, want not released and no error", got[1])
+		}
+		if ok, err := s.B.RenewPartitionLease(s.Ctx, cur.Fence, long); err != nil || !ok {
+			t.Fatalf("r-2's current owner's lease after a stale release: renew = %v, %v", ok, err)
+		}
+		var inv *broker.InvalidArgumentError
+		if !errors.As(got[2].Err, &inv) || got[2].Released || !s.exists(t, s.L.LeaseKey(group, "r-3")) {
+			t.Fatalf("release with an empty stream = %+v, want an InvalidArgumentError and the lease kept", got[2])
+		}
+		if ok, err := s.B.RenewPartitionLease(s.Ctx, l3.Fence, long); err != nil || !ok {
+			t.Fatalf("r-3's lease after its invalid release: renew = %v, %v", ok, err)
+		}
+		if !got[3].Released || got[3].Err != nil {
+			t.Fatalf("r-4's release = %+v, want released", got[3])
+		}
+		if cs := s.consumers(t, s.stream("r-4")); !maps.Equal(cs, map[string]int64{l4.Token: int64(len(held))}) {
+			t.Fatalf("r-4's consumers after its release = %v, want %s with its pending entry", cs, l4.Token)
 		}
 	}},
 	{"BatchAcquireOfAWrongTypeLaneTakesNoLease", func(t *testing.T, s *Suite) {

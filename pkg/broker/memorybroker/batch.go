@@ -118,3 +118,14 @@ func (b *Broker) tailLocked(key string, now time.Time) broker.StreamID {
 	id, _ := s.newest()
 	return id
 }
+
+// ReleasePartitionLeasesConsumers runs each release as
+// ReleasePartitionLeaseConsumer does, each an atomic step of its own
+// (broker.BatchReleaser).
+func (b *Broker) ReleasePartitionLeasesConsumers(ctx context.Context, rels []broker.LeaseRelease) []broker.ReleaseResult {
+	out := make([]broker.ReleaseResult, len(rels))
+	for i, r := range rels {
+		out[i].Released, out[i].Err = b.ReleasePartitionLeaseConsumer(ctx, r.Fence, r.Group, r.Streams...)
+	}
+	return out
+}

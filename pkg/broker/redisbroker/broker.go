@@ -43,6 +43,7 @@ var (
 	_ broker.AckReader         = (*Broker)(nil)
 	_ broker.BatchReader       = (*Broker)(nil)
 	_ broker.BatchAcquirer     = (*Broker)(nil)
+	_ broker.BatchReleaser     = (*Broker)(nil)
 	_ broker.StreamTailer      = (*Broker)(nil)
 	_ broker.BatchRenewer      = (*Broker)(nil)
 	_ broker.PartitionCounter  = (*Broker)(nil)

@@ -216,25 +216,71 @@ func (b *Broker) ReleasePartitionLease(ctx context.Context, f broker.Fence) (boo
 // slot.
 func (b *Broker) ReleasePartitionLeaseConsumer(ctx context.Context, f broker.Fence, group string, streams ...string) (bool, error) {
 	const op = "release lease"
-	if err := validFence(op, f); err != nil {
+	keys, err := b.releaseKeys(op, f, group, streams)
+	if err != nil {
 		return false, err
-	}
-	if err := b.cfg.layout.ValidateName(op, "group", group); err != nil {
-		return false, err
-	}
-	keys := make([]string, 0, 1+len(streams))
-	keys = append(keys, f.LeaseKey)
-	for _, s := range streams {
-		if err := nonEmpty(op, "stream", s); err != nil {
-			return false, err
-		}
-		keys = append(keys, s)
 	}
 	n, err := releaseScript.Run(ctx, b.client, keys, f.Token, group).Int64()
 	if err != nil {
 		return false, mapErr(call{Op: op, Keys: keys}, err)
 	}
 	return n == 1, nil
+}
+
+// releaseKeys checks ReleasePartitionLeaseConsumer's arguments and
+// returns release.lua's keys.
+func (b *Broker) releaseKeys(op string, f broker.Fence, group string, streams []string) ([]string, error) {
+	if err := validFence(op, f); err != nil {
+		return nil, err
+	}
+	if err := b.cfg.layout.ValidateName(op, "group", group); err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, 1+len(streams))
+	keys = append(keys, f.LeaseKey)
+	for _, s := range streams {
+		if err := nonEmpty(op, "stream", s); err != nil {
+			return nil, err
+		}
+		keys = append(keys, s)
+	}
+	return keys, nil
+}
+
+// ReleasePartitionLeasesConsumers runs each release as
+// ReleasePartitionLeaseConsumer does, in one round trip (release.lua per
+// release, pipelined, never sent twice: runScripts), each an atomic step
+// under its own lease check (broker.BatchReleaser). A release with
+// invalid arguments fails alone, before anything is sent.
+func (b *Broker) ReleasePartitionLeasesConsumers(ctx context.Context, rels []broker.LeaseRelease) []broker.ReleaseResult {
+	const op = "release lease"
+	out := make([]broker.ReleaseResult, len(rels))
+	calls := make([]scriptCall, 0, len(rels))
+	sent := make([]int, 0, len(rels))
+	for i := range rels {
+		r := &rels[i]
+		keys, err := b.releaseKeys(op, r.Fence, r.Group, r.Streams)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		calls = append(calls, scriptCall{keys: keys, args: []any{r.Fence.Token, r.Group}})
+		sent = append(sent, i)
+	}
+	if len(calls) == 0 {
+		return out
+	}
+	cmds, _ := b.runScripts(ctx, releaseScript, calls, nil)
+	for j, cmd := range cmds {
+		i := sent[j]
+		n, err := cmd.Int64()
+		if err != nil {
+			out[i].Err = mapErr(call{Op: op, Keys: calls[j].keys}, err)
+			continue
+		}
+		out[i].Released = n == 1
+	}
+	return out
 }
 
 // ConsumerVerdict is what DeleteEmptyConsumer did.

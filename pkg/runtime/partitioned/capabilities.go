@@ -28,6 +28,7 @@ func capabilities(b broker.PartitionedBroker) []capability {
 	_, ackReader := b.(broker.AckReader)
 	_, batchReader := b.(broker.BatchReader)
 	_, batchAcquirer := b.(broker.BatchAcquirer)
+	_, batchReleaser := b.(broker.BatchReleaser)
 	_, counter := b.(broker.PartitionCounter)
 	_, appends := b.(broker.AppendWatcher)
 	_, checker := b.(broker.EntryChecker)
@@ -41,6 +42,7 @@ func capabilities(b broker.PartitionedBroker) []capability {
 		{"broker.AckReader", is(ackReader), "each batch's ack is a round trip of its own"},
 		{"broker.BatchReader", is(batchReader), "partitions woken together are read one by one, each on a worker slot (needs BatchAcquirer too)"},
 		{"broker.BatchAcquirer", is(batchAcquirer), "partitions woken together are read one by one, each on a worker slot (needs BatchReader too)"},
+		{"broker.BatchReleaser", is(batchReleaser), "partitions going idle together give their leases back one round trip each"},
 		{"broker.PartitionCounter", is(counter), "keys other publishers add are found at the next DiscoverEvery scan"},
 		{"broker.AppendWatcher", is(appends), "appends are not announced: new keys come from the index poll or scan"},
 		{"broker.EntryChecker", is(checker), "idle partitions are waited on with blocking reads even while appends are announced, a re-issue per entry"},

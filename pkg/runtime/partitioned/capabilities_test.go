@@ -90,7 +90,7 @@ func startLogged(t *testing.T, b broker.PartitionedBroker, store *memstore.Store
 // is named for those four only.
 func TestStartWarnsOfMissingCapabilities(t *testing.T) {
 	all := []string{"broker.EntryWaiter", "broker.StreamTailer", "broker.PartitionWatcher", "broker.BatchRenewer",
-		"broker.AckReader", "broker.BatchReader", "broker.BatchAcquirer", "broker.PartitionCounter",
+		"broker.AckReader", "broker.BatchReader", "broker.BatchAcquirer", "broker.BatchReleaser", "broker.PartitionCounter",
 		"broker.AppendWatcher", "broker.EntryChecker", "broker.ReaderPinner", "broker.PartitionSeeker"}
 	for _, tc := range []struct {
 		name    string

@@ -41,6 +41,10 @@ func (b *releaseFailing) ReleasePartitionLeaseConsumer(ctx context.Context, f br
 	return b.Broker.ReleasePartitionLeaseConsumer(b.ctx(ctx), f, group, streams...)
 }
 
+func (b *releaseFailing) ReleasePartitionLeasesConsumers(ctx context.Context, rels []broker.LeaseRelease) []broker.ReleaseResult {
+	return b.Broker.ReleasePartitionLeasesConsumers(b.ctx(ctx), rels)
+}
+
 // TestMemLeaseEventsBalance: a partitioned lease whose release fails (it
 // is left to expire) is reported ended all the same, released with the
 // reason "expires": each acquired lease ends exactly once and the

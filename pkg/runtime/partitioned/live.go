@@ -23,8 +23,10 @@ import (
 type liveIO struct {
 	reader   broker.BatchReader
 	acquirer broker.BatchAcquirer
+	releaser broker.BatchReleaser // nil: releases go one by one
 	reads    chan *liveRead
 	acqs     chan *liveAcquire
+	rels     chan *liveRelease
 }
 
 const (
@@ -62,6 +64,12 @@ type liveAcquire struct {
 	done chan struct{}
 }
 
+type liveRelease struct {
+	req  broker.LeaseRelease
+	res  broker.ReleaseResult
+	done chan struct{}
+}
+
 // newLiveIO returns the live path of b, nil when b cannot batch.
 func newLiveIO(b broker.PartitionedBroker) *liveIO {
 	r, rok := b.(broker.BatchReader)
@@ -69,11 +77,14 @@ func newLiveIO(b broker.PartitionedBroker) *liveIO {
 	if !rok || !aok {
 		return nil
 	}
+	rl, _ := b.(broker.BatchReleaser)
 	return &liveIO{
 		reader:   r,
 		acquirer: a,
+		releaser: rl,
 		reads:    make(chan *liveRead, liveMaxBatch),
 		acqs:     make(chan *liveAcquire, liveMaxBatch),
+		rels:     make(chan *liveRelease, liveMaxBatch),
 	}
 }
 
@@ -89,6 +100,7 @@ func (p *Subscription) liveLoop(ctx context.Context) {
 		var (
 			reads []*liveRead
 			acqs  []*liveAcquire
+			rels  []*liveRelease
 		)
 		select {
 		case <-ctx.Done():
@@ -97,16 +109,30 @@ func (p *Subscription) liveLoop(ctx context.Context) {
 			reads = append(reads, r)
 		case a := <-io.acqs:
 			acqs = append(acqs, a)
+		case r := <-io.rels:
+			rels = append(rels, r)
 		}
 	more:
-		for len(reads)+len(acqs) < liveMaxBatch {
+		for len(reads)+len(acqs)+len(rels) < liveMaxBatch {
 			select {
 			case r := <-io.reads:
 				reads = append(reads, r)
 			case a := <-io.acqs:
 				acqs = append(acqs, a)
+			case r := <-io.rels:
+				rels = append(rels, r)
 			default:
 				break more
+			}
+		}
+		if len(rels) > 0 {
+			reqs := make([]broker.LeaseRelease, len(rels))
+			for i, r := range rels {
+				reqs[i] = r.req
+			}
+			for i, res := range io.releaser.ReleasePartitionLeasesConsumers(p.runCtx, reqs) {
+				rels[i].res = res
+				close(rels[i].done)
 			}
 		}
 		if len(acqs) > 0 {
@@ -210,6 +236,24 @@ func (w *worker) liveAcquire(leaseKey string) (broker.Lease, bool, error) {
 		}
 	}
 	return g.Lease, true, nil
+}
+
+// liveRelease gives the worker's lease back on the live path
+// (releaseLease), deleting the group's consumers that hold nothing on
+// its lanes in the same step. Always answered once queued (liveLoop).
+func (w *worker) liveRelease() (bool, error) {
+	p := w.p
+	lr := &liveRelease{
+		req:  broker.LeaseRelease{Fence: w.lease.fence, Group: p.cfg.Name, Streams: w.streams()},
+		done: make(chan struct{}),
+	}
+	select {
+	case p.live.rels <- lr:
+	case <-w.ctx.Done():
+		return false, context.Cause(w.ctx)
+	}
+	<-lr.done
+	return lr.res.Released, lr.res.Err
 }
 
 // takeAhead takes a place on the live path (see aheadPerWorker). stop

@@ -8,7 +8,8 @@ import (
 
 // The batch capabilities behind the gate, so that the strand tests run the
 // live path (without these the runtime finds no BatchReader/BatchAcquirer
-// on gatedBroker and falls back to the slot path). A lost reply fails
+// on gatedBroker and falls back to the slot path), and its releases
+// (BatchReleaser). A lost reply fails
 // the items from a random one on (they ran; their replies were not read),
 // or every item when the gate cuts the call.
 
@@ -52,6 +53,28 @@ func (b gatedBroker) AcquirePartitionLeases(ctx context.Context, reqs []broker.L
 	}
 	for i := from; i < len(res); i++ {
 		res[i] = broker.LeaseGrant{Err: errLostReply}
+	}
+	return res
+}
+
+func (b gatedBroker) ReleasePartitionLeasesConsumers(ctx context.Context, rels []broker.LeaseRelease) []broker.ReleaseResult {
+	b.g.batches.Add(1)
+	res := make([]broker.ReleaseResult, len(rels))
+	if err := b.g.pass(ctx); err != nil {
+		for i := range res {
+			res[i].Err = err
+		}
+		return res
+	}
+	res = b.strandBroker.(broker.BatchReleaser).ReleasePartitionLeasesConsumers(ctx, rels)
+	from := len(res)
+	if err := b.g.pass(ctx); err != nil {
+		from = 0
+	} else if b.g.lost() || b.g.lost() {
+		from = strandCut(b.g, len(res))
+	}
+	for i := from; i < len(res); i++ {
+		res[i] = broker.ReleaseResult{Err: errLostReply}
 	}
 	return res
 }

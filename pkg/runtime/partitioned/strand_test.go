@@ -294,6 +294,7 @@ type strandBroker interface {
 	broker.BatchRenewer
 	broker.BatchReader
 	broker.BatchAcquirer
+	broker.BatchReleaser
 }
 
 // gatedBroker is a broker behind a node's gate. The calls a node makes are
