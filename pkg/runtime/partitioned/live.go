@@ -49,25 +49,54 @@ const (
 	aheadPerWorker = 16
 )
 
-// liveRead is one read on the live path. A worker has at most one in
-// flight and keeps it for the next (worker.lr): done holds one token, sent
-// when res is set, so that a read costs no allocation of its own.
-type liveRead struct {
-	req  broker.FencedRead
-	res  broker.ReadResult
+// liveStep is one step on the live path: its request, its answer, and
+// done, which holds one token once res is set. A worker has at most one
+// step in flight, and keeps its read for the next (worker.lr), so that a
+// read costs no allocation of its own.
+type liveStep[Req, Res any] struct {
+	req  Req
+	res  Res
 	done chan struct{}
 }
 
-type liveAcquire struct {
-	req  broker.LeaseRequest
-	res  broker.LeaseGrant
-	done chan struct{}
+type (
+	liveRead    = liveStep[broker.FencedRead, broker.ReadResult]
+	liveAcquire = liveStep[broker.LeaseRequest, broker.LeaseGrant]
+	liveRelease = liveStep[broker.LeaseRelease, broker.ReleaseResult]
+)
+
+func newLiveStep[Req, Res any](req Req) *liveStep[Req, Res] {
+	return &liveStep[Req, Res]{req: req, done: make(chan struct{}, 1)}
 }
 
-type liveRelease struct {
-	req  broker.LeaseRelease
-	res  broker.ReleaseResult
-	done chan struct{}
+// sendSteps runs steps in one call of send, which answers each request
+// in order, and hands each step its answer.
+func sendSteps[Req, Res any](steps []*liveStep[Req, Res], send func([]Req) []Res) {
+	if len(steps) == 0 {
+		return
+	}
+	reqs := make([]Req, len(steps))
+	for i, st := range steps {
+		reqs[i] = st.req
+	}
+	for i, res := range send(reqs) {
+		steps[i].res = res
+		steps[i].done <- struct{}{}
+	}
+}
+
+// runStep queues st on q and waits for its answer. false: the worker's
+// context ended before st was queued, and nothing was sent. Once queued
+// a step is always answered (liveLoop): a step once sent must be known
+// to have run or not before the worker goes on.
+func runStep[Req, Res any](w *worker, q chan<- *liveStep[Req, Res], st *liveStep[Req, Res]) bool {
+	select {
+	case q <- st:
+	case <-w.ctx.Done():
+		return false
+	}
+	<-st.done
+	return true
 }
 
 // newLiveIO returns the live path of b, nil when b cannot batch.
@@ -125,36 +154,15 @@ func (p *Subscription) liveLoop(ctx context.Context) {
 				break more
 			}
 		}
-		if len(rels) > 0 {
-			reqs := make([]broker.LeaseRelease, len(rels))
-			for i, r := range rels {
-				reqs[i] = r.req
-			}
-			for i, res := range io.releaser.ReleasePartitionLeasesConsumers(p.runCtx, reqs) {
-				rels[i].res = res
-				close(rels[i].done)
-			}
-		}
-		if len(acqs) > 0 {
-			reqs := make([]broker.LeaseRequest, len(acqs))
-			for i, a := range acqs {
-				reqs[i] = a.req
-			}
-			for i, g := range io.acquirer.AcquirePartitionLeases(p.runCtx, reqs) {
-				acqs[i].res = g
-				close(acqs[i].done)
-			}
-		}
-		if len(reads) > 0 {
-			reqs := make([]broker.FencedRead, len(reads))
-			for i, r := range reads {
-				reqs[i] = r.req
-			}
-			for i, res := range io.reader.AckAndReadPartitionsFenced(p.runCtx, reqs) {
-				reads[i].res = res
-				reads[i].done <- struct{}{}
-			}
-		}
+		sendSteps(rels, func(reqs []broker.LeaseRelease) []broker.ReleaseResult {
+			return io.releaser.ReleasePartitionLeasesConsumers(p.runCtx, reqs)
+		})
+		sendSteps(acqs, func(reqs []broker.LeaseRequest) []broker.LeaseGrant {
+			return io.acquirer.AcquirePartitionLeases(p.runCtx, reqs)
+		})
+		sendSteps(reads, func(reqs []broker.FencedRead) []broker.ReadResult {
+			return io.reader.AckAndReadPartitionsFenced(p.runCtx, reqs)
+		})
 	}
 }
 
@@ -162,18 +170,14 @@ func (p *Subscription) liveLoop(ctx context.Context) {
 // worker's context ended before it was queued was not sent.
 func (w *worker) liveRead(r broker.FencedRead) broker.ReadResult {
 	if w.lr == nil {
-		w.lr = &liveRead{done: make(chan struct{}, 1)}
+		w.lr = newLiveStep[broker.FencedRead, broker.ReadResult](broker.FencedRead{})
 	}
 	lr := w.lr
 	lr.req, lr.res = r, broker.ReadResult{}
-	select {
-	case w.p.live.reads <- lr:
-	case <-w.ctx.Done():
+	if !runStep(w, w.p.live.reads, lr) {
+		lr.req = broker.FencedRead{}
 		return broker.ReadResult{Err: context.Cause(w.ctx)}
 	}
-	// Always answered (liveLoop): a read once sent must be known to have
-	// run or not before the worker goes on.
-	<-lr.done
 	res := lr.res
 	lr.req, lr.res = broker.FencedRead{}, broker.ReadResult{} // nothing kept alive
 	return res
@@ -204,13 +208,10 @@ func (w *worker) liveAcquire(leaseKey string) (broker.Lease, bool, error) {
 			}
 		}
 	}
-	la := &liveAcquire{req: req, done: make(chan struct{})}
-	select {
-	case p.live.acqs <- la:
-	case <-w.ctx.Done():
+	la := newLiveStep[broker.LeaseRequest, broker.LeaseGrant](req)
+	if !runStep(w, p.live.acqs, la) {
 		return broker.Lease{}, false, context.Cause(w.ctx)
 	}
-	<-la.done
 	g := la.res
 	if !g.Acquired {
 		return broker.Lease{}, false, g.Err
@@ -243,16 +244,10 @@ func (w *worker) liveAcquire(leaseKey string) (broker.Lease, bool, error) {
 // its lanes in the same step. Always answered once queued (liveLoop).
 func (w *worker) liveRelease() (bool, error) {
 	p := w.p
-	lr := &liveRelease{
-		req:  broker.LeaseRelease{Fence: w.lease.fence, Group: p.cfg.Name, Streams: w.streams()},
-		done: make(chan struct{}),
-	}
-	select {
-	case p.live.rels <- lr:
-	case <-w.ctx.Done():
+	lr := newLiveStep[broker.LeaseRelease, broker.ReleaseResult](broker.LeaseRelease{Fence: w.lease.fence, Group: p.cfg.Name, Streams: w.streams()})
+	if !runStep(w, p.live.rels, lr) {
 		return false, context.Cause(w.ctx)
 	}
-	<-lr.done
 	return lr.res.Released, lr.res.Err
 }
 

@@ -14,67 +14,45 @@ import (
 // or every item when the gate cuts the call.
 
 func (b gatedBroker) AckAndReadPartitionsFenced(ctx context.Context, reads []broker.FencedRead) []broker.ReadResult {
-	b.g.batches.Add(1)
-	res := make([]broker.ReadResult, len(reads))
-	if err := b.g.pass(ctx); err != nil {
-		for i := range res {
-			res[i].Err = err
-		}
-		return res
-	}
-	res = b.strandBroker.(broker.BatchReader).AckAndReadPartitionsFenced(ctx, reads)
-	from := len(res)
-	if err := b.g.pass(ctx); err != nil {
-		from = 0
-	} else if b.g.lost() || b.g.lost() {
-		from = strandCut(b.g, len(res))
-	}
-	for i := from; i < len(res); i++ {
-		res[i] = broker.ReadResult{Err: errLostReply}
-	}
-	return res
+	return gatedBatch(ctx, b.g, len(reads), func() []broker.ReadResult {
+		return b.strandBroker.(broker.BatchReader).AckAndReadPartitionsFenced(ctx, reads)
+	}, func(err error) broker.ReadResult { return broker.ReadResult{Err: err} })
 }
 
 func (b gatedBroker) AcquirePartitionLeases(ctx context.Context, reqs []broker.LeaseRequest) []broker.LeaseGrant {
-	b.g.batches.Add(1)
-	res := make([]broker.LeaseGrant, len(reqs))
-	if err := b.g.pass(ctx); err != nil {
-		for i := range res {
-			res[i].Err = err
-		}
-		return res
-	}
-	res = b.strandBroker.(broker.BatchAcquirer).AcquirePartitionLeases(ctx, reqs)
-	from := len(res)
-	if err := b.g.pass(ctx); err != nil {
-		from = 0
-	} else if b.g.lost() || b.g.lost() {
-		from = strandCut(b.g, len(res))
-	}
-	for i := from; i < len(res); i++ {
-		res[i] = broker.LeaseGrant{Err: errLostReply}
-	}
-	return res
+	return gatedBatch(ctx, b.g, len(reqs), func() []broker.LeaseGrant {
+		return b.strandBroker.(broker.BatchAcquirer).AcquirePartitionLeases(ctx, reqs)
+	}, func(err error) broker.LeaseGrant { return broker.LeaseGrant{Err: err} })
 }
 
 func (b gatedBroker) ReleasePartitionLeasesConsumers(ctx context.Context, rels []broker.LeaseRelease) []broker.ReleaseResult {
-	b.g.batches.Add(1)
-	res := make([]broker.ReleaseResult, len(rels))
-	if err := b.g.pass(ctx); err != nil {
+	return gatedBatch(ctx, b.g, len(rels), func() []broker.ReleaseResult {
+		return b.strandBroker.(broker.BatchReleaser).ReleasePartitionLeasesConsumers(ctx, rels)
+	}, func(err error) broker.ReleaseResult { return broker.ReleaseResult{Err: err} })
+}
+
+// gatedBatch runs call, a batch of n items, behind g: a gate that cuts
+// the call before it fails every item with fail(err); one that cuts it
+// after, or loses its reply, fails the items from a random one on with
+// errLostReply (they ran; their replies were not read).
+func gatedBatch[Res any](ctx context.Context, g *gate, n int, call func() []Res, fail func(error) Res) []Res {
+	g.batches.Add(1)
+	if err := g.pass(ctx); err != nil {
+		res := make([]Res, n)
 		for i := range res {
-			res[i].Err = err
+			res[i] = fail(err)
 		}
 		return res
 	}
-	res = b.strandBroker.(broker.BatchReleaser).ReleasePartitionLeasesConsumers(ctx, rels)
+	res := call()
 	from := len(res)
-	if err := b.g.pass(ctx); err != nil {
+	if err := g.pass(ctx); err != nil {
 		from = 0
-	} else if b.g.lost() || b.g.lost() {
-		from = strandCut(b.g, len(res))
+	} else if g.lost() || g.lost() {
+		from = strandCut(g, len(res))
 	}
 	for i := from; i < len(res); i++ {
-		res[i] = broker.ReleaseResult{Err: errLostReply}
+		res[i] = fail(errLostReply)
 	}
 	return res
 }
