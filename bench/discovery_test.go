@@ -146,7 +146,7 @@ func discoveryRun(b *testing.B, mode string, size int, rates []int, window time.
 			keys[i] = "n" + strconv.Itoa(next)
 			next++
 		}
-		rec := newLatRecorder(max(events, 1))
+		rec := newLatRecorder("runtime", max(events, 1))
 		cur.Store(rec)
 		before := rtCommandStats(ctx, b, admin)
 		sent := calls.n.Load()

@@ -256,7 +256,7 @@ func rampRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis
 	if _, err := pipe.Exec(ctx); err != nil {
 		b.Fatal(err)
 	}
-	rec := newLatRecorder(events)
+	rec := newLatRecorder("runtime", events)
 	// counters reads the runtime's counters (nil for the plain loop).
 	var counters func() map[string]int64
 	if useRuntime {
