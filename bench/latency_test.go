@@ -279,6 +279,12 @@ type latSlow struct {
 	seq int
 }
 
+// latSlowerFirst orders events slowest first, and in the order they were
+// published among equals.
+func latSlowerFirst(a, b latSlow) int {
+	return cmp.Or(cmp.Compare(b.d, a.d), cmp.Compare(a.seq, b.seq))
+}
+
 // latSlowest is how many of the slowest events a latResult names.
 const latSlowest = 5
 
@@ -314,7 +320,7 @@ func latResultOf(rec *latRecorder) latResult {
 			continue
 		}
 		r.slowest = append(r.slowest, latSlow{d, seq})
-		slices.SortFunc(r.slowest, func(a, b latSlow) int { return cmp.Compare(b.d, a.d) })
+		slices.SortFunc(r.slowest, latSlowerFirst)
 		r.slowest = r.slowest[:min(len(r.slowest), latSlowest)]
 	}
 	r.percentiles()
@@ -340,7 +346,7 @@ func latMerge(parts []latResult, starts []int) latResult {
 		}
 	}
 	slices.Sort(r.sorted)
-	slices.SortFunc(r.slowest, func(a, b latSlow) int { return cmp.Compare(b.d, a.d) })
+	slices.SortFunc(r.slowest, latSlowerFirst)
 	r.slowest = r.slowest[:min(len(r.slowest), latSlowest)]
 	r.percentiles()
 	return r
@@ -387,15 +393,6 @@ type latOutcome struct {
 	// the consumer's and the publisher's: the runtime's run's, and
 	// plainProcessUS the plain loop's when each ran alone.
 	processUS, plainProcessUS float64
-}
-
-// latProcessCPU is the CPU time this process has used (getrusage).
-func latProcessCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // latServers are BenchmarkLatencyRedis's redis-servers: the runtime's and
@@ -976,7 +973,7 @@ func latRun(ctx context.Context, b *testing.B, srvs latServers, v latRedisVarian
 	if calls != nil {
 		trips0, cmds0 = calls.trips.Load(), calls.n.Load()
 	}
-	cpu0 := latProcessCPU()
+	cpu0 := rtProcessCPU()
 	took := latPublishTo(ctx, b, pubs, category, keys, rate)
 	b.StopTimer()
 	o.published = float64(events) / took.Seconds()
@@ -997,7 +994,7 @@ func latRun(ctx context.Context, b *testing.B, srvs latServers, v latRedisVarian
 		o.rtCmds = float64(calls.n.Load()-cmds0) / float64(events)
 	}
 	o.load1 = loadAverage()
-	o.processUS = float64((latProcessCPU() - cpu0).Microseconds()) / float64(events)
+	o.processUS = float64((rtProcessCPU() - cpu0).Microseconds()) / float64(events)
 	if who.runtime() {
 		o.rt = latResultOf(rtRec)
 	}
