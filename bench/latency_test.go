@@ -201,7 +201,7 @@ func latPlain(ctx context.Context, c *redis.Client, streams []string, group stri
 // event with the time it is sent.
 func latPublish(ctx context.Context, tb testing.TB, c *redis.Client, category string, keys []string, rate int) time.Duration {
 	tb.Helper()
-	return latPublishTo(ctx, tb, []*redis.Client{c}, category, keys, rate)
+	return latPublishTo(ctx, tb, []*redis.Client{c}, category, keys, 0, rate)
 }
 
 // latMaxPipeline bounds the events of one of the publisher's pipelines. A
@@ -216,13 +216,13 @@ const latMaxPipeline = 1000
 // latPublishTo is latPublish writing every event to each server of cs
 // (BenchmarkLatencyRedis's separate servers), each server's copy stamped
 // with the time its pipeline is sent, the servers taken in turn first.
-func latPublishTo(ctx context.Context, tb testing.TB, cs []*redis.Client, category string, keys []string, rate int) time.Duration {
+func latPublishTo(ctx context.Context, tb testing.TB, cs []*redis.Client, category string, keys []string, seqBase, rate int) time.Duration {
 	tb.Helper()
 	turn := 0
 	return latSchedule(len(keys), rate, latMaxPipeline, func(from, to int) {
 		for j := range cs {
 			pipe := cs[(turn+j)%len(cs)].Pipeline()
-			latAppend(ctx, pipe, category, keys, from, to, time.Now().UnixNano())
+			latAppend(ctx, pipe, category, keys, seqBase, from, to, time.Now().UnixNano())
 			if _, err := pipe.Exec(ctx); err != nil {
 				tb.Fatal(err)
 			}
@@ -251,12 +251,12 @@ func latSchedule(n, rate, most int, send func(from, to int)) time.Duration {
 }
 
 // latAppend queues events [from, to) of keys on pipe as Protean's
-// RedisBroker writes them, stamped at.
-func latAppend(ctx context.Context, pipe redis.Pipeliner, category string, keys []string, from, to int, at int64) {
+// RedisBroker writes them, stamped at, event k numbered seqBase+k.
+func latAppend(ctx context.Context, pipe redis.Pipeliner, category string, keys []string, seqBase, from, to int, at int64) {
 	l := broker.ProteanLayout
 	for k := from; k < to; k++ {
 		pipe.SAdd(ctx, l.IndexKey(category), keys[k])
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: l.Stream(category, keys[k]), Values: []string{broker.DataField, latEnvelope(k, at)}})
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: l.Stream(category, keys[k]), Values: []string{broker.DataField, latEnvelope(seqBase+k, at)}})
 	}
 }
 
@@ -465,6 +465,11 @@ type latRedisVariant struct {
 // of the machine's stalls does not fall on one consumer's whole run.
 // PROTCTL_BENCH_LATENCY_ONLY=runtime (or plain) runs one of them only,
 // to profile it. This process's CPU time per event is reported for each.
+//
+// PROTCTL_BENCH_LATENCY_WARMUP publishes the scenario's events at the
+// rate for that long before the measured ones, unmeasured: the window
+// then sees a node in a steady flow (new keys: the warm-up's workers
+// ending as the window's begin) rather than the first of it.
 //
 // Under -test.trace, every event slower than 5 ms
 // (PROTCTL_BENCH_LATENCY_TRACE_SLOW) is logged in the trace, in category
@@ -927,11 +932,11 @@ func latRun(ctx context.Context, b *testing.B, srvs latServers, v latRedisVarian
 
 	pre := int64(sc.keys)
 	// done says whether every consumer of the run handled n events.
-	done := func(n int64) bool {
-		return (!who.runtime() || rtRec.n.Load() >= n) && (!who.plain() || plainRec.n.Load() >= n)
+	done := func(rtN, plainN int64) bool {
+		return (!who.runtime() || rtRec.n.Load() >= rtN) && (!who.plain() || plainRec.n.Load() >= plainN)
 	}
 	testenv.EventuallyEvery(b, time.Minute, 10*time.Millisecond, "the existing keys handled", func() (bool, string) {
-		return done(pre), fmt.Sprintf("runtime %d, plain %d of %d", rtRec.n.Load(), plainRec.n.Load(), pre)
+		return done(pre, pre), fmt.Sprintf("runtime %d, plain %d of %d", rtRec.n.Load(), plainRec.n.Load(), pre)
 	})
 	// Let the workers of the keys that exist settle (drain and wait).
 	time.Sleep(time.Second)
@@ -968,18 +973,41 @@ func latRun(ctx context.Context, b *testing.B, srvs latServers, v latRedisVarian
 		defer pub.Close()
 		pubs = append(pubs, pub)
 	}
+	// PROTCTL_BENCH_LATENCY_WARMUP: events of the scenario published at
+	// the rate for that long first, not measured, so that the window
+	// measures a flow the node is already in (new keys: the workers of
+	// the warm-up's keys end as the window's begin, their stacks reused).
+	// The plain loop reads the warm-up's events on the streams it was
+	// told of (every scenario's but new's, whose warm-up keys are keys of
+	// their own).
+	var warmRT, warmPlain int64
+	if warmup := rtEnvDuration(b, "PROTCTL_BENCH_LATENCY_WARMUP", 0); warmup > 0 {
+		wrng := rand.New(rand.NewPCG(3, 4))
+		warm := make([]string, int(float64(rate)*warmup.Seconds()))
+		for i := range warm {
+			if sc.keys == 0 {
+				warm[i] = "w" + strconv.Itoa(i)
+			} else {
+				warm[i] = sc.key(i, wrng)
+			}
+			if seen[warm[i]] {
+				warmPlain++
+			}
+		}
+		warmRT = int64(len(warm))
+		latPublishTo(ctx, b, pubs, category, warm, events+sc.keys, rate)
+	}
 	rtStats0, plainStats0 := latServerUS(ctx, b, srvs.rtAdmin), latServerUS(ctx, b, srvs.plainAdmin)
 	var trips0, cmds0 int64
 	if calls != nil {
 		trips0, cmds0 = calls.trips.Load(), calls.n.Load()
 	}
 	cpu0 := rtProcessCPU()
-	took := latPublishTo(ctx, b, pubs, category, keys, rate)
+	took := latPublishTo(ctx, b, pubs, category, keys, 0, rate)
 	b.StopTimer()
 	o.published = float64(events) / took.Seconds()
-	total := pre + int64(events)
 	deadline := time.Now().Add(drain)
-	for time.Now().Before(deadline) && !done(total) {
+	for time.Now().Before(deadline) && !done(pre+warmRT+int64(events), pre+warmPlain+int64(events)) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	o.events = events

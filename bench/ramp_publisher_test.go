@@ -167,7 +167,7 @@ func rampPublish(ctx context.Context, tb testing.TB, c *redis.Client, category s
 			defer wg.Done()
 			for ch := range work {
 				pipe := c.Pipeline()
-				latAppend(ctx, pipe, category, keys, ch.from, ch.to, time.Now().UnixNano())
+				latAppend(ctx, pipe, category, keys, 0, ch.from, ch.to, time.Now().UnixNano())
 				if _, err := pipe.Exec(ctx); err != nil {
 					tb.Error(err)
 				}
