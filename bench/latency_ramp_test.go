@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -277,18 +276,7 @@ func rampRun(ctx context.Context, b *testing.B, srv *testenv.Redis, admin *redis
 				fmt.Sprintf("%d held, %d watched", len(st.Held), st.Counters[runtime.CounterWatched])
 		})
 	} else {
-		pc := redis.NewClient(&redis.Options{Addr: srv.Addr})
-		defer pc.Close()
-		pctx, pcancel := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := latPlain(pctx, pc, streams, plainGroup, rec.record); err != nil {
-				b.Error(err)
-			}
-		}()
-		defer func() { pcancel(); wg.Wait() }()
+		defer latStartPlain(ctx, b, srv.Addr, streams, plainGroup, rec.record)()
 		testenv.EventuallyEvery(b, time.Minute, 10*time.Millisecond, "the existing keys handled", func() (bool, string) {
 			n := rec.n.Load()
 			return n >= nkeys, fmt.Sprintf("%d of %d handled", n, nkeys)

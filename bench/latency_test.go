@@ -153,6 +153,26 @@ func latScenarios(rng *rand.Rand) []latScenario {
 	}
 }
 
+// latStartPlain runs latPlain on a client of its own on addr until the
+// returned stop is called.
+func latStartPlain(ctx context.Context, b *testing.B, addr string, streams []string, group string, handle func([]byte)) (stop func()) {
+	pc := redis.NewClient(&redis.Options{Addr: addr})
+	pctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := latPlain(pctx, pc, streams, group, handle); err != nil {
+			b.Error(err)
+		}
+	}()
+	return func() {
+		cancel()
+		wg.Wait()
+		_ = pc.Close()
+	}
+}
+
 // latPlain is the baseline: one loop of XREADGROUP BLOCK over every
 // stream of the run (COUNT 100 per stream), calling the handler for each
 // entry and acking each stream's batch in one pipeline, until ctx ends.
@@ -916,18 +936,7 @@ func latRun(ctx context.Context, b *testing.B, srvs latServers, v latRedisVarian
 		v.handlers.plain.Store(nil)
 	}
 	if who.plain() {
-		pc := redis.NewClient(&redis.Options{Addr: srvs.plain.Addr})
-		defer pc.Close()
-		pctx, pcancel := context.WithCancel(ctx)
-		var pwg sync.WaitGroup
-		pwg.Add(1)
-		go func() {
-			defer pwg.Done()
-			if err := latPlain(pctx, pc, streams, plainGroup, plainHandle); err != nil {
-				b.Error(err)
-			}
-		}()
-		defer func() { pcancel(); pwg.Wait() }()
+		defer latStartPlain(ctx, b, srvs.plain.Addr, streams, plainGroup, plainHandle)()
 	}
 
 	pre := int64(sc.keys)
