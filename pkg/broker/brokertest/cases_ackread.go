@@ -8,17 +8,6 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 )
 
-// ackReader returns the target as a broker.AckReader, skipping the case
-// when the adapter does not offer the optional capability.
-func (s *Suite) ackReader(t *testing.T) broker.AckReader {
-	t.Helper()
-	ar, ok := s.B.(broker.AckReader)
-	if !ok {
-		t.Skip("the adapter does not implement broker.AckReader")
-	}
-	return ar
-}
-
 func (s *Suite) ackRead(t *testing.T, ar broker.AckReader, f broker.Fence, ack []string, count int64, mode broker.ReadMode) []broker.Message {
 	t.Helper()
 	msgs, err := ar.AckAndReadPartitionFenced(s.Ctx, f, s.stream(key), group, ack, count, mode)
@@ -30,7 +19,7 @@ func (s *Suite) ackRead(t *testing.T, ar broker.AckReader, f broker.Fence, ack [
 
 var ackReadCases = []Case{
 	{"AckAndReadLoopConsumesInOrder", func(t *testing.T, s *Suite) {
-		ar := s.ackReader(t)
+		ar := optional[broker.AckReader](t, s)
 		want := s.publish(t, key, "", 25)
 		l := s.acquire(t, key, owner, long)
 		// The owner's steady loop: each call acks the previous batch and
@@ -64,7 +53,7 @@ var ackReadCases = []Case{
 		}
 	}},
 	{"AckAndReadAcksBeforeItReads", func(t *testing.T, s *Suite) {
-		ar := s.ackReader(t)
+		ar := optional[broker.AckReader](t, s)
 		all := s.publish(t, key, "", 10)
 		l := s.acquire(t, key, owner, long)
 		first := s.read(t, l.Fence, s.stream(key), 5, broker.ReadNew)
@@ -88,7 +77,7 @@ var ackReadCases = []Case{
 		}
 	}},
 	{"AckAndReadWithStaleFenceChangesNothing", func(t *testing.T, s *Suite) {
-		ar := s.ackReader(t)
+		ar := optional[broker.AckReader](t, s)
 		pub := s.publish(t, key, "", 4)
 		old := s.acquire(t, key, owner, 50*time.Millisecond)
 		msgs := s.read(t, old.Fence, s.stream(key), 2, broker.ReadNew)
@@ -109,7 +98,7 @@ var ackReadCases = []Case{
 		}
 	}},
 	{"AckAndReadWithEmptyAckJustReads", func(t *testing.T, s *Suite) {
-		ar := s.ackReader(t)
+		ar := optional[broker.AckReader](t, s)
 		l := s.acquire(t, key, owner, long)
 		if got := s.ackRead(t, ar, l.Fence, nil, 10, broker.ReadPendingThenNew); len(got) != 0 {
 			t.Fatalf("ack-and-read of a missing stream = %v", ids(got))
@@ -124,7 +113,7 @@ var ackReadCases = []Case{
 		}
 	}},
 	{"AckAndReadRefusesBadInput", func(t *testing.T, s *Suite) {
-		ar := s.ackReader(t)
+		ar := optional[broker.AckReader](t, s)
 		s.publish(t, key, "", 3)
 		l := s.acquire(t, key, owner, long)
 		msgs := s.read(t, l.Fence, s.stream(key), 10, broker.ReadNew)

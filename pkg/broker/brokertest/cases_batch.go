@@ -10,39 +10,6 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 )
 
-// batchReader returns the target as a broker.BatchReader, skipping the
-// case when the adapter does not offer the optional capability.
-func (s *Suite) batchReader(t *testing.T) broker.BatchReader {
-	t.Helper()
-	br, ok := s.B.(broker.BatchReader)
-	if !ok {
-		t.Skip("the adapter does not implement broker.BatchReader")
-	}
-	return br
-}
-
-// batchAcquirer returns the target as a broker.BatchAcquirer, skipping
-// the case when the adapter does not offer the optional capability.
-func (s *Suite) batchAcquirer(t *testing.T) broker.BatchAcquirer {
-	t.Helper()
-	ba, ok := s.B.(broker.BatchAcquirer)
-	if !ok {
-		t.Skip("the adapter does not implement broker.BatchAcquirer")
-	}
-	return ba
-}
-
-// batchReleaser returns the target as a broker.BatchReleaser, skipping
-// the case when the adapter does not offer the optional capability.
-func (s *Suite) batchReleaser(t *testing.T) broker.BatchReleaser {
-	t.Helper()
-	br, ok := s.B.(broker.BatchReleaser)
-	if !ok {
-		t.Skip("the adapter does not implement broker.BatchReleaser")
-	}
-	return br
-}
-
 // leaseRequest asks for k's lease as o, with k's main and backfill lanes
 // tailed and, at generation gen (0: none), k's main lane read.
 func (s *Suite) leaseRequest(k, o string, gen int64) broker.LeaseRequest {
@@ -55,7 +22,7 @@ func (s *Suite) leaseRequest(k, o string, gen int64) broker.LeaseRequest {
 
 var batchCases = []Case{
 	{"BatchReadsAreEachFenced", func(t *testing.T, s *Suite) {
-		br := s.batchReader(t)
+		br := optional[broker.BatchReader](t, s)
 		keys := []string{"b-1", "b-2", "b-3"}
 		pub := map[string][]string{}
 		var leases []broker.Lease
@@ -113,7 +80,7 @@ var batchCases = []Case{
 		}
 	}},
 	{"BatchReadRefusesBadArgumentsAlone", func(t *testing.T, s *Suite) {
-		br := s.batchReader(t)
+		br := optional[broker.BatchReader](t, s)
 		pub := s.publish(t, key, "", 2)
 		l := s.acquire(t, key, owner, long)
 		res := br.AckAndReadPartitionsFenced(s.Ctx, []broker.FencedRead{
@@ -129,7 +96,7 @@ var batchCases = []Case{
 		}
 	}},
 	{"BatchAcquireTakesFreeLeasesOnly", func(t *testing.T, s *Suite) {
-		ba := s.batchAcquirer(t)
+		ba := optional[broker.BatchAcquirer](t, s)
 		held := s.acquire(t, "a-2", "node-b", long)
 		g := ba.AcquirePartitionLeases(s.Ctx, []broker.LeaseRequest{s.leaseRequest("a-1", owner, 0), s.leaseRequest("a-2", owner, 0)})
 		if g[0].Err != nil || !g[0].Acquired || g[0].Lease.Generation != 1 || g[0].Lease.Token != broker.FenceToken(owner, 1) {
@@ -146,7 +113,7 @@ var batchCases = []Case{
 		}
 	}},
 	{"BatchAcquireReadsOnlyAtTheGenerationAsked", func(t *testing.T, s *Suite) {
-		ba := s.batchAcquirer(t)
+		ba := optional[broker.BatchAcquirer](t, s)
 		pub := s.publish(t, key, "", 3)
 		g := ba.AcquirePartitionLeases(s.Ctx, []broker.LeaseRequest{s.leaseRequest(key, owner, 1)})[0]
 		if g.Err != nil || !g.Acquired || g.Lease.Generation != 1 {
@@ -186,7 +153,7 @@ var batchCases = []Case{
 		}
 	}},
 	{"BatchReleasesAreEachFenced", func(t *testing.T, s *Suite) {
-		br := s.batchReleaser(t)
+		br := optional[broker.BatchReleaser](t, s)
 		// r-1: released, its empty consumer deleted; r-2: its owner paused
 		// past its TTL and another node took it, so the stale release
 		// changes nothing; r-3: a release with an empty stream name fails
@@ -239,7 +206,7 @@ var batchCases = []Case{
 		}
 	}},
 	{"BatchAcquireOfAWrongTypeLaneTakesNoLease", func(t *testing.T, s *Suite) {
-		ba := s.batchAcquirer(t)
+		ba := optional[broker.BatchAcquirer](t, s)
 		if err := s.faults.PutString(s.Ctx, s.backfill(key), "not a stream"); err != nil {
 			t.Fatal(err)
 		}

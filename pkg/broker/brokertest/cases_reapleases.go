@@ -8,17 +8,6 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 )
 
-// leaseReaper returns s.B as a broker.LeaseReaper; a broker without the
-// optional capability is not held to these cases.
-func (s *Suite) leaseReaper(t *testing.T) broker.LeaseReaper {
-	t.Helper()
-	lr, ok := s.B.(broker.LeaseReaper)
-	if !ok {
-		t.Skip("the broker does not implement broker.LeaseReaper")
-	}
-	return lr
-}
-
 // wantUntouched asserts that a refused reap left key's index entry,
 // lanes and lease as they were.
 func (s *Suite) wantUntouched(t *testing.T, main, bf []string, lease string) {
@@ -40,7 +29,7 @@ func (s *Suite) wantUntouched(t *testing.T, main, bf []string, lease string) {
 
 var reapLeaseCases = []Case{
 	{"ReapLeasesDeletesTheHeldLeaseItSaw", func(t *testing.T, s *Suite) {
-		lr := s.leaseReaper(t)
+		lr := optional[broker.LeaseReaper](t, s)
 		s.coldPartition(t, key)
 		l := s.acquire(t, key, owner, long) // a live owner with nothing to do
 		res, err := lr.ReapPartitionLeases(s.Ctx, cat, key, 0, "", []broker.SeenLease{{Group: group, Token: l.Fence.Token}})
@@ -61,7 +50,7 @@ var reapLeaseCases = []Case{
 		}
 	}},
 	{"ReapLeasesKeepsPartitionWhoseLeaseMoved", func(t *testing.T, s *Suite) {
-		lr := s.leaseReaper(t)
+		lr := optional[broker.LeaseReaper](t, s)
 		s.coldPartition(t, key)
 		l := s.acquire(t, key, owner, long)
 		if ok, err := s.B.ReleasePartitionLease(s.Ctx, l.Fence); err != nil || !ok {
@@ -76,7 +65,7 @@ var reapLeaseCases = []Case{
 		s.wantUntouched(t, main, bf, now.Fence.Token)
 	}},
 	{"ReapLeasesKeepsPartitionLeasedSinceSeenFree", func(t *testing.T, s *Suite) {
-		lr := s.leaseReaper(t)
+		lr := optional[broker.LeaseReaper](t, s)
 		s.coldPartition(t, key)
 		now := s.acquire(t, key, owner, long) // acquired after the caller saw it free
 		main, bf := s.streamIDs(t, s.stream(key)), s.streamIDs(t, s.backfill(key))
@@ -87,7 +76,7 @@ var reapLeaseCases = []Case{
 		s.wantUntouched(t, main, bf, now.Fence.Token)
 	}},
 	{"ReapLeasesChecksTheLanesFirst", func(t *testing.T, s *Suite) {
-		lr := s.leaseReaper(t)
+		lr := optional[broker.LeaseReaper](t, s)
 		s.coldPartition(t, key)
 		s.publish(t, key, "", 1) // not delivered
 		l := s.acquire(t, key, owner, long)
@@ -99,7 +88,7 @@ var reapLeaseCases = []Case{
 		s.wantUntouched(t, main, bf, l.Fence.Token)
 	}},
 	{"ReapLeasesRefusesWrongTypeLeaseKey", func(t *testing.T, s *Suite) {
-		lr := s.leaseReaper(t)
+		lr := optional[broker.LeaseReaper](t, s)
 		s.coldPartition(t, key)
 		lk := s.L.LeaseKey(group, key)
 		if err := s.faults.CreateGroup(s.Ctx, lk, "x", "0"); err != nil { // a stream where a lease belongs

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -237,3 +238,15 @@ func wantErrIs(t *testing.T, what string, err, target error) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// optional returns s.B as the optional capability T, skipping the case
+// when the adapter does not offer it: an adapter is held only to the
+// cases of what it implements.
+func optional[T any](t *testing.T, s *Suite) T {
+	t.Helper()
+	c, ok := s.B.(T)
+	if !ok {
+		t.Skipf("the adapter does not implement %s", strings.TrimPrefix(fmt.Sprintf("%T", (*T)(nil)), "*"))
+	}
+	return c
+}
