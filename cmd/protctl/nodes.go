@@ -44,15 +44,16 @@ func newNodesListCmd(f *Factory) *cobra.Command {
 		Aliases: []string{"list"},
 		Short:   "List live nodes: join state, held partitions, backing off, paused, last seen",
 		Long: `List the live nodes of a service from the status records they heartbeat to
-Redis (protctl:{S}:node:*): join state, the partitions each holds with their
+Redis (protctl:{S}:node:*, and protctl:{S}:held:* for the partitions held):
+join state, the partitions each holds with their
 generations, the partitions backing off after a systemic failure
 (BACKING-OFF: the runtime retries them on its own), those an operator paused
 (PAUSED: protctl pause, until protctl resume), throttled partitions, parked
 count and when it was last seen. A node whose heartbeat expired is not
 listed. Without --service it lists the services found in Redis (their nodes'
 status records and Kafka lease groups), to pick one from. A --service with
-none of those (a typo) exits 4; a status record or membership set of the
-wrong Redis type exits 9.`,
+none of those (a typo) exits 4; a status record, held record or membership
+set of the wrong Redis type exits 9.`,
 		Example: `  protctl nodes ls --service shop
   protctl nodes ls --service shop -o json
   protctl nodes ls --service shop -w

@@ -267,6 +267,10 @@ func TestWrongTypeIsADataErrorEverywhere(t *testing.T) {
 			{"nodes", "ls", "--service", "shop"},
 			{"check", "--no-backing-off", "--service", "shop"},
 		}},
+		{"node held record", redisstore.HeldKey("shop", "node-a"), "hash", "string", [][]string{
+			{"nodes", "ls", "--service", "shop"},
+			{"nodes", "ls", "--service", "shop", "-o", "json"},
+		}},
 		{"membership", redisstore.MembersKey("shop"), "string", "zset", [][]string{
 			{"nodes", "ls", "--service", "shop"},
 			{"nodes", "ls", "--service", "shop", "-o", "json"},

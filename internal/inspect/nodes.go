@@ -17,7 +17,9 @@ import (
 // records with MGET, which answers nil, as for a record that expired, for
 // such a key: the node would silently vanish from `nodes ls`. The set
 // holds the live nodes and those expired since the last prune, so this is
-// one ZRANGEBYSCORE, and one TYPE per member left out.
+// one ZRANGEBYSCORE, and one TYPE per member left out. The same goes for
+// a node's held record (redisstore.HeldKey), checked for the members
+// left out and those read holding nothing.
 func (in *Inspector) statusRecordTypes(ctx context.Context, service string, nodes []runtime.NodeStatus) error {
 	const op = "list nodes"
 	// ZRANGEBYSCORE, which the readonly ACL role grants (for the
@@ -30,8 +32,14 @@ func (in *Inspector) statusRecordTypes(ctx context.Context, service string, node
 	}
 	var missing []string
 	for _, m := range members {
-		if !slices.ContainsFunc(nodes, func(n runtime.NodeStatus) bool { return n.Node == m }) {
-			missing = append(missing, redisstore.NodeKey(service, m))
+		i := slices.IndexFunc(nodes, func(n runtime.NodeStatus) bool { return n.Node == m })
+		switch {
+		case i < 0:
+			missing = append(missing, redisstore.NodeKey(service, m), redisstore.HeldKey(service, m))
+		case len(nodes[i].Held) == 0:
+			// A held record of another type reads as none too (and stops
+			// the node's heartbeats).
+			missing = append(missing, redisstore.HeldKey(service, m))
 		}
 	}
 	if len(missing) == 0 {

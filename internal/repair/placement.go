@@ -104,7 +104,7 @@ func modeReason(to placement.Mode, from string, live bool) string {
 
 // isLive reports whether node is a live member of service.
 func (r *Repairer) isLive(ctx context.Context, st *redisstore.Store, service, node string) (bool, error) {
-	members, err := st.Members(ctx, service)
+	members, err := st.Live(ctx, service)
 	if err != nil {
 		return false, err
 	}

@@ -498,7 +498,9 @@ func (n *Node) heartbeat(ctx context.Context) {
 		n.join = JoinJoined
 	}
 	n.mu.Unlock()
-	members, err := n.cfg.Membership.Members(hbCtx, n.cfg.Service)
+	// Live, not Members: the held partitions, megabytes with thousands
+	// of them, are read only for the nodes placement needs them of.
+	members, err := n.cfg.Membership.Live(hbCtx, n.cfg.Service)
 	if err != nil {
 		n.hbError("members", err)
 		return

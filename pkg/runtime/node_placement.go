@@ -22,6 +22,8 @@ type nodePlacement struct {
 	// Warn only when they change, not at every heartbeat.
 	readErr error
 	skipped string
+	// kept are the cordoned nodes' held partitions as last read.
+	kept map[string][]HeldPartition
 }
 
 // Placement returns the operator placement the node's subscriptions
@@ -139,7 +141,44 @@ func (n *Node) readPlacement(ctx context.Context, live []NodeStatus, ids []strin
 	if r, ok := st.Modes[n.cfg.NodeID]; ok {
 		mode = r.Mode
 	}
-	return out, buildPlacement(st, live, out), mode
+	return out, buildPlacement(st, n.readKept(ctx, st, live), out), mode
+}
+
+// readKept returns live with the held partitions of its cordoned nodes,
+// which keep them (Membership.Live leaves every node's out): one read,
+// and none while no live node is cordoned. When it fails, the lists last
+// read stay in force, for the same reason the placement does.
+func (n *Node) readKept(ctx context.Context, st placement.State, live []NodeStatus) []NodeStatus {
+	var cordoned []string
+	for _, m := range live {
+		if st.Modes[m.Node].Mode == placement.Cordoned {
+			cordoned = append(cordoned, m.Node)
+		}
+	}
+	if len(cordoned) == 0 {
+		n.mu.Lock()
+		n.place.kept = nil
+		n.mu.Unlock()
+		return live
+	}
+	held, err := n.cfg.Membership.Held(ctx, n.cfg.Service, cordoned)
+	n.mu.Lock()
+	if err != nil {
+		held = n.place.kept
+	} else {
+		n.place.kept = held
+	}
+	n.mu.Unlock()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		n.cfg.Observer.error(ErrorEvent{Op: "held partitions", Err: err})
+	}
+	out := slices.Clone(live)
+	for i := range out {
+		if h, ok := held[out[i].Node]; ok {
+			out[i].Held = h
+		}
+	}
+	return out
 }
 
 // watchPlacement pokes the heartbeat loop (which re-reads the placement)

@@ -94,8 +94,19 @@ func (st *NodeStatus) UnmarshalJSON(data []byte) error {
 type Membership interface {
 	// Heartbeat records st as live for ttl (it is also the status record).
 	Heartbeat(ctx context.Context, st NodeStatus, ttl time.Duration) error
-	// Members returns the live nodes of service, sorted by node id.
+	// Members returns the live nodes of service, sorted by node id, with
+	// their whole status records, held partitions included: what an
+	// operator's tools read.
 	Members(ctx context.Context, service string) ([]NodeStatus, error)
+	// Live is Members without the held partitions (Held is nil): what
+	// every node reads each heartbeat, so its cost does not grow with the
+	// partitions the nodes hold (docs/decisions/0051).
+	Live(ctx context.Context, service string) ([]NodeStatus, error)
+	// Held returns the partitions each of nodes holds, as its latest
+	// heartbeat stored them; a node without a live status record is left
+	// out. A node reads them only for the nodes it must place around (a
+	// cordoned node keeps what it holds).
+	Held(ctx context.Context, service string, nodes []string) (map[string][]HeldPartition, error)
 	// Leave removes node at once (graceful stop), so others need not wait
 	// for its heartbeat to expire.
 	Leave(ctx context.Context, service, node string) error

@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -14,7 +13,8 @@ import (
 // Heartbeat stores st as the status of st.Node in st.Service, live until
 // the clock's now plus ttl, and drops members that expired. A zero
 // st.LastSeen is set to the clock's now; nil Held, BackingOff, Paused
-// and Throttled are stored as empty lists.
+// and Throttled are stored as empty lists. The held partitions are kept
+// apart from the status record, as redisstore keeps them.
 func (s *Store) Heartbeat(ctx context.Context, st runtime.NodeStatus, ttl time.Duration) error {
 	const op = "heartbeat"
 	if err := storecontract.Heartbeat(op, st, ttl); err != nil {
@@ -28,6 +28,10 @@ func (s *Store) Heartbeat(ctx context.Context, st runtime.NodeStatus, ttl time.D
 	if err != nil {
 		return fmt.Errorf("memstore: %s: %w", op, err)
 	}
+	held, err := storecontract.EncodeHeld(st.Held)
+	if err != nil {
+		return fmt.Errorf("memstore: %s: %w", op, err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	nodes := s.members[st.Service]
@@ -35,7 +39,7 @@ func (s *Store) Heartbeat(ctx context.Context, st runtime.NodeStatus, ttl time.D
 		nodes = make(map[string]member)
 		s.members[st.Service] = nodes
 	}
-	nodes[st.Node] = member{status: data, expireAt: now.Add(ttl)}
+	nodes[st.Node] = member{status: data, held: held, expireAt: now.Add(ttl)}
 	for n, m := range nodes {
 		if !m.expireAt.After(now) {
 			delete(nodes, n)
@@ -45,9 +49,18 @@ func (s *Store) Heartbeat(ctx context.Context, st runtime.NodeStatus, ttl time.D
 }
 
 // Members returns the live nodes of service (expiry after the clock's
-// now), sorted by node id. No live node: nil, nil.
+// now), sorted by node id, with their held partitions. No live node:
+// nil, nil.
 func (s *Store) Members(ctx context.Context, service string) ([]runtime.NodeStatus, error) {
-	const op = "members"
+	return s.liveMembers(ctx, "members", service, true)
+}
+
+// Live is Members without the held partitions (Held nil).
+func (s *Store) Live(ctx context.Context, service string) ([]runtime.NodeStatus, error) {
+	return s.liveMembers(ctx, "live members", service, false)
+}
+
+func (s *Store) liveMembers(ctx context.Context, op, service string, withHeld bool) ([]runtime.NodeStatus, error) {
 	if err := storecontract.Service(op, service); err != nil {
 		return nil, err
 	}
@@ -69,13 +82,48 @@ func (s *Store) Members(ctx context.Context, service string) ([]runtime.NodeStat
 	slices.Sort(names)
 	out := make([]runtime.NodeStatus, 0, len(names))
 	for _, n := range names {
-		var st runtime.NodeStatus
-		if err := json.Unmarshal(s.members[service][n].status, &st); err != nil {
+		st, err := s.members[service][n].decode(withHeld)
+		if err != nil {
 			return nil, fmt.Errorf("memstore: %s: %w", op, err)
 		}
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// Held returns the held partitions of those of nodes that are live.
+func (s *Store) Held(ctx context.Context, service string, nodes []string) (map[string][]runtime.HeldPartition, error) {
+	const op = "held partitions"
+	if err := storecontract.Service(op, service); err != nil {
+		return nil, err
+	}
+	if err := ctxErr(ctx, op); err != nil {
+		return nil, err
+	}
+	now := s.cfg.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string][]runtime.HeldPartition, len(nodes))
+	for _, n := range nodes {
+		m, ok := s.members[service][n]
+		if !ok || !m.expireAt.After(now) {
+			continue
+		}
+		st, err := m.decode(true)
+		if err != nil {
+			return nil, fmt.Errorf("memstore: %s: %w", op, err)
+		}
+		out[n] = st.Held
+	}
+	return out, nil
+}
+
+func (m member) decode(withHeld bool) (runtime.NodeStatus, error) {
+	st, err := storecontract.DecodeStatus(m.status, withHeld)
+	if err == nil && withHeld {
+		err = storecontract.DecodeHeld(&st, m.held)
+	}
+	return st, err
 }
 
 // Leave removes node from service's members at once. Leaving twice, or a

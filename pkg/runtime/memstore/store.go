@@ -55,6 +55,7 @@ var (
 // expires.
 type member struct {
 	status   []byte
+	held     []byte
 	expireAt time.Time
 }
 

@@ -538,6 +538,14 @@ func (s gatedStore) Members(ctx context.Context, service string) ([]runtime.Node
 	return gated(ctx, s.g, func() ([]runtime.NodeStatus, error) { return s.strandStore.Members(ctx, service) })
 }
 
+func (s gatedStore) Live(ctx context.Context, service string) ([]runtime.NodeStatus, error) {
+	return gated(ctx, s.g, func() ([]runtime.NodeStatus, error) { return s.strandStore.Live(ctx, service) })
+}
+
+func (s gatedStore) Held(ctx context.Context, service string, nodes []string) (map[string][]runtime.HeldPartition, error) {
+	return gated(ctx, s.g, func() (map[string][]runtime.HeldPartition, error) { return s.strandStore.Held(ctx, service, nodes) })
+}
+
 func (s gatedStore) Leave(ctx context.Context, service, node string) error {
 	_, err := gated(ctx, s.g, func() (struct{}, error) { return struct{}{}, s.strandStore.Leave(ctx, service, node) })
 	return err

@@ -2,10 +2,10 @@ package redisstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,8 +17,15 @@ import (
 // Heartbeat stores st as service st.Service's status record of st.Node
 // with ttl and marks the node live until the server's time plus ttl, in
 // one script that also drops members whose heartbeats expired. A zero
-// st.LastSeen is set to the local time (WithNow); nil Held, BackingOff,
-// Paused and Throttled are stored as empty lists.
+// st.LastSeen is set to the local time (WithNow); nil BackingOff, Paused
+// and Throttled are stored as empty lists.
+//
+// st.Held is stored as a record of its own (HeldKey), rewritten only
+// when it differs from what this Store last stored for the node: with
+// thousands of held partitions the list is megabytes, and most
+// heartbeats would resend it unchanged. When the stored list is gone
+// (expired, or lost with a failover) the script says so and the list is
+// sent again in the same call.
 func (s *Store) Heartbeat(ctx context.Context, st runtime.NodeStatus, ttl time.Duration) error {
 	const op = "heartbeat"
 	if err := storecontract.Heartbeat(op, st, ttl); err != nil {
@@ -28,21 +35,85 @@ func (s *Store) Heartbeat(ctx context.Context, st runtime.NodeStatus, ttl time.D
 	if err != nil {
 		return fmt.Errorf("redisstore: %s: %w", op, err)
 	}
-	keys := []string{MembersKey(st.Service), NodeKey(st.Service, st.Node)}
-	if err := heartbeatScript.Run(ctx, s.client, keys, st.Node, ttlMillis(ttl), data).Err(); err != nil {
-		return mapErr(call{Op: op, Keys: keys}, err)
+	keys := []string{MembersKey(st.Service), NodeKey(st.Service, st.Node), HeldKey(st.Service, st.Node)}
+	mode, held := "del", []byte(nil)
+	switch {
+	case len(st.Held) == 0:
+	case s.held.unchanged(keys[2], st.Held):
+		mode = "keep"
+	default:
+		mode = "set"
 	}
-	return nil
+	for {
+		if mode == "set" && held == nil {
+			if held, err = storecontract.EncodeHeld(st.Held); err != nil {
+				return fmt.Errorf("redisstore: %s: %w", op, err)
+			}
+		}
+		reply, err := heartbeatScript.Run(ctx, s.client, keys, st.Node, ttlMillis(ttl), data, mode, held).Slice()
+		if err != nil {
+			// Whether the script ran is unknown: the next heartbeat sends
+			// the list again.
+			s.held.forget(keys[2])
+			return mapErr(call{Op: op, Keys: keys}, err)
+		}
+		if len(reply) == 2 && reply[1] == int64(0) && mode == "keep" {
+			mode = "set"
+			continue
+		}
+		s.held.stored(keys[2], st.Held)
+		return nil
+	}
+}
+
+// heldSent remembers, per held key, the partitions this Store last stored
+// there, so that a heartbeat with the same ones only extends their TTL.
+// A node id is unique among live nodes, so only one Store writes a key.
+type heldSent struct {
+	mu sync.Mutex
+	m  map[string][]runtime.HeldPartition
+}
+
+func (h *heldSent) unchanged(key string, held []runtime.HeldPartition) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	prev, ok := h.m[key]
+	return ok && slices.Equal(prev, held)
+}
+
+func (h *heldSent) stored(key string, held []runtime.HeldPartition) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = make(map[string][]runtime.HeldPartition)
+	}
+	h.m[key] = slices.Clone(held)
+}
+
+func (h *heldSent) forget(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.m, key)
 }
 
 // Members returns the live nodes of service (expiry after the server's
-// now), sorted by node id, with their status records. It costs two round
-// trips: a script lists the live nodes by the server's clock, then one
-// MGET reads their records (all in the service's slot). A node whose
-// record expired between the two is left out, as it would be a moment
-// later anyway. No live node: nil, nil.
+// now), sorted by node id, with their status records and held
+// partitions. It costs two round trips: a script lists the live nodes by
+// the server's clock, then one MGET reads their records (all in the
+// service's slot). A node whose record expired between the two is left
+// out, as it would be a moment later anyway. No live node: nil, nil.
 func (s *Store) Members(ctx context.Context, service string) ([]runtime.NodeStatus, error) {
-	const op = "members"
+	return s.members(ctx, "members", service, true)
+}
+
+// Live is Members without the held partitions: the MGET reads the
+// status records only, whose size does not depend on how many
+// partitions the nodes hold.
+func (s *Store) Live(ctx context.Context, service string) ([]runtime.NodeStatus, error) {
+	return s.members(ctx, "live members", service, false)
+}
+
+func (s *Store) members(ctx context.Context, op, service string, withHeld bool) ([]runtime.NodeStatus, error) {
 	if err := storecontract.Service(op, service); err != nil {
 		return nil, err
 	}
@@ -55,43 +126,86 @@ func (s *Store) Members(ctx context.Context, service string) ([]runtime.NodeStat
 		return nil, nil
 	}
 	slices.Sort(nodes)
-	nodeKeys := make([]string, len(nodes))
-	for i, n := range nodes {
-		nodeKeys[i] = NodeKey(service, n)
+	out, err := s.statusRecords(ctx, op, service, nodes, withHeld)
+	if len(out) == 0 || err != nil {
+		return nil, err
 	}
-	vals, err := s.client.MGet(ctx, nodeKeys...).Result()
+	return out, nil
+}
+
+// Held returns the held partitions of those of nodes that have a status
+// record, in one MGET of their status and held records (a record of a
+// release that kept them in the status record counts).
+func (s *Store) Held(ctx context.Context, service string, nodes []string) (map[string][]runtime.HeldPartition, error) {
+	const op = "held partitions"
+	if err := storecontract.Service(op, service); err != nil {
+		return nil, err
+	}
+	out := make(map[string][]runtime.HeldPartition, len(nodes))
+	if len(nodes) == 0 {
+		return out, nil
+	}
+	sts, err := s.statusRecords(ctx, op, service, nodes, true)
+	if err != nil {
+		return nil, err
+	}
+	for _, st := range sts {
+		out[st.Node] = st.Held
+	}
+	return out, nil
+}
+
+// statusRecords reads the status records of nodes (and with withHeld their
+// held records) in one MGET, leaving out the nodes without one.
+func (s *Store) statusRecords(ctx context.Context, op, service string, nodes []string, withHeld bool) ([]runtime.NodeStatus, error) {
+	n := len(nodes)
+	keys := make([]string, 0, 2*n)
+	for _, node := range nodes {
+		keys = append(keys, NodeKey(service, node))
+	}
+	if withHeld {
+		for _, node := range nodes {
+			keys = append(keys, HeldKey(service, node))
+		}
+	}
+	vals, err := s.client.MGet(ctx, keys...).Result()
 	if err != nil {
 		return nil, mapErr(call{Op: op, Want: "string"}, err)
 	}
-	out := make([]runtime.NodeStatus, 0, len(vals))
-	for i, v := range vals {
-		raw, ok := v.(string)
+	out := make([]runtime.NodeStatus, 0, n)
+	for i := range nodes {
+		raw, ok := vals[i].(string)
 		if !ok {
 			// Expired since the script ran (MGET also answers nil for a
 			// key of another type; Heartbeat refuses to write over one).
 			continue
 		}
-		var st runtime.NodeStatus
-		if err := json.Unmarshal([]byte(raw), &st); err != nil {
-			return nil, fmt.Errorf("redisstore: %s: key %q does not hold a JSON node status: %w", op, nodeKeys[i], err)
+		st, err := storecontract.DecodeStatus([]byte(raw), withHeld)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: %s: key %q does not hold a JSON node status: %w", op, keys[i], err)
+		}
+		if withHeld {
+			if h, ok := vals[n+i].(string); ok {
+				if err := storecontract.DecodeHeld(&st, []byte(h)); err != nil {
+					return nil, fmt.Errorf("redisstore: %s: key %q does not hold a JSON list of held partitions: %w", op, keys[n+i], err)
+				}
+			}
 		}
 		out = append(out, st)
-	}
-	if len(out) == 0 {
-		return nil, nil
 	}
 	return out, nil
 }
 
 // Leave removes node from service's members and deletes its status
-// record in one script. Leaving twice, or a node that never joined, is
+// record and held partitions in one script. Leaving twice, or a node that never joined, is
 // not an error.
 func (s *Store) Leave(ctx context.Context, service, node string) error {
 	const op = "leave"
 	if err := storecontract.Node(op, service, node); err != nil {
 		return err
 	}
-	keys := []string{MembersKey(service), NodeKey(service, node)}
+	keys := []string{MembersKey(service), NodeKey(service, node), HeldKey(service, node)}
+	s.held.forget(keys[2])
 	if err := leaveScript.Run(ctx, s.client, keys, node).Err(); err != nil {
 		return mapErr(call{Op: op, Keys: keys}, err)
 	}

@@ -11,11 +11,14 @@ import (
 
 // Store is the Redis implementation of ledger.Ledger, runtime.Membership
 // and runtime.Checkpoints. It is safe for concurrent use and keeps no
-// state beyond its configuration: any number of Stores, in any number of
-// processes, can share a server.
+// state beyond its configuration and, per node it heartbeats, the held
+// partitions it last stored (so that heartbeats resend them only when
+// they change): any number of Stores, in any number of processes, can
+// share a server.
 type Store struct {
 	client redis.UniversalClient
 	cfg    config
+	held   heldSent
 }
 
 var (

@@ -163,6 +163,12 @@ func TestWrongTypeKeysAreRefusedAndChangeNothing(t *testing.T) {
 			ops:   []op{heartbeat, leave},
 		},
 		{
+			name:  "held partitions is a hash",
+			setup: func(c *redis.Client) { c.HSet(ctx, redisstore.HeldKey(svc, "node-a"), "f", "v") },
+			key:   redisstore.HeldKey(svc, "node-a"),
+			ops:   []op{heartbeat, leave},
+		},
+		{
 			name:  "checkpoints is a string",
 			setup: func(c *redis.Client) { c.Set(ctx, lease, token, 0); c.Set(ctx, cps, "x", 0) },
 			key:   cps,

@@ -30,6 +30,10 @@ var inputCases = []Case{
 		}
 		_, err := s.Store.Members(s.Ctx, "")
 		wantErrIs(t, "members of no service", err, broker.ErrInvalidArgument)
+		_, err = s.Store.Live(s.Ctx, "")
+		wantErrIs(t, "live members of no service", err, broker.ErrInvalidArgument)
+		_, err = s.Store.Held(s.Ctx, "", []string{"node-a"})
+		wantErrIs(t, "held partitions of no service", err, broker.ErrInvalidArgument)
 		wantErrIs(t, "leave of no node", s.Store.Leave(s.Ctx, service, ""), broker.ErrInvalidArgument)
 		wantErrIs(t, "leave of no service", s.Store.Leave(s.Ctx, "", "node-a"), broker.ErrInvalidArgument)
 		if names := s.memberNames(t, service); len(names) != 0 {

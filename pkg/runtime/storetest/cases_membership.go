@@ -139,4 +139,86 @@ var membershipCases = []Case{
 		must(t, "leave", s.Store.Leave(s.Ctx, "billing", "node-a"))
 		wantNames(t, "shop after a leave in billing", s.memberNames(t, service), "node-a")
 	}},
+	{"LiveIsMembersWithoutTheHeldPartitions", func(t *testing.T, s *Suite) {
+		sentA := s.heartbeat(t, "node-a", long)
+		must(t, "heartbeat node-b", s.Store.Heartbeat(s.Ctx, runtime.NodeStatus{Service: service, Node: "node-b", LastSeen: t0}, long))
+		live, err := s.Store.Live(s.Ctx, service)
+		must(t, "live", err)
+		if len(live) != 2 || live[0].Node != "node-a" || live[1].Node != "node-b" {
+			t.Fatalf("live %+v, want node-a and node-b", live)
+		}
+		if live[0].Held != nil || live[1].Held != nil {
+			t.Fatalf("live members carry held partitions: %+v", live)
+		}
+		want := sentA
+		want.Held = nil
+		if got := jsonOf(t, live[0]); got != jsonOf(t, want) {
+			t.Fatalf("live status of node-a:\n got %s\nwant %s", got, jsonOf(t, want))
+		}
+		held, err := s.Store.Held(s.Ctx, service, []string{"node-b", "node-a", "node-x"})
+		must(t, "held", err)
+		if len(held) != 2 || jsonOf(t, held["node-a"]) != jsonOf(t, sentA.Held) || held["node-b"] == nil || len(held["node-b"]) != 0 {
+			t.Fatalf("held %+v: want node-a's %+v, node-b's empty, no node-x", held, sentA.Held)
+		}
+		if held, err := s.Store.Held(s.Ctx, service, nil); err != nil || len(held) != 0 {
+			t.Fatalf("held of no nodes: %v, %v", held, err)
+		}
+		if ms, err := s.Store.Live(s.Ctx, "nobody"); err != nil || ms != nil {
+			t.Fatalf("live of an empty service: %v, %v", ms, err)
+		}
+	}},
+	{"HeldPartitionsFollowEveryHeartbeat", func(t *testing.T, s *Suite) {
+		// Each heartbeat's list is what Members and Held read, whether it
+		// changed, stayed (sent once, kept since), emptied, or came back
+		// after the node left or its records expired.
+		hp := func(keys ...string) []runtime.HeldPartition {
+			var out []runtime.HeldPartition
+			for i, k := range keys {
+				out = append(out, runtime.HeldPartition{Subscription: sub, Source: source.Redis, Category: "order", Partition: k, Generation: int64(i + 1)})
+			}
+			return out
+		}
+		beat := func(what string, ttl time.Duration, held []runtime.HeldPartition) {
+			t.Helper()
+			must(t, "heartbeat "+what, s.Store.Heartbeat(s.Ctx, runtime.NodeStatus{Service: service, Node: "node-a", LastSeen: t0, Held: held}, ttl))
+		}
+		check := func(what string, want []runtime.HeldPartition) {
+			t.Helper()
+			if want == nil {
+				want = []runtime.HeldPartition{}
+			}
+			ms, err := s.Store.Members(s.Ctx, service)
+			must(t, "members "+what, err)
+			if len(ms) != 1 || jsonOf(t, ms[0].Held) != jsonOf(t, want) {
+				t.Fatalf("%s: members %+v, want node-a holding %+v", what, ms, want)
+			}
+			held, err := s.Store.Held(s.Ctx, service, []string{"node-a"})
+			must(t, "held "+what, err)
+			if jsonOf(t, held["node-a"]) != jsonOf(t, want) {
+				t.Fatalf("%s: held %+v, want %+v", what, held, want)
+			}
+		}
+		beat("first", long, hp("a", "b"))
+		check("first", hp("a", "b"))
+		beat("same", long, hp("a", "b"))
+		check("same", hp("a", "b"))
+		beat("changed", long, hp("a", "c"))
+		check("changed", hp("a", "c"))
+		beat("none", long, nil)
+		check("none", nil)
+		beat("back", long, hp("a", "c"))
+		check("back", hp("a", "c"))
+		must(t, "leave", s.Store.Leave(s.Ctx, service, "node-a"))
+		beat("after leaving", long, hp("a", "c"))
+		check("after leaving", hp("a", "c"))
+		// The same list after the records expired: what a node sends
+		// after heartbeats failed for longer than their TTL.
+		beat("short", short, hp("d"))
+		s.Advance(short + 10*time.Millisecond)
+		if names := s.memberNames(t, service); len(names) != 0 {
+			t.Fatalf("members %v after the ttl", names)
+		}
+		beat("after expiry", long, hp("d"))
+		check("after expiry", hp("d"))
+	}},
 }

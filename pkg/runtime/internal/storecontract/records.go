@@ -24,16 +24,13 @@ func ParkDefaults(p ledger.Parked, now func() time.Time) ledger.Parked {
 	return p
 }
 
-// EncodeStatus is the record Membership.Heartbeat stores for st: a zero
-// LastSeen is now(), and nil Held, BackingOff, Paused and Throttled are
-// empty lists,
-// so that readers of the JSON (the CLI's -o json) see one shape.
+// EncodeStatus is the status record Membership.Heartbeat stores for st,
+// without its held partitions (EncodeHeld; docs/decisions/0051): a zero
+// LastSeen is now(), and nil BackingOff, Paused and Throttled are empty
+// lists, so that readers of the JSON (the CLI's -o json) see one shape.
 func EncodeStatus(st runtime.NodeStatus, now func() time.Time) ([]byte, error) {
 	if st.LastSeen.IsZero() {
 		st.LastSeen = now()
-	}
-	if st.Held == nil {
-		st.Held = []runtime.HeldPartition{}
 	}
 	if st.BackingOff == nil {
 		st.BackingOff = []string{}
@@ -44,7 +41,54 @@ func EncodeStatus(st runtime.NodeStatus, now func() time.Time) ([]byte, error) {
 	if st.Throttled == nil {
 		st.Throttled = []string{}
 	}
-	return json.Marshal(st)
+	type record runtime.NodeStatus // no methods
+	return json.Marshal(struct {
+		record
+		// Held shadows record's and is left out: the held partitions are
+		// a record of their own.
+		Held *struct{} `json:"held,omitempty"`
+	}{record: record(st)})
+}
+
+// EncodeHeld is the record of a node's held partitions that
+// Membership.Heartbeat stores beside its status record: a JSON list,
+// never null.
+func EncodeHeld(held []runtime.HeldPartition) ([]byte, error) {
+	if held == nil {
+		held = []runtime.HeldPartition{}
+	}
+	return json.Marshal(held)
+}
+
+// DecodeStatus reads a status record. withHeld false leaves Held nil
+// (Membership.Live); true makes it the list a record of a release that
+// kept the held partitions in the status record has, else empty, for
+// DecodeHeld to fill from the held record.
+func DecodeStatus(data []byte, withHeld bool) (runtime.NodeStatus, error) {
+	var st runtime.NodeStatus
+	if err := json.Unmarshal(data, &st); err != nil {
+		return st, err
+	}
+	switch {
+	case !withHeld:
+		st.Held = nil
+	case st.Held == nil:
+		st.Held = []runtime.HeldPartition{}
+	}
+	return st, nil
+}
+
+// DecodeHeld sets st.Held from a held record (EncodeHeld).
+func DecodeHeld(st *runtime.NodeStatus, data []byte) error {
+	var held []runtime.HeldPartition
+	if err := json.Unmarshal(data, &held); err != nil {
+		return err
+	}
+	if held == nil {
+		held = []runtime.HeldPartition{}
+	}
+	st.Held = held
+	return nil
 }
 
 // SortParked orders entries as Ledger.ListParked returns them: oldest
