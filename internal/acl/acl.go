@@ -190,10 +190,12 @@ var (
 	// SMEMBERS and a subscription. CLIENT ID and CLIENT TRACKING turn on
 	// the broadcast tracking of a category's prefix that announces new
 	// keys of any publisher (redisbroker.WatchAppends, decision 0031): a
-	// connection-scoped setting that reads nothing.
+	// connection-scoped setting that reads nothing. GETRANGE reads the
+	// tag a held record begins with before a heartbeat extends it
+	// (redisstore's heartbeat.lua, decision 0051).
 	nodeCommands = []string{
 		"+time", "+type", "+exists",
-		"+get", "+mget", "+set", "+del", "+incr", "+pexpire", "+pttl",
+		"+get", "+getrange", "+mget", "+set", "+del", "+incr", "+pexpire", "+pttl",
 		"+smembers", "+sismember", "+smismember", "+scard", "+sscan", "+srandmember", "+sadd", "+srem",
 		"+hget", "+hgetall", "+hscan", "+hset", "+hdel", "+hexists",
 		"+zadd", "+zrem", "+zrangebyscore", "+zremrangebyscore",

@@ -530,7 +530,7 @@ func (n *Node) heartbeat(ctx context.Context) {
 	}
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
-	ids, pl, mode := n.readPlacement(hbCtx, members, ids)
+	ids, pl, mode := n.readPlacement(hbCtx, members, st.Held, ids)
 	n.setMembers(ids, pl, mode)
 }
 

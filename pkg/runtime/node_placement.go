@@ -22,8 +22,10 @@ type nodePlacement struct {
 	// Warn only when they change, not at every heartbeat.
 	readErr error
 	skipped string
-	// kept are the cordoned nodes' held partitions as last read.
-	kept map[string][]HeldPartition
+	// kept are the other cordoned nodes' held partitions as last read,
+	// heldErr the last read's error (logged when it changes).
+	kept    map[string][]HeldPartition
+	heldErr error
 }
 
 // Placement returns the operator placement the node's subscriptions
@@ -97,7 +99,7 @@ func (n *Node) placementReader() placement.Reader {
 // stays in force, so that a node never takes a share it was told to give
 // up because a read failed. Before any successful read that is no
 // placement at all.
-func (n *Node) readPlacement(ctx context.Context, live []NodeStatus, ids []string) (out []string, pl *placement.Snapshot, mode placement.Mode) {
+func (n *Node) readPlacement(ctx context.Context, live []NodeStatus, own []HeldPartition, ids []string) (out []string, pl *placement.Snapshot, mode placement.Mode) {
 	pr := n.placementReader()
 	if pr == nil {
 		return ids, nil, placement.Active
@@ -141,42 +143,63 @@ func (n *Node) readPlacement(ctx context.Context, live []NodeStatus, ids []strin
 	if r, ok := st.Modes[n.cfg.NodeID]; ok {
 		mode = r.Mode
 	}
-	return out, buildPlacement(st, n.readKept(ctx, st, live), out), mode
+	return out, buildPlacement(st, n.readKept(ctx, st, live, own), out), mode
 }
 
 // readKept returns live with the held partitions of its cordoned nodes,
-// which keep them (Membership.Live leaves every node's out): one read,
-// and none while no live node is cordoned. When it fails, the lists last
-// read stay in force, for the same reason the placement does.
-func (n *Node) readKept(ctx context.Context, st placement.State, live []NodeStatus) []NodeStatus {
-	var cordoned []string
+// which keep them (Membership.Live leaves every node's out). This node's
+// are its own (own, as it heartbeated them just now): whatever the store
+// answers, a cordoned node never gives up what it holds because a read
+// failed. The other cordoned nodes' are one read, and none while no
+// other live node is cordoned; when it fails, the lists last read stay
+// in force (a node cordoned since gets none: the others then try
+// partitions it still holds, whose leases refuse them, until a read
+// succeeds).
+func (n *Node) readKept(ctx context.Context, st placement.State, live []NodeStatus, own []HeldPartition) []NodeStatus {
+	var others []string
 	for _, m := range live {
-		if st.Modes[m.Node].Mode == placement.Cordoned {
-			cordoned = append(cordoned, m.Node)
+		if m.Node != n.cfg.NodeID && st.Modes[m.Node].Mode == placement.Cordoned {
+			others = append(others, m.Node)
 		}
 	}
-	if len(cordoned) == 0 {
-		n.mu.Lock()
-		n.place.kept = nil
-		n.mu.Unlock()
-		return live
+	var held map[string][]HeldPartition
+	var err error
+	if len(others) > 0 {
+		held, err = n.cfg.Membership.Held(ctx, n.cfg.Service, others)
 	}
-	held, err := n.cfg.Membership.Held(ctx, n.cfg.Service, cordoned)
 	n.mu.Lock()
 	if err != nil {
 		held = n.place.kept
 	} else {
 		n.place.kept = held
 	}
+	logErr := err != nil && (n.place.heldErr == nil || n.place.heldErr.Error() != err.Error())
+	logOK := err == nil && n.place.heldErr != nil
+	n.place.heldErr = err
 	n.mu.Unlock()
+	switch {
+	case logErr:
+		n.cfg.Logger.Warn("cordoned nodes' held partitions unreadable, keeping the lists last read", "err", err)
+	case logOK:
+		n.cfg.Logger.Info("cordoned nodes' held partitions readable again")
+	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		n.cfg.Observer.error(ErrorEvent{Op: "held partitions", Err: err})
 	}
 	out := slices.Clone(live)
+	self := false
 	for i := range out {
-		if h, ok := held[out[i].Node]; ok {
+		if out[i].Node == n.cfg.NodeID {
+			out[i].Held, self = own, true
+		} else if h, ok := held[out[i].Node]; ok {
 			out[i].Held = h
 		}
+	}
+	if !self {
+		// Live raced the expiry of the record just heartbeated: the node
+		// is live all the same (heartbeat counts it), and keeps what it
+		// holds if cordoned.
+		out = append(out, NodeStatus{Service: n.cfg.Service, Node: n.cfg.NodeID, Held: own})
 	}
 	return out
 }

@@ -1,7 +1,10 @@
 package runtime
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/protctl/protctl/pkg/runtime/hrw"
@@ -114,5 +117,85 @@ func TestPlacementRespectsCap(t *testing.T) {
 	// 2 pinned + 2 kept + n3 and n4 full: 8 owned, the 4 lowest left out.
 	if len(owners) != 4*capN {
 		t.Errorf("%d partitions owned, want %d: %v", len(owners), 4*capN, owners)
+	}
+}
+
+// heldFails is a Membership whose Held answers from lists, or fails
+// while err is set (a timeout, a corrupt record).
+type heldFails struct {
+	Membership
+	lists map[string][]HeldPartition
+	err   error
+	asked [][]string
+}
+
+func (m *heldFails) Held(_ context.Context, _ string, nodes []string) (map[string][]HeldPartition, error) {
+	m.asked = append(m.asked, slices.Clone(nodes))
+	if m.err != nil {
+		return nil, m.err
+	}
+	out := map[string][]HeldPartition{}
+	for _, n := range nodes {
+		if l, ok := m.lists[n]; ok {
+			out[n] = l
+		}
+	}
+	return out, nil
+}
+
+// A cordoned node keeps what it holds from its own list, whatever the
+// store answers: a failed read of the held partitions must not make a
+// cordon a drain (decision 0051). The other cordoned nodes' lists are
+// read only when there are any, and the last ones read stay in force
+// while reads fail.
+func TestReadKeptSurvivesAFailedRead(t *testing.T) {
+	mine := []HeldPartition{{Subscription: "g", Source: source.Redis, Partition: "mine"}}
+	theirs := []HeldPartition{{Subscription: "g", Source: source.Redis, Partition: "theirs"}}
+	m := &heldFails{lists: map[string][]HeldPartition{"n2": theirs}}
+	n, err := NewNode(NodeConfig{Service: "shop", NodeID: "n1", Membership: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	live := []NodeStatus{{Node: "n1"}, {Node: "n2"}, {Node: "n3"}}
+	eligible := []string{"n3"}
+	owner := func(pl *placement.Snapshot, p, asking string, holds bool) string {
+		return pl.Owner("g", p, p, eligible, asking, holds)
+	}
+
+	// Only n1 cordoned: nothing is read, n1 keeps its own.
+	st := placement.State{Modes: map[string]placement.ModeRecord{"n1": {Mode: placement.Cordoned}}}
+	pl := buildPlacement(st, n.readKept(ctx, st, live, mine), eligible)
+	if len(m.asked) != 0 {
+		t.Fatalf("held partitions read for %v with no other node cordoned", m.asked)
+	}
+	if got := owner(pl, "mine", "n1", true); got != "n1" {
+		t.Fatalf("cordoned n1 holding mine: owner %q, want n1", got)
+	}
+
+	// n2 cordoned too: its list is read, for n2 only.
+	st.Modes["n2"] = placement.ModeRecord{Mode: placement.Cordoned}
+	pl = buildPlacement(st, n.readKept(ctx, st, live, mine), eligible)
+	if len(m.asked) != 1 || !slices.Equal(m.asked[0], []string{"n2"}) {
+		t.Fatalf("held partitions read for %v, want [[n2]]", m.asked)
+	}
+	if got := owner(pl, "theirs", "n3", false); got != "n2" {
+		t.Fatalf("n2's kept partition: owner %q, want n2", got)
+	}
+
+	// The read fails: n1 still keeps its own, n2 what was read last.
+	m.err = errors.New("i/o timeout")
+	pl = buildPlacement(st, n.readKept(ctx, st, live, mine), eligible)
+	if got := owner(pl, "mine", "n1", true); got != "n1" {
+		t.Fatalf("after a failed read, cordoned n1 holding mine: owner %q, want n1", got)
+	}
+	if got := owner(pl, "theirs", "n3", false); got != "n2" {
+		t.Fatalf("after a failed read, n2's kept partition: owner %q, want n2", got)
+	}
+
+	// n1 missing from live (its record raced its expiry): still its own.
+	pl = buildPlacement(st, n.readKept(ctx, st, live[1:], mine), eligible)
+	if got := owner(pl, "mine", "n1", true); got != "n1" {
+		t.Fatalf("n1 not in live: owner %q, want n1", got)
 	}
 }

@@ -28,7 +28,7 @@ func (s *Store) Heartbeat(ctx context.Context, st runtime.NodeStatus, ttl time.D
 	if err != nil {
 		return fmt.Errorf("memstore: %s: %w", op, err)
 	}
-	held, err := storecontract.EncodeHeld(st.Held)
+	held, err := storecontract.EncodeHeld("", st.Held)
 	if err != nil {
 		return fmt.Errorf("memstore: %s: %w", op, err)
 	}

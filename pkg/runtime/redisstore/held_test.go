@@ -115,6 +115,47 @@ func TestHeldPartitionsAreARecordOfTheirOwn(t *testing.T) {
 	wantHeld(t, s, st.Held)
 }
 
+// Only the record this Store wrote last is kept as it is: one a
+// failover reverted to an older write, one something else overwrote (a
+// corrupt value, another Store heartbeating the same node id) is written
+// again by the next heartbeat, unchanged list or not; and keeping extends
+// the record's TTL.
+func TestKeptHeldRecordIsTheOneLastWritten(t *testing.T) {
+	s, raw := newStore(t)
+	ctx := context.Background()
+	key := redisstore.HeldKey(svc, "node-a")
+	st := runtime.NodeStatus{Service: svc, Node: "node-a"}
+	beat := func(s *redisstore.Store, held []runtime.HeldPartition, ttl time.Duration) {
+		t.Helper()
+		st.Held = held
+		if err := s.Heartbeat(ctx, st, ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	three, five := manyHeld(3, 1), manyHeld(5, 1)
+
+	beat(s, three, 2*time.Second)
+	beat(s, three, time.Minute)
+	if ttl := raw.PTTL(ctx, key).Val(); ttl <= 2*time.Second {
+		t.Fatalf("held record ttl %v after an unchanged heartbeat with a minute, want it extended", ttl)
+	}
+
+	older := raw.Get(ctx, key).Val()
+	beat(s, five, time.Minute)
+	raw.Set(ctx, key, older, time.Minute) // a failover to a replica that missed the last write
+	beat(s, five, time.Minute)
+	wantHeld(t, s, five)
+
+	raw.Set(ctx, key, "not json", time.Minute)
+	beat(s, five, time.Minute)
+	wantHeld(t, s, five)
+
+	other := redisstore.New(server.Client(t))
+	beat(other, three, time.Minute)
+	beat(s, five, time.Minute)
+	wantHeld(t, s, five)
+}
+
 func wantHeld(t *testing.T, s *redisstore.Store, want []runtime.HeldPartition) {
 	t.Helper()
 	ms, err := s.Members(context.Background(), svc)

@@ -16,7 +16,7 @@ import (
 //
 //	protctl:{S}:members                   ZSET node -> expiry (ms, server clock)
 //	protctl:{S}:node:<node>               STRING JSON runtime.NodeStatus but its held partitions, PX ttl
-//	protctl:{S}:held:<node>               STRING JSON []runtime.HeldPartition, PX ttl (none: holds nothing)
+//	protctl:{S}:held:<node>               STRING JSON {"tag", "held": []runtime.HeldPartition}, PX ttl (none: holds nothing)
 //	protctl:{S|N}:lease:<p>               STRING owner:generation, PX ttl (broker.LeaseManager)
 //	protctl:{S|N}:generation:<p>          STRING integer fence counter (broker.LeaseManager)
 //	protctl:{S|N}:checkpoints:<sub>       HASH partition -> next offset
@@ -45,10 +45,11 @@ func MembersKey(service string) string { return prefix + "{" + service + "}:memb
 // heartbeat's TTL.
 func NodeKey(service, node string) string { return prefix + "{" + service + "}:node:" + node }
 
-// HeldKey holds the partitions node holds (JSON []runtime.HeldPartition)
-// with the heartbeat's TTL, apart from its status record so that the
-// record every node reads each heartbeat stays small
-// (docs/decisions/0051). Missing when the node holds none.
+// HeldKey holds the partitions node holds (JSON {"tag", "held"}: the tag
+// of the write and a []runtime.HeldPartition) with the heartbeat's TTL,
+// apart from its status record so that the record every node reads each
+// heartbeat stays small (docs/decisions/0051). Missing when the node
+// holds none.
 func HeldKey(service, node string) string { return prefix + "{" + service + "}:held:" + node }
 
 // ParkedEntriesKey is the ledger index of subscription: a HASH from an

@@ -2,9 +2,12 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -23,9 +26,11 @@ import (
 // st.Held is stored as a record of its own (HeldKey), rewritten only
 // when it differs from what this Store last stored for the node: with
 // thousands of held partitions the list is megabytes, and most
-// heartbeats would resend it unchanged. When the stored list is gone
-// (expired, or lost with a failover) the script says so and the list is
-// sent again in the same call.
+// heartbeats would resend it unchanged. Each write carries a tag of its
+// own, and the script extends the record only if it still begins with
+// the tag this Store last wrote; when it does not (the record expired, a
+// failover lost or reverted it, it was overwritten) the script changes
+// nothing and says so, and the list is sent again in the same call.
 func (s *Store) Heartbeat(ctx context.Context, st runtime.NodeStatus, ttl time.Duration) error {
 	const op = "heartbeat"
 	if err := storecontract.Heartbeat(op, st, ttl); err != nil {
@@ -36,58 +41,91 @@ func (s *Store) Heartbeat(ctx context.Context, st runtime.NodeStatus, ttl time.D
 		return fmt.Errorf("redisstore: %s: %w", op, err)
 	}
 	keys := []string{MembersKey(st.Service), NodeKey(st.Service, st.Node), HeldKey(st.Service, st.Node)}
-	mode, held := "del", []byte(nil)
-	switch {
-	case len(st.Held) == 0:
-	case s.held.unchanged(keys[2], st.Held):
-		mode = "keep"
-	default:
+	mode, arg := "del", ""
+	if len(st.Held) > 0 {
 		mode = "set"
+		if tag, ok := s.held.unchanged(keys[2], st.Held); ok {
+			mode, arg = "keep", storecontract.HeldTagPrefix(tag)
+		}
 	}
 	for {
-		if mode == "set" && held == nil {
-			if held, err = storecontract.EncodeHeld(st.Held); err != nil {
+		tag := ""
+		if mode == "set" {
+			tag = s.held.newTag()
+			rec, err := storecontract.EncodeHeld(tag, st.Held)
+			if err != nil {
 				return fmt.Errorf("redisstore: %s: %w", op, err)
 			}
+			arg = string(rec)
 		}
-		reply, err := heartbeatScript.Run(ctx, s.client, keys, st.Node, ttlMillis(ttl), data, mode, held).Slice()
+		reply, err := heartbeatScript.Run(ctx, s.client, keys, st.Node, ttlMillis(ttl), data, mode, arg).Slice()
 		if err != nil {
 			// Whether the script ran is unknown: the next heartbeat sends
 			// the list again.
 			s.held.forget(keys[2])
 			return mapErr(call{Op: op, Keys: keys}, err)
 		}
-		if len(reply) == 2 && reply[1] == int64(0) && mode == "keep" {
+		if mode == "keep" && len(reply) == 2 && reply[1] == int64(0) {
 			mode = "set"
 			continue
 		}
-		s.held.stored(keys[2], st.Held)
+		if mode != "keep" {
+			s.held.stored(keys[2], st.Held, tag)
+		}
 		return nil
 	}
 }
 
 // heldSent remembers, per held key, the partitions this Store last stored
-// there, so that a heartbeat with the same ones only extends their TTL.
-// A node id is unique among live nodes, so only one Store writes a key.
+// there and the tag it wrote them with, so that a heartbeat with the same
+// ones only extends their TTL, after the script has checked the tag.
 type heldSent struct {
-	mu sync.Mutex
-	m  map[string][]runtime.HeldPartition
+	mu   sync.Mutex
+	m    map[string]heldWrite
+	id   string // this Store's, random: tags of two Stores never match
+	next uint64
 }
 
-func (h *heldSent) unchanged(key string, held []runtime.HeldPartition) bool {
+type heldWrite struct {
+	held []runtime.HeldPartition
+	tag  string
+}
+
+// newTag names a write: this Store's id and a counter.
+func (h *heldSent) newTag() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	prev, ok := h.m[key]
-	return ok && slices.Equal(prev, held)
+	if h.id == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+		h.id = hex.EncodeToString(b[:])
+	}
+	h.next++
+	return h.id + "-" + strconv.FormatUint(h.next, 10)
 }
 
-func (h *heldSent) stored(key string, held []runtime.HeldPartition) {
+// unchanged returns the tag of the last write to key when it stored held.
+func (h *heldSent) unchanged(key string, held []runtime.HeldPartition) (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w, ok := h.m[key]
+	if !ok || !slices.Equal(w.held, held) {
+		return "", false
+	}
+	return w.tag, true
+}
+
+func (h *heldSent) stored(key string, held []runtime.HeldPartition, tag string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.m == nil {
-		h.m = make(map[string][]runtime.HeldPartition)
+		h.m = make(map[string]heldWrite)
 	}
-	h.m[key] = slices.Clone(held)
+	if len(held) == 0 {
+		delete(h.m, key)
+		return
+	}
+	h.m[key] = heldWrite{held: slices.Clone(held), tag: tag}
 }
 
 func (h *heldSent) forget(key string) {

@@ -51,13 +51,23 @@ func EncodeStatus(st runtime.NodeStatus, now func() time.Time) ([]byte, error) {
 }
 
 // EncodeHeld is the record of a node's held partitions that
-// Membership.Heartbeat stores beside its status record: a JSON list,
-// never null.
-func EncodeHeld(held []runtime.HeldPartition) ([]byte, error) {
+// Membership.Heartbeat stores beside its status record:
+// {"tag":tag,"held":[...]}, the list never null. tag names this write
+// (redisstore checks it before it extends the record unchanged); it
+// must need no JSON escaping, as HeldTagPrefix assumes.
+func EncodeHeld(tag string, held []runtime.HeldPartition) ([]byte, error) {
 	if held == nil {
 		held = []runtime.HeldPartition{}
 	}
-	return json.Marshal(held)
+	return json.Marshal(heldRecord{Tag: tag, Held: held})
+}
+
+// HeldTagPrefix is how a held record written with tag begins.
+func HeldTagPrefix(tag string) string { return `{"tag":"` + tag + `",` }
+
+type heldRecord struct {
+	Tag  string                  `json:"tag"`
+	Held []runtime.HeldPartition `json:"held"`
 }
 
 // DecodeStatus reads a status record. withHeld false leaves Held nil
@@ -80,14 +90,14 @@ func DecodeStatus(data []byte, withHeld bool) (runtime.NodeStatus, error) {
 
 // DecodeHeld sets st.Held from a held record (EncodeHeld).
 func DecodeHeld(st *runtime.NodeStatus, data []byte) error {
-	var held []runtime.HeldPartition
-	if err := json.Unmarshal(data, &held); err != nil {
+	var r heldRecord
+	if err := json.Unmarshal(data, &r); err != nil {
 		return err
 	}
-	if held == nil {
-		held = []runtime.HeldPartition{}
+	if r.Held == nil {
+		r.Held = []runtime.HeldPartition{}
 	}
-	st.Held = held
+	st.Held = r.Held
 	return nil
 }
 

@@ -70,9 +70,36 @@ func TestEncodeStatusHasOneShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"held":[]`, `"paused":[]`, `"throttled":[]`, `"2026-01-02T03:04:05Z"`} {
+	for _, want := range []string{`"backingOff":[]`, `"paused":[]`, `"throttled":[]`, `"2026-01-02T03:04:05Z"`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("%s lacks %s", b, want)
 		}
+	}
+	// The held partitions are a record of their own (decision 0051).
+	held := []runtime.HeldPartition{{Subscription: "s", Partition: "p", Generation: 2}}
+	b, err = storecontract.EncodeStatus(runtime.NodeStatus{Service: "svc", Node: "n", Held: held}, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), `"held"`) {
+		t.Errorf("the status record %s carries the held partitions", b)
+	}
+	empty, err := storecontract.EncodeHeld("t-1", nil)
+	if err != nil || string(empty) != `{"tag":"t-1","held":[]}` {
+		t.Errorf("held record of none: %s, %v", empty, err)
+	}
+	rec, err := storecontract.EncodeHeld("t-2", held)
+	if err != nil || !strings.HasPrefix(string(rec), storecontract.HeldTagPrefix("t-2")) {
+		t.Fatalf("held record %s, %v: want it to begin with %s", rec, err, storecontract.HeldTagPrefix("t-2"))
+	}
+	st, err := storecontract.DecodeStatus(b, true)
+	if err != nil || st.Held == nil || len(st.Held) != 0 {
+		t.Fatalf("decoded status %+v, %v: want Held empty before the held record", st, err)
+	}
+	if err := storecontract.DecodeHeld(&st, rec); err != nil || len(st.Held) != 1 || st.Held[0] != held[0] {
+		t.Fatalf("decoded held %+v, %v: want %+v", st.Held, err, held)
+	}
+	if st, err := storecontract.DecodeStatus(b, false); err != nil || st.Held != nil {
+		t.Fatalf("decoded without held: %+v, %v: want Held nil", st, err)
 	}
 }
