@@ -93,27 +93,15 @@ func (s *Store) liveMembers(ctx context.Context, op, service string, withHeld bo
 
 // Held returns the held partitions of those of nodes that are live.
 func (s *Store) Held(ctx context.Context, service string, nodes []string) (map[string][]runtime.HeldPartition, error) {
-	const op = "held partitions"
-	if err := storecontract.Service(op, service); err != nil {
+	ms, err := s.liveMembers(ctx, "held partitions", service, true)
+	if err != nil {
 		return nil, err
 	}
-	if err := ctxErr(ctx, op); err != nil {
-		return nil, err
-	}
-	now := s.cfg.clock.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	out := make(map[string][]runtime.HeldPartition, len(nodes))
-	for _, n := range nodes {
-		m, ok := s.members[service][n]
-		if !ok || !m.expireAt.After(now) {
-			continue
+	for _, m := range ms {
+		if slices.Contains(nodes, m.Node) {
+			out[m.Node] = m.Held
 		}
-		st, err := m.decode(true)
-		if err != nil {
-			return nil, fmt.Errorf("memstore: %s: %w", op, err)
-		}
-		out[n] = st.Held
 	}
 	return out, nil
 }
