@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
+	"runtime/pprof"
 	"runtime/trace"
 	"slices"
 	"strconv"
@@ -490,6 +492,8 @@ type latRedisVariant struct {
 // rate for that long before the measured ones, unmeasured: the window
 // then sees a node in a steady flow (new keys: the warm-up's workers
 // ending as the window's begin) rather than the first of it.
+// PROTCTL_BENCH_LATENCY_HEAPPROFILE=path writes the heap the node keeps
+// live at the window's end (latHeapProfile).
 //
 // Under -test.trace, every event slower than 5 ms
 // (PROTCTL_BENCH_LATENCY_TRACE_SLOW) is logged in the trace, in category
@@ -1014,6 +1018,7 @@ func latRun(ctx context.Context, b *testing.B, srvs latServers, v latRedisVarian
 	cpu0 := rtProcessCPU()
 	took := latPublishTo(ctx, b, pubs, category, keys, 0, rate)
 	b.StopTimer()
+	latHeapProfile(b, who)
 	o.published = float64(events) / took.Seconds()
 	deadline := time.Now().Add(drain)
 	for time.Now().Before(deadline) && !done(pre+warmRT+int64(events), pre+warmPlain+int64(events)) {
@@ -1039,6 +1044,33 @@ func latRun(ctx context.Context, b *testing.B, srvs latServers, v latRedisVarian
 		o.plain = latResultOf(plainRec)
 	}
 	return o
+}
+
+// latHeapProfile writes, with PROTCTL_BENCH_LATENCY_HEAPPROFILE=path,
+// the heap profile of this process as the window's last event is
+// published, its node still running: what a node in the flow keeps live
+// (inuse_space), which the collector marks at every cycle. A run with the
+// runtime writes path.runtime, one of the plain loop alone path.plain
+// (each slice overwrites the last).
+func latHeapProfile(tb testing.TB, who latWho) {
+	path := os.Getenv("PROTCTL_BENCH_LATENCY_HEAPPROFILE")
+	if path == "" {
+		return
+	}
+	if who.runtime() {
+		path += ".runtime"
+	} else {
+		path += ".plain"
+	}
+	goruntime.GC() // the profile is as of the last collection
+	f, err := os.Create(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // latServerCPU is the key of latServerUS's reading of the server's
