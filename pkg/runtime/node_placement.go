@@ -17,15 +17,43 @@ type nodePlacement struct {
 	// last is the last placement read successfully: what the node goes
 	// on applying while reads fail.
 	last placement.State
-	// readErr is the last read's error (nil after a success), skipped
-	// the last read's undecodable fields, joined: both are logged at
-	// Warn only when they change, not at every heartbeat.
-	readErr error
+	// read is the placement read's last failure, skipped the last read's
+	// undecodable fields, joined: both are logged at Warn only when they
+	// change, not at every heartbeat.
+	read    readFailure
 	skipped string
 	// kept are the other cordoned nodes' held partitions as last read,
-	// heldErr the last read's error (logged when it changes).
-	kept    map[string][]HeldPartition
-	heldErr error
+	// held that read's last failure.
+	kept map[string][]HeldPartition
+	held readFailure
+}
+
+// readFailure is the last failure of a read the heartbeat repeats, so
+// that a read failing the same way every period is logged once, and the
+// first success after it once. Guarded by Node.mu.
+type readFailure struct{ err error }
+
+// changed records err (nil: the read succeeded) and says whether it is a
+// new failure (none before, or another error) or a recovery.
+func (r *readFailure) changed(err error) (failed, recovered bool) {
+	failed = err != nil && (r.err == nil || r.err.Error() != err.Error())
+	recovered = err == nil && r.err != nil
+	r.err = err
+	return failed, recovered
+}
+
+// readOutcome logs what readFailure.changed found about the read of what
+// (Warn, Info) and reports a failure to the Observer under op.
+func (n *Node) readOutcome(op, what string, err error, failed, recovered bool) {
+	switch {
+	case failed:
+		n.cfg.Logger.Warn(what+" unreadable, keeping the last read", "err", err)
+	case recovered:
+		n.cfg.Logger.Info(what + " readable again")
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		n.cfg.Observer.error(ErrorEvent{Op: op, Err: err})
+	}
 }
 
 // Placement returns the operator placement the node's subscriptions
@@ -111,9 +139,7 @@ func (n *Node) readPlacement(ctx context.Context, live []NodeStatus, own []HeldP
 	} else {
 		n.place.last = st
 	}
-	logErr := err != nil && (n.place.readErr == nil || n.place.readErr.Error() != err.Error())
-	logOK := err == nil && n.place.readErr != nil
-	n.place.readErr = err
+	failed, recovered := n.place.read.changed(err)
 	skipped := ""
 	if j := errors.Join(st.Skipped...); err == nil && j != nil {
 		skipped = j.Error()
@@ -123,15 +149,7 @@ func (n *Node) readPlacement(ctx context.Context, live []NodeStatus, own []HeldP
 		n.place.skipped = skipped
 	}
 	n.mu.Unlock()
-	switch {
-	case logErr:
-		n.cfg.Logger.Warn("placement unreadable, keeping the last placement read", "err", err)
-	case logOK:
-		n.cfg.Logger.Info("placement readable again")
-	}
-	if err != nil && !errors.Is(err, context.Canceled) {
-		n.cfg.Observer.error(ErrorEvent{Op: "placement", Err: err})
-	}
+	n.readOutcome("placement", "placement", err, failed, recovered)
 	if logSkipped && skipped != "" {
 		n.cfg.Logger.Warn("placement records skipped", "count", len(st.Skipped), "err", skipped)
 	}
@@ -173,19 +191,9 @@ func (n *Node) readKept(ctx context.Context, st placement.State, live []NodeStat
 	} else {
 		n.place.kept = held
 	}
-	logErr := err != nil && (n.place.heldErr == nil || n.place.heldErr.Error() != err.Error())
-	logOK := err == nil && n.place.heldErr != nil
-	n.place.heldErr = err
+	failed, recovered := n.place.held.changed(err)
 	n.mu.Unlock()
-	switch {
-	case logErr:
-		n.cfg.Logger.Warn("cordoned nodes' held partitions unreadable, keeping the lists last read", "err", err)
-	case logOK:
-		n.cfg.Logger.Info("cordoned nodes' held partitions readable again")
-	}
-	if err != nil && !errors.Is(err, context.Canceled) {
-		n.cfg.Observer.error(ErrorEvent{Op: "held partitions", Err: err})
-	}
+	n.readOutcome("held partitions", "cordoned nodes' held partitions", err, failed, recovered)
 	out := slices.Clone(live)
 	self := false
 	for i := range out {
