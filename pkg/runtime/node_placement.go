@@ -14,35 +14,40 @@ import (
 type nodePlacement struct {
 	mode placement.Mode      // this node's, as last read
 	pl   *placement.Snapshot // the engines' snapshot
-	// last is the last placement read successfully: what the node goes
-	// on applying while reads fail.
-	last placement.State
-	// read is the placement read's last failure, skipped the last read's
-	// undecodable fields, joined: both are logged at Warn only when they
-	// change, not at every heartbeat.
-	read    readFailure
-	skipped string
-	// kept are the other cordoned nodes' held partitions as last read,
-	// held that read's last failure.
-	kept map[string][]HeldPartition
-	held readFailure
+	// placement is the last placement read successfully (what the node
+	// goes on applying while reads fail) and the read's last failure;
+	// skipped the last read's undecodable fields, joined. Failures and
+	// skipped fields are logged at Warn only when they change, not at
+	// every heartbeat.
+	placement lastRead[placement.State]
+	skipped   string
+	// kept are the other cordoned nodes' held partitions as last read.
+	kept lastRead[map[string][]HeldPartition]
 }
 
-// readFailure is the last failure of a read the heartbeat repeats, so
-// that a read failing the same way every period is logged once, and the
-// first success after it once. Guarded by Node.mu.
-type readFailure struct{ err error }
+// lastRead is the last value a read the heartbeat repeats returned, kept
+// in force while the read fails, and its last failure, so that a read
+// failing the same way every period is logged once, and the first
+// success after it once. Guarded by Node.mu.
+type lastRead[T any] struct {
+	v   T
+	err error
+}
 
-// changed records err (nil: the read succeeded) and says whether it is a
-// new failure (none before, or another error) or a recovery.
-func (r *readFailure) changed(err error) (failed, recovered bool) {
+// update records a read's outcome (err nil: v was read) and returns the
+// value in force, and whether err is a new failure (none before, or
+// another error) or a recovery.
+func (r *lastRead[T]) update(v T, err error) (in T, failed, recovered bool) {
 	failed = err != nil && (r.err == nil || r.err.Error() != err.Error())
 	recovered = err == nil && r.err != nil
 	r.err = err
-	return failed, recovered
+	if err == nil {
+		r.v = v
+	}
+	return r.v, failed, recovered
 }
 
-// readOutcome logs what readFailure.changed found about the read of what
+// readOutcome logs what lastRead.update found about the read of what
 // (Warn, Info) and reports a failure to the Observer under op.
 func (n *Node) readOutcome(op, what string, err error, failed, recovered bool) {
 	switch {
@@ -134,12 +139,7 @@ func (n *Node) readPlacement(ctx context.Context, live []NodeStatus, own []HeldP
 	}
 	st, err := pr.ReadPlacement(ctx, n.cfg.Service)
 	n.mu.Lock()
-	if err != nil {
-		st = n.place.last
-	} else {
-		n.place.last = st
-	}
-	failed, recovered := n.place.read.changed(err)
+	st, failed, recovered := n.place.placement.update(st, err)
 	skipped := ""
 	if j := errors.Join(st.Skipped...); err == nil && j != nil {
 		skipped = j.Error()
@@ -186,12 +186,7 @@ func (n *Node) readKept(ctx context.Context, st placement.State, live []NodeStat
 		held, err = n.cfg.Membership.Held(ctx, n.cfg.Service, others)
 	}
 	n.mu.Lock()
-	if err != nil {
-		held = n.place.kept
-	} else {
-		n.place.kept = held
-	}
-	failed, recovered := n.place.held.changed(err)
+	held, failed, recovered := n.place.kept.update(held, err)
 	n.mu.Unlock()
 	n.readOutcome("held partitions", "cordoned nodes' held partitions", err, failed, recovered)
 	out := slices.Clone(live)
