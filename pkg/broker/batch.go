@@ -60,6 +60,14 @@ type LeaseRequest struct {
 	Group            string
 	Read             []string
 	Count            int64
+	// Index, when not empty, makes the acquisition conditional on Member
+	// being in the set Index (a category's partition index, as
+	// Layout.IndexKey): when it is not, nothing is written (no lease, no
+	// generation, no group) and the grant says NotIndexed. It lets a node
+	// take on a key an append announced without checking the index in a
+	// round trip of its own first (IndexCheckingAcquirer says where it
+	// may be set).
+	Index, Member string
 }
 
 // LeaseGrant is the outcome of one LeaseRequest.
@@ -73,7 +81,10 @@ type LeaseGrant struct {
 	// it was done (the generation granted was ReadAtGeneration); nil
 	// otherwise.
 	Read []ReadResult
-	Err  error
+	// NotIndexed: the request's Member was not in its Index, and nothing
+	// was written (Acquired is false).
+	NotIndexed bool
+	Err        error
 }
 
 // BatchAcquirer is an optional capability (found by type assertion): many
@@ -87,6 +98,15 @@ type BatchAcquirer interface {
 	// (a transport failure) reports the error; whether it took the lease
 	// is unknown, and a lease it took expires with its TTL.
 	AcquirePartitionLeases(ctx context.Context, reqs []LeaseRequest) []LeaseGrant
+}
+
+// IndexCheckingAcquirer is an optional capability of a BatchAcquirer:
+// whether a LeaseRequest's Index is honoured for category's partitions.
+// It is not where the index and a partition's lease cannot be read and
+// written in one atomic step (a Redis Cluster, where they live in
+// different slots); a request that sets Index there fails.
+type IndexCheckingAcquirer interface {
+	AcquireChecksIndex(category string) bool
 }
 
 // LeaseRelease is one release of a BatchReleaser batch: the arguments of

@@ -20,6 +20,17 @@ func (s *Suite) leaseRequest(k, o string, gen int64) broker.LeaseRequest {
 	}
 }
 
+// indexChecking returns s's broker as an IndexCheckingAcquirer that
+// honours LeaseRequest.Index, or skips t.
+func indexChecking(t *testing.T, s *Suite) broker.BatchAcquirer {
+	t.Helper()
+	ba := optional[broker.BatchAcquirer](t, s)
+	if ic, ok := ba.(broker.IndexCheckingAcquirer); !ok || !ic.AcquireChecksIndex(cat) {
+		t.Skip("the adapter does not check the index with an acquisition here")
+	}
+	return ba
+}
+
 var batchCases = []Case{
 	{"BatchReadsAreEachFenced", func(t *testing.T, s *Suite) {
 		br := optional[broker.BatchReader](t, s)
@@ -93,6 +104,82 @@ var batchCases = []Case{
 		}
 		if res[1].Err != nil || !slices.Equal(ids(res[1].Messages), pub) {
 			t.Fatalf("the valid read beside it = %v, %v; want %v", ids(res[1].Messages), res[1].Err, pub)
+		}
+	}},
+	{"BatchAcquireWithAnIndexCheckWritesNothingForAnUnindexedKey", func(t *testing.T, s *Suite) {
+		ba := indexChecking(t, s)
+		// "stray" has a stream (another tool's group made it) but is in no
+		// index: an announced append to it must not make it a partition.
+		const stray = "stray"
+		if err := s.faults.CreateGroup(s.Ctx, s.stream(stray), "other.Consumer", "0"); err != nil {
+			t.Fatal(err)
+		}
+		pub := s.publish(t, key, "", 2) // indexed by the publish
+		reqs := []broker.LeaseRequest{s.leaseRequest(stray, owner, 1), s.leaseRequest(key, owner, 1), s.leaseRequest("never", owner, 1)}
+		for i := range reqs {
+			reqs[i].Index = s.L.IndexKey(cat)
+		}
+		reqs[0].Member, reqs[1].Member, reqs[2].Member = stray, key, "never"
+		g := ba.AcquirePartitionLeases(s.Ctx, reqs)
+		for _, i := range []int{0, 2} {
+			if g[i].Err != nil || !g[i].NotIndexed || g[i].Acquired || g[i].Tails != nil || g[i].Read != nil {
+				t.Fatalf("acquisition of unindexed %s = %+v, want NotIndexed and nothing else", reqs[i].Member, g[i])
+			}
+			for _, k := range []string{reqs[i].LeaseKey, reqs[i].GenerationKey, s.backfill(reqs[i].Member)} {
+				if s.exists(t, k) {
+					t.Fatalf("a refused acquisition of %s wrote %s", reqs[i].Member, k)
+				}
+			}
+		}
+		if s.exists(t, s.stream("never")) {
+			t.Fatal("a refused acquisition created the stream of a key never written")
+		}
+		if c, err := s.faults.Consumers(s.Ctx, s.stream(stray), group); err != nil || len(c) != 0 {
+			t.Fatalf("consumers of %s on the stray stream = %v, %v; want none", group, c, err)
+		}
+		if g[1].Err != nil || !g[1].Acquired || g[1].NotIndexed || g[1].Lease.Generation != 1 {
+			t.Fatalf("acquisition of indexed %s = %+v", key, g[1])
+		}
+		if len(g[1].Read) != 1 || !slices.Equal(ids(g[1].Read[0].Messages), pub) {
+			t.Fatalf("read with the checked lease = %+v, want %v", g[1].Read, pub)
+		}
+	}},
+	{"BatchAcquireWithAWrongTypeIndexTakesNoLease", func(t *testing.T, s *Suite) {
+		ba := indexChecking(t, s)
+		idx := s.L.IndexKey(cat)
+		if err := s.faults.PutString(s.Ctx, idx, "not-a-set"); err != nil {
+			t.Fatal(err)
+		}
+		r := s.leaseRequest(key, owner, 1)
+		r.Index, r.Member = idx, key
+		g := ba.AcquirePartitionLeases(s.Ctx, []broker.LeaseRequest{r})[0]
+		wantErrIs(t, "acquisition checked against a string index", g.Err, broker.ErrWrongType)
+		if g.Acquired || g.NotIndexed || s.exists(t, r.LeaseKey) || s.exists(t, r.GenerationKey) {
+			t.Fatalf("a refused acquisition: %+v, lease written %v", g, s.exists(t, r.LeaseKey))
+		}
+	}},
+	{"BatchAcquireWithAnIndexItCannotCheckIsRefused", func(t *testing.T, s *Suite) {
+		ba := optional[broker.BatchAcquirer](t, s)
+		if ic, ok := ba.(broker.IndexCheckingAcquirer); !ok || ic.AcquireChecksIndex(cat) {
+			t.Skip("the adapter checks the index with an acquisition here")
+		}
+		s.publish(t, key, "", 1)
+		r := s.leaseRequest(key, owner, 1)
+		r.Index, r.Member = s.L.IndexKey(cat), key
+		g := ba.AcquirePartitionLeases(s.Ctx, []broker.LeaseRequest{r})[0]
+		var inv *broker.InvalidArgumentError
+		if !errors.As(g.Err, &inv) || g.Acquired || s.exists(t, r.LeaseKey) {
+			t.Fatalf("an index the adapter cannot check: %+v, want an InvalidArgumentError and no lease", g)
+		}
+	}},
+	{"BatchAcquireRefusesAMemberWithoutAnIndex", func(t *testing.T, s *Suite) {
+		ba := optional[broker.BatchAcquirer](t, s)
+		r := s.leaseRequest(key, owner, 1)
+		r.Member = key
+		g := ba.AcquirePartitionLeases(s.Ctx, []broker.LeaseRequest{r})[0]
+		var inv *broker.InvalidArgumentError
+		if !errors.As(g.Err, &inv) || g.Acquired || s.exists(t, r.LeaseKey) {
+			t.Fatalf("a member without an index: %+v, want an InvalidArgumentError and no lease", g)
 		}
 	}},
 	{"BatchAcquireTakesFreeLeasesOnly", func(t *testing.T, s *Suite) {

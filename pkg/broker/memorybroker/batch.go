@@ -53,6 +53,11 @@ func (b *Broker) AcquirePartitionLeases(ctx context.Context, reqs []broker.Lease
 	return out
 }
 
+// AcquireChecksIndex says that AcquirePartitionLeases honours a
+// LeaseRequest's Index (broker.IndexCheckingAcquirer): everything here is
+// one atomic step.
+func (b *Broker) AcquireChecksIndex(string) bool { return true }
+
 func (b *Broker) acquireOne(op string, r *broker.LeaseRequest) broker.LeaseGrant {
 	read := r.ReadAtGeneration > 0 && len(r.Read) > 0
 	checks := []error{
@@ -72,6 +77,12 @@ func (b *Broker) acquireOne(op string, r *broker.LeaseRequest) broker.LeaseGrant
 		}
 		checks = append(checks, b.validGroup(op, r.Group), positive(op, "count", r.Count))
 	}
+	switch {
+	case r.Index != "":
+		checks = append(checks, nonEmpty(op, "member", r.Member))
+	case r.Member != "":
+		checks = append(checks, invalid(op, "member", r.Member, "is set without an index"))
+	}
 	if err := firstErr(checks...); err != nil {
 		return broker.LeaseGrant{Err: err}
 	}
@@ -82,6 +93,15 @@ func (b *Broker) acquireOne(op string, r *broker.LeaseRequest) broker.LeaseGrant
 
 	now := b.lock()
 	defer b.mu.Unlock()
+	if r.Index != "" {
+		idx, err := b.setAt(op, r.Index, now)
+		if err != nil {
+			return broker.LeaseGrant{Err: err}
+		}
+		if idx == nil || !idx.has(r.Member) {
+			return broker.LeaseGrant{NotIndexed: true}
+		}
+	}
 	for _, s := range append(append([]string(nil), r.Tails...), r.Read...) {
 		if _, err := b.streamAt(op, s, now); err != nil {
 			return broker.LeaseGrant{Err: err}

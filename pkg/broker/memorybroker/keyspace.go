@@ -63,6 +63,11 @@ func (s *set) add(m string) {
 	}
 }
 
+func (s *set) has(m string) bool {
+	_, ok := s.members[m]
+	return ok
+}
+
 func (s *set) remove(m string) {
 	if _, ok := s.members[m]; ok {
 		delete(s.members, m)

@@ -266,15 +266,18 @@ func (b *Broker) AcquirePartitionLeases(ctx context.Context, reqs []broker.Lease
 			out[i].Err = err
 			continue
 		}
-		keys := make([]string, 0, 2+len(r.Tails)+len(r.Read))
+		keys := make([]string, 0, 3+len(r.Tails)+len(r.Read))
 		keys = append(keys, r.LeaseKey, r.GenerationKey)
 		keys = append(keys, r.Tails...)
 		keys = append(keys, r.Read...)
+		if r.Index != "" {
+			keys = append(keys, r.Index)
+		}
 		group, count := r.Group, r.Count
 		if r.ReadAtGeneration == 0 || len(r.Read) == 0 {
 			group, count = "", 0
 		}
-		calls = append(calls, scriptCall{keys: keys, args: []any{r.Owner, ms, len(r.Tails), r.ReadAtGeneration, group, count}})
+		calls = append(calls, scriptCall{keys: keys, args: []any{r.Owner, ms, len(r.Tails), r.ReadAtGeneration, group, count, r.Member}})
 		sent = append(sent, i)
 	}
 	if len(calls) == 0 {
@@ -301,6 +304,15 @@ func (b *Broker) AcquirePartitionLeases(ctx context.Context, reqs []broker.Lease
 	return out
 }
 
+// AcquireChecksIndex says whether AcquirePartitionLeases honours a
+// LeaseRequest's Index (broker.IndexCheckingAcquirer): on one server, not
+// on a Cluster, where a category's index and a partition's lease live in
+// different slots and no script may touch both.
+func (b *Broker) AcquireChecksIndex(string) bool {
+	_, ok := b.client.(*redis.Client)
+	return ok
+}
+
 // validLeaseRequest checks a LeaseRequest's arguments and returns its TTL
 // in milliseconds.
 func (b *Broker) validLeaseRequest(op string, r *broker.LeaseRequest) (int64, error) {
@@ -312,6 +324,17 @@ func (b *Broker) validLeaseRequest(op string, r *broker.LeaseRequest) (int64, er
 		if err := nonEmpty(op, "stream", s); err != nil {
 			return 0, err
 		}
+	}
+	if r.Index != "" {
+		if !b.AcquireChecksIndex("") {
+			return 0, &broker.InvalidArgumentError{Op: op, Arg: "index", Value: r.Index,
+				Reason: "an index check with the acquisition needs one Redis server (not a Cluster): check the index first (PartitionKeysIndexed)"}
+		}
+		if err := nonEmpty(op, "member", r.Member); err != nil {
+			return 0, err
+		}
+	} else if r.Member != "" {
+		return 0, &broker.InvalidArgumentError{Op: op, Arg: "member", Value: r.Member, Reason: "is set without an index"}
 	}
 	if r.ReadAtGeneration < 0 {
 		return 0, &broker.InvalidArgumentError{Op: op, Arg: "read at generation", Value: strconv.FormatInt(r.ReadAtGeneration, 10), Reason: "must not be negative"}
@@ -347,6 +370,9 @@ func parseGrant(op string, r *broker.LeaseRequest, keys []string, cmd *redis.Cmd
 	g, ok := res[0].(int64)
 	if !ok {
 		return bad(fmt.Sprintf("generation %v", res[0]))
+	}
+	if g == -1 && r.Index != "" {
+		return broker.LeaseGrant{NotIndexed: true}
 	}
 	lease, acquired, _ := newLease(r.LeaseKey, r.Owner, g)
 	if !acquired {
