@@ -28,6 +28,20 @@ type (
 		// news, when not nil, is per key the lanes the appends were
 		// to (0: unknown, any lane).
 		news []laneNews
+		// batch numbers the announcements the keys were checked for
+		// (followAppends), 0 for other signals: see evCandidates.
+		batch uint64
+	}
+	// evCandidates: keys announced appends may be for that are not known
+	// to be partitions yet, sent before their index check (followAppends,
+	// batch numbering the announcements). Those HRW gives this node are
+	// taken on at once, their acquisition checking the index
+	// (LeaseRequest.Index); the others wait for the check's evSignal.
+	// docs/decisions/0052-index-check-with-the-acquisition.md.
+	evCandidates struct {
+		category string
+		keys     []string
+		batch    uint64
 	}
 	// evAnnounced: partition keys an announced append may be for that
 	// the category's index did not confirm (a lane of another category,
@@ -66,6 +80,7 @@ type (
 
 func (evDiscovered) isEvent()   {}
 func (evSignal) isEvent()       {}
+func (evCandidates) isEvent()   {}
 func (evAnnounced) isEvent()    {}
 func (evWake) isEvent()         {}
 func (evResync) isEvent()       {}
@@ -124,6 +139,11 @@ type part struct {
 	parked      *ledger.Parked
 	reaped      bool      // retired by this node; not reaped again until active
 	created     time.Time // when the coordinator learnt of the key
+	// candidate is the category whose index the key's next acquisition
+	// checks it against, "" once the key is known to be a partition
+	// (evCandidates); candidateBatch is the announcements it came from.
+	candidate      string
+	candidateBatch uint64
 	// ledgerSeen is ledgerReads read once a worker's park or resolve of
 	// the key had returned: a list numbered above it started after that
 	// write. (A wall time here would trust the clock's order of two
@@ -392,16 +412,29 @@ func (c *coordinator) handle(ev event) {
 	case evSignal:
 		var added []string
 		for i, k := range ev.keys {
-			if c.parts[k] == nil {
+			pt := c.parts[k]
+			if pt == nil {
 				added = append(added, k)
 				c.part(k)
 				continue
 			}
-			c.wake(c.parts[k], false, ev.newsOf(i))
+			if pt.candidate != "" {
+				// The index holds it: a partition.
+				fresh := ev.batch != 0 && ev.batch == pt.candidateBatch
+				pt.candidate, pt.candidateBatch = "", 0
+				if fresh {
+					// The appends that made it a candidate: its worker
+					// started after they were announced, and reads them.
+					continue
+				}
+			}
+			c.wake(pt, false, ev.newsOf(i))
 		}
 		if len(added) > 0 {
 			c.reassign(added)
 		}
+	case evCandidates:
+		c.candidates(ev)
 	case evAnnounced:
 		for _, k := range ev.keys {
 			if pt := c.parts[k]; pt != nil {
@@ -480,6 +513,39 @@ func (c *coordinator) handle(ev event) {
 	}
 }
 
+// candidates takes on the candidate keys of ev that HRW gives this node,
+// each acquisition checking the key against ev.category's index; it
+// forgets the others, which their own node checks that way and this node
+// learns of from the index check (evSignal). Under a MaxPartitions cap
+// every placement decision weighs every known key, and before the first
+// membership none can be made: candidates wait for the check there.
+func (c *coordinator) candidates(ev evCandidates) {
+	if c.p.cfg.MaxPartitions > 0 || c.members == nil || c.stopping {
+		return
+	}
+	for _, k := range ev.keys {
+		if c.parts[k] != nil {
+			continue
+		}
+		pt := c.part(k)
+		pt.candidate, pt.candidateBatch = ev.category, ev.batch
+		c.reassign([]string{k})
+		if !pt.mine {
+			delete(c.parts, k)
+		}
+	}
+}
+
+// forget drops pt from the known partitions.
+func (c *coordinator) forget(pt *part) {
+	if pt.mine {
+		c.p.c.assigned.Add(-1)
+		c.p.assigned.set(pt.key, false)
+	}
+	c.setState(pt, pForeign)
+	delete(c.parts, pt.key)
+}
+
 // wake reacts to news on pt: activate it, or tell its worker.
 func (c *coordinator) wake(pt *part, fromWaiter bool, news laneNews) {
 	if !pt.mine || c.stopping {
@@ -506,12 +572,7 @@ func (c *coordinator) forgetUnindexed(indexed []string, started time.Time) {
 		if in[k] || pt.state == pActive || pt.state == pParked || pt.parked != nil || !pt.created.Before(started) {
 			continue
 		}
-		if pt.mine {
-			c.p.c.assigned.Add(-1)
-			c.p.assigned.set(k, false)
-		}
-		c.setState(pt, pForeign)
-		delete(c.parts, k)
+		c.forget(pt)
 	}
 }
 
@@ -556,6 +617,17 @@ func (c *coordinator) workerDone(w *worker, res result) {
 	}
 	if res.kind == resFatal {
 		p.fail(res.err)
+		return
+	}
+	if res.indexed {
+		pt.candidate, pt.candidateBatch = "", 0
+	}
+	if res.kind == resNotIndexed && pt.candidate != "" {
+		// Not a partition (a stream that only looks like one), or not
+		// yet indexed: the index check remembers it and takes it on
+		// once the index holds it (followAppends).
+		pt.dirty = false
+		c.forget(pt)
 		return
 	}
 	dirty := pt.dirty

@@ -140,6 +140,7 @@ const watchSettled = time.Second
 func (p *Subscription) followAppends(ctx context.Context, category string, ch <-chan string, indexed map[string]bool, unindexed map[string]time.Time) {
 	s := newAppendScratch(p.layout.IndexKey(category))
 	for name := range ch {
+		s.batch = p.appendBatches.Add(1) // unique across the categories' loops
 		names := s.names
 		clear(names)
 		names[name] = true
@@ -156,7 +157,7 @@ func (p *Subscription) followAppends(ctx context.Context, category string, ch <-
 			}
 		}
 		keys, news, unconfirmed, ok := p.appendedKeys(ctx, category, names, indexed, unindexed, s)
-		if len(keys) > 0 && !p.send(evSignal{keys: keys, news: news}) {
+		if len(keys) > 0 && !p.send(evSignal{keys: keys, news: news, batch: s.batch}) {
 			return
 		}
 		if len(unconfirmed) > 0 && !p.send(evAnnounced{keys: unconfirmed}) {
@@ -180,6 +181,7 @@ type appendScratch struct {
 	index                string // the category's index key
 	names, seen, recheck map[string]bool
 	lanes                map[string]laneNews
+	batch                uint64 // this batch of names' number (evCandidates)
 }
 
 func newAppendScratch(index string) *appendScratch {
@@ -251,6 +253,19 @@ func (p *Subscription) appendedKeys(ctx context.Context, category string, names 
 	}
 	if len(check) == 0 {
 		return keys, nil, nil, true
+	}
+	if p.indexAtAcquire[category] {
+		// The keys this node owns need not wait for the check: their
+		// acquisitions check the index themselves (evCandidates).
+		var cands []string
+		for _, k := range check {
+			if !recheck[k] {
+				cands = append(cands, k)
+			}
+		}
+		if len(cands) > 0 && !p.send(evCandidates{category: category, keys: cands, batch: s.batch}) {
+			return keys, nil, nil, true
+		}
 	}
 	in, err := p.appends.PartitionKeysIndexed(ctx, category, check)
 	if err != nil {

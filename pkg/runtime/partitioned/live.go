@@ -2,6 +2,7 @@ package partitioned
 
 import (
 	"context"
+	"errors"
 
 	"github.com/protctl/protctl/pkg/broker"
 )
@@ -199,6 +200,9 @@ func (w *worker) liveAcquire(leaseKey string) (broker.Lease, bool, error) {
 	if p.tailer != nil && p.waiter != nil {
 		req.Tails = w.streams()
 	}
+	if w.index != "" {
+		req.Index, req.Member = p.layout.IndexKey(w.index), w.key
+	}
 	if !w.checkLedger && !w.pausedNow() {
 		req.ReadAtGeneration = w.cleanGen + 1
 		req.Group, req.Count = p.cfg.Name, int64(w.readCount())
@@ -213,6 +217,12 @@ func (w *worker) liveAcquire(leaseKey string) (broker.Lease, bool, error) {
 		return broker.Lease{}, false, context.Cause(w.ctx)
 	}
 	g := la.res
+	if g.NotIndexed {
+		return broker.Lease{}, false, errNotIndexed
+	}
+	if req.Index != "" && (g.Acquired || g.Err == nil) {
+		w.indexed = true // checked before anything else: held or taken, it is a partition
+	}
 	if !g.Acquired {
 		return broker.Lease{}, false, g.Err
 	}
@@ -238,6 +248,10 @@ func (w *worker) liveAcquire(leaseKey string) (broker.Lease, bool, error) {
 	}
 	return g.Lease, true, nil
 }
+
+// errNotIndexed is liveAcquire's answer for a candidate key its
+// acquisition found in no index.
+var errNotIndexed = errors.New("runtime: the key is in no partition index")
 
 // liveRelease gives the worker's lease back on the live path
 // (releaseLease), deleting the group's consumers that hold nothing on

@@ -51,6 +51,13 @@ type Subscription struct {
 	// check rather than wait (announce.go).
 	announced *announceState
 	checker   broker.EntryChecker
+	// indexAtAcquire names the categories whose announced new keys this
+	// node takes on with an acquisition that checks the index, rather
+	// than after a check of their own (evCandidates).
+	indexAtAcquire map[string]bool
+	// appendBatches numbers the batches of announced names, across
+	// categories (evSignal.batch).
+	appendBatches atomic.Uint64
 	// lastScanned is the number of keys the last complete scan found,
 	// which spaces the scans a changed index brings forward.
 	lastScanned atomic.Int64
@@ -172,6 +179,12 @@ func New(cfg Config) (*Subscription, error) {
 	}
 	if p.live = newLiveIO(cfg.Broker); p.live != nil {
 		p.ahead = make(chan struct{}, aheadPerWorker*cfg.Workers)
+		if ic, ok := cfg.Broker.(broker.IndexCheckingAcquirer); ok && p.appends != nil {
+			p.indexAtAcquire = make(map[string]bool)
+			for _, cat := range cfg.Categories {
+				p.indexAtAcquire[cat] = ic.AcquireChecksIndex(cat)
+			}
+		}
 	}
 	if ar, ok := cfg.Broker.(broker.AckReader); ok {
 		p.ackReader = ar

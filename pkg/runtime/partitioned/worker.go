@@ -30,6 +30,9 @@ const (
 	resParked                      // the head was parked; lease released
 	resError                       // a transient I/O failure; lease released
 	resFatal                       // a fatal handler error; lease released
+	// resNotIndexed: the key was a candidate (evCandidates) and its
+	// acquisition found it in no index; nothing was written.
+	resNotIndexed
 )
 
 // result is what a worker reports to the coordinator.
@@ -40,7 +43,10 @@ type result struct {
 	parked *ledger.Parked
 	// resolved says the worker resolved the key's parked entry.
 	resolved bool
-	err      error
+	// indexed says the worker's acquisition found its candidate key in
+	// the index (evCandidates): the key is a partition.
+	indexed bool
+	err     error
 }
 
 // worker processes one partition key under one lease generation, from
@@ -56,6 +62,11 @@ type worker struct {
 	after       map[string]string
 	cleanGen    int64
 	checkLedger bool
+	// index is the category whose index the acquisition checks the key
+	// against (a candidate, evCandidates), "" for a known partition;
+	// indexed says the check found it there.
+	index   string
+	indexed bool
 
 	wake       chan struct{}
 	fromWaiter atomic.Bool // the last wake came from the EntryWaiter
@@ -135,6 +146,7 @@ func newWorker(p *Subscription, pt *part) *worker {
 		after:       make(map[string]string),
 		cleanGen:    pt.cleanGen,
 		checkLedger: pt.checkLedger || pt.parked != nil,
+		index:       pt.candidate,
 		wake:        make(chan struct{}, 1),
 		handover:    make(chan struct{}),
 		ctx:         ctx,
@@ -197,6 +209,7 @@ func (w *worker) handOver() { w.handOnce.Do(func() { close(w.handover) }) }
 
 func (w *worker) run() (res result) {
 	p := w.p
+	defer func() { res.indexed = w.indexed }()
 	defer w.cancel(nil)
 	defer w.releaseAhead()
 	defer w.releaseSlot()
@@ -217,6 +230,9 @@ func (w *worker) run() (res result) {
 	w.covered, w.joinedAt = p.announcedCover(), start
 	leaseKey := p.layout.LeaseKey(p.cfg.Name, w.key)
 	lease, ok, err := w.acquire(leaseKey)
+	if errors.Is(err, errNotIndexed) {
+		return result{kind: resNotIndexed}
+	}
 	if err != nil {
 		if w.ctx.Err() != nil {
 			return result{kind: resStopped}

@@ -1,0 +1,177 @@
+package partitioned_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/broker/redisbroker"
+	"github.com/protctl/protctl/pkg/runtime"
+	"github.com/protctl/protctl/pkg/runtime/partitioned"
+)
+
+// Announced new keys taken on with an acquisition that checks the index
+// (evCandidates, docs/decisions/0052-index-check-with-the-acquisition.md).
+
+// candidateBroker is the Redis broker with its index checks of announced
+// names held while hold is set (until the channel it holds is closed),
+// and the acquisitions that checked the index recorded per key. Its scans
+// of the index leave the test's keys out (hidden): only the
+// announcements find them.
+type candidateBroker struct {
+	*redisbroker.Broker
+	hold atomic.Pointer[chan struct{}]
+
+	mu      sync.Mutex
+	checked map[string][]broker.LeaseGrant // per key, the grants of acquisitions that checked the index
+}
+
+func newCandidateBroker(c *redis.Client) *candidateBroker {
+	return &candidateBroker{Broker: redisbroker.New(c), checked: map[string][]broker.LeaseGrant{}}
+}
+
+func (b *candidateBroker) PartitionKeysIndexed(ctx context.Context, category string, keys []string) ([]bool, error) {
+	if h := b.hold.Load(); h != nil {
+		select {
+		case <-*h:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return b.Broker.PartitionKeysIndexed(ctx, category, keys)
+}
+
+func (b *candidateBroker) AcquirePartitionLeases(ctx context.Context, reqs []broker.LeaseRequest) []broker.LeaseGrant {
+	out := b.Broker.AcquirePartitionLeases(ctx, reqs)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, r := range reqs {
+		if r.Index != "" {
+			b.checked[r.Member] = append(b.checked[r.Member], out[i])
+		}
+	}
+	return out
+}
+
+// hidden is the key candidateBroker's scans of the index leave out, so
+// that the announcements alone find it.
+func hidden(k string) bool { return strings.HasPrefix(k, "k") }
+
+func (b *candidateBroker) PartitionKeys(ctx context.Context, category string) ([]string, error) {
+	keys, err := b.Broker.PartitionKeys(ctx, category)
+	return slices.DeleteFunc(keys, hidden), err
+}
+
+func (b *candidateBroker) ScanPartitionKeys(ctx context.Context, category string, cursor uint64, count int64) ([]string, uint64, error) {
+	keys, next, err := b.Broker.ScanPartitionKeys(ctx, category, cursor, count)
+	return slices.DeleteFunc(keys, hidden), next, err
+}
+
+// grants returns the grants of key's acquisitions that checked the index.
+func (b *candidateBroker) grants(key string) []broker.LeaseGrant {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.checked[key])
+}
+
+// The node a new key's HRW owner is handles its first entry without
+// waiting for the index check of the announced name: here the check does
+// not answer until the entry was handled, its acquisition having checked
+// the index. Before, a new key cost two round trips in a row (the check,
+// then the acquisition) before its handler.
+func TestRedisNewKeyIsTakenOnWithoutWaitingForItsIndexCheck(t *testing.T) {
+	e := newRedisEnv(t)
+	rec := newRecorder(t)
+	cb := newCandidateBroker(e.client())
+	e.start("node-1", rec.handler("node-1"), func(c *partitioned.Config) {
+		c.Broker = cb
+		c.DiscoverEvery = time.Hour
+		c.DiscoverPollEvery = time.Hour
+	}, nil)
+	// A first key, its check answered, shows the node placing keys.
+	warm := []string{"w"}
+	protean(t, e.c, "w", 1)
+	eventually(t, 30*time.Second, 5*time.Millisecond, "a first key handled", func() bool {
+		return partitioned.Announced(e.subs[0]) && rec.complete(wantAll(warm, 1))
+	})
+
+	release := make(chan struct{})
+	cb.hold.Store(&release)
+	first := []string{"k000"}
+	protean(t, e.c, first[0], 1)
+	eventually(t, 30*time.Second, 5*time.Millisecond, "the new key handled", func() bool { return rec.complete(wantAll(first, 1)) })
+	g := cb.grants(first[0])
+	if len(g) == 0 || !g[0].Acquired || g[0].NotIndexed {
+		t.Fatalf("%s handled, but its acquisitions that checked the index were %+v", first[0], g)
+	}
+	// The checks answer from now on; keys keep being taken on, each
+	// handled once and in order.
+	close(release)
+	keys := keyNames(10) // k000 and nine new keys
+	want := wantAll(keys, 3)
+	want[first[0]] = 4
+	for seq := 1; seq <= 3; seq++ {
+		for _, k := range keys {
+			protean(t, e.c, k, seq+want[k]-3)
+		}
+	}
+	eventually(t, 30*time.Second, 5*time.Millisecond, "every key handled", func() bool { return rec.complete(want) })
+	rec.checkOrder(t, want)
+}
+
+// An announced append to a stream that only looks like a partition's (a
+// name under the category's prefix that no index holds) is not taken
+// on: its acquisition, which checks the index, writes nothing (no lease,
+// generation or group), the handler never sees it, and the node forgets
+// it. A key whose entry arrives next is handled as usual.
+func TestRedisAnnouncedStreamOutsideTheIndexIsNotTakenOn(t *testing.T) {
+	e := newRedisEnv(t)
+	rec := newRecorder(t)
+	cb := newCandidateBroker(e.client())
+	e.start("node-1", rec.handler("node-1"), func(c *partitioned.Config) {
+		c.Broker = cb
+		c.DiscoverEvery = time.Hour
+		c.DiscoverPollEvery = time.Hour
+	}, nil)
+	warm := []string{"w"}
+	protean(t, e.c, "w", 1)
+	eventually(t, 30*time.Second, 5*time.Millisecond, "a first key handled", func() bool {
+		return partitioned.Announced(e.subs[0]) && rec.complete(wantAll(warm, 1))
+	})
+
+	const stray = "stray"
+	appendPlain(t, e.c, stray, 1) // an XADD no SADD goes with
+	eventually(t, 30*time.Second, 5*time.Millisecond, "the stray stream's acquisition answered", func() bool {
+		g := cb.grants(stray)
+		return len(g) > 0
+	})
+	if g := cb.grants(stray); !g[0].NotIndexed || g[0].Acquired {
+		t.Fatalf("the acquisition of an unindexed stream = %+v, want NotIndexed", g[0])
+	}
+	keys := []string{"real"}
+	protean(t, e.c, "real", 1) // w and real are assigned, stray is not
+	eventually(t, 30*time.Second, 5*time.Millisecond, "the real key handled and the stray one forgotten", func() bool {
+		return rec.complete(wantAll(keys, 1)) && e.subs[0].Status().Counters[runtime.CounterAssigned] == 2
+	})
+	ctx := context.Background()
+	l := broker.ProteanLayout
+	for _, k := range []string{l.LeaseKey(group, stray), l.GenerationKey(group, stray)} {
+		if n, err := e.c.Exists(ctx, k).Result(); err != nil || n != 0 {
+			t.Fatalf("%s exists (%d, %v): the refused acquisition wrote it", k, n, err)
+		}
+	}
+	groups, err := e.c.XInfoGroups(ctx, l.Stream(cat, stray)).Result()
+	if err != nil || len(groups) != 0 {
+		t.Fatalf("groups on the stray stream = %+v, %v; want none", groups, err)
+	}
+	if got := rec.handled(stray); len(got) != 0 {
+		t.Fatalf("the handler saw the stray stream's entries %v", got)
+	}
+}
