@@ -144,6 +144,32 @@ var batchCases = []Case{
 			t.Fatalf("read with the checked lease = %+v, want %v", g[1].Read, pub)
 		}
 	}},
+	{"BatchAcquireWithAnIndexCheckOfAHeldLease", func(t *testing.T, s *Suite) {
+		ba := indexChecking(t, s)
+		s.publish(t, key, "", 1)
+		held := s.acquire(t, key, "node-b", long)
+		if err := s.faults.CreateGroup(s.Ctx, s.stream("stray"), "other.Consumer", "0"); err != nil {
+			t.Fatal(err)
+		}
+		// Indexed and held: not acquired, no error (the index passed).
+		r := s.leaseRequest(key, owner, 2)
+		r.Index, r.Member = s.L.IndexKey(cat), key
+		g := ba.AcquirePartitionLeases(s.Ctx, []broker.LeaseRequest{r})[0]
+		if g.Err != nil || g.Acquired || g.NotIndexed || g.Tails != nil || g.Read != nil {
+			t.Fatalf("an indexed key's held lease: %+v, want not acquired, no error", g)
+		}
+		if v, _, _ := s.faults.GetString(s.Ctx, r.LeaseKey); v != held.Token {
+			t.Fatalf("%s's lease = %q, want it left to %q", key, v, held.Token)
+		}
+		// Not indexed: NotIndexed whoever holds a lease under its name.
+		r = s.leaseRequest("stray", owner, 1)
+		r.Index, r.Member = s.L.IndexKey(cat), "stray"
+		s.acquire(t, "stray", "node-b", long)
+		g = ba.AcquirePartitionLeases(s.Ctx, []broker.LeaseRequest{r})[0]
+		if g.Err != nil || !g.NotIndexed || g.Acquired {
+			t.Fatalf("an unindexed key with a lease held: %+v, want NotIndexed", g)
+		}
+	}},
 	{"BatchAcquireWithAWrongTypeIndexTakesNoLease", func(t *testing.T, s *Suite) {
 		ba := indexChecking(t, s)
 		idx := s.L.IndexKey(cat)

@@ -401,7 +401,7 @@ func (c *coordinator) handle(ev event) {
 			if c.parts[k] == nil {
 				added = append(added, k)
 			}
-			c.part(k)
+			c.part(k).candidate = "" // indexed: a partition
 		}
 		if ev.complete {
 			c.forgetUnindexed(ev.keys, ev.started)
@@ -418,15 +418,14 @@ func (c *coordinator) handle(ev event) {
 				c.part(k)
 				continue
 			}
-			if pt.candidate != "" {
-				// The index holds it: a partition.
-				fresh := ev.batch != 0 && ev.batch == pt.candidateBatch
-				pt.candidate, pt.candidateBatch = "", 0
-				if fresh {
-					// The appends that made it a candidate: its worker
-					// started after they were announced, and reads them.
-					continue
-				}
+			// The index holds it: a partition.
+			fresh := ev.batch != 0 && ev.batch == pt.candidateBatch
+			pt.candidate, pt.candidateBatch = "", 0
+			if fresh && (pt.state == pActive || pt.state == pWatched) {
+				// The appends that made it a candidate: its worker,
+				// started after they were announced, reads (or read)
+				// them. One whose acquisition failed is retried now.
+				continue
 			}
 			c.wake(pt, false, ev.newsOf(i))
 		}
@@ -463,6 +462,7 @@ func (c *coordinator) handle(ev event) {
 		known := c.parts[ev.key] != nil
 		pt := c.part(ev.key)
 		pt.checkLedger = true
+		pt.candidate = "" // in the ledger: a partition
 		if !known {
 			c.reassign([]string{ev.key})
 		}
@@ -523,14 +523,18 @@ func (c *coordinator) candidates(ev evCandidates) {
 	if c.p.cfg.MaxPartitions > 0 || c.members == nil || c.stopping {
 		return
 	}
+	var added []string
 	for _, k := range ev.keys {
 		if c.parts[k] != nil {
 			continue
 		}
 		pt := c.part(k)
 		pt.candidate, pt.candidateBatch = ev.category, ev.batch
-		c.reassign([]string{k})
-		if !pt.mine {
+		added = append(added, k)
+	}
+	c.reassign(added)
+	for _, k := range added {
+		if pt := c.parts[k]; pt != nil && !pt.mine {
 			delete(c.parts, k)
 		}
 	}
@@ -620,12 +624,15 @@ func (c *coordinator) workerDone(w *worker, res result) {
 		return
 	}
 	if res.indexed {
-		pt.candidate, pt.candidateBatch = "", 0
+		pt.candidate = "" // the batch stays, for the check's signal (evSignal)
 	}
-	if res.kind == resNotIndexed && pt.candidate != "" {
-		// Not a partition (a stream that only looks like one), or not
-		// yet indexed: the index check remembers it and takes it on
-		// once the index holds it (followAppends).
+	if pt.candidate != "" {
+		// Its acquisition did not find it indexed: not a partition (a
+		// stream that only looks like one), not yet indexed, or not
+		// known (it failed, or the key went to another node first).
+		// The index check decides: it takes the key on if the index
+		// holds it, and remembers it to check again when the index
+		// changes otherwise (followAppends).
 		pt.dirty = false
 		c.forget(pt)
 		return

@@ -256,10 +256,14 @@ func (p *Subscription) appendedKeys(ctx context.Context, category string, names 
 	}
 	if p.indexAtAcquire[category] {
 		// The keys this node owns need not wait for the check: their
-		// acquisitions check the index themselves (evCandidates).
+		// acquisitions check the index themselves (evCandidates). A
+		// name no publisher may give a key (C:K:__lease__ when the
+		// subscription is named like its category, C:dlq) waits for
+		// the check, which costs a round trip per batch rather than a
+		// script per name.
 		var cands []string
 		for _, k := range check {
-			if !recheck[k] {
+			if !recheck[k] && p.layout.ValidateKey(k, p.cfg.BackfillSuffix) == nil {
 				cands = append(cands, k)
 			}
 		}
