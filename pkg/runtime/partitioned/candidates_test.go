@@ -81,12 +81,11 @@ func (b *candidateBroker) grants(key string) []broker.LeaseGrant {
 	return slices.Clone(b.checked[key])
 }
 
-// The node a new key's HRW owner is handles its first entry without
-// waiting for the index check of the announced name: here the check does
-// not answer until the entry was handled, its acquisition having checked
-// the index. Before, a new key cost two round trips in a row (the check,
-// then the acquisition) before its handler.
-func TestRedisNewKeyIsTakenOnWithoutWaitingForItsIndexCheck(t *testing.T) {
+// startCandidateNode starts one node on a candidateBroker that finds keys
+// by their announcements only (no scan, no index poll), and waits until a
+// first key, "w", its check answered, is handled: the node places keys.
+func startCandidateNode(t *testing.T) (*redisEnv, *recorder, *candidateBroker) {
+	t.Helper()
 	e := newRedisEnv(t)
 	rec := newRecorder(t)
 	cb := newCandidateBroker(e.client())
@@ -95,12 +94,20 @@ func TestRedisNewKeyIsTakenOnWithoutWaitingForItsIndexCheck(t *testing.T) {
 		c.DiscoverEvery = time.Hour
 		c.DiscoverPollEvery = time.Hour
 	}, nil)
-	// A first key, its check answered, shows the node placing keys.
-	warm := []string{"w"}
 	protean(t, e.c, "w", 1)
 	eventually(t, 30*time.Second, 5*time.Millisecond, "a first key handled", func() bool {
-		return partitioned.Announced(e.subs[0]) && rec.complete(wantAll(warm, 1))
+		return partitioned.Announced(e.subs[0]) && rec.complete(map[string]int{"w": 1})
 	})
+	return e, rec, cb
+}
+
+// The node a new key's HRW owner is handles its first entry without
+// waiting for the index check of the announced name: here the check does
+// not answer until the entry was handled, its acquisition having checked
+// the index. Before, a new key cost two round trips in a row (the check,
+// then the acquisition) before its handler.
+func TestRedisNewKeyIsTakenOnWithoutWaitingForItsIndexCheck(t *testing.T) {
+	e, rec, cb := startCandidateNode(t)
 
 	release := make(chan struct{})
 	cb.hold.Store(&release)
@@ -132,19 +139,7 @@ func TestRedisNewKeyIsTakenOnWithoutWaitingForItsIndexCheck(t *testing.T) {
 // generation or group), the handler never sees it, and the node forgets
 // it. A key whose entry arrives next is handled as usual.
 func TestRedisAnnouncedStreamOutsideTheIndexIsNotTakenOn(t *testing.T) {
-	e := newRedisEnv(t)
-	rec := newRecorder(t)
-	cb := newCandidateBroker(e.client())
-	e.start("node-1", rec.handler("node-1"), func(c *partitioned.Config) {
-		c.Broker = cb
-		c.DiscoverEvery = time.Hour
-		c.DiscoverPollEvery = time.Hour
-	}, nil)
-	warm := []string{"w"}
-	protean(t, e.c, "w", 1)
-	eventually(t, 30*time.Second, 5*time.Millisecond, "a first key handled", func() bool {
-		return partitioned.Announced(e.subs[0]) && rec.complete(wantAll(warm, 1))
-	})
+	e, rec, cb := startCandidateNode(t)
 
 	const stray = "stray"
 	appendPlain(t, e.c, stray, 1) // an XADD no SADD goes with
