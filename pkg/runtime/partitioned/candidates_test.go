@@ -206,3 +206,35 @@ func TestRedisLeaseWritesOfASubscriptionNamedLikeItsCategoryAreNoCandidates(t *t
 		}
 	}
 }
+
+// Keys the node knows from its scan are still checked against the index
+// at their first announced append (the check's memory holds only what it
+// checked itself); as candidates they are known already, and a batch of
+// them places nothing again. Found reading the change: such a batch
+// called reassign with no key, which places every known key again and
+// reports an assignment each time.
+func TestRedisCandidatesTheNodeKnowsPlaceNothingAgain(t *testing.T) {
+	e := newRedisEnv(t)
+	rec := newRecorder(t)
+	keys := keyNames(20)
+	for _, k := range keys {
+		protean(t, e.c, k, 1) // before the node: found by its scan
+	}
+	var assignments atomic.Int64
+	obs := &runtime.Observer{OnAssignment: func(runtime.AssignmentEvent) { assignments.Add(1) }}
+	e.start("node-1", rec.handler("node-1"), func(c *partitioned.Config) {
+		c.IdleAfter = 20 * time.Millisecond
+		c.DiscoverEvery = time.Hour
+		c.DiscoverPollEvery = time.Hour
+	}, obs)
+	idleAndAnnounced(t, e.subs[0], rec, wantAll(keys, 1))
+	before := assignments.Load()
+	for _, k := range keys {
+		appendPlain(t, e.c, k, 2)
+	}
+	eventually(t, 30*time.Second, 5*time.Millisecond, "every second entry handled", func() bool { return rec.complete(wantAll(keys, 2)) })
+	rec.checkOrder(t, wantAll(keys, 2))
+	if n := assignments.Load() - before; n != 0 {
+		t.Errorf("%d assignments reported for appends to keys the node holds, want none", n)
+	}
+}

@@ -532,6 +532,9 @@ func (c *coordinator) candidates(ev evCandidates) {
 		pt.candidate, pt.candidateBatch = ev.category, ev.batch
 		added = append(added, k)
 	}
+	if len(added) == 0 {
+		return // reassign(nil) would place every known key again
+	}
 	c.reassign(added)
 	for _, k := range added {
 		if pt := c.parts[k]; pt != nil && !pt.mine {
