@@ -238,3 +238,36 @@ func TestRedisCandidatesTheNodeKnowsPlaceNothingAgain(t *testing.T) {
 		t.Errorf("%d assignments reported for appends to keys the node holds, want none", n)
 	}
 }
+
+// A key the node knows from its scan ("old": candidateBroker's scans hide
+// only k*) is not in the check's memory, and
+// its first announced append is checked against the index; being a
+// partition already, it is woken at once, not after the check: here the
+// check does not answer until the entry was handled. Before, the first
+// append to each idle key after a node's start waited for that round
+// trip (idle keys at 50/s, BenchmarkLatencyRedis).
+func TestRedisKnownKeyIsWokenWithoutWaitingForItsIndexCheck(t *testing.T) {
+	e := newRedisEnv(t)
+	rec := newRecorder(t)
+	cb := newCandidateBroker(e.client())
+	protean(t, e.c, "old", 1) // before the node: found by its scan, never announced
+	e.start("node-1", rec.handler("node-1"), func(c *partitioned.Config) {
+		c.Broker = cb
+		c.IdleAfter = 20 * time.Millisecond
+		c.WaitTimeout = time.Hour // no safety net: only a wake finds the entry
+		c.DiscoverEvery = time.Hour
+		c.DiscoverPollEvery = time.Hour
+	}, nil)
+	want := map[string]int{"old": 1}
+	eventually(t, 30*time.Second, 5*time.Millisecond, "the key handled, idle and announced", func() bool {
+		return rec.complete(want) && len(e.subs[0].Status().Held) == 0 && partitioned.Announced(e.subs[0])
+	})
+
+	release := make(chan struct{})
+	cb.hold.Store(&release)
+	defer close(release)
+	appendPlain(t, e.c, "old", 2)
+	want["old"] = 2
+	eventually(t, 30*time.Second, 5*time.Millisecond, "the old key's entry handled", func() bool { return rec.complete(want) })
+	rec.checkOrder(t, want)
+}

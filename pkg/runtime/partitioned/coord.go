@@ -141,7 +141,8 @@ type part struct {
 	created     time.Time // when the coordinator learnt of the key
 	// candidate is the category whose index the key's next acquisition
 	// checks it against, "" once the key is known to be a partition
-	// (evCandidates); candidateBatch is the announcements it came from.
+	// (evCandidates); candidateBatch is the announcements it was taken
+	// on or woken for before their check, whose signal wakes it no more.
 	candidate      string
 	candidateBatch uint64
 	// ledgerSeen is ledgerReads read once a worker's park or resolve of
@@ -422,9 +423,10 @@ func (c *coordinator) handle(ev event) {
 			fresh := ev.batch != 0 && ev.batch == pt.candidateBatch
 			pt.candidate, pt.candidateBatch = "", 0
 			if fresh && (pt.state == pActive || pt.state == pWatched) {
-				// The appends that made it a candidate: its worker,
-				// started after they were announced, reads (or read)
-				// them. One whose acquisition failed is retried now.
+				// The appends it was taken on or woken for already
+				// (evCandidates): its worker, started or woken after they
+				// were announced, reads (or read) them. One whose
+				// acquisition failed is retried now.
 				continue
 			}
 			c.wake(pt, false, ev.newsOf(i))
@@ -518,14 +520,28 @@ func (c *coordinator) handle(ev event) {
 // forgets the others, which their own node checks that way and this node
 // learns of from the index check (evSignal). Under a MaxPartitions cap
 // every placement decision weighs every known key, and before the first
-// membership none can be made: candidates wait for the check there.
+// membership none can be made: new candidates wait for the check there.
+// Candidates the node knows as partitions are woken at once.
 func (c *coordinator) candidates(ev evCandidates) {
-	if c.p.cfg.MaxPartitions > 0 || c.members == nil || c.stopping {
+	if c.stopping {
 		return
 	}
+	place := c.p.cfg.MaxPartitions == 0 && c.members != nil
 	var added []string
 	for _, k := range ev.keys {
-		if c.parts[k] != nil {
+		if pt := c.parts[k]; pt != nil {
+			if pt.candidate == "" {
+				// A partition already (found by a scan, or checked in
+				// another category): woken now, as the check's signal
+				// (or, not in this category's index, evAnnounced) would
+				// wake it, and not again by the check's signal for
+				// this batch.
+				pt.candidateBatch = ev.batch
+				c.wake(pt, false, newsAll)
+			}
+			continue
+		}
+		if !place {
 			continue
 		}
 		pt := c.part(k)
