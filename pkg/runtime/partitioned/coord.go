@@ -41,6 +41,7 @@ type (
 	evCandidates struct {
 		category string
 		keys     []string
+		news     []laneNews // per key, the lanes appended to, as evSignal's
 		batch    uint64
 	}
 	// evAnnounced: partition keys an announced append may be for that
@@ -78,9 +79,14 @@ type (
 	}
 )
 
-func (evDiscovered) isEvent()   {}
-func (evSignal) isEvent()       {}
-func (evCandidates) isEvent()   {}
+func (evDiscovered) isEvent() {}
+func (evSignal) isEvent()     {}
+func (evCandidates) isEvent() {}
+
+// newsOf is the lanes the announcements for its i-th key are about.
+func (ev evCandidates) newsOf(i int) laneNews {
+	return evSignal{news: ev.news}.newsOf(i)
+}
 func (evAnnounced) isEvent()    {}
 func (evWake) isEvent()         {}
 func (evResync) isEvent()       {}
@@ -528,7 +534,7 @@ func (c *coordinator) candidates(ev evCandidates) {
 	}
 	place := c.p.cfg.MaxPartitions == 0 && c.members != nil
 	var added []string
-	for _, k := range ev.keys {
+	for i, k := range ev.keys {
 		if pt := c.parts[k]; pt != nil {
 			if pt.candidate == "" {
 				// A partition already (found by a scan, or checked in
@@ -537,7 +543,7 @@ func (c *coordinator) candidates(ev evCandidates) {
 				// wake it, and not again by the check's signal for
 				// this batch.
 				pt.candidateBatch = ev.batch
-				c.wake(pt, false, newsAll)
+				c.wake(pt, false, ev.newsOf(i))
 			}
 			continue
 		}

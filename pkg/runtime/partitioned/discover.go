@@ -261,13 +261,17 @@ func (p *Subscription) appendedKeys(ctx context.Context, category string, names 
 		// subscription is named like its category, C:dlq) waits for
 		// the check, which costs a round trip per batch rather than a
 		// script per name.
-		var cands []string
+		var (
+			cands []string
+			cnews []laneNews
+		)
 		for _, k := range check {
 			if !recheck[k] && p.layout.ValidateKey(k, p.cfg.BackfillSuffix) == nil {
 				cands = append(cands, k)
+				cnews = append(cnews, lanes[k])
 			}
 		}
-		if len(cands) > 0 && !p.send(evCandidates{category: category, keys: cands, batch: s.batch}) {
+		if len(cands) > 0 && !p.send(evCandidates{category: category, keys: cands, news: cnews, batch: s.batch}) {
 			return keys, nil, nil, true
 		}
 	}
