@@ -229,11 +229,15 @@ type PartitionedBroker interface {
 
 // PartitionWatcher is an optional capability (found by type assertion):
 // it signals partitions that received new entries, so that idle
-// partitions need no polling. Signals are hints; they may be lost or
-// duplicated, so a consumer still reads fenced to learn what is there.
+// partitions need no polling. Signals are hints; they may be duplicated,
+// so a consumer still reads fenced to learn what is there, and a lost one
+// closes the channel.
 type PartitionWatcher interface {
 	// WatchPartitions sends the key of every partition of category that
-	// is published to, until ctx ends; then the channel is closed.
+	// is published to, until ctx ends or a signal may have been lost (the
+	// subscription broke, the reader fell behind); then the channel is
+	// closed, and a consumer watches again and reads each partition it
+	// waits on once.
 	WatchPartitions(ctx context.Context, category string) (<-chan string, error)
 }
 

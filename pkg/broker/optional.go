@@ -109,7 +109,9 @@ type PartitionSeeker interface {
 	// are hints, and this is what makes a lost one cost one period.
 	SeekRequests(ctx context.Context, group string) ([]string, error)
 	// WatchSeekRequests sends the key of every request signalled after it
-	// returns, until ctx ends; then it closes the channel.
+	// returns, until ctx ends or a signal may have been lost (the
+	// subscription broke, the reader fell behind); then it closes the
+	// channel, and the caller watches again and re-reads SeekRequests.
 	WatchSeekRequests(ctx context.Context, group string) (<-chan string, error)
 	// ApplyPartitionSeek carries out the request waiting for group on
 	// key, if any, in one step fenced by f (generation gen) over the

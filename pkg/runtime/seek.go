@@ -70,8 +70,9 @@ type CheckpointSeeker interface {
 	PendingSeeks(ctx context.Context, leaseGroup, subscription string) (map[int32]SeekRequest, error)
 	// WatchSeeks returns a channel that receives a hint (a subscription
 	// name) when a request of leaseGroup is recorded; it closes when ctx
-	// ends or the subscription breaks. Hints can be lost: callers also
-	// poll PendingSeeks.
+	// ends or a hint may have been lost (the subscription broke, the
+	// reader fell behind), and the caller then watches again and re-reads
+	// PendingSeeks. Callers also poll PendingSeeks.
 	WatchSeeks(ctx context.Context, leaseGroup string) (<-chan string, error)
 	// CompleteSeek answers the request res.ID of partition, fenced by f
 	// (a *broker.LeaseLostError when f no longer holds): with

@@ -8,13 +8,9 @@ import (
 	"github.com/protctl/protctl/pkg/broker"
 )
 
-// watchBuffer is how many wake-ups a watcher's channel holds; more are
-// dropped (they are hints).
+// watchBuffer is how many wake-ups a watcher's channel holds; one more
+// closes it.
 const watchBuffer = 1024
-
-type watcher struct {
-	ch chan string
-}
 
 // RecordPartition adds key to category's index (SADD). Idempotent.
 func (b *Broker) RecordPartition(ctx context.Context, category, key string) error {
@@ -163,17 +159,11 @@ func (b *Broker) PublishPartitioned(ctx context.Context, category, key, lane str
 	return id.String(), nil
 }
 
-// wake signals category's watchers that key received an entry, dropping
-// the signal for a watcher whose buffer is full. Called with mu held, so a
-// watcher that receives key can already read the entry, and no send races
-// the close in WatchPartitions.
+// wake signals category's watchers that key received an entry, closing
+// the channel of a watcher whose buffer is full. Called with mu held, so
+// a watcher that receives key can already read the entry.
 func (b *Broker) wake(category, key string) {
-	for w := range b.watchers[category] {
-		select {
-		case w.ch <- key:
-		default:
-		}
-	}
+	b.watchers.Signal(category, key)
 }
 
 // Append adds data as the entry's data field of stream (XADD *) and
@@ -197,8 +187,10 @@ func (b *Broker) Append(ctx context.Context, stream string, data []byte) (string
 
 // WatchPartitions returns a channel that receives the key of every
 // partition of category published to through PublishPartitioned, until
-// ctx ends; then the channel is closed. The channel buffers 1024 keys and
-// drops further signals while full. No goroutine runs while ctx is live.
+// ctx ends or the reader falls behind by more than watchBuffer keys; then
+// the channel is closed, and a reader that wants every hint watches again
+// and re-reads (as with redisbroker). No goroutine runs while ctx is
+// live.
 func (b *Broker) WatchPartitions(ctx context.Context, category string) (<-chan string, error) {
 	const op = "watch partitions"
 	if err := b.begin(ctx, "WatchPartitions"); err != nil {
@@ -207,24 +199,5 @@ func (b *Broker) WatchPartitions(ctx context.Context, category string) (<-chan s
 	if err := b.cfg.layout.ValidateName(op, "category", category); err != nil {
 		return nil, err
 	}
-	w := &watcher{ch: make(chan string, watchBuffer)}
-	b.mu.Lock()
-	ws := b.watchers[category]
-	if ws == nil {
-		ws = make(map[*watcher]struct{})
-		b.watchers[category] = ws
-	}
-	ws[w] = struct{}{}
-	b.mu.Unlock()
-
-	context.AfterFunc(ctx, func() {
-		b.mu.Lock()
-		delete(b.watchers[category], w)
-		if len(b.watchers[category]) == 0 {
-			delete(b.watchers, category)
-		}
-		b.mu.Unlock()
-		close(w.ch)
-	})
-	return w.ch, nil
+	return b.watchers.Add(ctx, category, watchBuffer), nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/internal/watchers"
 )
 
 // Broker is the in-memory broker. It implements broker.PartitionedBroker,
@@ -23,7 +24,7 @@ type Broker struct {
 
 	mu           sync.Mutex
 	keys         map[string]*object
-	watchers     map[string]map[*watcher]struct{}     // by category
+	watchers     watchers.Set[string]                 // by category
 	entryWaiters map[string]map[*entryWaiter]struct{} // by stream
 }
 
@@ -94,7 +95,6 @@ func New(opts ...Option) *Broker {
 	return &Broker{
 		cfg:          cfg,
 		keys:         make(map[string]*object),
-		watchers:     make(map[string]map[*watcher]struct{}),
 		entryWaiters: make(map[string]map[*entryWaiter]struct{}),
 	}
 }

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -186,63 +184,29 @@ func (s appendSource) close() {
 // caller then watches again, which asks for a scan.
 func forwardNames(ctx context.Context, src appendSource, prefix string, skip map[string]bool, out chan<- string) {
 	defer src.close()
-	// ReceiveTimeout does not watch ctx: closing the subscription ends a
-	// read in progress.
-	stop := context.AfterFunc(ctx, func() { _ = src.ps.Close() })
-	defer stop()
-	send := func(name string) bool {
-		if !strings.HasPrefix(name, prefix) || skip[name] {
-			return true
-		}
-		select {
-		case out <- name:
-			return true
-		default:
-			return false // dropped: end the watch, so that the caller scans
-		}
-	}
-	pinged := false
-	for {
-		msg, err := src.ps.ReceiveTimeout(ctx, watchPingEvery)
-		if err != nil {
-			var ne net.Error
-			if ctx.Err() == nil && errors.As(err, &ne) && ne.Timeout() && !pinged {
-				// Quiet: a ping proves the connection (its pong is the
-				// next reply); quiet again after it ends the watch.
-				if src.ps.Ping(ctx) != nil {
-					return
-				}
-				pinged = true
-				continue
-			}
-			return
-		}
-		pinged = false
+	redisadapter.Follow(ctx, src.ps, redisadapter.QuietPing, func(m *redis.Message) bool {
 		select {
 		case <-src.reconnected:
-			return
+			return false
 		default:
-		}
-		m, ok := msg.(*redis.Message)
-		if !ok {
-			continue // a pong, or the subscription's confirmation
 		}
 		names := m.PayloadSlice
 		if names == nil {
 			names = []string{m.Payload}
 		}
 		for _, name := range names {
-			if !send(name) {
-				return
+			if !strings.HasPrefix(name, prefix) || skip[name] {
+				continue
+			}
+			select {
+			case out <- name:
+			default:
+				return false // dropped: end the watch, so that the caller scans
 			}
 		}
-	}
+		return true
+	})
 }
-
-// watchPingEvery is how long an announcement watch may be quiet before it
-// pings its connection, and how long the pong may take before the watch
-// ends.
-const watchPingEvery = 15 * time.Second
 
 // errNoTracking says a server refused client tracking (an ACL without
 // client|tracking, a server older than Redis 6).

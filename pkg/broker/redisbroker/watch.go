@@ -11,11 +11,11 @@ import (
 // it closes the channel and the subscription.
 //
 // The subscription is confirmed by the server before WatchPartitions
-// returns, so no publish that starts after the return is missed. Signals
-// are hints: when the caller falls behind and the buffer (WithWatchBuffer)
-// is full they are dropped, and while go-redis reconnects a lost
-// connection they are lost; consumers still read fenced to learn what is
-// there, and should read each owned partition once after a reconnect.
+// returns, so no publish that starts after the return is missed. The
+// channel also closes when a signal may have been lost: the connection
+// failed, or the caller fell behind and the buffer (WithWatchBuffer) was
+// full. Consumers then watch again and read each partition they wait on
+// once; they read fenced to learn what is there.
 func (b *Broker) WatchPartitions(ctx context.Context, category string) (<-chan string, error) {
 	const op = "watch partitions"
 	if err := b.validCategory(op, category); err != nil {

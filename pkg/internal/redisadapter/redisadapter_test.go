@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -141,11 +142,75 @@ func forwarding() bool {
 	return testenv.Goroutine("redisadapter.Forward", "go-redis/v9.(*channel)") != ""
 }
 
-// TestWatchDropsWhenFullAndStopsClean: nobody reads, the buffer
-// fills, messages keep coming; the forwarder drops rather than blocks,
-// and when ctx ends the channel closes and no goroutine is left (the
-// go-redis reader, blocked handing over a message, is drained).
-func TestWatchDropsWhenFullAndStopsClean(t *testing.T) {
+// wantForwarderEnded waits until no forwarder or go-redis Pub/Sub reader
+// is left running.
+func wantForwarderEnded(t *testing.T, what string) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, what, func() (bool, string) {
+		g := testenv.Goroutine("redisadapter.Forward", "go-redis/v9.(*channel)")
+		return g == "", "still running:\n" + g
+	})
+}
+
+// TestWatchEndsWhenFullAndStopsClean: nobody reads, the buffer fills,
+// messages keep coming. The forwarder does not block, and it does not
+// drop a hint silently either: the channel closes after what it holds,
+// so that the reader knows to watch again and re-read. No goroutine is
+// left.
+func TestWatchEndsWhenFullAndStopsClean(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := srv.Client(t)
+	ch, err := redisadapter.Watch(t.Context(), c, "hints", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the forwarder to run (else the check below could not see one end)", func() (bool, string) {
+		return forwarding(), "no forwarder running while subscribed"
+	})
+	for i := range 200 {
+		if err := c.Publish(t.Context(), "hints", fmt.Sprint(i)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantForwarderEnded(t, "the forwarder to end when a hint found the buffer full")
+	var got []string
+	for h := range ch {
+		got = append(got, h)
+	}
+	if !slices.Equal(got, []string{"0"}) {
+		t.Fatalf("hints before the close: %q, want just the first published (\"0\")", got)
+	}
+}
+
+// TestWatchEndsWhenItsConnectionIsLost: the server drops the
+// subscription's connection. go-redis would re-establish it and
+// subscribe again without a word, losing what was published meanwhile;
+// the channel closes instead, so that the reader watches again and
+// re-reads.
+func TestWatchEndsWhenItsConnectionIsLost(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := srv.Client(t)
+	ctx := t.Context()
+	ch, err := redisadapter.Watch(ctx, c, "hints", 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Publish(ctx, "hints", "before").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if h := <-ch; h != "before" {
+		t.Fatalf("hint %q, want before", h)
+	}
+	if n, err := c.ClientKillByFilter(ctx, "TYPE", "pubsub").Result(); err != nil || n != 1 {
+		t.Fatalf("CLIENT KILL TYPE pubsub: %d killed, %v; want 1", n, err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the channel to close after its connection was killed", testenv.Closed(ch))
+	wantForwarderEnded(t, "the forwarder to end")
+}
+
+// TestWatchStopsCleanWhenTheContextEnds: the channel closes and no
+// goroutine is left.
+func TestWatchStopsCleanWhenTheContextEnds(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	c := srv.Client(t)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -153,26 +218,9 @@ func TestWatchDropsWhenFullAndStopsClean(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 200 {
-		if err := c.Publish(t.Context(), "hints", fmt.Sprint(i)).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testenv.Eventually(t, 10*time.Second, "a hint forwarded", func() (bool, string) {
-		return len(ch) > 0, "nothing forwarded"
-	})
-	if !forwarding() {
-		t.Fatal("no forwarder running while subscribed: the leak check below could not see one")
-	}
-	if got := <-ch; got != "0" {
-		t.Fatalf("first hint %q, want 0 (the first published)", got)
-	}
 	cancel()
 	testenv.Eventually(t, 10*time.Second, "the channel to close after the context ended", testenv.Closed(ch))
-	testenv.Eventually(t, 10*time.Second, "the forwarder and the Pub/Sub reader to end after the context ended", func() (bool, string) {
-		g := testenv.Goroutine("redisadapter.Forward", "go-redis/v9.(*channel)")
-		return g == "", "still running:\n" + g
-	})
+	wantForwarderEnded(t, "the forwarder to end")
 }
 
 func TestWatchRefusedIsReturned(t *testing.T) {

@@ -2,27 +2,32 @@ package redisadapter
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // Watch subscribes to channel (Subscribe) and sends the payload of every
-// message on the returned channel (Forward) until ctx ends; then it
-// closes the channel and the subscription.
+// message on the returned channel (Forward) until ctx ends or a message
+// may have been missed; then it closes the channel and the subscription.
 //
-// Messages are hints. When the reader falls behind and buffer is full
-// they are dropped, so a slow reader never stalls go-redis's reader (and
-// with it the subscription's health checks); while go-redis reconnects a
-// lost connection they are lost. A failure to subscribe is returned as
-// Subscribe returns it, for the caller to Map.
+// Messages are hints, and a closed channel is the one sign that one was
+// lost: the connection failed (go-redis would re-establish it silently,
+// losing what was published meanwhile), or the reader fell behind and
+// buffer filled. The caller watches again and re-reads what the hints
+// stand for, so that nothing waits for its next periodic read. A failure
+// to subscribe is returned as Subscribe returns it, for the caller to
+// Map.
 func Watch(ctx context.Context, c redis.UniversalClient, channel string, buffer int) (<-chan string, error) {
 	ps, err := Subscribe(ctx, c, channel)
 	if err != nil {
 		return nil, err
 	}
 	out := make(chan string, buffer)
-	go Forward(ctx, ps, out, buffer)
+	go Forward(ctx, ps, out)
 	return out, nil
 }
 
@@ -44,32 +49,69 @@ func Subscribe(ctx context.Context, c redis.UniversalClient, channel string) (*r
 	return ps, nil
 }
 
-// Forward copies the payloads of ps's messages to out, dropping those out
-// has no room for, until ctx ends or ps closes; then it closes ps and
-// out. Run it in a goroutine of its own on a confirmed subscription.
-func Forward(ctx context.Context, ps *redis.PubSub, out chan<- string, size int) {
+// Forward copies the payloads of ps's messages to out (Follow) until ctx
+// ends, a message may have been missed, or out has no room for one; then
+// it closes ps and out. Ending rather than dropping tells the reader that
+// it missed a hint. Run it in a goroutine of its own on a confirmed
+// subscription.
+func Forward(ctx context.Context, ps *redis.PubSub, out chan<- string) {
 	defer close(out)
-	msgs := ps.Channel(redis.WithChannelSize(size))
-	for {
+	Follow(ctx, ps, QuietPing, func(m *redis.Message) bool {
 		select {
-		case <-ctx.Done():
-			// go-redis's reader may be blocked handing us a message (it
-			// waits up to a minute on a full channel before it checks
-			// for Close): drain until it sees the close and closes msgs,
-			// so that no reader goroutine outlives the subscription.
-			_ = ps.Close()
-			for range msgs {
+		case out <- m.Payload:
+			return true
+		default:
+			return false
+		}
+	})
+}
+
+// QuietPing is how long a followed subscription may be quiet before
+// Follow pings its connection, and how long the pong may take.
+const QuietPing = 15 * time.Second
+
+// Follow calls fn with each message of ps, a confirmed subscription, until
+// ctx ends, fn returns false, or a message may have been missed; then it
+// closes ps. A message may have been missed when the connection failed,
+// when the subscription is confirmed again (go-redis re-established a
+// lost connection, and what was published meanwhile is lost), or when
+// the connection stayed quiet for quiet and then did not answer a ping
+// within quiet more (a half-open connection).
+//
+// Follow reads the replies itself rather than through ps.Channel, whose
+// reader re-establishes a lost connection without telling anyone.
+func Follow(ctx context.Context, ps *redis.PubSub, quiet time.Duration, fn func(*redis.Message) bool) {
+	defer ps.Close()
+	// ReceiveTimeout does not watch ctx: closing the subscription ends a
+	// read in progress.
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer stop()
+	pinged := false
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, quiet)
+		if err != nil {
+			var ne net.Error
+			if ctx.Err() == nil && errors.As(err, &ne) && ne.Timeout() && !pinged {
+				// Quiet: a ping proves the connection (its pong is the
+				// next reply); quiet again after it ends the watch.
+				if ps.Ping(ctx) != nil {
+					return
+				}
+				pinged = true
+				continue
 			}
 			return
-		case m, ok := <-msgs:
-			if !ok {
-				_ = ps.Close()
+		}
+		pinged = false
+		switch m := msg.(type) {
+		case *redis.Message:
+			if !fn(m) {
 				return
 			}
-			select {
-			case out <- m.Payload:
-			default:
-			}
+		case *redis.Subscription:
+			// Subscribe consumed the first confirmation: this one
+			// follows a reconnection.
+			return
 		}
 	}
 }

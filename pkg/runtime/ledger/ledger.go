@@ -189,8 +189,10 @@ type Ledger interface {
 	// successful retry or a skip.
 	Resolve(ctx context.Context, f broker.Fence, subscription, aggregate string) error
 	// WatchRequests signals the aggregates of subscription that received an
-	// operator request, until ctx ends (then the channel closes). Signals
-	// are hints and may be lost: owners also re-read their entries'
-	// requests periodically.
+	// operator request, until ctx ends or a signal may have been lost (the
+	// subscription broke, the reader fell behind); then the channel
+	// closes, and the reader watches again and re-reads the ledger.
+	// Signals are hints: owners also re-read their entries' requests
+	// periodically.
 	WatchRequests(ctx context.Context, subscription string) (<-chan string, error)
 }

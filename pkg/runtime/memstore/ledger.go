@@ -221,14 +221,9 @@ func (s *Store) request(ctx context.Context, op string, action ledger.Action, su
 }
 
 // signal tells subscription's watchers of a request on aggregate; s.mu
-// is held, and a full buffer drops the signal.
+// is held, and a full buffer closes the watcher's channel.
 func (s *Store) signal(subscription, aggregate string) {
-	for w := range s.watchers[subscription] {
-		select {
-		case w.ch <- aggregate:
-		default:
-		}
-	}
+	s.watchers.Signal(subscription, aggregate)
 }
 
 // edit decodes e, applies change and stores the result; s.mu is held.
@@ -250,9 +245,10 @@ func (s *Store) edit(op, subscription string, id entryID, e entry, change func(*
 }
 
 // WatchRequests sends the aggregate of every request recorded for
-// subscription after it returns, until ctx ends; then it closes the
-// channel. A full buffer (WithWatchBuffer) drops signals: they are hints.
-// It starts no goroutine.
+// subscription after it returns, until ctx ends or the reader falls
+// behind by more than the buffer (WithWatchBuffer); then it closes the
+// channel, and a reader that wants every request watches again and
+// re-reads the ledger. It starts no goroutine.
 func (s *Store) WatchRequests(ctx context.Context, subscription string) (<-chan string, error) {
 	const op = "watch requests"
 	if err := storecontract.Subscription(op, subscription); err != nil {
@@ -261,26 +257,7 @@ func (s *Store) WatchRequests(ctx context.Context, subscription string) (<-chan 
 	if err := ctxErr(ctx, op); err != nil {
 		return nil, err
 	}
-	w := &watcher{ch: make(chan string, s.cfg.watchBuffer)}
-	s.mu.Lock()
-	ws := s.watchers[subscription]
-	if ws == nil {
-		ws = make(map[*watcher]struct{})
-		s.watchers[subscription] = ws
-	}
-	ws[w] = struct{}{}
-	s.mu.Unlock()
-	// Sends happen under s.mu, so closing under it never races a send.
-	context.AfterFunc(ctx, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		delete(s.watchers[subscription], w)
-		if len(s.watchers[subscription]) == 0 {
-			delete(s.watchers, subscription)
-		}
-		close(w.ch)
-	})
-	return w.ch, nil
+	return s.watchers.Add(ctx, subscription, s.cfg.watchBuffer), nil
 }
 
 func notParked(op, subscription, aggregate string) error {

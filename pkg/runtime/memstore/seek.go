@@ -89,12 +89,7 @@ func (s *Store) RequestSeek(ctx context.Context, leaseGroup string, subscription
 	if exp := s.cfg.clock.Now().Add(ttl); exp.After(h.expireAt) {
 		h.expireAt = exp
 	}
-	for w := range s.seekWatchers[k.group] {
-		select {
-		case w.ch <- subscription:
-		default:
-		}
-	}
+	s.seekWatchers.Signal(k.group, subscription)
 	return "", nil
 }
 
@@ -158,7 +153,8 @@ func (s *Store) PendingSeeks(ctx context.Context, leaseGroup, subscription strin
 
 // WatchSeeks implements runtime.CheckpointSeeker: the subscription of
 // every request recorded for leaseGroup after it returns, until ctx ends
-// (then the channel closes). A full buffer drops hints.
+// or the reader falls behind by more than the buffer; then the channel
+// closes.
 func (s *Store) WatchSeeks(ctx context.Context, leaseGroup string) (<-chan string, error) {
 	const op = "watch seeks"
 	if err := storecontract.Checkpoint(op, leaseGroup, "x", 0); err != nil {
@@ -167,25 +163,7 @@ func (s *Store) WatchSeeks(ctx context.Context, leaseGroup string) (<-chan strin
 	if err := ctxErr(ctx, op); err != nil {
 		return nil, err
 	}
-	w := &watcher{ch: make(chan string, s.cfg.watchBuffer)}
-	s.mu.Lock()
-	ws := s.seekWatchers[leaseGroup]
-	if ws == nil {
-		ws = make(map[*watcher]struct{})
-		s.seekWatchers[leaseGroup] = ws
-	}
-	ws[w] = struct{}{}
-	s.mu.Unlock()
-	context.AfterFunc(ctx, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		delete(s.seekWatchers[leaseGroup], w)
-		if len(s.seekWatchers[leaseGroup]) == 0 {
-			delete(s.seekWatchers, leaseGroup)
-		}
-		close(w.ch)
-	})
-	return w.ch, nil
+	return s.seekWatchers.Add(ctx, leaseGroup, s.cfg.watchBuffer), nil
 }
 
 // CompleteSeek implements runtime.CheckpointSeeker: fenced by f, only for

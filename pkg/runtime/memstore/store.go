@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/protctl/protctl/pkg/broker"
+	"github.com/protctl/protctl/pkg/internal/watchers"
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/clock"
 	"github.com/protctl/protctl/pkg/runtime/ledger"
@@ -34,7 +35,7 @@ type Store struct {
 	members     map[string]map[string]member          // service -> node
 	checkpoints map[string]map[string]map[int32]int64 // lease group -> subscription -> partition
 	parked      map[string]map[entryID]entry          // subscription -> (aggregate, lease)
-	watchers    map[string]map[*watcher]struct{}      // by subscription
+	watchers    watchers.Set[string]                  // by subscription
 	// requested remembers pinned requests by token: the entry a call
 	// named (as asked) -> the entry it was recorded on (RequestPinned).
 	requested map[pinnedName]pinnedMark
@@ -42,7 +43,7 @@ type Store struct {
 	// watchers.
 	seeks        map[seekSub]*seekHash
 	seekResults  map[seekSub]map[int32]runtime.SeekResult
-	seekWatchers map[string]map[*watcher]struct{}
+	seekWatchers watchers.Set[string]
 }
 
 var (
@@ -77,8 +78,6 @@ type entryID struct {
 	leaseKey  string
 }
 
-type watcher struct{ ch chan string }
-
 // Option configures New.
 type Option func(*config)
 
@@ -97,8 +96,8 @@ func WithRequestTokenTTL(d time.Duration) Option { return func(cfg *config) { cf
 // on. Default: clock.System(); nil means the default.
 func WithClock(c clock.Clock) Option { return func(cfg *config) { cfg.clock = c } }
 
-// WithWatchBuffer sets how many request signals WatchRequests buffers per
-// watcher before it drops new ones. Default: 64; a non-positive n means
+// WithWatchBuffer sets how many request signals WatchRequests and
+// WatchSeeks buffer per watcher; one more closes its channel. Default: 64; a non-positive n means
 // the default.
 func WithWatchBuffer(n int) Option { return func(cfg *config) { cfg.watchBuffer = n } }
 
@@ -128,12 +127,10 @@ func New(leases Leases, opts ...Option) *Store {
 		members:     make(map[string]map[string]member),
 		checkpoints: make(map[string]map[string]map[int32]int64),
 		parked:      make(map[string]map[entryID]entry),
-		watchers:    make(map[string]map[*watcher]struct{}),
 		requested:   make(map[pinnedName]pinnedMark),
 
-		seeks:        make(map[seekSub]*seekHash),
-		seekResults:  make(map[seekSub]map[int32]runtime.SeekResult),
-		seekWatchers: make(map[string]map[*watcher]struct{}),
+		seeks:       make(map[seekSub]*seekHash),
+		seekResults: make(map[seekSub]map[int32]runtime.SeekResult),
 	}
 }
 

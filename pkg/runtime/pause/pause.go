@@ -151,7 +151,9 @@ type Store interface {
 	// is an empty set, not an error.
 	ReadPauses(ctx context.Context, scope, subscription string) (Set, error)
 	// WatchPauses sends a signal on every change of subscription's
-	// entries made after it returns, until ctx ends; then it closes the
-	// channel. Signals are hints: a reader re-reads on its own period.
+	// entries made after it returns, until ctx ends or a signal may have
+	// been lost (the subscription broke); then it closes the channel, and
+	// the reader watches again and re-reads. Signals are hints: a reader
+	// also re-reads on its own period.
 	WatchPauses(ctx context.Context, scope, subscription string) (<-chan struct{}, error)
 }

@@ -83,8 +83,9 @@ type Reader interface {
 	// ReadPlacement returns the service's node modes and pins.
 	ReadPlacement(ctx context.Context, service string) (State, error)
 	// WatchPlacement signals changes to the service's placement until ctx
-	// ends (then the channel closes). Signals are hints and may be lost:
-	// the node also re-reads on each heartbeat.
+	// ends or a signal may have been lost (the subscription broke); then
+	// the channel closes, and the node watches again and re-reads.
+	// Signals are hints: the node also re-reads on each heartbeat.
 	WatchPlacement(ctx context.Context, service string) (<-chan struct{}, error)
 }
 

@@ -446,15 +446,15 @@ func (s *Store) request(ctx context.Context, op string, action ledger.Action, su
 }
 
 // WatchRequests subscribes to subscription's RequestsChannel and sends the
-// aggregate of every request recorded after it returns, until ctx ends;
-// then it closes the channel and the subscription.
+// aggregate of every request recorded after it returns, until ctx ends
+// or a signal may have been lost; then it closes the channel and the
+// subscription.
 //
 // The subscription is confirmed by the server before WatchRequests
 // returns, so no request made after the return is missed by the server.
-// Signals are hints: when the caller falls behind and the buffer
-// (WithWatchBuffer) is full they are dropped, and while go-redis
-// reconnects a lost connection they are lost; owners re-read their
-// entries' requests periodically.
+// A signal may have been lost when the connection failed or when the
+// caller fell behind and the buffer (WithWatchBuffer) was full: the
+// caller watches again and re-reads the ledger (redisadapter.Watch).
 func (s *Store) WatchRequests(ctx context.Context, subscription string) (<-chan string, error) {
 	const op = "watch requests"
 	if err := storecontract.Subscription(op, subscription); err != nil {
