@@ -208,8 +208,9 @@ func (n *Node) readKept(ctx context.Context, st placement.State, live []NodeStat
 }
 
 // watchPlacement pokes the heartbeat loop (which re-reads the placement)
-// at each change signal, until ctx ends. A lost signal costs at most one
-// heartbeat period; a failed subscription is retried on the heartbeat.
+// at each change signal, and once each time the watch is established (a
+// change made before it was confirmed sent no signal it saw), until ctx
+// ends. A failed or ended subscription is retried on the heartbeat.
 func (n *Node) watchPlacement(ctx context.Context) {
 	defer n.wg.Done()
 	pr := n.placementReader()
@@ -218,6 +219,7 @@ func (n *Node) watchPlacement(ctx context.Context) {
 	}
 	for ctx.Err() == nil {
 		if ch, err := pr.WatchPlacement(ctx, n.cfg.Service); err == nil {
+			n.poke()
 			for range ch {
 				n.poke()
 			}

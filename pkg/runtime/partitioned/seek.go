@@ -49,8 +49,10 @@ func (s *seekMarks) take(key string) bool {
 // partition signalled (evSignal): an active worker is woken and takes the
 // mark at its next batch boundary; an idle partition of this node is
 // activated, and its new worker finds the mark before its first read.
+// Each time the watch is established the requests are re-read at once.
 func (p *Subscription) seekLoop(ctx context.Context) {
 	defer p.wg.Done()
+	reread := make(chan struct{}, 1)
 	notify := func(keys []string) {
 		if len(keys) == 0 {
 			return
@@ -77,6 +79,10 @@ func (p *Subscription) seekLoop(ctx context.Context) {
 				continue
 			}
 			bo.Reset()
+			select {
+			case reread <- struct{}{}:
+			default:
+			}
 			for key := range ch {
 				notify([]string{key})
 			}
@@ -92,8 +98,14 @@ func (p *Subscription) seekLoop(ctx context.Context) {
 		} else {
 			notify(keys)
 		}
-		if !p.sleep(ctx, p.cfg.RenewEvery) {
+		t := p.clk.NewTimer(p.cfg.RenewEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
 			return
+		case <-t.C():
+		case <-reread:
+			t.Stop()
 		}
 	}
 }

@@ -652,9 +652,13 @@ func (p *Subscription) signalLoop(ctx context.Context, category string) {
 // ledgerLoop follows operator requests: signals from WatchRequests, and
 // a re-read of the subscription's parked entries every LedgerPollEvery
 // (signals are hints; the re-read also makes requests survive restarts
-// and reach a partition's new owner).
+// and reach a partition's new owner). Each time the watch is established
+// (at start, and again after a signal may have been lost) the entries are
+// re-read at once: a request made before the subscription was confirmed
+// sent no signal this node saw.
 func (p *Subscription) ledgerLoop(ctx context.Context) {
 	defer p.wg.Done()
+	relist := make(chan struct{}, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Add(1)
@@ -674,6 +678,10 @@ func (p *Subscription) ledgerLoop(ctx context.Context) {
 				continue
 			}
 			backoff.Reset()
+			select {
+			case relist <- struct{}{}:
+			default:
+			}
 			for key := range ch {
 				p.send(evLedgerSignal{key: key})
 			}
@@ -695,8 +703,14 @@ func (p *Subscription) ledgerLoop(ctx context.Context) {
 			backoff.Reset()
 			p.send(evLedgerList{entries: entries, started: started})
 		}
-		if !p.sleep(ctx, wait) {
+		t := p.clk.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
 			return
+		case <-t.C():
+		case <-relist:
+			t.Stop()
 		}
 	}
 }

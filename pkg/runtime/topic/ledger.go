@@ -17,9 +17,13 @@ import (
 // ledgerLoop follows operator requests for sr: signals from
 // WatchRequests, and a re-read of its parked entries every
 // LedgerPollEvery (signals are hints). The owner of the entry's partition
-// acts; other nodes ignore it.
+// acts; other nodes ignore it. Each time the watch is established (at
+// start, and again after a signal may have been lost) the entries are
+// re-read at once: a request made before the subscription was confirmed
+// sent no signal this node saw.
 func (t *Consumer) ledgerLoop(ctx context.Context, sr *Runtime) {
 	defer t.wg.Done()
+	relist := make(chan struct{}, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Add(1)
@@ -39,6 +43,10 @@ func (t *Consumer) ledgerLoop(ctx context.Context, sr *Runtime) {
 				continue
 			}
 			b.Reset()
+			select {
+			case relist <- struct{}{}:
+			default:
+			}
 			for agg := range ch {
 				octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
 				entries, err := t.entriesOf(octx, sr.cfg.Name, agg)
@@ -53,9 +61,14 @@ func (t *Consumer) ledgerLoop(ctx context.Context, sr *Runtime) {
 	}()
 	b := backoff.New(time.Second, t.cfg.LedgerPollEvery, t.jit)
 	for {
-		wait := t.cfg.LedgerPollEvery
-		if !t.sleep(ctx, wait) {
+		tm := t.clk.NewTimer(t.cfg.LedgerPollEvery)
+		select {
+		case <-ctx.Done():
+			tm.Stop()
 			return
+		case <-tm.C():
+		case <-relist:
+			tm.Stop()
 		}
 		// The list's number is taken before it starts: reconcile compares
 		// it with when each local park became known (parkState.seen).

@@ -18,6 +18,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime/internal/enginetest"
 	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/source"
+	"github.com/protctl/protctl/pkg/runtime/storetest"
 	"github.com/protctl/protctl/pkg/runtime/topic"
 )
 
@@ -362,4 +363,36 @@ func TestTopicRetryKeepsCountingAttempts(t *testing.T) {
 	if !slices.Equal(seen, want) {
 		t.Errorf("attempts seen %v, want %v", seen, want)
 	}
+}
+
+// TestTopicRequestBeforeTheWatchIsConfirmedIsCarriedOut: an operator's
+// retry made before the node's request watch was confirmed sent a signal
+// nobody heard. The node reads the ledger once the watch is confirmed,
+// so the retry is carried out now, not at the next periodic read (an
+// hour away here). On baf293e it waited for that read.
+func TestTopicRequestBeforeTheWatchIsConfirmedIsCarriedOut(t *testing.T) {
+	e := newTopicEnv(t, onRedis, 1)
+	rec := newTopicRecorder(t)
+	rec.setFail(failSeq("a0000", 1))
+	release := make(chan struct{})
+	cfg := e.config(tsub(topicSub, rec.handler("n1")))
+	cfg.Ledger = storetest.HeldWatch{Ledger: cfg.Ledger, Release: release}
+	cfg.LedgerPollEvery = time.Hour
+	n := e.start("n1", cfg, nil)
+	defer e.stopAll()
+	awaitStarted(t, n.ts)
+	e.produce([]string{"a0000"}, 1, 2)
+	ctx := context.Background()
+	waitFor(t, 10*time.Second, "a0000 parked", func() bool {
+		p, err := e.store.GetParked(ctx, topicSub, "", "a0000")
+		return err == nil && p.Status == ledger.StatusParked
+	})
+	rec.setFail(nil)
+	if err := e.store.RequestRetry(ctx, topicSub, "", "a0000", "op"); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	waitFor(t, 10*time.Second, "a0000 retried", func() bool { return rec.complete(topicSub, []string{"a0000"}, 2) }, func() string {
+		return fmt.Sprintf("a0000 handled %v", rec.handled(topicSub, "a0000"))
+	})
 }

@@ -69,6 +69,12 @@ func (t *Consumer) seekLoop(ctx context.Context) {
 				continue
 			}
 			b.Reset()
+			// Read again now: a request made before the subscription was
+			// confirmed sent no hint this watcher saw.
+			select {
+			case kick <- struct{}{}:
+			default:
+			}
 			for range ch {
 				select {
 				case kick <- struct{}{}:
