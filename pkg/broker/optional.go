@@ -69,8 +69,8 @@ type PartitionCounter interface {
 // them), and a check of candidate keys against the index. WatchAppends fails
 // when the server announces nothing; the subscription then relies on the
 // index poll and asks again every DiscoverEvery. The channel closes when
-// ctx ends or the announcements stop (a lost connection); names are
-// hints, and may be dropped.
+// ctx ends or a name may have been missed (a lost connection, a caller
+// that fell behind); names are hints.
 type AppendWatcher interface {
 	WatchAppends(ctx context.Context, category string) (<-chan string, error)
 	PartitionKeysIndexed(ctx context.Context, category string, keys []string) ([]bool, error)

@@ -52,7 +52,9 @@ func TestWatchPartitionsSignalsPublishesUntilCanceled(t *testing.T) {
 	})
 }
 
-func TestWatchPartitionsDropsSignalsWhenFull(t *testing.T) {
+// A watcher that falls behind is told so: its channel closes after the
+// signals it holds, rather than dropping one silently (decision 0053).
+func TestWatchPartitionsEndsWhenFull(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := memorybroker.New()
 		ch, err := b.WatchPartitions(t.Context(), cat)
@@ -64,8 +66,12 @@ func TestWatchPartitionsDropsSignalsWhenFull(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if len(ch) != cap(ch) || cap(ch) == 0 {
-			t.Fatalf("channel holds %d of %d", len(ch), cap(ch))
+		n := 0
+		for range ch {
+			n++
+		}
+		if n != 1024 {
+			t.Fatalf("%d signals before the close, want the 1024 the buffer holds", n)
 		}
 	})
 }

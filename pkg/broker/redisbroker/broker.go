@@ -89,9 +89,10 @@ func WithBackfillSuffix(suffix string) Option {
 	return func(c *config) { c.backfillSuffix = suffix }
 }
 
-// WithWatchBuffer sets how many wake-up signals WatchPartitions buffers
-// per watcher before it drops new ones (signals are hints). Default: 1024;
-// a non-positive n means the default.
+// WithWatchBuffer sets how many wake-up signals WatchPartitions (and
+// names WatchAppends) buffer per watcher; one more ends the watch, which
+// the caller re-establishes and follows with a re-read. Default: 1024; a
+// non-positive n means the default.
 func WithWatchBuffer(n int) Option { return func(c *config) { c.watchBuffer = n } }
 
 // WithPinLimit makes the Broker's pinned readers (PinnedReader) count

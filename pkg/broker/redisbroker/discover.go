@@ -95,7 +95,8 @@ func (b *Broker) PartitionKeysIndexed(ctx context.Context, category string, keys
 // meanwhile: the caller calls again and scans.
 //
 // Like WatchPartitions, the subscription is confirmed before the call
-// returns, and names are hints: dropped when the caller falls behind.
+// returns, and names are hints: when the caller falls behind the channel
+// closes, as it does on a lost connection.
 func (b *Broker) WatchAppends(ctx context.Context, category string) (<-chan string, error) {
 	const op = "watch appends"
 	if err := b.validCategory(op, category); err != nil {

@@ -13,7 +13,7 @@ import (
 // forwarder, redisadapter.Forward, or go-redis's Pub/Sub reader), "" when
 // there is none.
 func watchGoroutine() string {
-	return testenv.Goroutine("redisadapter.Forward", "redisbroker.forwardNames", "go-redis/v9.(*channel)")
+	return testenv.Goroutine("redisadapter.Follow", "redisbroker.forwardNames", "go-redis/v9.(*channel)")
 }
 
 // wantNoWatchGoroutines waits until no watch goroutine is left running.
@@ -71,22 +71,24 @@ func TestWatchPartitionsSignalsPublishedKeys(t *testing.T) {
 	wantNoWatchGoroutines(t)
 }
 
-func TestWatchPartitionsDropsWhenFullAndStillStops(t *testing.T) {
+// Nobody reads: the forwarder does not block, and it does not drop a
+// wake-up silently either: the channel closes after the one it holds
+// (decision 0053), and no goroutine is left.
+func TestWatchPartitionsEndsWhenFull(t *testing.T) {
 	b, _ := newBroker(t, redisbroker.WithWatchBuffer(1))
-	ctx, cancel := context.WithCancel(t.Context())
-	ch, err := b.WatchPartitions(ctx, cat)
+	ch, err := b.WatchPartitions(t.Context(), cat)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Nobody reads: the forwarder must drop, not block, so that it still
-	// sees the context end.
 	publish(t, b, "a", "", 50)
-	testenv.Eventually(t, 5*time.Second, "a wake-up buffered", func() (bool, string) {
-		return len(ch) > 0, "none"
-	})
-	cancel()
-	waitClosed(t, ch)
 	wantNoWatchGoroutines(t)
+	n := 0
+	for range ch {
+		n++
+	}
+	if n != 1 {
+		t.Fatalf("%d wake-ups before the close, want the one the buffer holds", n)
+	}
 }
 
 func TestWatchPartitionsRefusesBadCategory(t *testing.T) {

@@ -139,7 +139,7 @@ return numcmp(ARGV[2], ARGV[3])`)
 // forwarding reports whether a forwarder or go-redis's Pub/Sub reader is
 // running.
 func forwarding() bool {
-	return testenv.Goroutine("redisadapter.Forward", "go-redis/v9.(*channel)") != ""
+	return testenv.Goroutine("redisadapter.Follow", "go-redis/v9.(*channel)") != ""
 }
 
 // wantForwarderEnded waits until no forwarder or go-redis Pub/Sub reader
@@ -147,7 +147,7 @@ func forwarding() bool {
 func wantForwarderEnded(t *testing.T, what string) {
 	t.Helper()
 	testenv.Eventually(t, 10*time.Second, what, func() (bool, string) {
-		g := testenv.Goroutine("redisadapter.Forward", "go-redis/v9.(*channel)")
+		g := testenv.Goroutine("redisadapter.Follow", "go-redis/v9.(*channel)")
 		return g == "", "still running:\n" + g
 	})
 }
@@ -245,5 +245,74 @@ func TestHashTag(t *testing.T) {
 		if got := redisadapter.HashTag(key); got != want {
 			t.Errorf("HashTag(%q) = %q, want %q", key, got, want)
 		}
+	}
+}
+
+// recvSignal receives from ch, failing t if it closes or stays empty for
+// 10 s.
+func recvSignal(t *testing.T, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case _, ok := <-ch:
+		if !ok {
+			t.Fatal("the change watch closed")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no change signalled within 10s")
+	}
+}
+
+// TestWatchChangesMergesRatherThanEnds: a change watch nobody reads for a
+// while merges what it is told into its one pending signal and stays
+// open (nothing was lost); a lost connection still closes it.
+func TestWatchChangesMergesRatherThanEnds(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := srv.Client(t)
+	ctx := t.Context()
+	ch, err := redisadapter.WatchChanges(ctx, c, "changes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		if err := c.Publish(ctx, "changes", "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recvSignal(t, ch)
+	// Published after the signal was taken: a watch still open signals
+	// it again, one that ended on the 50 would be closed.
+	if err := c.Publish(ctx, "changes", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	recvSignal(t, ch)
+	if err := c.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the change watch to close after its connection was killed", testenv.Closed(ch))
+	wantForwarderEnded(t, "the change watch's reader to end")
+}
+
+// TestFollowEndsOnAHalfOpenConnection: the network stops carrying the
+// subscription's bytes without closing it. After quiet, Follow pings; no
+// pong within quiet more ends it.
+func TestFollowEndsOnAHalfOpenConnection(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	proxy := testenv.StartProxy(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	ps, err := redisadapter.Subscribe(t.Context(), c, "hints")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		redisadapter.Follow(t.Context(), ps, 100*time.Millisecond, func(*redis.Message) bool { return true })
+	}()
+	proxy.Blackhole(testenv.Both)
+	select {
+	case <-ended:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Follow still running 20s after its connection went silent (quiet 100ms)")
 	}
 }

@@ -31,6 +31,29 @@ func Watch(ctx context.Context, c redis.UniversalClient, channel string, buffer 
 	return out, nil
 }
 
+// WatchChanges is Watch for a channel whose messages say only that
+// something changed: the returned channel holds one pending signal, and a
+// message that finds one pending is merged into it, not lost, so only a
+// lost connection closes the channel.
+func WatchChanges(ctx context.Context, c redis.UniversalClient, channel string) (<-chan struct{}, error) {
+	ps, err := Subscribe(ctx, c, channel)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan struct{}, 1)
+	go func() {
+		defer close(out)
+		Follow(ctx, ps, QuietPing, func(*redis.Message) bool {
+			select {
+			case out <- struct{}{}:
+			default: // one pending signal says it all
+			}
+			return true
+		})
+	}()
+	return out, nil
+}
+
 // Subscribe subscribes c to channel and returns once the server has
 // confirmed the subscription, so that nothing published after the return
 // is missed. A failure is returned as go-redis reported it (or as an
@@ -76,7 +99,9 @@ const QuietPing = 15 * time.Second
 // when the subscription is confirmed again (go-redis re-established a
 // lost connection, and what was published meanwhile is lost), or when
 // the connection stayed quiet for quiet and then did not answer a ping
-// within quiet more (a half-open connection).
+// within quiet more (a half-open connection), or when a reply comes that
+// nobody asked for (a read cut in two by the quiet timeout leaves the
+// replies out of step).
 //
 // Follow reads the replies itself rather than through ps.Channel, whose
 // reader re-establishes a lost connection without telling anyone.
@@ -87,6 +112,7 @@ func Follow(ctx context.Context, ps *redis.PubSub, quiet time.Duration, fn func(
 	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
 	defer stop()
 	pinged := false
+	pings := 0 // sent and not answered yet
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, quiet)
 		if err != nil {
@@ -98,6 +124,7 @@ func Follow(ctx context.Context, ps *redis.PubSub, quiet time.Duration, fn func(
 					return
 				}
 				pinged = true
+				pings++
 				continue
 			}
 			return
@@ -108,10 +135,19 @@ func Follow(ctx context.Context, ps *redis.PubSub, quiet time.Duration, fn func(
 			if !fn(m) {
 				return
 			}
+		case *redis.Pong:
+			// A pong nobody asked for is a message read out of step (a
+			// timeout that cut a reply in two): it may have been lost.
+			if pings == 0 {
+				return
+			}
+			pings--
 		case *redis.Subscription:
 			// Subscribe consumed the first confirmation: this one
 			// follows a reconnection.
 			return
+		default:
+			return // a reply this loop does not know: out of step too
 		}
 	}
 }

@@ -15,7 +15,10 @@ import (
 // must not be copied after first use.
 type Set[T any] struct {
 	mu sync.Mutex
-	by map[string]map[chan T]struct{}
+	// by holds each watcher's channel and the stop of its context's
+	// AfterFunc, called when a full buffer closes it first (else the
+	// channel and its buffer live as long as the reader's context).
+	by map[string]map[chan T]func() bool
 }
 
 // Add returns a channel of buffer hints for name, closed when ctx ends or
@@ -23,17 +26,18 @@ type Set[T any] struct {
 func (s *Set[T]) Add(ctx context.Context, name string, buffer int) <-chan T {
 	ch := make(chan T, buffer)
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.by == nil {
-		s.by = make(map[string]map[chan T]struct{})
+		s.by = make(map[string]map[chan T]func() bool)
 	}
 	ws := s.by[name]
 	if ws == nil {
-		ws = make(map[chan T]struct{})
+		ws = make(map[chan T]func() bool)
 		s.by[name] = ws
 	}
-	ws[ch] = struct{}{}
-	s.mu.Unlock()
-	context.AfterFunc(ctx, func() {
+	// Registered under s.mu: drop, which also takes it, never sees the
+	// channel without its stop.
+	ws[ch] = context.AfterFunc(ctx, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.drop(name, ch)
@@ -60,9 +64,11 @@ func (s *Set[T]) Signal(name string, v T) {
 // drop closes ch and forgets it, once; s.mu is held.
 func (s *Set[T]) drop(name string, ch chan T) {
 	ws := s.by[name]
-	if _, ok := ws[ch]; !ok {
+	stop, ok := ws[ch]
+	if !ok {
 		return
 	}
+	stop()
 	delete(ws, ch)
 	if len(ws) == 0 {
 		delete(s.by, name)

@@ -97,8 +97,8 @@ func WithRequestTokenTTL(d time.Duration) Option { return func(cfg *config) { cf
 func WithClock(c clock.Clock) Option { return func(cfg *config) { cfg.clock = c } }
 
 // WithWatchBuffer sets how many request signals WatchRequests and
-// WatchSeeks buffer per watcher; one more closes its channel. Default: 64; a non-positive n means
-// the default.
+// WatchSeeks buffer per watcher; one more closes its channel. Default:
+// 64; a non-positive n means the default.
 func WithWatchBuffer(n int) Option { return func(cfg *config) { cfg.watchBuffer = n } }
 
 func (c *config) validate() {

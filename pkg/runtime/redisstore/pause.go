@@ -79,21 +79,11 @@ func (s *Store) ReadPauses(ctx context.Context, scope, subscription string) (pau
 // WatchPauses implements pause.Store.
 func (s *Store) WatchPauses(ctx context.Context, scope, subscription string) (<-chan struct{}, error) {
 	const op = "watch pauses"
-	in, err := redisadapter.Watch(ctx, s.client, PausesChannel(scope, subscription), 1)
+	ch, err := redisadapter.WatchChanges(ctx, s.client, PausesChannel(scope, subscription))
 	if err != nil {
 		return nil, mapErr(call{Op: op}, err)
 	}
-	out := make(chan struct{}, 1)
-	go func() {
-		defer close(out)
-		for range in {
-			select {
-			case out <- struct{}{}:
-			default: // one pending signal says it all
-			}
-		}
-	}()
-	return out, nil
+	return ch, nil
 }
 
 // RawPause is an entry as stored (its JSON), what a plan records and

@@ -112,28 +112,19 @@ func DecodePlacement(service string, modes, pins map[string]string) placement.St
 }
 
 // WatchPlacement signals changes of service's modes and pins until ctx
-// ends (placement.Reader). Signals are hints: a node re-reads on
-// its heartbeat too.
+// ends or its connection is lost (placement.Reader); signals that come
+// while one is pending merge into it. Signals are hints: a node re-reads
+// on its heartbeat too.
 func (s *Store) WatchPlacement(ctx context.Context, service string) (<-chan struct{}, error) {
 	const op = "watch placement"
 	if err := storecontract.Service(op, service); err != nil {
 		return nil, err
 	}
-	in, err := redisadapter.Watch(ctx, s.client, PlacementChannel(service), s.cfg.watchBuffer)
+	ch, err := redisadapter.WatchChanges(ctx, s.client, PlacementChannel(service))
 	if err != nil {
 		return nil, mapErr(call{Op: op}, err)
 	}
-	out := make(chan struct{}, 1)
-	go func() {
-		defer close(out)
-		for range in {
-			select {
-			case out <- struct{}{}:
-			default: // one pending signal says it all
-			}
-		}
-	}()
-	return out, nil
+	return ch, nil
 }
 
 // CASNodeMode sets node's mode to rec (nil deletes it: the node is

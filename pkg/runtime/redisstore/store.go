@@ -48,9 +48,10 @@ const DefaultRequestTokenTTL = 7 * 24 * time.Hour
 // DefaultRequestTokenTTL; a non-positive d means the default.
 func WithRequestTokenTTL(d time.Duration) Option { return func(c *config) { c.tokenTTL = d } }
 
-// WithWatchBuffer sets how many request signals WatchRequests buffers per
-// watcher before it drops new ones (signals are hints). Default: 64; a
-// non-positive n means the default.
+// WithWatchBuffer sets how many signals WatchRequests and WatchSeeks
+// buffer per watcher; one more ends the watch, which the caller
+// re-establishes and follows with a re-read. Default: 64; a non-positive
+// n means the default.
 func WithWatchBuffer(n int) Option { return func(c *config) { c.watchBuffer = n } }
 
 // WithNow sets the local clock used only for defaults the caller left
