@@ -10,6 +10,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
+	"github.com/protctl/protctl/pkg/runtime/internal/rewatch"
 )
 
 // rescanGap is the shortest time between the starts of two scans of
@@ -117,7 +118,7 @@ func (p *Subscription) appendLoop(ctx context.Context, category string) {
 		// a back-off, not at once: each attempt costs the server a
 		// connection and turns every wait loop out of announced mode and
 		// back.
-		if p.clk.Now().Sub(began) < watchSettled {
+		if p.clk.Now().Sub(began) < rewatch.Settled {
 			if !p.sleep(ctx, backoff.Next()) {
 				return
 			}
@@ -126,10 +127,6 @@ func (p *Subscription) appendLoop(ctx context.Context, category string) {
 		backoff.Reset()
 	}
 }
-
-// watchSettled is how long an append watch must have lasted for the next
-// one to be asked for at once when it ends.
-const watchSettled = time.Second
 
 // followAppends wakes the partitions of the names ch announces until it
 // closes or the subscription stops. A candidate key the index does not

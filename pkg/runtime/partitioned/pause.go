@@ -10,6 +10,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
 	"github.com/protctl/protctl/pkg/runtime/internal/lease"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
+	"github.com/protctl/protctl/pkg/runtime/internal/rewatch"
 	"github.com/protctl/protctl/pkg/runtime/pause"
 )
 
@@ -108,33 +109,30 @@ func (p *Subscription) pauseLoop(ctx context.Context) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		bo := backoff.New(time.Second, p.cfg.RenewEvery*4, p.jit)
-		for ctx.Err() == nil {
-			ch, err := p.cfg.Pauses.WatchPauses(ctx, "", p.cfg.Name)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				observe.Error(p.obs, runtime.ErrorEvent{Subscription: p.cfg.Name, Op: "watch pauses", Err: err})
-				if !p.sleep(ctx, bo.Next()) {
-					return
-				}
-				continue
-			}
-			bo.Reset()
-			// Read again now: a change made before the subscription was
-			// confirmed sent no signal this watcher saw.
-			select {
-			case signals <- struct{}{}:
-			default:
-			}
-			for range ch {
+		rewatch.Loop[struct{}]{
+			Clock:   p.clk,
+			Backoff: backoff.New(time.Second, p.cfg.RenewEvery*4, p.jit),
+			Watch: func(ctx context.Context) (<-chan struct{}, error) {
+				return p.cfg.Pauses.WatchPauses(ctx, "", p.cfg.Name)
+			},
+			Established: func() {
 				select {
 				case signals <- struct{}{}:
 				default:
 				}
-			}
-		}
+			},
+			Follow: func(ch <-chan struct{}) {
+				for range ch {
+					select {
+					case signals <- struct{}{}:
+					default:
+					}
+				}
+			},
+			Failed: func(err error) {
+				observe.Error(p.obs, runtime.ErrorEvent{Subscription: p.cfg.Name, Op: "watch pauses", Err: err})
+			},
+		}.Run(ctx)
 	}()
 	t := p.clk.NewTimer(0)
 	defer t.Stop()

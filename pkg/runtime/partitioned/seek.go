@@ -9,6 +9,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
+	"github.com/protctl/protctl/pkg/runtime/internal/rewatch"
 )
 
 // seekMarks are the keys with a seek request to look at: the seek loop
@@ -65,28 +66,27 @@ func (p *Subscription) seekLoop(ctx context.Context) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		bo := backoff.New(time.Second, p.cfg.RenewEvery, p.jit)
-		for ctx.Err() == nil {
-			ch, err := p.seeker.WatchSeekRequests(ctx, p.cfg.Name)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
+		rewatch.Loop[string]{
+			Clock:   p.clk,
+			Backoff: backoff.New(time.Second, p.cfg.RenewEvery, p.jit),
+			Watch: func(ctx context.Context) (<-chan string, error) {
+				return p.seeker.WatchSeekRequests(ctx, p.cfg.Name)
+			},
+			Established: func() {
+				select {
+				case reread <- struct{}{}:
+				default:
 				}
+			},
+			Follow: func(ch <-chan string) {
+				for key := range ch {
+					notify([]string{key})
+				}
+			},
+			Failed: func(err error) {
 				observe.Error(p.obs, runtime.ErrorEvent{Subscription: p.cfg.Name, Op: "watch seek requests", Err: err})
-				if !p.sleep(ctx, bo.Next()) {
-					return
-				}
-				continue
-			}
-			bo.Reset()
-			select {
-			case reread <- struct{}{}:
-			default:
-			}
-			for key := range ch {
-				notify([]string{key})
-			}
-		}
+			},
+		}.Run(ctx)
 	}()
 	for {
 		keys, err := p.seeker.SeekRequests(ctx, p.cfg.Name)

@@ -13,6 +13,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime/clock"
 	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
+	"github.com/protctl/protctl/pkg/runtime/internal/rewatch"
 )
 
 // watchSet is the set of streams the node waits on: every lane of every
@@ -607,46 +608,45 @@ func (p *Subscription) discoverLoop(ctx context.Context) {
 // blocking wait to notice their entries.
 func (p *Subscription) signalLoop(ctx context.Context, category string) {
 	defer p.wg.Done()
-	backoff := backoff.New(100*time.Millisecond, 5*time.Second, p.jit)
 	first := true
-	for ctx.Err() == nil {
-		ch, err := p.pwatch.WatchPartitions(ctx, category)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
+	rewatch.Loop[string]{
+		Clock:   p.clk,
+		Backoff: backoff.New(100*time.Millisecond, 5*time.Second, p.jit),
+		Watch: func(ctx context.Context) (<-chan string, error) {
+			return p.pwatch.WatchPartitions(ctx, category)
+		},
+		Established: func() {
+			select {
+			case p.rediscover <- struct{}{}:
+			default:
 			}
-			observe.Error(p.obs, runtime.ErrorEvent{Subscription: p.cfg.Name, Op: "watch partitions", Err: err})
-			if !p.sleep(ctx, backoff.Next()) {
-				return
+			if !first {
+				p.send(evResync{})
 			}
-			continue
-		}
-		backoff.Reset()
-		select {
-		case p.rediscover <- struct{}{}:
-		default:
-		}
-		if !first {
-			p.send(evResync{})
-		}
-		first = false
-		for key := range ch {
-			keys := []string{key}
-		drain:
-			for len(keys) < 1024 {
-				select {
-				case k, ok := <-ch:
-					if !ok {
+			first = false
+		},
+		Follow: func(ch <-chan string) {
+			for key := range ch {
+				keys := []string{key}
+			drain:
+				for len(keys) < 1024 {
+					select {
+					case k, ok := <-ch:
+						if !ok {
+							break drain
+						}
+						keys = append(keys, k)
+					default:
 						break drain
 					}
-					keys = append(keys, k)
-				default:
-					break drain
 				}
+				p.send(evSignal{keys: keys})
 			}
-			p.send(evSignal{keys: keys})
-		}
-	}
+		},
+		Failed: func(err error) {
+			observe.Error(p.obs, runtime.ErrorEvent{Subscription: p.cfg.Name, Op: "watch partitions", Err: err})
+		},
+	}.Run(ctx)
 }
 
 // ledgerLoop follows operator requests: signals from WatchRequests, and
@@ -664,28 +664,27 @@ func (p *Subscription) ledgerLoop(ctx context.Context) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		backoff := backoff.New(time.Second, p.cfg.LedgerPollEvery, p.jit)
-		for ctx.Err() == nil {
-			ch, err := p.cfg.Ledger.WatchRequests(ctx, p.cfg.Name)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
+		rewatch.Loop[string]{
+			Clock:   p.clk,
+			Backoff: backoff.New(time.Second, p.cfg.LedgerPollEvery, p.jit),
+			Watch: func(ctx context.Context) (<-chan string, error) {
+				return p.cfg.Ledger.WatchRequests(ctx, p.cfg.Name)
+			},
+			Established: func() {
+				select {
+				case relist <- struct{}{}:
+				default:
 				}
+			},
+			Follow: func(ch <-chan string) {
+				for key := range ch {
+					p.send(evLedgerSignal{key: key})
+				}
+			},
+			Failed: func(err error) {
 				observe.Error(p.obs, runtime.ErrorEvent{Subscription: p.cfg.Name, Op: "watch requests", Err: err})
-				if !p.sleep(ctx, backoff.Next()) {
-					return
-				}
-				continue
-			}
-			backoff.Reset()
-			select {
-			case relist <- struct{}{}:
-			default:
-			}
-			for key := range ch {
-				p.send(evLedgerSignal{key: key})
-			}
-		}
+			},
+		}.Run(ctx)
 	}()
 	backoff := backoff.New(time.Second, p.cfg.LedgerPollEvery, p.jit)
 	for {

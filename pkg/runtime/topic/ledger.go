@@ -9,6 +9,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
+	"github.com/protctl/protctl/pkg/runtime/internal/rewatch"
 	"github.com/protctl/protctl/pkg/runtime/kafkasource"
 	"github.com/protctl/protctl/pkg/runtime/ledger"
 	"github.com/protctl/protctl/pkg/runtime/source"
@@ -29,39 +30,39 @@ func (t *Consumer) ledgerLoop(ctx context.Context, sr *Runtime) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		b := backoff.New(time.Second, t.cfg.LedgerPollEvery, t.jit)
-		for ctx.Err() == nil {
-			ch, err := t.cfg.Ledger.WatchRequests(ctx, sr.cfg.Name)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
+		rewatch.Loop[string]{
+			Clock:   t.clk,
+			Backoff: backoff.New(time.Second, t.cfg.LedgerPollEvery, t.jit),
+			Watch: func(ctx context.Context) (<-chan string, error) {
+				return t.cfg.Ledger.WatchRequests(ctx, sr.cfg.Name)
+			},
+			Established: func() {
+				select {
+				case relist <- struct{}{}:
+				default:
 				}
-				observe.Error(t.obs, runtime.ErrorEvent{Subscription: t.name, Op: "watch requests", Err: err})
-				if !t.sleep(ctx, b.Next()) {
-					return
-				}
-				continue
-			}
-			b.Reset()
-			select {
-			case relist <- struct{}{}:
-			default:
-			}
-			for agg := range ch {
-				octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
-				entries, err := t.entriesOf(octx, sr.cfg.Name, agg)
-				cancel()
-				if err == nil {
-					for _, e := range entries {
-						t.actOnEntry(ctx, sr, e)
+			},
+			Follow: func(ch <-chan string) {
+				for agg := range ch {
+					octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
+					entries, err := t.entriesOf(octx, sr.cfg.Name, agg)
+					cancel()
+					if err == nil {
+						for _, e := range entries {
+							t.actOnEntry(ctx, sr, e)
+						}
 					}
 				}
-			}
-		}
+			},
+			Failed: func(err error) {
+				observe.Error(t.obs, runtime.ErrorEvent{Subscription: t.name, Op: "watch requests", Err: err})
+			},
+		}.Run(ctx)
 	}()
 	b := backoff.New(time.Second, t.cfg.LedgerPollEvery, t.jit)
+	wait := t.cfg.LedgerPollEvery
 	for {
-		tm := t.clk.NewTimer(t.cfg.LedgerPollEvery)
+		tm := t.clk.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			tm.Stop()
@@ -70,6 +71,7 @@ func (t *Consumer) ledgerLoop(ctx context.Context, sr *Runtime) {
 		case <-relist:
 			tm.Stop()
 		}
+		wait = t.cfg.LedgerPollEvery
 		// The list's number is taken before it starts: reconcile compares
 		// it with when each local park became known (parkState.seen).
 		listed := sr.ledgerReads.Add(1)
@@ -81,7 +83,7 @@ func (t *Consumer) ledgerLoop(ctx context.Context, sr *Runtime) {
 				return
 			}
 			observe.Error(t.obs, runtime.ErrorEvent{Subscription: t.name, Op: "list parked", Err: err})
-			t.sleep(ctx, b.Next())
+			wait = b.Next() // a failed read is tried again soon, not a period later
 			continue
 		}
 		b.Reset()

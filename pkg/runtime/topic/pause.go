@@ -10,6 +10,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
+	"github.com/protctl/protctl/pkg/runtime/internal/rewatch"
 	"github.com/protctl/protctl/pkg/runtime/pause"
 )
 
@@ -161,27 +162,24 @@ func (t *Consumer) pauseLoop(ctx context.Context, s *Runtime) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		b := backoff.New(time.Second, t.cfg.RenewEvery*4, t.jit)
-		for ctx.Err() == nil {
-			ch, err := t.cfg.Pauses.WatchPauses(ctx, scope, name)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				observe.Error(t.obs, runtime.ErrorEvent{Subscription: name, Op: "watch pauses", Err: err})
-				if !t.sleep(ctx, b.Next()) {
-					return
-				}
-				continue
-			}
-			b.Reset()
-			// Read again now: a change made before the subscription was
-			// confirmed sent no signal this watcher saw.
-			signal()
-			for range ch {
+		rewatch.Loop[struct{}]{
+			Clock:   t.clk,
+			Backoff: backoff.New(time.Second, t.cfg.RenewEvery*4, t.jit),
+			Watch: func(ctx context.Context) (<-chan struct{}, error) {
+				return t.cfg.Pauses.WatchPauses(ctx, scope, name)
+			},
+			Established: func() {
 				signal()
-			}
-		}
+			},
+			Follow: func(ch <-chan struct{}) {
+				for range ch {
+					signal()
+				}
+			},
+			Failed: func(err error) {
+				observe.Error(t.obs, runtime.ErrorEvent{Subscription: name, Op: "watch pauses", Err: err})
+			},
+		}.Run(ctx)
 	}()
 	tm := t.clk.NewTimer(0)
 	defer tm.Stop()

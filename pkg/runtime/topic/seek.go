@@ -11,6 +11,7 @@ import (
 	"github.com/protctl/protctl/pkg/runtime/internal/backoff"
 	"github.com/protctl/protctl/pkg/runtime/internal/lease"
 	"github.com/protctl/protctl/pkg/runtime/internal/observe"
+	"github.com/protctl/protctl/pkg/runtime/internal/rewatch"
 )
 
 // Online seeks (protctl topics seek of a held partition; see
@@ -55,33 +56,30 @@ func (t *Consumer) seekLoop(ctx context.Context) {
 	defer func() { <-done }()
 	go func() {
 		defer close(done)
-		b := backoff.New(time.Second, t.cfg.RenewEvery, t.jit)
-		for ctx.Err() == nil {
-			ch, err := seeker.WatchSeeks(ctx, t.group)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				observe.Error(t.obs, runtime.ErrorEvent{Subscription: t.name, Op: "watch seeks", Err: err})
-				if !t.sleep(ctx, b.Next()) {
-					return
-				}
-				continue
-			}
-			b.Reset()
-			// Read again now: a request made before the subscription was
-			// confirmed sent no hint this watcher saw.
-			select {
-			case kick <- struct{}{}:
-			default:
-			}
-			for range ch {
+		rewatch.Loop[string]{
+			Clock:   t.clk,
+			Backoff: backoff.New(time.Second, t.cfg.RenewEvery, t.jit),
+			Watch: func(ctx context.Context) (<-chan string, error) {
+				return seeker.WatchSeeks(ctx, t.group)
+			},
+			Established: func() {
 				select {
 				case kick <- struct{}{}:
 				default:
 				}
-			}
-		}
+			},
+			Follow: func(ch <-chan string) {
+				for range ch {
+					select {
+					case kick <- struct{}{}:
+					default:
+					}
+				}
+			},
+			Failed: func(err error) {
+				observe.Error(t.obs, runtime.ErrorEvent{Subscription: t.name, Op: "watch seeks", Err: err})
+			},
+		}.Run(ctx)
 	}()
 	for {
 		t.checkSeeks(ctx, seeker, runs)
