@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -164,7 +165,14 @@ func latStartPlain(ctx context.Context, b *testing.B, addr string, streams []str
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := latPlain(pctx, pc, streams, group, handle); err != nil {
+		run := latPlain
+		switch os.Getenv("PROTCTL_BENCH_LATENCY_PLAIN") {
+		case "fenced-block":
+			run = latFencedBlock
+		case "fenced-block-each":
+			run = latFencedBlockEach
+		}
+		if err := run(pctx, pc, streams, group, handle); err != nil {
 			b.Error(err)
 		}
 	}()
@@ -214,6 +222,107 @@ func latPlain(ctx context.Context, c *redis.Client, streams []string, group stri
 		}
 	}
 	return nil
+}
+
+// latFencedBlock is an experiment, not a baseline (the "plain" column
+// with PROTCTL_BENCH_LATENCY_PLAIN=fenced-block): the shape a held,
+// drained partition's wait could take without a round trip of its own for
+// the fenced read. One loop sends, in one pipeline on one connection, the
+// last batch's acks, a blocking XREAD of every stream from the last id
+// the group delivered, and a script that reads every stream for the group
+// under a lease check (a GET compared with a token, as a fence is). The
+// server runs the script as soon as the XREAD returns, so an entry costs
+// the blocked read's wake-up and the script, and no further round trip.
+// It reads every stream at each wake, which is why it suits few streams
+// (hot keys), and it is not a consumer protctl ships.
+func latFencedBlock(ctx context.Context, c *redis.Client, streams []string, group string, handle func([]byte)) error {
+	const token = "latfence"
+	fences := make([]string, len(streams))
+	last := make([]string, len(streams))
+	for i, st := range streams {
+		fences[i] = "latfence:" + st
+		if err := c.Set(ctx, fences[i], token, 0).Err(); err != nil {
+			return err
+		}
+		gs, err := c.XInfoGroups(ctx, st).Result()
+		if err != nil {
+			return err
+		}
+		last[i] = "0-0"
+		for _, g := range gs {
+			if g.Name == group {
+				last[i] = g.LastDeliveredID
+			}
+		}
+	}
+	read := redis.NewScript(`
+local out = {}
+for i = 1, #KEYS / 2 do
+  if redis.call('GET', KEYS[i]) ~= ARGV[1] then return redis.error_reply('LEASELOST') end
+  local r = redis.call('XREADGROUP', 'GROUP', ARGV[2], 'fenced', 'COUNT', 100, 'STREAMS', KEYS[#KEYS / 2 + i], '>')
+  out[i] = r and r[1][2] or {}
+end
+return out`)
+	keys := append(append([]string{}, fences...), streams...)
+	if err := read.Load(ctx, c).Err(); err != nil {
+		return err
+	}
+	acks := make([][]string, len(streams))
+	for ctx.Err() == nil {
+		pipe := c.Pipeline()
+		for i, ids := range acks {
+			if len(ids) > 0 {
+				pipe.XAck(ctx, streams[i], group, ids...)
+			}
+			acks[i] = nil
+		}
+		xargs := append(append([]string{}, streams...), last...)
+		pipe.XRead(ctx, &redis.XReadArgs{Streams: xargs, Count: 1, Block: time.Second})
+		got := read.EvalSha(ctx, pipe, keys, token, group)
+		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil && ctx.Err() == nil {
+			return err
+		}
+		res, err := got.Slice()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		for i, r := range res {
+			entries, _ := r.([]any)
+			for _, e := range entries {
+				fields := e.([]any)
+				id := fields[0].(string)
+				kv := fields[1].([]any)
+				for j := 0; j+1 < len(kv); j += 2 {
+					if kv[j] == broker.DataField {
+						handle([]byte(kv[j+1].(string)))
+					}
+				}
+				acks[i] = append(acks[i], id)
+				last[i] = id
+			}
+		}
+	}
+	return nil
+}
+
+// latFencedBlockEach is latFencedBlock with a loop, and a connection,
+// per stream (PROTCTL_BENCH_LATENCY_PLAIN=fenced-block-each): a wake
+// reads only its own stream.
+func latFencedBlockEach(ctx context.Context, c *redis.Client, streams []string, group string, handle func([]byte)) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(streams))
+	for i, st := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = latFencedBlock(ctx, c, []string{st}, group, handle)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // latPublish writes events events at rate per second the way Protean's
