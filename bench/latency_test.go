@@ -597,6 +597,11 @@ type latRedisVariant struct {
 // PROTCTL_BENCH_LATENCY_ONLY=runtime (or plain) runs one of them only,
 // to profile it. This process's CPU time per event is reported for each.
 //
+// PROTCTL_BENCH_LATENCY_PLAIN=fenced-block (or fenced-block-each) puts an
+// experiment in the plain loop's place (latFencedBlock): a fenced read
+// pipelined behind a blocking XREAD, the shape a held partition's wait
+// could take (docs/benchmarks.md, twelfth pass).
+//
 // PROTCTL_BENCH_LATENCY_WARMUP publishes the scenario's events at the
 // rate for that long before the measured ones, unmeasured: the window
 // then sees a node in a steady flow (new keys: the warm-up's workers
