@@ -3,6 +3,7 @@
 package clock
 
 import (
+	"context"
 	"sort"
 	"sync"
 	"time"
@@ -167,5 +168,17 @@ func (t *fakeTimer) Reset(d time.Duration) {
 	}
 	if d <= 0 {
 		f.fireLocked()
+	}
+}
+
+// Sleep waits d on c; false when ctx ended first.
+func Sleep(ctx context.Context, c Clock, d time.Duration) bool {
+	t := c.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+		return true
 	}
 }

@@ -716,14 +716,7 @@ func (p *Subscription) ledgerLoop(ctx context.Context) {
 
 // sleep waits d on the subscription's clock; false when ctx ended first.
 func (p *Subscription) sleep(ctx context.Context, d time.Duration) bool {
-	t := p.clk.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C():
-		return true
-	}
+	return clock.Sleep(ctx, p.clk, d)
 }
 
 var errStopped = errors.New("runtime: subscription stopping")

@@ -601,14 +601,7 @@ func (t *Consumer) sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
 	}
-	tm := t.clk.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-tm.C():
-		return true
-	}
+	return clock.Sleep(ctx, t.clk, d)
 }
 
 // Causes the partitions' contexts end with.

@@ -49,7 +49,7 @@ func (l Loop[T]) Run(ctx context.Context) {
 			if l.Failed != nil {
 				l.Failed(err)
 			}
-			if !l.sleep(ctx, l.Backoff.Next()) {
+			if !clock.Sleep(ctx, l.Clock, l.Backoff.Next()) {
 				return
 			}
 			continue
@@ -59,22 +59,11 @@ func (l Loop[T]) Run(ctx context.Context) {
 		}
 		l.Follow(ch)
 		if l.Clock.Now().Sub(began) < Settled {
-			if !l.sleep(ctx, l.Backoff.Next()) {
+			if !clock.Sleep(ctx, l.Clock, l.Backoff.Next()) {
 				return
 			}
 			continue
 		}
 		l.Backoff.Reset()
-	}
-}
-
-func (l Loop[T]) sleep(ctx context.Context, d time.Duration) bool {
-	t := l.Clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C():
-		return true
 	}
 }
