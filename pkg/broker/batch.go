@@ -37,6 +37,56 @@ type BatchReader interface {
 	AckAndReadPartitionsFenced(ctx context.Context, reads []FencedRead) []ReadResult
 }
 
+// WaitReader is an optional capability (found by type assertion): a
+// held partition's wait for its next entry and the fenced read of that
+// entry in one round trip. A node that waits for news and then reads
+// pays two round trips between an append and its handler; a plain
+// XREADGROUP BLOCK consumer pays one. The wait itself is not fenced (a
+// blocking command cannot check a lease atomically with what it returns):
+// it only ends the wait, and the reads behind it are each an atomic step
+// under their own lease check, as BatchReader's, run by the server as
+// soon as the wait ends. docs/decisions/0054-blocking-reads.md.
+type WaitReader interface {
+	// WaitAndReadPartitionsFenced acknowledges each read's Ack, fenced
+	// by the read's lease (as AckPartitionFenced), waits up to block (1ms
+	// at least) for an entry with an id greater than the one after maps
+	// its stream to, as EntryWaiter's WaitForEntries does, and then runs
+	// the reads as AckAndReadPartitionsFenced would with no ack, whatever
+	// the wait found: an entry, nothing, or an error of its own. The acks
+	// come before the wait so that what the caller handled is not left
+	// pending while it waits. A read's Err is its ack's failure or its
+	// own; Messages is what it delivered all the same (a read may run
+	// after its ack failed for a reason other than the lease).
+	//
+	// Closing stop, or ctx ending, ends the wait early; the reads still
+	// run, and the call returns only once their replies are read, so that
+	// the caller knows what they delivered. Once stop is closed or ctx has
+	// ended before the call, nothing is sent.
+	//
+	// ok is false when nothing was sent because the call cannot run now:
+	// stop was closed or ctx had ended already, or no connection may be
+	// held for the wait (the broker bounds how many it keeps out of its
+	// pool), or the broker cannot wait this way (a Redis Cluster). The
+	// caller then waits as it would without this capability. Invalid
+	// arguments are not that: the call fails (ok, WaitErr and every read's
+	// Err wrapping ErrInvalidArgument) and sends nothing; an invalid read
+	// fails alone.
+	WaitAndReadPartitionsFenced(ctx context.Context, stop <-chan struct{}, after map[string]string, block time.Duration, reads []FencedRead) (res WaitedReads, ok bool)
+}
+
+// WaitedReads is what a WaitReader call found and read.
+type WaitedReads struct {
+	// Ready is the streams of the wait that had an entry past their id
+	// when it ended, in lexical order; nil when it timed out or was
+	// stopped. It may name fewer streams than had entries then.
+	Ready []string
+	// WaitErr is the wait's own failure, if any (the reads ran all the
+	// same unless they failed too).
+	WaitErr error
+	// Reads is each read's outcome, in the order of the call's reads.
+	Reads []ReadResult
+}
+
 // LeaseRequest is one acquisition of a BatchAcquirer batch:
 // AcquirePartitionLease's arguments, the lanes whose newest ids to take
 // with the lease and, optionally, a first read under the new lease.

@@ -32,7 +32,7 @@ type Suite struct {
 // StreamPartitioning, in the order Run runs them.
 func Cases() []Case {
 	var all []Case
-	for _, group := range [][]Case{indexCases, leaseCases, consumeCases, consumerCases, ackReadCases, batchCases, reapCases, reapLeaseCases, trimCases, inputCases, raceCases} {
+	for _, group := range [][]Case{indexCases, leaseCases, consumeCases, consumerCases, ackReadCases, batchCases, waitReadCases, reapCases, reapLeaseCases, trimCases, inputCases, raceCases} {
 		all = append(all, group...)
 	}
 	return all

@@ -194,6 +194,16 @@ func (b *Broker) AckAndReadPartitionsFenced(ctx context.Context, reads []broker.
 	if len(valid) == 0 {
 		return out
 	}
+	calls := ackReadCalls(reads, valid)
+	cmds, _ := b.runScripts(ctx, ackReadScript, calls, nil)
+	for j, cmd := range cmds {
+		out[valid[j]] = ackReadResult(op, &reads[valid[j]], calls[j], cmd)
+	}
+	return out
+}
+
+// ackReadCalls are ackread.lua's calls for the reads valid of reads.
+func ackReadCalls(reads []broker.FencedRead, valid []int) []scriptCall {
 	calls := make([]scriptCall, len(valid))
 	for j, i := range valid {
 		r := &reads[i]
@@ -204,23 +214,20 @@ func (b *Broker) AckAndReadPartitionsFenced(ctx context.Context, reads []broker.
 		}
 		calls[j] = scriptCall{keys: []string{r.Fence.LeaseKey, r.Stream}, args: args}
 	}
-	cmds, _ := b.runScripts(ctx, ackReadScript, calls, nil)
-	for j, cmd := range cmds {
-		i := valid[j]
-		r := &reads[i]
-		res, err := cmd.Slice()
-		if err != nil {
-			out[i].Err = mapErr(call{Op: op, Keys: calls[j].keys, Fence: &r.Fence, Stream: r.Stream}, err)
-			continue
-		}
-		msgs, err := parseEntries(r.Stream, res)
-		if err != nil {
-			out[i].Err = fmt.Errorf("redisbroker: %s: %w", op, err)
-			continue
-		}
-		out[i].Messages = msgs
+	return calls
+}
+
+// ackReadResult is the outcome of r, which ran as c and answered cmd.
+func ackReadResult(op string, r *broker.FencedRead, c scriptCall, cmd *redis.Cmd) broker.ReadResult {
+	res, err := cmd.Slice()
+	if err != nil {
+		return broker.ReadResult{Err: mapErr(call{Op: op, Keys: c.keys, Fence: &r.Fence, Stream: r.Stream}, err)}
 	}
-	return out
+	msgs, err := parseEntries(r.Stream, res)
+	if err != nil {
+		return broker.ReadResult{Err: fmt.Errorf("redisbroker: %s: %w", op, err)}
+	}
+	return broker.ReadResult{Messages: msgs}
 }
 
 // validRead checks a FencedRead's arguments as AckAndReadPartitionFenced

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,6 +30,12 @@ type Broker struct {
 	// beforeWait, when a test sets it, runs in each of WaitForEntries'
 	// XREAD goroutines before the XREAD is sent.
 	beforeWait func()
+	// beforeWaitRead, when a test sets it, runs in each
+	// WaitAndReadPartitionsFenced call right before its pipeline is sent.
+	beforeWaitRead func()
+	// waitScripts says the scripts WaitAndReadPartitionsFenced runs
+	// behind its wait are known loaded (waitread.go).
+	waitScripts atomic.Bool
 }
 
 // The contract and every optional capability the adapter implements

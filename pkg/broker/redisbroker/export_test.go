@@ -51,3 +51,7 @@ func ProbeMulti(b *Broker, c *redis.Client) bool { return b.multiAllowed(context
 
 // MultiChecked is how many clients' MULTI answers b keeps.
 func MultiChecked(b *Broker) int { return b.multi.len() }
+
+// SetBeforeWaitRead makes fn run in each WaitAndReadPartitionsFenced call
+// right before its pipeline is sent.
+func SetBeforeWaitRead(b *Broker, fn func()) { b.beforeWaitRead = fn }

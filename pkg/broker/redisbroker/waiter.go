@@ -138,14 +138,7 @@ func (b *Broker) WaitForEntries(ctx context.Context, after map[string]string, ti
 	)
 	wake := func() {
 		nudged = true
-		nctx, cancel := context.WithTimeout(rctx, 5*time.Second)
-		defer cancel()
-		_, err := b.client.Pipelined(nctx, func(p redis.Pipeliner) error {
-			p.XAdd(nctx, &redis.XAddArgs{Stream: nudge, MaxLen: 1, Values: []any{"wake", 1}})
-			p.PExpire(nctx, nudge, 10*time.Second)
-			return nil
-		})
-		if err != nil && firstErr == nil {
+		if err := b.nudge(rctx, nudge); err != nil && firstErr == nil {
 			firstErr = mapErr(call{Op: op}, err)
 		}
 		again = time.After(nudgeAgain) // from the end of this nudge
@@ -181,6 +174,20 @@ func (b *Broker) WaitForEntries(ctx context.Context, after map[string]string, ti
 	}
 	slices.Sort(ready)
 	return ready, nil
+}
+
+// nudge appends to stream, which wakes every XREAD blocked on it from
+// "0-0", including one that reaches the server after the append. The
+// stream keeps one entry and expires 10 s later.
+func (b *Broker) nudge(ctx context.Context, stream string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: 1, Values: []any{"wake", 1}})
+		p.PExpire(ctx, stream, 10*time.Second)
+		return nil
+	})
+	return err
 }
 
 // waitStreams checks the streams and ids of a wait or a check and
