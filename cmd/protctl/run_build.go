@@ -328,23 +328,30 @@ func buildHandler(h nodeconfig.Handler, slots *handlers.Slots, log *slog.Logger,
 
 // nodePoolSize is the connection pool of the node's Redis client when
 // redis.url sets none (pool_size): go-redis's default (10 per CPU), or
-// more when the subscriptions need it. Half of the pool may be pinned by
-// workers reading backlogs (redisbroker.NewPinLimit); the other half must
-// hold, for each Redis subscription, its blocking waits (two tiers over
-// each shard of the main lanes, runWaitShards of them, and
-// two over the backfill lanes), its live path's round trips (two) and a
-// spare, and for the node its renewals,
-// heartbeats, ledger reads, discovery and lag reads. A pool too small for
-// them makes calls wait for a connection (PoolTimeout), renewals
-// included.
+// more when the subscriptions need it. Half of the pool may be pinned
+// (redisbroker.NewPinLimit), and the subscriptions' workers use that half:
+// a connection per worker slot reading a backlog, and one per hot
+// partition waiting with a blocking read (up to workers of each,
+// docs/decisions/0054-blocking-reads.md). The other half must hold, for
+// each Redis subscription, its blocking waits on idle partitions (two
+// tiers over each shard of the main lanes, runWaitShards of them, and two
+// over the backfill lanes), its live path's round trips (two) and a spare,
+// and for the node its renewals, heartbeats, ledger reads, discovery and
+// lag reads. A pool too small for them makes calls wait for a connection
+// (PoolTimeout), renewals included.
 func nodePoolSize(cfg *nodeconfig.Config) int {
-	subs := 0
+	subs, pins := 0, 0
 	for _, sc := range cfg.Subscriptions {
 		if sc.Redis != nil {
 			subs++
+			w := sc.Workers
+			if w == 0 {
+				w = partitioned.DefaultWorkers
+			}
+			pins += 2 * w
 		}
 	}
-	return max(10*goruntime.GOMAXPROCS(0), 2*(waitConns(runWaitShards)*subs+16))
+	return max(10*goruntime.GOMAXPROCS(0), 2*max(waitConns(runWaitShards)*subs+16, pins))
 }
 
 // runWaitShards is the WaitShards of run node's Redis subscriptions when

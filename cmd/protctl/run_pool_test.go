@@ -11,17 +11,22 @@ import (
 )
 
 // The node's Redis pool holds what its subscriptions need besides the
-// half that workers reading backlogs may pin (per Redis subscription, two
-// blocking waits per shard of the main lanes and two over the backfill
-// lanes, the live path's two round trips and a spare: 13 with 4 shards),
-// unless redis.url sets pool_size, which wins.
+// half that may be pinned (per Redis subscription, two blocking waits per
+// shard of the main lanes and two over the backfill lanes, the live
+// path's two round trips and a spare: 13 with 4 shards), and its pinned
+// half holds a backlog reader and a hot partition's blocking read per
+// worker (16 by default), unless redis.url sets pool_size, which wins.
 func TestRunNodePoolSize(t *testing.T) {
 	cfg := &nodeconfig.Config{Subscriptions: []nodeconfig.Subscription{
 		{Redis: &nodeconfig.RedisSource{}}, {Redis: &nodeconfig.RedisSource{}}, {Kafka: &nodeconfig.KafkaSource{}},
 	}}
-	want := max(10*goruntime.GOMAXPROCS(0), 2*(13*2+16))
+	want := max(10*goruntime.GOMAXPROCS(0), 2*max(13*2+16, 2*16*2))
 	if got := nodePoolSize(cfg); got != want {
 		t.Fatalf("pool for two Redis subscriptions = %d, want %d", got, want)
+	}
+	few := &nodeconfig.Config{Subscriptions: []nodeconfig.Subscription{{Redis: &nodeconfig.RedisSource{}, Workers: 2}}}
+	if got, want := nodePoolSize(few), max(10*goruntime.GOMAXPROCS(0), 2*(13+16)); got != want {
+		t.Fatalf("pool for one Redis subscription of 2 workers = %d, want %d", got, want)
 	}
 	// The waits are sharded when the pool holds them, not when redis.url
 	// sets a smaller pool_size.

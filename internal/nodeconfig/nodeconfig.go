@@ -233,7 +233,7 @@ type Subscription struct {
 	// and not yet done (default 1000).
 	MaxInFlight int `yaml:"maxInFlight"`
 	// Workers bounds the handler calls running at once: Redis, partitions
-	// handled at once (default 32); Kafka, aggregates of one partition
+	// handled at once (default 16); Kafka, aggregates of one partition
 	// handled at once (default 16).
 	Workers int `yaml:"workers"`
 }

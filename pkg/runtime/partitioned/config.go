@@ -11,6 +11,9 @@ import (
 	"github.com/protctl/protctl/pkg/runtime/pause"
 )
 
+// DefaultWorkers is Config.Workers when it is 0.
+const DefaultWorkers = 16
+
 // Config configures a Redis partitioned subscription (see
 // New). The zero value of every optional field means its
 // default, written in the field's comment.
@@ -70,7 +73,10 @@ type Config struct {
 	// waits' connections (up to two for the main lanes and two for the
 	// backfill lanes, each per 8,192 idle lanes), the live path's (up to
 	// 2) and a few (heartbeat, renewals) within the client's PoolSize
-	// (go-redis: 10 x GOMAXPROCS by default). Default: 16.
+	// (go-redis: 10 x GOMAXPROCS by default). Up to Workers hot
+	// partitions also wait with a blocking read on a connection each,
+	// within the same half (docs/decisions/0054-blocking-reads.md).
+	// Default: DefaultWorkers.
 	Workers int
 	// MaxPartitions caps the partitions this subscription takes per node
 	// (HRW with a cap). Default: 0, no cap.
@@ -196,7 +202,7 @@ func (c *Config) validate() error {
 		c.BatchSize = 100
 	}
 	if c.Workers == 0 {
-		c.Workers = 16
+		c.Workers = DefaultWorkers
 	}
 	if c.WaitShards == 0 {
 		c.WaitShards = DefaultWaitShards

@@ -12,8 +12,12 @@ import (
 // IdleAfter and releases it. done false means news came: read again.
 func (w *worker) drained() (result, bool) {
 	p := w.p
-	if r, done := w.flushAcks(); done {
-		return r, true
+	// A worker that may wait with a blocking read sends its acks with
+	// the wait (waitBlocked); any other sends them now.
+	if !w.mayWaitBlocked() {
+		if r, done := w.flushAcks(); done {
+			return r, true
+		}
 	}
 	if w.retrying != nil {
 		// The head was handled (or acked by someone else) before this
@@ -38,6 +42,13 @@ func (w *worker) drained() (result, bool) {
 			if got {
 				return result{}, false
 			}
+		}
+		w.drains++
+		if r, done, used := w.waitBlocked(); used {
+			return r, done
+		}
+		if r, done := w.flushAcks(); done {
+			return r, true
 		}
 		w.watchDrained()
 	}

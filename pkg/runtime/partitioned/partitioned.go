@@ -36,6 +36,11 @@ type Subscription struct {
 	batchRenewer broker.BatchRenewer
 	ackReader    broker.AckReader
 	pinner       broker.ReaderPinner
+	// waitReader, with waiter, lets a held, drained partition wait and
+	// read in one round trip (blocked.go); blocked bounds how many do
+	// at once (Workers).
+	waitReader broker.WaitReader
+	blocked    chan struct{}
 	// readers are the free pinned readers (pinner set), one per worker
 	// slot at most (reader.go).
 	readers chan *slotReader
@@ -163,6 +168,10 @@ func New(cfg Config) (*Subscription, error) {
 	t, tok := cfg.Broker.(broker.StreamTailer)
 	if wok && tok {
 		p.waiter, p.tailer = w, t
+		if wr, ok := cfg.Broker.(broker.WaitReader); ok {
+			p.waitReader = wr
+			p.blocked = make(chan struct{}, cfg.Workers)
+		}
 	}
 	if pw, ok := cfg.Broker.(broker.PartitionWatcher); ok {
 		p.pwatch = pw

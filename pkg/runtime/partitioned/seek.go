@@ -32,6 +32,17 @@ func (s *seekMarks) add(keys []string) {
 	s.n.Store(int64(len(s.m)))
 }
 
+// has reports whether key is marked, leaving the mark.
+func (s *seekMarks) has(key string) bool {
+	if s.n.Load() == 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.m[key]
+	return ok
+}
+
 func (s *seekMarks) take(key string) bool {
 	if s.n.Load() == 0 {
 		return false

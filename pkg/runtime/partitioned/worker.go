@@ -123,6 +123,14 @@ type worker struct {
 	// the state stays the same, a drained worker waits without joining the
 	// watched set (drained).
 	covered <-chan struct{}
+	// drains counts the times this generation drained with its lanes'
+	// ids known: from the second on, news came while it held the lease,
+	// and it may wait with a blocking read (waitBlocked).
+	drains int
+	// waited: the prefetch holds a short batch a blocking wait's reads
+	// delivered (waitBlocked); readsSent: a read of this round went to
+	// the broker (not served from the prefetch).
+	waited, readsSent bool
 	// watching: the worker put its partition in the watched set since it
 	// last took it out; joinedAt is when it last did (or when the
 	// generation began).
@@ -333,10 +341,21 @@ func (w *worker) process() result {
 			w.takeNews(0)
 		default:
 		}
+		waited := w.waited
+		w.waited, w.readsSent = false, false
 		got, r, done := w.round()
 		w.prefetch = nil // the first round's, used or not
 		if done {
 			return r
+		}
+		if got && waited && !w.readsSent {
+			// All the round read came from a blocking wait, short: the
+			// next wait, from the ids just handled, checks the lanes
+			// (waitBlocked), with no read of its own first.
+			if r, done := w.drained(); done {
+				return r
+			}
+			continue
 		}
 		if got {
 			w.slotRounds++
@@ -514,6 +533,7 @@ func (w *worker) fencedRead(ln lane, mode broker.ReadMode, count int) ([]broker.
 		delete(w.prefetch, ln.stream)
 		return pre.Messages, pre.Err
 	}
+	w.readsSent = true
 	ack := w.acks[ln.stream]
 	if w.readLive {
 		res := w.liveRead(broker.FencedRead{Fence: w.lease.fence, Stream: ln.stream, Group: p.cfg.Name,
