@@ -34,6 +34,7 @@ func capabilities(b broker.PartitionedBroker) []capability {
 	_, checker := b.(broker.EntryChecker)
 	_, pinner := b.(broker.ReaderPinner)
 	_, seeker := b.(broker.PartitionSeeker)
+	_, waitReader := b.(broker.WaitReader)
 	return []capability{
 		{"broker.EntryWaiter", is(waiter), "idle partitions are read again every SweepEvery instead of waited on (needs StreamTailer too)"},
 		{"broker.StreamTailer", is(tailer), "idle partitions are read again every SweepEvery instead of waited on (needs EntryWaiter too)"},
@@ -48,6 +49,7 @@ func capabilities(b broker.PartitionedBroker) []capability {
 		{"broker.EntryChecker", is(checker), "idle partitions are waited on with blocking reads even while appends are announced, a re-issue per entry"},
 		{"broker.ReaderPinner", is(pinner), "each read takes a connection from the client's pool"},
 		{"broker.PartitionSeeker", is(seeker), "operators' seek requests for partitions this node holds are not carried out"},
+		{"broker.WaitReader", is(waitReader), "a hot partition's entry costs a wake-up and then a read, two round trips, instead of one"},
 	}
 }
 

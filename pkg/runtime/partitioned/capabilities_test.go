@@ -87,11 +87,11 @@ func startLogged(t *testing.T, b broker.PartitionedBroker, store *memstore.Store
 // A broker wrapped so that its optional capabilities are hidden still
 // works, but the engine says so once at start, naming each capability it
 // lacks and what its absence costs; the memory broker, which lacks four,
-// is named for those four only.
+// is named for those only.
 func TestStartWarnsOfMissingCapabilities(t *testing.T) {
 	all := []string{"broker.EntryWaiter", "broker.StreamTailer", "broker.PartitionWatcher", "broker.BatchRenewer",
 		"broker.AckReader", "broker.BatchReader", "broker.BatchAcquirer", "broker.BatchReleaser", "broker.PartitionCounter",
-		"broker.AppendWatcher", "broker.EntryChecker", "broker.ReaderPinner", "broker.PartitionSeeker"}
+		"broker.AppendWatcher", "broker.EntryChecker", "broker.ReaderPinner", "broker.PartitionSeeker", "broker.WaitReader"}
 	for _, tc := range []struct {
 		name    string
 		wrap    func(*memorybroker.Broker) broker.PartitionedBroker
@@ -99,7 +99,7 @@ func TestStartWarnsOfMissingCapabilities(t *testing.T) {
 	}{
 		{"wrapped broker", func(b *memorybroker.Broker) broker.PartitionedBroker { return wrapped{b} }, all},
 		{"memory broker", func(b *memorybroker.Broker) broker.PartitionedBroker { return b },
-			[]string{"broker.PartitionCounter", "broker.AppendWatcher", "broker.EntryChecker", "broker.ReaderPinner", "broker.PartitionSeeker"}},
+			[]string{"broker.PartitionCounter", "broker.AppendWatcher", "broker.EntryChecker", "broker.ReaderPinner", "broker.PartitionSeeker", "broker.WaitReader"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := memorybroker.New()
