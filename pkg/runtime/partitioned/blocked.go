@@ -200,6 +200,12 @@ func (w *worker) waitBlocked() (r result, done, used bool) {
 			return ended(), true, true
 		}
 		if readErr != nil {
+			// The acks of a failed read may not have been sent: send
+			// them now, retrying as drained would have, so that the next
+			// generation does not handle again what this one handled.
+			if r, done := w.flushAcks(); done {
+				return r, true, true
+			}
 			return w.ioFail("wait and read", readErr), true, true
 		}
 		for _, s := range out.res.Ready {
