@@ -48,7 +48,19 @@ func (w *worker) waitBlocked() (r result, done, used bool) {
 	default:
 		return result{}, false, false
 	}
-	defer func() { <-p.blocked }()
+	seated := true
+	leave := func() { // the place, given back before waiting for a slot
+		if seated {
+			seated = false
+			<-p.blocked
+		}
+	}
+	defer leave()
+	readOn := func() (result, bool, bool) {
+		leave()
+		r, done := w.readOn()
+		return r, done, true
+	}
 	if w.watching {
 		// The wait covers every lane from w.after: the watched set's
 		// would only wake the worker for what it reads anyway.
@@ -88,12 +100,23 @@ func (w *worker) waitBlocked() (r result, done, used bool) {
 			return w.lostResult(), true, true
 		}
 		if !now.Before(idleAt) {
-			return w.release(result{kind: resIdle, after: maps.Clone(w.after)}, "idle"), true, true
+			// The acks were left for the wait: sent first (on the first
+			// pass with an IdleAfter too short to wait at all).
+			r, _ := w.releaseAcked(result{kind: resIdle, after: maps.Clone(w.after)}, "idle")
+			return r, true, true
+		}
+		select {
+		case <-w.handover:
+			r, _ := w.releaseAcked(result{kind: resHandedOff}, "handover")
+			return r, true, true
+		case <-p.stopping:
+			r, _ := w.releaseAcked(result{kind: resStopped}, "stop")
+			return r, true, true
+		default:
 		}
 		paused, pauseChanged := p.pauses.paused(w.key)
 		if paused || p.seeks.has(w.key) {
-			r, done := w.readOn()
-			return r, done, true
+			return readOn()
 		}
 		var (
 			lanes []lane
@@ -143,18 +166,28 @@ func (w *worker) waitBlocked() (r result, done, used bool) {
 					interrupt()
 				}
 			case <-pauseChanged:
-				pauseChanged = nil
-				asked = true
-				interrupt()
+				// Any key's pause changed: the wait ends only for this
+				// key's.
+				if paused, pauseChanged = p.pauses.paused(w.key); paused {
+					pauseChanged = nil
+					asked = true
+					interrupt()
+				}
 			case <-w.handover:
 				ended = func() result { r, _ := w.releaseAcked(result{kind: resHandedOff}, "handover"); return r }
 				interrupt()
+				out = <-answer
+				break wait
 			case <-p.stopping:
 				ended = func() result { r, _ := w.releaseAcked(result{kind: resStopped}, "stop"); return r }
 				interrupt()
+				out = <-answer
+				break wait
 			case <-w.ctx.Done():
 				ended = w.ctxResult
 				interrupt()
+				out = <-answer
+				break wait
 			}
 		}
 		if !out.ok {
@@ -227,8 +260,7 @@ func (w *worker) waitBlocked() (r result, done, used bool) {
 		// empty read would be (process).
 		w.waited = got && !full && !asked
 		if got || asked || len(out.res.Ready) > 0 {
-			r, done := w.readOn()
-			return r, done, true
+			return readOn()
 		}
 	}
 }

@@ -199,3 +199,65 @@ func TestRedisPauseAndSeekEndABlockingWait(t *testing.T) {
 		t.Fatalf("handled %v, want %v", got, want)
 	}
 }
+
+// refusingWaitReads, once armed, appends the next entry right after the
+// first call whose reads delivered entries, lets the entry's wake-up
+// reach the worker before it answers, and refuses every later call (ok
+// false, as when the pin limit is reached or another hot key took the
+// last place).
+type refusingWaitReads struct {
+	*redisbroker.Broker
+	calls  atomic.Int64
+	armed  atomic.Bool
+	refuse atomic.Bool
+	append func()
+}
+
+func (h *refusingWaitReads) WaitAndReadPartitionsFenced(ctx context.Context, stop <-chan struct{}, after map[string]string, block time.Duration, reads []broker.FencedRead) (broker.WaitedReads, bool) {
+	if h.refuse.Load() {
+		return broker.WaitedReads{}, false
+	}
+	res, ok := h.Broker.WaitAndReadPartitionsFenced(ctx, stop, after, block, reads)
+	if !ok {
+		return res, ok
+	}
+	h.calls.Add(1)
+	delivered := false
+	for _, r := range res.Reads {
+		delivered = delivered || len(r.Messages) > 0
+	}
+	if delivered && h.armed.CompareAndSwap(true, false) {
+		h.append()
+		time.Sleep(300 * time.Millisecond) // the announcement's wake arrives
+		h.refuse.Store(true)
+	}
+	return res, ok
+}
+
+// After a short batch from a blocking wait the worker goes to its next
+// wait with no read of its own. When that wait cannot be a blocking read,
+// the worker waits as before, and the wake-up of an entry appended after
+// the first wait's reads must still be there: found by a reviewer, the
+// loop had taken it, and the entry waited for WaitTimeout (30 s here; the
+// test allows 10).
+func TestRedisWakeAfterABlockingBatchIsKeptForTheNextWait(t *testing.T) {
+	e := newRedisEnv(t)
+	rec := newRecorder(t)
+	var h *refusingWaitReads
+	e.start("node-1", rec.handler("node-1"), func(c *partitioned.Config) {
+		h = &refusingWaitReads{Broker: c.Broker.(*redisbroker.Broker)}
+		c.Broker = h
+		c.IdleAfter = time.Hour
+		c.WaitTimeout = 30 * time.Second
+	}, nil)
+	for seq := 1; seq <= 3; seq++ {
+		protean(t, e.c, "k", seq)
+		eventually(t, 20*time.Second, 5*time.Millisecond, "handled", func() bool { return rec.complete(map[string]int{"k": seq}) })
+	}
+	eventually(t, 20*time.Second, 5*time.Millisecond, "a blocking wait", func() bool { return h.calls.Load() > 0 })
+	h.append = func() { protean(t, e.c, "k", 5) }
+	h.armed.Store(true)
+	protean(t, e.c, "k", 4)
+	eventually(t, 10*time.Second, 5*time.Millisecond, "4 and 5 handled", func() bool { return rec.complete(map[string]int{"k": 5}) })
+	rec.checkOrder(t, map[string]int{"k": 5})
+}

@@ -336,12 +336,18 @@ func (w *worker) process() result {
 		if r, done := w.holdWhilePaused(); done {
 			return r
 		}
-		select { // a wake for what the next round reads anyway
-		case <-w.wake:
-			w.takeNews(0)
-		default:
-		}
 		waited := w.waited
+		if !waited {
+			select { // a wake for what the next round reads anyway
+			case <-w.wake:
+				w.takeNews(0)
+			default:
+			}
+		}
+		// After a blocking wait's batch, a wake is left for the wait that
+		// follows it (drained): the round reads only that batch, and a
+		// wake taken here, for an entry appended after the wait's reads,
+		// would be lost to a wait that is not a blocking read.
 		w.waited, w.readsSent = false, false
 		got, r, done := w.round()
 		w.prefetch = nil // the first round's, used or not
