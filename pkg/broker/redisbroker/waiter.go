@@ -98,13 +98,7 @@ func (b *Broker) WaitForEntries(ctx context.Context, after map[string]string, ti
 	// nudging instead.
 	rctx := context.WithoutCancel(ctx)
 	for _, chunk := range chunks {
-		args := make([]string, 0, 2*len(chunk)+2)
-		args = append(args, chunk...)
-		args = append(args, nudge)
-		for _, s := range chunk {
-			args = append(args, after[s])
-		}
-		args = append(args, "0-0")
+		args := nudgedStreams(chunk, after, nudge)
 		go func() {
 			if b.beforeWait != nil {
 				b.beforeWait()
@@ -174,6 +168,18 @@ func (b *Broker) WaitForEntries(ctx context.Context, after map[string]string, ti
 	}
 	slices.Sort(ready)
 	return ready, nil
+}
+
+// nudgedStreams are the STREAMS arguments of an XREAD of streams, each
+// from the id after maps it to, and of the nudge stream from "0-0".
+func nudgedStreams(streams []string, after map[string]string, nudge string) []string {
+	args := make([]string, 0, 2*len(streams)+2)
+	args = append(args, streams...)
+	args = append(args, nudge)
+	for _, s := range streams {
+		args = append(args, after[s])
+	}
+	return append(args, "0-0")
 }
 
 // nudge appends to stream, which wakes every XREAD blocked on it from

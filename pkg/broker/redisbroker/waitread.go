@@ -96,13 +96,7 @@ func (b *Broker) WaitAndReadPartitionsFenced(ctx context.Context, stop <-chan st
 	block = max(block, time.Millisecond) // BLOCK 0 would mean forever
 
 	nudge := waitReadNudges.prefix + strconv.FormatUint(waitReadNudges.n.Add(1), 36)
-	args := make([]string, 0, 2*len(streams)+2)
-	args = append(args, streams...)
-	args = append(args, nudge)
-	for _, s := range streams {
-		args = append(args, after[s])
-	}
-	args = append(args, "0-0")
+	args := nudgedStreams(streams, after, nudge)
 	// The reads run with no ack: their acks go before the wait.
 	var (
 		acks    []scriptCall

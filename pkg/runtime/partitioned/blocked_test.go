@@ -39,21 +39,28 @@ func (h *heldWaitReads) WaitAndReadPartitionsFenced(ctx context.Context, stop <-
 		return res, ok
 	}
 	h.calls.Add(1)
-	delivered := false
-	for _, r := range res.Reads {
-		delivered = delivered || len(r.Messages) > 0
-	}
+	got := delivered(res)
 	h.mu.Lock()
 	hold, held := h.hold, h.held
-	if delivered && hold != nil {
+	if got && hold != nil {
 		h.hold, h.held = nil, nil // once
 	}
 	h.mu.Unlock()
-	if delivered && hold != nil {
+	if got && hold != nil {
 		close(held)
 		<-hold
 	}
 	return res, ok
+}
+
+// delivered says whether any read of res delivered entries.
+func delivered(res broker.WaitedReads) bool {
+	for _, r := range res.Reads {
+		if len(r.Messages) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // arm holds the next answer that delivers entries; close the returned
@@ -222,11 +229,7 @@ func (h *refusingWaitReads) WaitAndReadPartitionsFenced(ctx context.Context, sto
 		return res, ok
 	}
 	h.calls.Add(1)
-	delivered := false
-	for _, r := range res.Reads {
-		delivered = delivered || len(r.Messages) > 0
-	}
-	if delivered && h.armed.CompareAndSwap(true, false) {
+	if delivered(res) && h.armed.CompareAndSwap(true, false) {
 		h.append()
 		time.Sleep(300 * time.Millisecond) // the announcement's wake arrives
 		h.refuse.Store(true)
