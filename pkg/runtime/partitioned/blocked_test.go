@@ -25,8 +25,9 @@ import (
 // learns of the entries only then, whatever happened meanwhile.
 type heldWaitReads struct {
 	*redisbroker.Broker
-	calls atomic.Int64 // calls sent
-	mu    sync.Mutex
+	calls    atomic.Int64 // calls sent
+	inFlight atomic.Int64 // calls not yet answered
+	mu       sync.Mutex
 	hold  chan struct{} // armed: closed by the test to release
 	held  chan struct{} // closed when an answer is held
 }
@@ -34,6 +35,8 @@ type heldWaitReads struct {
 var _ broker.WaitReader = (*heldWaitReads)(nil)
 
 func (h *heldWaitReads) WaitAndReadPartitionsFenced(ctx context.Context, stop <-chan struct{}, after map[string]string, block time.Duration, reads []broker.FencedRead) (broker.WaitedReads, bool) {
+	h.inFlight.Add(1)
+	defer h.inFlight.Add(-1)
 	res, ok := h.Broker.WaitAndReadPartitionsFenced(ctx, stop, after, block, reads)
 	if !ok {
 		return res, ok
@@ -89,15 +92,27 @@ func startBlocked(t *testing.T, e *redisEnv, rec *recorder, id string, mutate fu
 }
 
 // blocking publishes entries from..to of key one at a time, each once the
-// previous one was handled, until the key's worker waits with a blocking
-// read: after its second drain.
+// previous one was handled, and waits until the key's worker waits with
+// a blocking read (from its generation's second drain on). The entries
+// must come within IdleAfter of each other for the generation to last:
+// a test on a loaded machine gives IdleAfter seconds.
 func blocking(t *testing.T, e *redisEnv, rec *recorder, h *heldWaitReads, key string, from, to int) {
 	t.Helper()
 	for seq := from; seq <= to; seq++ {
 		protean(t, e.c, key, seq)
 		eventually(t, 20*time.Second, 5*time.Millisecond, "handled", func() bool { return rec.complete(map[string]int{key: seq}) })
 	}
-	eventually(t, 20*time.Second, 5*time.Millisecond, "a blocking wait", func() bool { return h.calls.Load() > 0 })
+	eventually(t, 20*time.Second, 5*time.Millisecond, "a blocking wait", func() bool { return h.inFlight.Load() > 0 })
+}
+
+// heldAnswer waits until an armed answer is held.
+func heldAnswer(t *testing.T, held <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no answer that delivered entries within 20 s")
+	}
 }
 
 // A key that keeps receiving entries waits with blocking reads whose
@@ -110,20 +125,20 @@ func blocking(t *testing.T, e *redisEnv, rec *recorder, h *heldWaitReads, key st
 func TestRedisEntriesABlockingWaitDeliversAreNeverDropped(t *testing.T) {
 	e := newRedisEnv(t)
 	rec := newRecorder(t)
-	n1, h := startBlocked(t, e, rec, "node-1", func(c *partitioned.Config) { c.IdleAfter = 300 * time.Millisecond })
+	n1, h := startBlocked(t, e, rec, "node-1", func(c *partitioned.Config) { c.IdleAfter = 2 * time.Second })
 	blocking(t, e, rec, h, "k", 1, 3)
 
 	release, held := h.arm()
 	protean(t, e.c, "k", 4)
-	<-held
-	time.Sleep(500 * time.Millisecond) // past IdleAfter while the answer is held
+	heldAnswer(t, held)
+	time.Sleep(2500 * time.Millisecond) // past IdleAfter while the answer is held
 	close(release)
 	eventually(t, 20*time.Second, 5*time.Millisecond, "4 handled", func() bool { return rec.complete(map[string]int{"k": 4}) })
 
 	blocking(t, e, rec, h, "k", 5, 6)
 	release, held = h.arm()
 	protean(t, e.c, "k", 7)
-	<-held
+	heldAnswer(t, held)
 	stopped := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
