@@ -28,8 +28,8 @@ type heldWaitReads struct {
 	calls    atomic.Int64 // calls sent
 	inFlight atomic.Int64 // calls not yet answered
 	mu       sync.Mutex
-	hold  chan struct{} // armed: closed by the test to release
-	held  chan struct{} // closed when an answer is held
+	hold     chan struct{} // armed: closed by the test to release
+	held     chan struct{} // closed when an answer is held
 }
 
 var _ broker.WaitReader = (*heldWaitReads)(nil)
