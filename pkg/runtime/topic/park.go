@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -27,8 +28,9 @@ func (sp *subPart) park(agg string, it *laneItem, herr error, attempts int) bool
 	t := tp.t
 	now := t.clk.Now()
 	tp.mu.Lock()
-	if st := sp.parked[agg]; st != nil {
-		attempts += st.entry.Attempts
+	prev := sp.parked[agg]
+	if prev != nil {
+		attempts += prev.entry.Attempts
 	}
 	tp.mu.Unlock()
 	e := ledger.Parked{
@@ -46,14 +48,41 @@ func (sp *subPart) park(agg string, it *laneItem, herr error, attempts int) bool
 		Owner:         t.node,
 		Generation:    tp.lease.gen,
 	}
-	if err := sp.fenced(func(ctx context.Context) error { return t.cfg.Ledger.Park(ctx, tp.lease.fence, e) }, "park"); err != nil {
-		return false
-	}
+	// The park is known here before the write lands: an operator's retry
+	// or skip can read the entry the moment it is written, and one that
+	// found no park (or the previous one) here would act on a state this
+	// write then replaced. A retry's records were dropped that way, the
+	// entry left "retrying" with nothing under way; a skip resolved the
+	// entry and the aggregate stayed parked here with nothing covering the
+	// records it skipped. They wait for the write instead (settledLocked).
+	// No poll's list may judge the park before the write returned (seen).
+	st := &parkState{entry: e, parking: make(chan struct{}), seen: math.MaxInt64}
+	tp.mu.Lock()
+	sp.parked[agg] = st
+	tp.mu.Unlock()
+	err := sp.fenced(func(ctx context.Context) error { return t.cfg.Ledger.Park(ctx, tp.lease.fence, e) }, "park")
 	// Read after the write returned: see parkState.seen.
 	seen := sp.sr.ledgerReads.Load()
 	tp.mu.Lock()
-	sp.parked[agg] = &parkState{entry: e, seen: seen}
+	if err != nil {
+		// The partition ends (the lease is gone or it is being stopped):
+		// the record stays below the checkpoint, for the next owner.
+		if sp.parked[agg] == st {
+			if prev != nil {
+				sp.parked[agg] = prev
+			} else {
+				delete(sp.parked, agg)
+			}
+		}
+	}
+	st.seen = seen
+	parking := st.parking
+	st.parking = nil
 	tp.mu.Unlock()
+	close(parking)
+	if err != nil {
+		return false
+	}
 	sp.sr.c.parked.Add(1)
 	t.log.Warn("aggregate parked", "subscription", sp.sr.cfg.Name, "partition", tp.p, "aggregate", agg,
 		"offset", it.rec.Offset, "attempts", attempts, "err", herr)
@@ -118,6 +147,28 @@ func (sp *subPart) resolveRetry(agg string) bool {
 	return true
 }
 
+// settledLocked returns agg's park on this partition (nil when none)
+// once no park of it is being written, with tp.mu held; on an error
+// (ctx ended first) tp.mu is not held.
+func (sp *subPart) settledLocked(ctx context.Context, agg string) (*parkState, error) {
+	tp := sp.tp
+	tp.mu.Lock()
+	for {
+		st := sp.parked[agg]
+		if st == nil || st.parking == nil {
+			return st, nil
+		}
+		parking := st.parking
+		tp.mu.Unlock()
+		select {
+		case <-parking:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		tp.mu.Lock()
+	}
+}
+
 // act carries out an operator's action on a parked entry of this
 // partition, under the partition's fence.
 func (sp *subPart) act(ctx context.Context, action ledger.Action, e ledger.Parked) error {
@@ -143,8 +194,10 @@ func (sp *subPart) retry(ctx context.Context, e ledger.Parked) error {
 	if err != nil || from < 0 {
 		return fmt.Errorf("runtime: retry %q of %q: bad parked position %q", agg, sp.sr.cfg.Name, e.Position)
 	}
-	tp.mu.Lock()
-	st := sp.parked[agg]
+	st, err := sp.settledLocked(ctx, agg)
+	if err != nil {
+		return err
+	}
 	if st == nil {
 		// e was read from the ledger before this call.
 		st = &parkState{entry: e, seen: sp.sr.ledgerReads.Load()}
@@ -244,8 +297,10 @@ func (sp *subPart) skip(ctx context.Context, e ledger.Parked) error {
 	tp := sp.tp
 	t := tp.t
 	agg := e.Aggregate
-	tp.mu.Lock()
-	st := sp.parked[agg]
+	st, err := sp.settledLocked(ctx, agg)
+	if err != nil {
+		return err
+	}
 	if st != nil && st.retrying {
 		tp.mu.Unlock()
 		return fmt.Errorf("runtime: skip %q of %q: a retry is under way", agg, sp.sr.cfg.Name)
@@ -261,7 +316,7 @@ func (sp *subPart) skip(ctx context.Context, e ledger.Parked) error {
 	tp.mu.Unlock()
 
 	octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
-	err := t.cfg.Ledger.Resolve(octx, tp.lease.fence, sp.sr.cfg.Name, agg)
+	err = t.cfg.Ledger.Resolve(octx, tp.lease.fence, sp.sr.cfg.Name, agg)
 	cancel()
 	tp.mu.Lock()
 	st.retrying = false

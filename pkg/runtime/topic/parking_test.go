@@ -348,7 +348,12 @@ func TestTopicRetryKeepsCountingAttempts(t *testing.T) {
 	if err := n.ts.Retry(ctx, topicSub, "a0000"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "a0000 parked again with its attempts added", parkedWith(2*n1))
+	waitFor(t, 10*time.Second, "a0000 parked again with its attempts added", parkedWith(2*n1), func() string {
+		p, err := e.store.GetParked(ctx, topicSub, "", "a0000")
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprintf("n1=%d parked %+v err %v seen %v counters %v", n1, p, err, seen, n.ts.Counters())
+	})
 	fixed.Store(true)
 	if err := n.ts.Retry(ctx, topicSub, "a0000"); err != nil {
 		t.Fatal(err)
@@ -395,4 +400,141 @@ func TestTopicRequestBeforeTheWatchIsConfirmedIsCarriedOut(t *testing.T) {
 	waitFor(t, 10*time.Second, "a0000 retried", func() bool { return rec.complete(topicSub, []string{"a0000"}, 2) }, func() string {
 		return fmt.Sprintf("a0000 handled %v", rec.handled(topicSub, "a0000"))
 	})
+}
+
+// heldPark is a ledger whose first Park, once its write landed, waits
+// for the test: an operator's action then finds the entry in the ledger
+// while the node is still finishing the park.
+type heldPark struct {
+	ledger.Ledger
+	once    sync.Once
+	written chan struct{}
+	release chan struct{}
+}
+
+func newHeldPark(l ledger.Ledger) *heldPark {
+	return &heldPark{Ledger: l, written: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (h *heldPark) Park(ctx context.Context, f broker.Fence, p ledger.Parked) error {
+	err := h.Ledger.Park(ctx, f, p)
+	held := false
+	h.once.Do(func() { held = true })
+	if held {
+		close(h.written)
+		<-h.release
+	}
+	return err
+}
+
+// operateDuringPark runs op while the first park's write has landed and
+// the node has not finished it, then lets the park finish. op's result
+// is returned once it is in: op may wait for the park (it does since the
+// fix) or not (it did not before, which is what the tests catch).
+func operateDuringPark(t *testing.T, held *heldPark, op func() error) error {
+	t.Helper()
+	select {
+	case <-held.written:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out waiting for the park's write")
+	}
+	done := make(chan error, 1)
+	go func() { done <- op() }()
+	select {
+	case err := <-done:
+		close(held.release)
+		return err
+	case <-time.After(500 * time.Millisecond):
+		// op waits for the park (or is slow): either way the park now
+		// finishes with op under way.
+	}
+	close(held.release)
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out waiting for the operation")
+		return nil
+	}
+}
+
+// TestTopicRetryDuringAParkIsCarriedOut: an operator's retry that reads
+// the entry the moment the park's write lands, before the node recorded
+// the park itself, is carried out. Before the fix the node's park then
+// replaced the retry's state: the retried record was dropped, the entry
+// stayed "retrying" and nothing retried it (CI failure of
+// TestTopicRetryKeepsCountingAttempts on 9b3f399).
+func TestTopicRetryDuringAParkIsCarriedOut(t *testing.T) {
+	e := newTopicEnv(t, onRedis, 1)
+	rec := newTopicRecorder(t)
+	var fixed atomic.Bool
+	rec.setFail(func(m runtime.Message) error {
+		if fixed.Load() || m.Aggregate != "a0000" || m.Headers.Get("seq") != "1" {
+			return nil
+		}
+		return errors.New("poison")
+	})
+	held := newHeldPark(e.store)
+	cfg := e.config(tsub(topicSub, rec.handler("n1")))
+	cfg.Ledger = held
+	cfg.LedgerPollEvery = time.Hour // no poll repairs what the race left
+	n := e.start("n1", cfg, nil)
+	defer e.stopAll()
+	awaitStarted(t, n.ts)
+	e.produce([]string{"a0000"}, 1, 1)
+	ctx := context.Background()
+	retry := func() error {
+		fixed.Store(true)
+		return n.ts.Retry(ctx, topicSub, "a0000")
+	}
+	if err := operateDuringPark(t, held, retry); err != nil {
+		t.Fatalf("Retry: %v", err)
+	}
+	waitFor(t, 10*time.Second, "a0000 #1 handled by the retry", func() bool {
+		return slices.Equal(rec.handled(topicSub, "a0000"), []int{1})
+	}, func() string {
+		p, err := e.store.GetParked(ctx, topicSub, "", "a0000")
+		return fmt.Sprintf("a0000 handled %v, ledger %+v (%v), counters %v", rec.handled(topicSub, "a0000"), p, err, n.ts.Counters())
+	})
+	waitFor(t, 10*time.Second, "the entry resolved", func() bool {
+		_, err := e.store.GetParked(ctx, topicSub, "", "a0000")
+		return errors.Is(err, ledger.ErrNotParked)
+	})
+	e.produce([]string{"a0000"}, 2, 2)
+	waitFor(t, 10*time.Second, "a0000 #2 handled", func() bool {
+		return slices.Equal(rec.handled(topicSub, "a0000"), []int{1, 2})
+	})
+}
+
+// TestTopicSkipDuringAParkLeavesNothingParked: an operator's skip that
+// reads the entry the moment the park's write lands resolves the park
+// for good. Before the fix the node's park, finishing after the skip
+// resolved the entry, parked the aggregate again here with no entry
+// covering it: its later records were skipped, lost.
+func TestTopicSkipDuringAParkLeavesNothingParked(t *testing.T) {
+	e := newTopicEnv(t, onRedis, 1)
+	rec := newTopicRecorder(t)
+	rec.setFail(failSeq("a0000", 1))
+	held := newHeldPark(e.store)
+	cfg := e.config(tsub(topicSub, rec.handler("n1")))
+	cfg.Ledger = held
+	cfg.LedgerPollEvery = time.Hour // no poll repairs what the race left
+	n := e.start("n1", cfg, nil)
+	defer e.stopAll()
+	awaitStarted(t, n.ts)
+	e.produce([]string{"a0000"}, 1, 1)
+	ctx := context.Background()
+	if err := operateDuringPark(t, held, func() error { return n.ts.Skip(ctx, topicSub, "a0000") }); err != nil {
+		t.Fatalf("Skip: %v", err)
+	}
+	e.produce([]string{"a0000"}, 2, 3)
+	waitFor(t, 10*time.Second, "a0000 #2 and #3 handled after the skip", func() bool {
+		return slices.Equal(rec.handled(topicSub, "a0000"), []int{2, 3})
+	}, func() string {
+		p, err := e.store.GetParked(ctx, topicSub, "", "a0000")
+		return fmt.Sprintf("a0000 handled %v, ledger %+v (%v), counters %v", rec.handled(topicSub, "a0000"), p, err, n.ts.Counters())
+	})
+	if _, err := e.store.GetParked(ctx, topicSub, "", "a0000"); !errors.Is(err, ledger.ErrNotParked) {
+		t.Fatalf("a0000 still has an entry after the skip: %v", err)
+	}
 }
