@@ -67,10 +67,6 @@ type parkState struct {
 	// skip is resolving the entry. The aggregate's new records are then
 	// queued, not skipped.
 	retrying bool
-	// parking is closed once the fenced write that parks the aggregate
-	// returned; nil after that. An operator's retry or skip waits for it
-	// (settledLocked).
-	parking chan struct{}
 	// seen is the subscription's ledger read count (ledgerReads) once
 	// this node knew the entry as it is: read after the fenced write that
 	// created or changed it returned, or after the read it was taken

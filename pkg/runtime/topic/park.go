@@ -48,38 +48,36 @@ func (sp *subPart) park(agg string, it *laneItem, herr error, attempts int) bool
 		Owner:         t.node,
 		Generation:    tp.lease.gen,
 	}
-	// The park is known here before the write lands: an operator's retry
-	// or skip can read the entry the moment it is written, and one that
-	// found no park (or the previous one) here would act on a state this
-	// write then replaced. A retry's records were dropped that way, the
-	// entry left "retrying" with nothing under way; a skip resolved the
-	// entry and the aggregate stayed parked here with nothing covering the
-	// records it skipped. They wait for the write instead (settledLocked).
-	// No poll's list may judge the park before the write returned (seen).
-	st := &parkState{entry: e, parking: make(chan struct{}), seen: math.MaxInt64}
+	// The park is known here before the write lands, and an operator's
+	// retry or skip waits until the worker settled it (aggLane.parking):
+	// one that acted between the write and the state here was undone by
+	// it (the retry's records dropped, the entry left "retrying" with
+	// nothing under way; or the entry resolved by a skip and the
+	// aggregate parked here again, its later records skipped with nothing
+	// covering them). No poll's list may judge the park before the write
+	// returned (seen).
+	st := &parkState{entry: e, seen: math.MaxInt64}
 	tp.mu.Lock()
 	sp.parked[agg] = st
+	if ln := sp.lanes[agg]; ln != nil && ln.parking == nil {
+		ln.parking = make(chan struct{})
+	}
 	tp.mu.Unlock()
 	err := sp.fenced(func(ctx context.Context) error { return t.cfg.Ledger.Park(ctx, tp.lease.fence, e) }, "park")
 	// Read after the write returned: see parkState.seen.
 	seen := sp.sr.ledgerReads.Load()
 	tp.mu.Lock()
-	if err != nil {
+	st.seen = seen
+	if err != nil && sp.parked[agg] == st {
 		// The partition ends (the lease is gone or it is being stopped):
 		// the record stays below the checkpoint, for the next owner.
-		if sp.parked[agg] == st {
-			if prev != nil {
-				sp.parked[agg] = prev
-			} else {
-				delete(sp.parked, agg)
-			}
+		if prev != nil {
+			sp.parked[agg] = prev
+		} else {
+			delete(sp.parked, agg)
 		}
 	}
-	st.seen = seen
-	parking := st.parking
-	st.parking = nil
 	tp.mu.Unlock()
-	close(parking)
 	if err != nil {
 		return false
 	}
@@ -148,20 +146,32 @@ func (sp *subPart) resolveRetry(agg string) bool {
 }
 
 // settledLocked returns agg's park on this partition (nil when none)
-// once no park of it is being written, with tp.mu held; on an error
-// (ctx ended first) tp.mu is not held.
+// with tp.mu held, once no park of agg is under way: a worker's park is
+// settled when the rest of its batch is back in the lane (work), where a
+// retry that queues its records ahead of the lane's finds them. It waits
+// OpTimeout at most (a park's write is retried until the partition ends),
+// then fails, tp.mu not held; so it does when ctx ends first.
 func (sp *subPart) settledLocked(ctx context.Context, agg string) (*parkState, error) {
 	tp := sp.tp
+	var timeout <-chan time.Time
 	tp.mu.Lock()
 	for {
-		st := sp.parked[agg]
-		if st == nil || st.parking == nil {
-			return st, nil
+		ln := sp.lanes[agg]
+		if ln == nil || ln.parking == nil {
+			return sp.parked[agg], nil
 		}
-		parking := st.parking
+		parking := ln.parking
 		tp.mu.Unlock()
+		if timeout == nil {
+			tm := time.NewTimer(tp.t.cfg.OpTimeout)
+			defer tm.Stop()
+			timeout = tm.C
+		}
 		select {
 		case <-parking:
+		case <-timeout:
+			return nil, fmt.Errorf("runtime: %q of %q: %w: it is being parked (the ledger write is retried; try again)",
+				agg, sp.sr.cfg.Name, context.DeadlineExceeded)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -190,22 +200,28 @@ func (sp *subPart) retry(ctx context.Context, e ledger.Parked) error {
 	tp := sp.tp
 	t := tp.t
 	agg := e.Aggregate
-	from, err := strconv.ParseInt(e.Position, 10, 64)
-	if err != nil || from < 0 {
-		return fmt.Errorf("runtime: retry %q of %q: bad parked position %q", agg, sp.sr.cfg.Name, e.Position)
-	}
 	st, err := sp.settledLocked(ctx, agg)
 	if err != nil {
 		return err
+	}
+	if st != nil {
+		if st.retrying {
+			tp.mu.Unlock()
+			return nil // already under way
+		}
+		// The park this node knows: e may have been read before a later
+		// one, and re-scanning from its position would hand records again.
+		e = st.entry
+	}
+	from, perr := strconv.ParseInt(e.Position, 10, 64)
+	if perr != nil || from < 0 {
+		tp.mu.Unlock()
+		return fmt.Errorf("runtime: retry %q of %q: bad parked position %q", agg, sp.sr.cfg.Name, e.Position)
 	}
 	if st == nil {
 		// e was read from the ledger before this call.
 		st = &parkState{entry: e, seen: sp.sr.ledgerReads.Load()}
 		sp.parked[agg] = st
-	}
-	if st.retrying {
-		tp.mu.Unlock()
-		return nil // already under way
 	}
 	st.retrying = true
 	cut := sp.next
@@ -317,6 +333,14 @@ func (sp *subPart) skip(ctx context.Context, e ledger.Parked) error {
 
 	octx, cancel := context.WithTimeout(ctx, t.cfg.OpTimeout)
 	err = t.cfg.Ledger.Resolve(octx, tp.lease.fence, sp.sr.cfg.Name, agg)
+	if err != nil && !errors.Is(err, broker.ErrLeaseLost) {
+		// A resolve can fail after the entry went (a store's index
+		// update after the delete): then nothing covers the aggregate's
+		// records any more, and it must not stay parked here.
+		if _, gerr := t.cfg.Ledger.GetParked(octx, sp.sr.cfg.Name, tp.pstr, agg); errors.Is(gerr, ledger.ErrNotParked) {
+			err = nil
+		}
+	}
 	cancel()
 	tp.mu.Lock()
 	st.retrying = false

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -537,4 +538,118 @@ func TestTopicSkipDuringAParkLeavesNothingParked(t *testing.T) {
 	if _, err := e.store.GetParked(ctx, topicSub, "", "a0000"); !errors.Is(err, ledger.ErrNotParked) {
 		t.Fatalf("a0000 still has an entry after the skip: %v", err)
 	}
+}
+
+// TestTopicRetryRightAfterAParkKeepsTheBatchInOrder: a retry that lands
+// after the park's write returned, while the worker that parked still
+// holds the rest of its batch (here: held in the OnParked hook), handles
+// the aggregate's records once each, in order. Before the fix the retry
+// queued its records with the batch's rest still out of the lane; the
+// worker then put #2 and #3 back ahead of them, they ran first, and the
+// retried #1 was dropped as a duplicate: lost, with no entry left.
+func TestTopicRetryRightAfterAParkKeepsTheBatchInOrder(t *testing.T) {
+	e := newTopicEnv(t, onRedis, 1)
+	rec := newTopicRecorder(t)
+	var fixed atomic.Bool
+	rec.setFail(func(m runtime.Message) error {
+		if fixed.Load() || m.Aggregate != "a0000" || m.Headers.Get("seq") != "1" {
+			return nil
+		}
+		return errors.New("poison")
+	})
+	var once sync.Once
+	inHook, release := make(chan struct{}), make(chan struct{})
+	obs := &runtime.Observer{OnParked: func(ledger.Parked) {
+		once.Do(func() {
+			close(inHook)
+			<-release
+		})
+	}}
+	cfg := e.config(tsub(topicSub, rec.handler("n1")))
+	cfg.LedgerPollEvery = time.Hour
+	n := e.start("n1", cfg, obs)
+	defer e.stopAll()
+	awaitStarted(t, n.ts)
+	// One produce, so that the worker takes #1..#3 in one batch.
+	e.produce([]string{"a0000"}, 1, 3)
+	select {
+	case <-inHook:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out waiting for the park")
+	}
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() {
+		fixed.Store(true)
+		done <- n.ts.Retry(ctx, topicSub, "a0000")
+	}()
+	select {
+	case err := <-done: // the retry did not wait for the worker
+		done <- err
+	case <-time.After(500 * time.Millisecond):
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("Retry: %v", err)
+	}
+	waitFor(t, 10*time.Second, "a0000 #1..#3 handled in order", func() bool {
+		return slices.Equal(rec.handled(topicSub, "a0000"), []int{1, 2, 3})
+	}, func() string {
+		p, err := e.store.GetParked(ctx, topicSub, "", "a0000")
+		return fmt.Sprintf("a0000 handled %v, ledger %+v (%v), counters %v", rec.handled(topicSub, "a0000"), p, err, n.ts.Counters())
+	})
+	waitFor(t, 10*time.Second, "the entry resolved", func() bool {
+		_, err := e.store.GetParked(ctx, topicSub, "", "a0000")
+		return errors.Is(err, ledger.ErrNotParked)
+	})
+	e.produce([]string{"a0000"}, 4, 4)
+	waitFor(t, 10*time.Second, "a0000 #4 handled", func() bool { return len(rec.handled(topicSub, "a0000")) >= 4 })
+	if got := rec.handled(topicSub, "a0000"); !slices.Equal(got, []int{1, 2, 3, 4}) {
+		t.Fatalf("a0000 handled %v, want 1..4 once each, in order", got)
+	}
+}
+
+// TestTopicRetryDuringALongParkFailsInsteadOfHanging: a park whose write
+// does not return (here: held) holds an operator's retry back for
+// OpTimeout at most; the retry then fails, naming why, and a later one,
+// after the park, is carried out.
+func TestTopicRetryDuringALongParkFailsInsteadOfHanging(t *testing.T) {
+	e := newTopicEnv(t, onRedis, 1)
+	rec := newTopicRecorder(t)
+	var fixed atomic.Bool
+	rec.setFail(func(m runtime.Message) error {
+		if fixed.Load() || m.Aggregate != "a0000" || m.Headers.Get("seq") != "1" {
+			return nil
+		}
+		return errors.New("poison")
+	})
+	held := newHeldPark(e.store)
+	cfg := e.config(tsub(topicSub, rec.handler("n1")))
+	cfg.Ledger = held
+	n := e.start("n1", cfg, nil)
+	defer e.stopAll()
+	awaitStarted(t, n.ts)
+	e.produce([]string{"a0000"}, 1, 1)
+	select {
+	case <-held.written:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out waiting for the park's write")
+	}
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() { done <- n.ts.Retry(ctx, topicSub, "a0000") }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "being parked") {
+			t.Errorf("Retry during the park: %v, want it to fail as being parked", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Retry still waiting for the park 10s after it was called (OpTimeout is 1s)")
+	}
+	close(held.release)
+	fixed.Store(true)
+	waitFor(t, 10*time.Second, "a retry after the park carried out", func() bool {
+		_ = n.ts.Retry(ctx, topicSub, "a0000")
+		return slices.Equal(rec.handled(topicSub, "a0000"), []int{1})
+	})
 }

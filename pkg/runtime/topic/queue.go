@@ -27,6 +27,10 @@ type aggLane struct {
 	// its records wait in the lane, not done. Written under the
 	// partition's lock, read by a worker between records.
 	opPaused atomic.Bool
+	// parking is set while the worker holding the lane parks its
+	// aggregate, and closed once the rest of its batch is back in the
+	// lane: an operator's retry or skip waits for it (settledLocked).
+	parking chan struct{}
 }
 
 // laneBlockLen is the number of items in one laneBlock.

@@ -126,6 +126,11 @@ func (sp *subPart) work() {
 		for i := len(batch) - 1; i >= n; i-- {
 			ln.unpop(batch[i], &sp.blocks)
 		}
+		if ln.parking != nil {
+			// A park of the batch is settled: see settledLocked.
+			close(ln.parking)
+			ln.parking = nil
+		}
 		clear(batch)
 		sp.busy--
 		switch {
