@@ -179,6 +179,18 @@ func (sp *subPart) settledLocked(ctx context.Context, agg string) (*parkState, e
 	}
 }
 
+// notParked is the error of an operator's action on entry e of an
+// aggregate this node does not know parked here, once no park of it is
+// under way (settledLocked). The node took the partition's entries when
+// it took the partition, and only the owner parks: e was read before
+// this node resolved it (or parked the aggregate again, for a skip).
+// Acting on it would make a park state from a stale copy, which a park
+// begun meanwhile then lost (its record skipped with no entry).
+func (sp *subPart) notParked(action string, e ledger.Parked) error {
+	return fmt.Errorf("runtime: %s %q of %q (parked at %s): %w: resolved or parked again since it was read",
+		action, e.Aggregate, sp.sr.cfg.Name, e.Position, ledger.ErrNotParked)
+}
+
 // act carries out an operator's action on a parked entry of this
 // partition, under the partition's fence.
 func (sp *subPart) act(ctx context.Context, action ledger.Action, e ledger.Parked) error {
@@ -204,24 +216,21 @@ func (sp *subPart) retry(ctx context.Context, e ledger.Parked) error {
 	if err != nil {
 		return err
 	}
-	if st != nil {
-		if st.retrying {
-			tp.mu.Unlock()
-			return nil // already under way
-		}
-		// The park this node knows: e may have been read before a later
-		// one, and re-scanning from its position would hand records again.
-		e = st.entry
+	if st == nil {
+		tp.mu.Unlock()
+		return sp.notParked("retry", e)
 	}
+	if st.retrying {
+		tp.mu.Unlock()
+		return nil // already under way
+	}
+	// The park this node knows: e may have been read before a later one,
+	// and re-scanning from its position would hand records again.
+	e = st.entry
 	from, perr := strconv.ParseInt(e.Position, 10, 64)
 	if perr != nil || from < 0 {
 		tp.mu.Unlock()
 		return fmt.Errorf("runtime: retry %q of %q: bad parked position %q", agg, sp.sr.cfg.Name, e.Position)
-	}
-	if st == nil {
-		// e was read from the ledger before this call.
-		st = &parkState{entry: e, seen: sp.sr.ledgerReads.Load()}
-		sp.parked[agg] = st
 	}
 	st.retrying = true
 	cut := sp.next
@@ -232,7 +241,7 @@ func (sp *subPart) retry(ctx context.Context, e ledger.Parked) error {
 	undo := func(unpark bool) {
 		tp.mu.Lock()
 		st.retrying = false
-		if unpark {
+		if unpark && sp.parked[agg] == st {
 			delete(sp.parked, agg)
 		}
 		sp.releaseHoldLocked(ln)
@@ -317,14 +326,15 @@ func (sp *subPart) skip(ctx context.Context, e ledger.Parked) error {
 	if err != nil {
 		return err
 	}
-	if st != nil && st.retrying {
+	if st == nil || st.entry.Position != e.Position {
+		// A skip drops records: it acts on the entry the operator read,
+		// not on a later park of the aggregate.
+		tp.mu.Unlock()
+		return sp.notParked("skip", e)
+	}
+	if st.retrying {
 		tp.mu.Unlock()
 		return fmt.Errorf("runtime: skip %q of %q: a retry is under way", agg, sp.sr.cfg.Name)
-	}
-	if st == nil {
-		// e was read from the ledger before this call.
-		st = &parkState{entry: e, seen: sp.sr.ledgerReads.Load()}
-		sp.parked[agg] = st
 	}
 	st.retrying = true
 	ln := sp.laneLocked(agg)
@@ -337,14 +347,18 @@ func (sp *subPart) skip(ctx context.Context, e ledger.Parked) error {
 		// A resolve can fail after the entry went (a store's index
 		// update after the delete): then nothing covers the aggregate's
 		// records any more, and it must not stay parked here.
-		if _, gerr := t.cfg.Ledger.GetParked(octx, sp.sr.cfg.Name, tp.pstr, agg); errors.Is(gerr, ledger.ErrNotParked) {
+		// The resolve may have failed on its deadline: the check gets
+		// its own.
+		gctx, gcancel := context.WithTimeout(context.WithoutCancel(ctx), t.cfg.OpTimeout)
+		if _, gerr := t.cfg.Ledger.GetParked(gctx, sp.sr.cfg.Name, tp.pstr, agg); errors.Is(gerr, ledger.ErrNotParked) {
 			err = nil
 		}
+		gcancel()
 	}
 	cancel()
 	tp.mu.Lock()
 	st.retrying = false
-	if err == nil {
+	if err == nil && sp.parked[agg] == st {
 		delete(sp.parked, agg)
 	}
 	sp.releaseHoldLocked(ln)

@@ -653,3 +653,140 @@ func TestTopicRetryDuringALongParkFailsInsteadOfHanging(t *testing.T) {
 		return slices.Equal(rec.handled(topicSub, "a0000"), []int{1})
 	})
 }
+
+// heldGet is a ledger whose GetParked, once armed, returns what it read
+// only when the test releases it: the caller then acts on a copy that
+// may be stale by then.
+type heldGet struct {
+	ledger.Ledger
+	armed   atomic.Bool
+	read    chan struct{}
+	release chan struct{}
+}
+
+func (h *heldGet) GetParked(ctx context.Context, sub, partition, aggregate string) (ledger.Parked, error) {
+	p, err := h.Ledger.GetParked(ctx, sub, partition, aggregate)
+	if h.armed.CompareAndSwap(true, false) {
+		close(h.read)
+		<-h.release
+	}
+	return p, err
+}
+
+// TestTopicSkipOfAStaleEntryLeavesALaterParkAlone: a skip that read the
+// aggregate's entry, which was then retried and resolved, and the
+// aggregate parked again on a later record, is refused: it does not
+// resolve the later park (whose record the operator never saw), and
+// nothing is lost. Before the fix it resolved it: the later record was
+// never handled.
+func TestTopicSkipOfAStaleEntryLeavesALaterParkAlone(t *testing.T) {
+	e := newTopicEnv(t, onRedis, 1)
+	rec := newTopicRecorder(t)
+	var fixed1, fixed2 atomic.Bool
+	rec.setFail(func(m runtime.Message) error {
+		switch {
+		case m.Aggregate != "a0000":
+		case m.Headers.Get("seq") == "1" && !fixed1.Load(), m.Headers.Get("seq") == "2" && !fixed2.Load():
+			return errors.New("poison")
+		}
+		return nil
+	})
+	held := &heldGet{Ledger: e.store, read: make(chan struct{}), release: make(chan struct{})}
+	cfg := e.config(tsub(topicSub, rec.handler("n1")))
+	cfg.Ledger = held
+	cfg.LedgerPollEvery = time.Hour
+	n := e.start("n1", cfg, nil)
+	defer e.stopAll()
+	awaitStarted(t, n.ts)
+	ctx := context.Background()
+	parkedAt := func() string {
+		p, err := e.store.GetParked(ctx, topicSub, "", "a0000")
+		if err != nil {
+			return ""
+		}
+		return p.Position
+	}
+	e.produce([]string{"a0000"}, 1, 1)
+	waitFor(t, 10*time.Second, "a0000 #1 parked", func() bool { return parkedAt() != "" })
+	first := parkedAt()
+
+	held.armed.Store(true)
+	skipped := make(chan error, 1)
+	go func() { skipped <- n.ts.Skip(ctx, topicSub, "a0000") }()
+	select {
+	case <-held.read:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out waiting for the skip's read")
+	}
+	// While the skip holds its copy: #1 is retried and handled, and #2
+	// parks the aggregate again.
+	fixed1.Store(true)
+	if err := n.ts.Retry(ctx, topicSub, "a0000"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a0000 #1 handled", func() bool { return slices.Equal(rec.handled(topicSub, "a0000"), []int{1}) })
+	e.produce([]string{"a0000"}, 2, 2)
+	waitFor(t, 10*time.Second, "a0000 parked again at #2", func() bool { p := parkedAt(); return p != "" && p != first })
+	second := parkedAt()
+	close(held.release)
+	if err := <-skipped; !errors.Is(err, ledger.ErrNotParked) {
+		t.Fatalf("the stale skip: %v, want ErrNotParked", err)
+	}
+	if got := parkedAt(); got != second {
+		t.Fatalf("a0000 parked at %q after the stale skip, want still %q", got, second)
+	}
+	e.produce([]string{"a0000"}, 3, 3)
+	fixed2.Store(true)
+	if err := n.ts.Retry(ctx, topicSub, "a0000"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a0000 #2 and #3 handled after the retry", func() bool {
+		return slices.Equal(rec.handled(topicSub, "a0000"), []int{1, 2, 3})
+	}, func() string {
+		return fmt.Sprintf("a0000 handled %v, parked at %q, counters %v", rec.handled(topicSub, "a0000"), parkedAt(), n.ts.Counters())
+	})
+}
+
+// lateResolve is a ledger whose Resolve deletes the entry and then
+// fails on its deadline: a reply lost after the write landed.
+type lateResolve struct{ ledger.Ledger }
+
+func (l lateResolve) Resolve(ctx context.Context, f broker.Fence, subscription, aggregate string) error {
+	if err := l.Ledger.Resolve(ctx, f, subscription, aggregate); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestTopicSkipWhoseResolveFailedAfterTheDeleteUnparks: a skip whose
+// resolve deleted the entry but failed (its reply lost on the deadline)
+// does not leave the aggregate parked on the node with nothing covering
+// it: its later records are handled. Before the fix they were skipped,
+// lost, until the next ledger poll.
+func TestTopicSkipWhoseResolveFailedAfterTheDeleteUnparks(t *testing.T) {
+	e := newTopicEnv(t, onRedis, 1)
+	rec := newTopicRecorder(t)
+	rec.setFail(failSeq("a0000", 1))
+	cfg := e.config(tsub(topicSub, rec.handler("n1")))
+	cfg.Ledger = lateResolve{e.store}
+	cfg.LedgerPollEvery = time.Hour
+	n := e.start("n1", cfg, nil)
+	defer e.stopAll()
+	awaitStarted(t, n.ts)
+	ctx := context.Background()
+	e.produce([]string{"a0000"}, 1, 1)
+	waitFor(t, 10*time.Second, "a0000 parked", func() bool {
+		_, err := e.store.GetParked(ctx, topicSub, "", "a0000")
+		return err == nil
+	})
+	if err := n.ts.Skip(ctx, topicSub, "a0000"); err != nil {
+		t.Fatalf("Skip: %v", err)
+	}
+	e.produce([]string{"a0000"}, 2, 2)
+	waitFor(t, 10*time.Second, "a0000 #2 handled", func() bool {
+		return slices.Equal(rec.handled(topicSub, "a0000"), []int{2})
+	}, func() string {
+		return fmt.Sprintf("a0000 handled %v, counters %v", rec.handled(topicSub, "a0000"), n.ts.Counters())
+	})
+}
