@@ -414,7 +414,9 @@ func (sp *subPart) reconcile(entries []ledger.Parked, listed int64) {
 // hold) the partition. An aggregate parked on several partitions (an
 // aggregate from a header or a JSON path) has an entry on each: Retry
 // acts on every one, and returns their errors joined. ErrNotParked when
-// there is no such entry.
+// there is no such entry, or when the entry read was resolved before this
+// node could act on it. A retry made while the aggregate is being parked
+// waits for the park, OpTimeout at most (then it fails: try again).
 func (t *Consumer) Retry(ctx context.Context, sub, aggregate string) error {
 	return t.operate(ctx, ledger.ActionRetry, sub, aggregate)
 }
@@ -423,7 +425,10 @@ func (t *Consumer) Retry(ctx context.Context, sub, aggregate string) error {
 // its parked records; its later records are handled again. Like Retry it
 // acts at once when this node holds the partition and otherwise records
 // the request for the owner, on every partition the aggregate is parked
-// on. ErrNotParked when there is no such entry.
+// on. ErrNotParked when there is no such entry, or when the entry read
+// was resolved, or the aggregate parked again on a later record, before
+// this node could act on it: a skip drops only records the operator saw
+// parked (docs/decisions/0055-topic-operator-actions-and-parks.md).
 func (t *Consumer) Skip(ctx context.Context, sub, aggregate string) error {
 	return t.operate(ctx, ledger.ActionSkip, sub, aggregate)
 }
