@@ -165,14 +165,7 @@ func latStartPlain(ctx context.Context, b *testing.B, addr string, streams []str
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		run := latPlain
-		switch os.Getenv("PROTCTL_BENCH_LATENCY_PLAIN") {
-		case "fenced-block":
-			run = latFencedBlock
-		case "fenced-block-each":
-			run = latFencedBlockEach
-		}
-		if err := run(pctx, pc, streams, group, handle); err != nil {
+		if err := latPlainLoop()(pctx, pc, streams, group, handle); err != nil {
 			b.Error(err)
 		}
 	}()
@@ -181,6 +174,18 @@ func latStartPlain(ctx context.Context, b *testing.B, addr string, streams []str
 		wg.Wait()
 		_ = pc.Close()
 	}
+}
+
+// latPlainLoop is the plain loop's code: latPlain, or the experiment
+// PROTCTL_BENCH_LATENCY_PLAIN names.
+func latPlainLoop() func(ctx context.Context, c *redis.Client, streams []string, group string, handle func([]byte)) error {
+	switch os.Getenv("PROTCTL_BENCH_LATENCY_PLAIN") {
+	case "fenced-block":
+		return latFencedBlock
+	case "fenced-block-each":
+		return latFencedBlockEach
+	}
+	return latPlain
 }
 
 // latPlain is the baseline: one loop of XREADGROUP BLOCK over every
@@ -566,11 +571,15 @@ type latRedisVariant struct {
 // starts, events to random keys), hot (12 keys, round robin) and zipf
 // (1,000 keys, Zipf s=1.1). Rates: PROTCTL_BENCH_LATENCY_RATES (default
 // 50,500,5000 events/s), each for PROTCTL_BENCH_LATENCY_WINDOW (default
-// 2s) or PROTCTL_BENCH_LATENCY_MIN_EVENTS events (default 1,000), which
-// is longer (20 s at 50/s: over 100 events, the 2 s window's, the p99 was
-// the second-largest latency, one scheduling hiccup), new keys capped
-// at PROTCTL_BENCH_LATENCY_NEWKEYS (default 2,000 events). Events not handled PROTCTL_BENCH_LATENCY_DRAIN (default
-// 40s) after the last publish are reported as not handled.
+// 2s) or PROTCTL_BENCH_LATENCY_MIN_EVENTS events (default 3,000), which
+// is longer (60 s at 50/s: over 100 events, the 2 s window's, the p99 was
+// the second-largest latency, one scheduling hiccup; over 1,000 it was
+// the 10th, and one cluster of the machine's stalls, 10-20 slow events
+// within a second, put two 50/s cells of three matrices past 2x:
+// docs/benchmarks.md, fourteenth pass), new keys capped at
+// PROTCTL_BENCH_LATENCY_NEWKEYS (default 3,000 events). Events not
+// handled PROTCTL_BENCH_LATENCY_DRAIN (default 40s) after the last
+// publish are reported as not handled.
 // PROTCTL_BENCH_LATENCY_SCENARIOS picks scenarios (e.g. idle,zipf).
 //
 // Both consumers read one redis-server, as the issue measured them. With
@@ -591,7 +600,7 @@ type latRedisVariant struct {
 // every stream holds the server for the runtime's commands, and the two
 // share two cores with the server and the publisher
 // (docs/decisions/0050-latency-baseline.md). The events go in
-// PROTCTL_BENCH_LATENCY_SLICES slices (default 3), each through both
+// PROTCTL_BENCH_LATENCY_SLICES slices (default 6), each through both
 // consumers in turn, the first of the two alternating, so that a burst
 // of the machine's stalls does not fall on one consumer's whole run.
 // PROTCTL_BENCH_LATENCY_ONLY=runtime (or plain) runs one of them only,
@@ -619,10 +628,11 @@ type latRedisVariant struct {
 // by default it uses client tracking, decision 0031).
 //
 // PROTCTL_BENCH_LATENCY_RUNNODE=1 runs the runtime as `protctl run node`
-// (the binary built from this tree, its config's defaults: 32 workers,
-// batches of 100) with an http handler, a server in this process answering
-// 204, and makes the plain loop POST each event to the same server (one
-// request at a time): the same comparison through the deployed binary.
+// (the binary built from this tree, its config's defaults) with an http
+// handler, a server in this process answering 204, and runs the plain
+// loop in a process of its own too (latStartPlainProcess), POSTing each
+// event to the same server (one request at a time): the same comparison
+// through the deployed binary.
 //
 // Reported per scenario and rate (one log line, and metrics): p50, p90,
 // p99 and max of each consumer (ms), the ratio of the runtime's p99 to
@@ -655,8 +665,8 @@ func BenchmarkLatencyRedis(b *testing.B) {
 	}
 	window := rtEnvDuration(b, "PROTCTL_BENCH_LATENCY_WINDOW", 2*time.Second)
 	drain := rtEnvDuration(b, "PROTCTL_BENCH_LATENCY_DRAIN", 40*time.Second)
-	newCap := rtEnvInt(b, "PROTCTL_BENCH_LATENCY_NEWKEYS", 2000)
-	minEvents := rtEnvInt(b, "PROTCTL_BENCH_LATENCY_MIN_EVENTS", 1000)
+	newCap := rtEnvInt(b, "PROTCTL_BENCH_LATENCY_NEWKEYS", 3000)
+	minEvents := rtEnvInt(b, "PROTCTL_BENCH_LATENCY_MIN_EVENTS", 3000)
 	rates := latRates(b)
 	var v latRedisVariant
 	if os.Getenv("PROTCTL_BENCH_LATENCY_RUNNODE") == "1" {
@@ -807,7 +817,7 @@ func (h *latHTTPHandlers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // latHTTPCaller POSTs each event to url, as run node's http handler does,
 // one at a time (the plain loop's handler in the run-node variant).
-func latHTTPCaller(b *testing.B, url string) func([]byte) {
+func latHTTPCaller(b testing.TB, url string) func([]byte) {
 	c := &http.Client{Timeout: 10 * time.Second}
 	return func(data []byte) {
 		resp, err := c.Post(url, "application/json", bytes.NewReader(data))
@@ -885,7 +895,7 @@ func latKeys(sc latScenario, events int, rng *rand.Rand) []string {
 
 // latRunAlone runs keys through each consumer alone, in turn, on the
 // runtime's server (PROTCTL_BENCH_LATENCY_ALONE), in slices
-// (PROTCTL_BENCH_LATENCY_SLICES, default 3): each slice of keys goes
+// (PROTCTL_BENCH_LATENCY_SLICES, default 6): each slice of keys goes
 // through the runtime alone and the plain loop alone, the one that goes
 // first alternating from slice to slice, and each consumer's figures are
 // those of its slices together. A shared machine stalls in bursts of a
@@ -895,7 +905,7 @@ func latKeys(sc latScenario, events int, rng *rand.Rand) []string {
 // the plain loop's.
 func latRunAlone(ctx context.Context, b *testing.B, srvs latServers, v latRedisVariant, sc latScenario, rate int, keys []string, drain time.Duration) latOutcome {
 	srvs.plain, srvs.plainAdmin = srvs.rt, srvs.rtAdmin
-	n := rtEnvInt(b, "PROTCTL_BENCH_LATENCY_SLICES", 3)
+	n := rtEnvInt(b, "PROTCTL_BENCH_LATENCY_SLICES", 6)
 	if n <= 0 {
 		b.Fatalf("PROTCTL_BENCH_LATENCY_SLICES=%d: want a positive number of slices", n)
 	}
@@ -1044,16 +1054,19 @@ func latRun(ctx context.Context, b *testing.B, srvs latServers, v latRedisVarian
 		defer rtStop(b, n, rc, time.Minute)
 	default:
 		v.handlers.rt.Store(rtRec)
-		v.handlers.plain.Store(plainRec)
 		defer v.handlers.rt.Store(nil)
-		defer v.handlers.plain.Store(nil)
-		plainHandle = latHTTPCaller(b, v.handler.URL+"/plain")
 		defer latRunNode(b, v.bin, srvs.rt.URL(), category, v.handler.URL+"/runtime")()
 	}
-	if v.bin != "" && !who.plain() {
-		v.handlers.plain.Store(nil)
-	}
-	if who.plain() {
+	switch {
+	case !who.plain():
+	case v.bin != "":
+		// A process of its own, as the runtime's (latStartPlainProcess),
+		// calling the handler over http. (Until the fourteenth pass, a
+		// plain loop running alone here called the recorder directly.)
+		v.handlers.plain.Store(plainRec)
+		defer v.handlers.plain.Store(nil)
+		defer latStartPlainProcess(b, srvs.plain.Addr, streams, plainGroup, v.handler.URL+"/plain")()
+	default:
 		defer latStartPlain(ctx, b, srvs.plain.Addr, streams, plainGroup, plainHandle)()
 	}
 
