@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -27,7 +26,7 @@ func (s *Store) Park(ctx context.Context, f broker.Fence, p ledger.Parked) error
 		return err
 	}
 	p = storecontract.ParkDefaults(p, s.cfg.clock.Now)
-	data, err := json.Marshal(p)
+	data, err := storecontract.EncodeParked(p)
 	if err != nil {
 		return fmt.Errorf("memstore: %s: %w", op, err)
 	}
@@ -113,8 +112,8 @@ func (s *Store) ListParked(ctx context.Context, subscription string) ([]ledger.P
 			continue
 		}
 		for _, e := range aggs {
-			var p ledger.Parked
-			if err := json.Unmarshal(e.data, &p); err != nil {
+			p, err := storecontract.DecodeParked(e.data)
+			if err != nil {
 				return nil, fmt.Errorf("memstore: %s: %w", op, err)
 			}
 			out = append(out, p)
@@ -141,8 +140,8 @@ func (s *Store) GetParked(ctx context.Context, subscription, partition, aggregat
 	if err != nil {
 		return ledger.Parked{}, err
 	}
-	var p ledger.Parked
-	if err := json.Unmarshal(e.data, &p); err != nil {
+	p, err := storecontract.DecodeParked(e.data)
+	if err != nil {
 		return ledger.Parked{}, fmt.Errorf("memstore: %s: %w", op, err)
 	}
 	return p, nil
@@ -228,14 +227,14 @@ func (s *Store) signal(subscription, aggregate string) {
 
 // edit decodes e, applies change and stores the result; s.mu is held.
 func (s *Store) edit(op, subscription string, id entryID, e entry, change func(*ledger.Parked) error) error {
-	var p ledger.Parked
-	if err := json.Unmarshal(e.data, &p); err != nil {
+	p, err := storecontract.DecodeParked(e.data)
+	if err != nil {
 		return fmt.Errorf("memstore: %s: %w", op, err)
 	}
 	if err := change(&p); err != nil {
 		return err
 	}
-	data, err := json.Marshal(p)
+	data, err := storecontract.EncodeParked(p)
 	if err != nil {
 		return fmt.Errorf("memstore: %s: %w", op, err)
 	}

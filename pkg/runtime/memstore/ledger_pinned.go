@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -57,8 +56,8 @@ func (s *Store) RequestPinned(ctx context.Context, r ledger.PinnedRequest) error
 	if err != nil {
 		return err
 	}
-	var cur ledger.Parked
-	if err := json.Unmarshal(e.data, &cur); err != nil {
+	cur, err := storecontract.DecodeParked(e.data)
+	if err != nil {
 		return fmt.Errorf("memstore: %s: %w", op, err)
 	}
 	if ledger.PinOf(cur) != r.Pin {

@@ -54,7 +54,7 @@ func (s *Store) Park(ctx context.Context, f broker.Fence, p ledger.Parked) error
 	if err != nil {
 		return fmt.Errorf("redisstore: %s: %w", op, err)
 	}
-	data, err := json.Marshal(storedParked{Parked: p, ParkID: id})
+	data, err := json.Marshal(storedParked{ParkedJSON: storecontract.NewParkedJSON(p), ParkID: id})
 	if err != nil {
 		return fmt.Errorf("redisstore: %s: %w", op, err)
 	}
@@ -110,7 +110,7 @@ func (s *Store) Park(ctx context.Context, f broker.Fence, p ledger.Parked) error
 // that wrote it, which Resolve hands to the index script so that it drops
 // only this park's index entry.
 type storedParked struct {
-	ledger.Parked
+	storecontract.ParkedJSON
 	ParkID string `json:"parkId"`
 }
 
@@ -397,8 +397,8 @@ func (s *Store) recordKeys(ctx context.Context, op string, e entryName) ([]strin
 }
 
 func decodeParked(op, key, raw string) (ledger.Parked, error) {
-	var p ledger.Parked
-	if err := json.Unmarshal([]byte(raw), &p); err != nil {
+	p, err := storecontract.DecodeParked([]byte(raw))
+	if err != nil {
 		return ledger.Parked{}, fmt.Errorf("redisstore: %s: key %q does not hold a JSON parked entry: %w", op, key, err)
 	}
 	return p, nil

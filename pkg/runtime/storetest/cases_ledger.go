@@ -69,6 +69,28 @@ func wantList(t *testing.T, what string, got []string, want ...string) {
 }
 
 var ledgerCases = []Case{
+	{"ABinaryAggregateKeepsItsBytes", func(t *testing.T, s *Suite) {
+		// A Kafka aggregate is the record's key or header bytes, which
+		// need not be UTF-8 (a Confluent-serialized key begins with 0x00
+		// and a schema id). JSON would read back U+FFFD in their place,
+		// an aggregate the owner does not have.
+		s.SetLease(t, lease0, tokenA)
+		f := broker.Fence{LeaseKey: lease0, Token: tokenA}
+		agg := "\x00\x00\x00\x00\x07\xc8k\xff"
+		s.park(t, f, kafkaEntry(sub, agg, t0))
+		if got := s.get(t, sub, agg); got.Aggregate != agg {
+			t.Fatalf("GetParked: aggregate %q, want %q", got.Aggregate, agg)
+		}
+		must(t, "set status", s.Store.SetStatus(s.Ctx, f, sub, agg, ledger.StatusRetrying))
+		must(t, "request retry", s.Store.RequestRetry(s.Ctx, sub, "0", agg, "ops"))
+		ps, err := s.Store.ListParked(s.Ctx, sub)
+		must(t, "list parked", err)
+		if len(ps) != 1 || ps[0].Aggregate != agg || ps[0].Status != ledger.StatusRetrying || ps[0].Request == nil {
+			t.Fatalf("ListParked after a status and a request: %+v, want the one entry of %q, retrying, with the request", ps, agg)
+		}
+		must(t, "resolve", s.Store.Resolve(s.Ctx, f, sub, agg))
+		s.wantNotParked(t, "after the resolve", sub, agg)
+	}},
 	{"AnAggregateParkedOnTwoPartitionsHasTwoEntries", func(t *testing.T, s *Suite) {
 		// A Kafka aggregate from a header or JSON path, or a key moved by
 		// added partitions: each partition's entry is its own parked head.

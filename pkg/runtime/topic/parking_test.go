@@ -790,3 +790,64 @@ func TestTopicSkipWhoseResolveFailedAfterTheDeleteUnparks(t *testing.T) {
 		return fmt.Sprintf("a0000 handled %v, counters %v", rec.handled(topicSub, "a0000"), n.ts.Counters())
 	})
 }
+
+// countedLists is a ledger that counts its ListParked calls (the polls').
+type countedLists struct {
+	ledger.Ledger
+	n atomic.Int64
+}
+
+func (c *countedLists) ListParked(ctx context.Context, sub string) ([]ledger.Parked, error) {
+	defer c.n.Add(1)
+	return c.Ledger.ListParked(ctx, sub)
+}
+
+// TestTopicBinaryAggregateStaysParkedAndRetries: an aggregate whose key
+// is not UTF-8 stays parked across the ledger's polls (its later records
+// are held back behind the parked head) and an operator's retry of it
+// is carried out. Before the stores kept the aggregate's bytes, the
+// entry read back named U+FFFD in their place: the first poll dropped
+// the park, #2 ran past the parked #1, and Retry said not parked.
+func TestTopicBinaryAggregateStaysParkedAndRetries(t *testing.T) {
+	e := newTopicEnv(t, onRedis, 1)
+	rec := newTopicRecorder(t)
+	const agg = "\x00\xc8k\xff"
+	var fixed atomic.Bool
+	rec.setFail(func(m runtime.Message) error {
+		if !fixed.Load() && m.Aggregate == agg && m.Headers.Get("seq") == "1" {
+			return errors.New("poison")
+		}
+		return nil
+	})
+	lists := &countedLists{Ledger: e.store}
+	cfg := e.config(tsub(topicSub, rec.handler("n1")))
+	cfg.Ledger = lists
+	cfg.LedgerPollEvery = 20 * time.Millisecond
+	n := e.start("n1", cfg, nil)
+	defer e.stopAll()
+	awaitStarted(t, n.ts)
+	ctx := context.Background()
+	e.produce([]string{agg}, 1, 1)
+	waitFor(t, 10*time.Second, "the aggregate parked", func() bool {
+		_, err := e.store.GetParked(ctx, topicSub, "", agg)
+		return err == nil
+	})
+	polled := lists.n.Load()
+	waitFor(t, 10*time.Second, "three polls of the ledger after the park", func() bool { return lists.n.Load() >= polled+3 })
+	e.produce([]string{agg}, 2, 2)
+	waitFor(t, 10*time.Second, "#2 skipped behind the park, or handled", func() bool {
+		return n.ts.Counters()[topic.CounterSkipped] >= 1 || len(rec.handled(topicSub, agg)) > 0
+	})
+	if got := rec.handled(topicSub, agg); len(got) != 0 {
+		t.Fatalf("handled %v while #1 is parked", got)
+	}
+	fixed.Store(true)
+	if err := n.ts.Retry(ctx, topicSub, agg); err != nil {
+		t.Fatalf("Retry: %v", err)
+	}
+	waitFor(t, 10*time.Second, "#1 and #2 handled after the retry", func() bool {
+		return slices.Equal(rec.handled(topicSub, agg), []int{1, 2})
+	}, func() string {
+		return fmt.Sprintf("handled %v, counters %v", rec.handled(topicSub, agg), n.ts.Counters())
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/protctl/protctl/pkg/runtime"
 	"github.com/protctl/protctl/pkg/runtime/ledger"
@@ -111,4 +112,51 @@ func SortParked(ps []ledger.Parked) {
 			cmp.Compare(a.Aggregate, b.Aggregate),
 			cmp.Compare(a.Partition, b.Partition))
 	})
+}
+
+// ParkedJSON is an entry as both stores keep it: ledger.Parked's fields
+// and, when the aggregate is not valid UTF-8 (a binary Kafka key or
+// header), its bytes as well. JSON strings carry UTF-8 only: encoding/json
+// writes other bytes as U+FFFD, an aggregate nobody has. Read back under
+// that name, the entry matched none of the owner's aggregates: its poll
+// dropped the park (the aggregate's later records ran past the parked
+// head), a new owner adopted a name no record has, and an operator's
+// retry or skip named a record that does not exist.
+type ParkedJSON struct {
+	ledger.Parked
+	// AggregateBytes is Aggregate's bytes (base64 in JSON) when they are
+	// not valid UTF-8; Aggregate then holds their U+FFFD rendering, for
+	// readers of the JSON.
+	AggregateBytes []byte `json:"aggregateBytes,omitempty"`
+}
+
+// NewParkedJSON is p as it is stored.
+func NewParkedJSON(p ledger.Parked) ParkedJSON {
+	if utf8.ValidString(p.Aggregate) {
+		return ParkedJSON{Parked: p}
+	}
+	return ParkedJSON{Parked: p, AggregateBytes: []byte(p.Aggregate)}
+}
+
+// Entry is the entry r stores, its aggregate's bytes as they were.
+func (r ParkedJSON) Entry() ledger.Parked {
+	p := r.Parked
+	if r.AggregateBytes != nil {
+		p.Aggregate = string(r.AggregateBytes)
+	}
+	return p
+}
+
+// EncodeParked is p's stored JSON (ParkedJSON).
+func EncodeParked(p ledger.Parked) ([]byte, error) {
+	return json.Marshal(NewParkedJSON(p))
+}
+
+// DecodeParked reads an entry's stored JSON (ParkedJSON).
+func DecodeParked(data []byte) (ledger.Parked, error) {
+	var r ParkedJSON
+	if err := json.Unmarshal(data, &r); err != nil {
+		return ledger.Parked{}, err
+	}
+	return r.Entry(), nil
 }
