@@ -33,6 +33,18 @@ func failSeq(agg string, seq int) func(m runtime.Message) error {
 	}
 }
 
+// failSeqUntilFixed is failSeq until the returned flag is set.
+func failSeqUntilFixed(agg string, seq int) (func(m runtime.Message) error, *atomic.Bool) {
+	fixed := new(atomic.Bool)
+	fail := failSeq(agg, seq)
+	return func(m runtime.Message) error {
+		if fixed.Load() {
+			return nil
+		}
+		return fail(m)
+	}, fixed
+}
+
 func offsetOf(recs []*kgo.Record, agg string, seq int) int64 {
 	for _, r := range recs {
 		if string(r.Key) == agg && string(r.Headers[1].Value) == strconv.Itoa(seq) {
@@ -468,13 +480,8 @@ func operateDuringPark(t *testing.T, held *heldPark, op func() error) error {
 func TestTopicRetryDuringAParkIsCarriedOut(t *testing.T) {
 	e := newTopicEnv(t, onRedis, 1)
 	rec := newTopicRecorder(t)
-	var fixed atomic.Bool
-	rec.setFail(func(m runtime.Message) error {
-		if fixed.Load() || m.Aggregate != "a0000" || m.Headers.Get("seq") != "1" {
-			return nil
-		}
-		return errors.New("poison")
-	})
+	fail, fixed := failSeqUntilFixed("a0000", 1)
+	rec.setFail(fail)
 	held := newHeldPark(e.store)
 	cfg := e.config(tsub(topicSub, rec.handler("n1")))
 	cfg.Ledger = held
@@ -550,13 +557,8 @@ func TestTopicSkipDuringAParkLeavesNothingParked(t *testing.T) {
 func TestTopicRetryRightAfterAParkKeepsTheBatchInOrder(t *testing.T) {
 	e := newTopicEnv(t, onRedis, 1)
 	rec := newTopicRecorder(t)
-	var fixed atomic.Bool
-	rec.setFail(func(m runtime.Message) error {
-		if fixed.Load() || m.Aggregate != "a0000" || m.Headers.Get("seq") != "1" {
-			return nil
-		}
-		return errors.New("poison")
-	})
+	fail, fixed := failSeqUntilFixed("a0000", 1)
+	rec.setFail(fail)
 	var once sync.Once
 	inHook, release := make(chan struct{}), make(chan struct{})
 	obs := &runtime.Observer{OnParked: func(ledger.Parked) {
@@ -616,13 +618,8 @@ func TestTopicRetryRightAfterAParkKeepsTheBatchInOrder(t *testing.T) {
 func TestTopicRetryDuringALongParkFailsInsteadOfHanging(t *testing.T) {
 	e := newTopicEnv(t, onRedis, 1)
 	rec := newTopicRecorder(t)
-	var fixed atomic.Bool
-	rec.setFail(func(m runtime.Message) error {
-		if fixed.Load() || m.Aggregate != "a0000" || m.Headers.Get("seq") != "1" {
-			return nil
-		}
-		return errors.New("poison")
-	})
+	fail, fixed := failSeqUntilFixed("a0000", 1)
+	rec.setFail(fail)
 	held := newHeldPark(e.store)
 	cfg := e.config(tsub(topicSub, rec.handler("n1")))
 	cfg.Ledger = held
@@ -812,13 +809,8 @@ func TestTopicBinaryAggregateStaysParkedAndRetries(t *testing.T) {
 	e := newTopicEnv(t, onRedis, 1)
 	rec := newTopicRecorder(t)
 	const agg = "\x00\xc8k\xff"
-	var fixed atomic.Bool
-	rec.setFail(func(m runtime.Message) error {
-		if !fixed.Load() && m.Aggregate == agg && m.Headers.Get("seq") == "1" {
-			return errors.New("poison")
-		}
-		return nil
-	})
+	fail, fixed := failSeqUntilFixed(agg, 1)
+	rec.setFail(fail)
 	lists := &countedLists{Ledger: e.store}
 	cfg := e.config(tsub(topicSub, rec.handler("n1")))
 	cfg.Ledger = lists
