@@ -33,6 +33,15 @@ func failSeq(agg string, seq int) func(m runtime.Message) error {
 	}
 }
 
+// parkState explains a wait on agg's park: what was handled, the
+// ledger's entry and the node's counters.
+func parkState(e *topicEnv, rec *topicRecorder, n *topicNode, agg string) func() string {
+	return func() string {
+		p, err := e.store.GetParked(context.Background(), topicSub, "", agg)
+		return fmt.Sprintf("%q handled %v, ledger %+v (%v), counters %v", agg, rec.handled(topicSub, agg), p, err, n.ts.Counters())
+	}
+}
+
 // failSeqUntilFixed is failSeq until the returned flag is set.
 func failSeqUntilFixed(agg string, seq int) (func(m runtime.Message) error, *atomic.Bool) {
 	fixed := new(atomic.Bool)
@@ -500,10 +509,7 @@ func TestTopicRetryDuringAParkIsCarriedOut(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "a0000 #1 handled by the retry", func() bool {
 		return slices.Equal(rec.handled(topicSub, "a0000"), []int{1})
-	}, func() string {
-		p, err := e.store.GetParked(ctx, topicSub, "", "a0000")
-		return fmt.Sprintf("a0000 handled %v, ledger %+v (%v), counters %v", rec.handled(topicSub, "a0000"), p, err, n.ts.Counters())
-	})
+	}, parkState(e, rec, n, "a0000"))
 	waitFor(t, 10*time.Second, "the entry resolved", func() bool {
 		_, err := e.store.GetParked(ctx, topicSub, "", "a0000")
 		return errors.Is(err, ledger.ErrNotParked)
@@ -538,10 +544,7 @@ func TestTopicSkipDuringAParkLeavesNothingParked(t *testing.T) {
 	e.produce([]string{"a0000"}, 2, 3)
 	waitFor(t, 10*time.Second, "a0000 #2 and #3 handled after the skip", func() bool {
 		return slices.Equal(rec.handled(topicSub, "a0000"), []int{2, 3})
-	}, func() string {
-		p, err := e.store.GetParked(ctx, topicSub, "", "a0000")
-		return fmt.Sprintf("a0000 handled %v, ledger %+v (%v), counters %v", rec.handled(topicSub, "a0000"), p, err, n.ts.Counters())
-	})
+	}, parkState(e, rec, n, "a0000"))
 	if _, err := e.store.GetParked(ctx, topicSub, "", "a0000"); !errors.Is(err, ledger.ErrNotParked) {
 		t.Fatalf("a0000 still has an entry after the skip: %v", err)
 	}
@@ -596,10 +599,7 @@ func TestTopicRetryRightAfterAParkKeepsTheBatchInOrder(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "a0000 #1..#3 handled in order", func() bool {
 		return slices.Equal(rec.handled(topicSub, "a0000"), []int{1, 2, 3})
-	}, func() string {
-		p, err := e.store.GetParked(ctx, topicSub, "", "a0000")
-		return fmt.Sprintf("a0000 handled %v, ledger %+v (%v), counters %v", rec.handled(topicSub, "a0000"), p, err, n.ts.Counters())
-	})
+	}, parkState(e, rec, n, "a0000"))
 	waitFor(t, 10*time.Second, "the entry resolved", func() bool {
 		_, err := e.store.GetParked(ctx, topicSub, "", "a0000")
 		return errors.Is(err, ledger.ErrNotParked)
